@@ -1,0 +1,1 @@
+"""Assets by stage: ingest (corpus, tokenizer, labels), embeddings, recurrent, transformer."""
