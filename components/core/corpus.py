@@ -74,6 +74,7 @@ _REF = re.compile(r"<ref[^>]*/>|<ref[^>]*>.*?</ref>", re.S | re.I)
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
 _BLANKS = re.compile(r"\n{3,}")
 _SPACES = re.compile(r"[ \t]{2,}")
+_QUOTES = re.compile(r"'{2,}")  # bold/italic marks left by ill-formed markup
 
 
 def wiki_to_text(markup: str) -> str:
@@ -85,9 +86,9 @@ def wiki_to_text(markup: str) -> str:
     text = mwparserfromhell.parse(markup).strip_code(normalize=True, collapse=True)
     lines = []
     for line in text.splitlines():
-        line = _SPACES.sub(" ", line).strip()
+        line = _SPACES.sub(" ", _QUOTES.sub("", line)).strip()
         # Leftovers of image/category links and table/section debris carry no prose.
-        if line.startswith(("thumb|", "Category:", "File:", "Image:", "|", "!")):
+        if line.startswith(("thumb|", "Category:", "File:", "Image:", "[[", "|", "!")):
             continue
         lines.append(line)
     return _BLANKS.sub("\n\n", "\n".join(lines)).strip()

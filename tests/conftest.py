@@ -1,0 +1,27 @@
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch) -> Path:
+    """A fresh state folder (Dagster storage, MLflow DB, asset files) for one test."""
+    d = tmp_path / "state"
+    monkeypatch.setenv("PIPELINE_STATE_DIR", str(d))
+    return d
+
+
+@pytest.fixture(scope="session")
+def wiki_docs():
+    """The real default corpus: articles of the Wikipedia sample dump in gensim's test data."""
+    from components.core.corpus import default_wiki_dump, iter_wiki_articles
+
+    return list(iter_wiki_articles(default_wiki_dump()))
+
+
+@pytest.fixture(scope="session")
+def wiki_texts(wiki_docs):
+    return [d["text"] for d in wiki_docs]
