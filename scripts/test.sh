@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set up (once) and run the whole test suite. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+VENV=${VENV:-.venv}
+# pytest exits 5 when it collects no test: that is a failure here, like any non-zero code.
+exec "$VENV/bin/python" -m pytest -q "$@"
