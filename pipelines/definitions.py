@@ -11,7 +11,9 @@ from .tracking import MlflowTracker
 
 ASSET_MODULES = [ingest]
 
-all_assets = dg.load_assets_from_modules(ASSET_MODULES)
+# Declarative automation: when an upstream asset is re-materialized on its own (say `corpus` with a
+# new config from the UI), everything downstream follows, once its parents are all present.
+all_assets = dg.load_assets_from_modules(ASSET_MODULES, automation_condition=dg.AutomationCondition.eager())
 all_checks = dg.load_asset_checks_from_modules(ASSET_MODULES)
 
 CONFIG_DIR = PROJECT_ROOT / "configs"
@@ -32,9 +34,27 @@ def config_jobs() -> list[dg.UnresolvedAssetJobDefinition]:
 
 jobs = config_jobs()
 
+weekly_rerun = dg.ScheduleDefinition(
+    name="weekly_default_pipeline",
+    job_name="default_pipeline",
+    cron_schedule="0 3 * * 1",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Rerun the whole graph on configs/default.yaml every Monday 03:00 UTC (needs the daemon: `dagster dev`).",
+)
+
+automation = dg.AutomationConditionSensorDefinition(
+    "downstream_automation",
+    target=dg.AssetSelection.all(),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Evaluates the assets' automation conditions (eager: follow upstream updates).",
+)
+
 defs = dg.Definitions(
     assets=all_assets,
     asset_checks=all_checks,
     jobs=jobs,
+    schedules=[weekly_rerun],
+    sensors=[automation],
     resources={"mlflow": MlflowTracker(), "manifest_io": ManifestIOManager()},
 )

@@ -1,0 +1,33 @@
+"""Schedules and declarative automation, evaluated without a daemon."""
+
+import datetime as dt
+
+import dagster as dg
+
+from pipelines.definitions import defs
+
+ALL = [k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()]
+
+
+def test_weekly_schedule_requests_the_default_pipeline():
+    schedule = defs.resolve_schedule_def("weekly_default_pipeline")
+    assert schedule.job_name == "default_pipeline"
+    ctx = dg.build_schedule_context(scheduled_execution_time=dt.datetime(2026, 11, 30, 3, 0, tzinfo=dt.timezone.utc))
+    requests = schedule.evaluate_tick(ctx).run_requests
+    assert len(requests) == 1
+    assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+
+
+def test_downstream_follows_an_upstream_update():
+    instance = dg.DagsterInstance.ephemeral()
+    first = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+    requested = {k for k in ALL if first.get_num_requested(dg.AssetKey(k))}
+    # Nothing exists yet: only the root may be requested (downstream waits for its parents).
+    assert requested <= {"corpus"}
+    # Record a new `corpus` materialization: everything downstream is requested (in one run,
+    # parents before children), and `corpus` itself is not.
+    instance.report_runless_asset_event(dg.AssetMaterialization("corpus"))
+    second = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor)
+    requested = {k for k in ALL if second.get_num_requested(dg.AssetKey(k))}
+    downstream = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()} - {"corpus"}
+    assert "corpus" not in requested and {"tokenizer", "labels"} <= requested <= downstream
