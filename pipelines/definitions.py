@@ -5,9 +5,9 @@ from __future__ import annotations
 import dagster as dg
 
 from .assets import ingest
-from .io import ManifestIOManager
-from .state import PROJECT_ROOT
-from .tracking import MlflowTracker
+from components.orchestration.io import ManifestIOManager
+from components.orchestration.state import PROJECT_ROOT
+from components.orchestration.tracking import MlflowTracker
 
 ASSET_MODULES = [ingest]
 

@@ -10,9 +10,9 @@ from components.core.corpus import CorpusSettings, build_corpus, load_corpus
 from components.core.labels import LabelSettings, build_labels, check_blocks, load_labels
 from components.core.tokenizer import TokenizerSettings, evaluate_tokenizer, roundtrip_ok, train_tokenizer
 
-from ..stage import stage
-from ..state import state_root
-from ..tracking import MlflowTracker
+from components.orchestration.stage import stage
+from components.orchestration.state import state_root
+from components.orchestration.tracking import MlflowTracker
 
 GROUP = "ingest"
 ROUNDTRIP_PROBES = ["苹果公司发布了新手机，它的市值大涨。", "我爱你", "你爱我", "Hello, world!\n\tTabs  and  spaces."]
