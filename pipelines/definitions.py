@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 
 from .assets import ingest
@@ -50,11 +52,14 @@ automation = dg.AutomationConditionSensorDefinition(
     description="Evaluates the assets' automation conditions (eager: follow upstream updates).",
 )
 
-defs = dg.Definitions(
+# Component instances declared in YAML: pipelines/defs/<name>/defs.yaml (the language models).
+component_defs = dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
+
+defs = dg.Definitions.merge(component_defs, dg.Definitions(
     assets=all_assets,
     asset_checks=all_checks,
     jobs=jobs,
     schedules=[weekly_rerun],
     sensors=[automation],
     resources={"mlflow": MlflowTracker(), "manifest_io": ManifestIOManager()},
-)
+))
