@@ -1,0 +1,1 @@
+"""Language models of the core: recurrent (RNN, LSTM) and Transformer, each in its own module."""

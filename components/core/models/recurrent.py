@@ -1,0 +1,365 @@
+"""Recurrent language models: an Elman RNN and an LSTM, embedding -> recurrent layers -> output head.
+
+A recurrent model reads a sequence one step at a time and carries everything it knows in a
+fixed-size state: h_t = f(W_ih x_t + W_hh h_{t-1} + b). That is why its cost per token is constant
+(no attention over the past) and also why it cannot be parallelised over time: step t needs h_{t-1}.
+
+Two LSTM implementations, selected by `lstm_impl`:
+- "torch": `nn.LSTM` (fused kernels, the fast path);
+- "explicit": `ExplicitLSTM`, the same equations written out step by step, so the gates can be read
+  (and their mean activations logged). Its parameters are named and laid out exactly like
+  `nn.LSTM`'s (`weight_ih_l{k}`, `weight_hh_l{k}`, `bias_ih_l{k}`, `bias_hh_l{k}`, gate rows in the
+  order i, f, g, o), so one state dict loads into either.
+
+Parameter counts (V = vocab, E = n_embd, H = hidden_size, L = n_layer, G = 1 for the RNN, 4 for the
+LSTM; the input of layer 0 is E wide, of the others H):
+    embedding         V * E
+    layer k           G*H*in_k + G*H*H + 2*G*H        (two bias vectors, as in nn.RNN / nn.LSTM)
+    projection        H * E    only when tie_weights and H != E
+    output head       H * V    untied (no bias); 0 when tied to the embedding
+`count_recurrent_params` evaluates this formula; `size_for_budget` uses it to pick the width.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..data import IGNORE_INDEX, PAD_ID
+from ..errors import ConfigError
+
+State = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # RNN: h (L, B, H); LSTM: (h, c), each (L, B, H)
+
+
+class RecurrentSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    cell: Literal["rnn", "lstm"] = Field("lstm", description="Recurrent cell: 'rnn' (Elman) or 'lstm'.")
+    lstm_impl: Literal["torch", "explicit"] = Field(
+        "torch",
+        description="LSTM implementation: 'torch' = nn.LSTM (fast); 'explicit' = gates written out "
+        "step by step (slower, logs mean gate activations). Same weights either way.",
+    )
+    n_embd: int = Field(128, description="Token embedding width E.")
+    hidden_size: int = Field(256, description="Recurrent state width H.")
+    n_layer: int = Field(1, description="Number of stacked recurrent layers.")
+    dropout: float = Field(0.0, description="Dropout on embeddings, between layers and before the head (0 = off).")
+    tie_weights: bool = Field(
+        False,
+        description="Share the embedding matrix with the output head; when hidden_size != n_embd a "
+        "linear projection H -> E is inserted before the head.",
+    )
+    nonlinearity: Literal["tanh", "relu"] = Field("tanh", description="Elman RNN nonlinearity (ignored for the LSTM).")
+    param_budget: Optional[int] = Field(
+        None,
+        description="When set, `size_for_budget` picks hidden_size (and n_embd, keeping their ratio) so the "
+        "total parameter count for the vocabulary is as close as possible to this number.",
+    )
+
+    @field_validator("n_embd", "hidden_size", "n_layer")
+    @classmethod
+    def _positive(cls, v: int, info) -> int:
+        if v < 1:
+            raise ValueError(f"{info.field_name} must be >= 1, got {v}")
+        return v
+
+    @field_validator("dropout")
+    @classmethod
+    def _dropout(cls, v: float) -> float:
+        if not 0.0 <= v < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {v}")
+        return v
+
+    @field_validator("param_budget")
+    @classmethod
+    def _budget(cls, v: Optional[int]) -> Optional[int]:
+        if v is not None and v < 1:
+            raise ValueError(f"param_budget must be a positive parameter count or None, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _impl_only_for_lstm(self) -> "RecurrentSettings":
+        if self.cell == "rnn" and self.lstm_impl != "torch":
+            raise ValueError("lstm_impl='explicit' applies to cell='lstm' only; set cell='lstm' or lstm_impl='torch'")
+        return self
+
+
+# ----------------------------------------------------------------------------------------------
+# Explicit LSTM
+
+
+def lstm_cell(
+    x_proj: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w_hh: torch.Tensor, b_hh: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One LSTM step. `x_proj` = W_ih x_t + b_ih, precomputed for all t (it does not depend on h).
+
+    Returns (h_t, c_t, gates) where gates (B, 4H) holds the activations i, f, g, o.
+    """
+    z = x_proj + h @ w_hh.t() + b_hh  # (B, 4H) pre-activations, rows in nn.LSTM's order i, f, g, o
+    zi, zf, zg, zo = z.chunk(4, dim=-1)  # each (B, H)
+    i = torch.sigmoid(zi)  # input gate: how much of the candidate to write
+    f = torch.sigmoid(zf)  # forget gate: how much of the old cell to keep
+    g = torch.tanh(zg)  # candidate cell content
+    o = torch.sigmoid(zo)  # output gate: how much of the cell to expose
+    c_t = f * c + i * g  # (B, H) the additive cell path is what lets gradients survive long distances
+    h_t = o * torch.tanh(c_t)  # (B, H)
+    return h_t, c_t, torch.cat([i, f, g, o], dim=-1)
+
+
+class ExplicitLSTM(nn.Module):
+    """A multi-layer, batch-first LSTM with the cell written out; a drop-in for `nn.LSTM`.
+
+    Records the mean input, forget and output gate activations of every forward pass in training
+    mode (summed until `pop_gate_stats` reads and resets them), for logging.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, dropout: float = 0.0):
+        super().__init__()
+        self.input_size, self.hidden_size, self.num_layers, self.dropout = input_size, hidden_size, num_layers, dropout
+        for k in range(num_layers):
+            in_k = input_size if k == 0 else hidden_size
+            self.register_parameter(f"weight_ih_l{k}", nn.Parameter(torch.empty(4 * hidden_size, in_k)))
+            self.register_parameter(f"weight_hh_l{k}", nn.Parameter(torch.empty(4 * hidden_size, hidden_size)))
+            self.register_parameter(f"bias_ih_l{k}", nn.Parameter(torch.empty(4 * hidden_size)))
+            self.register_parameter(f"bias_hh_l{k}", nn.Parameter(torch.empty(4 * hidden_size)))
+        self.reset_parameters()
+        self._gate_sum = torch.zeros(3)  # running sums of mean i, f, o over recorded forwards
+        self._gate_n = 0
+
+    def reset_parameters(self) -> None:
+        # nn.LSTM's initialisation: every weight and bias U(-1/sqrt(H), 1/sqrt(H)).
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            nn.init.uniform_(p, -bound, bound)
+
+    def forward(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor] | None = None):
+        B, T, _ = x.shape
+        if state is None:
+            zeros = x.new_zeros(self.num_layers, B, self.hidden_size)
+            state = (zeros, zeros)
+        h0, c0 = state  # each (L, B, H)
+        h_n, c_n, gate_means = [], [], []
+        for k in range(self.num_layers):
+            w_ih, w_hh = getattr(self, f"weight_ih_l{k}"), getattr(self, f"weight_hh_l{k}")
+            b_ih, b_hh = getattr(self, f"bias_ih_l{k}"), getattr(self, f"bias_hh_l{k}")
+            # The input projection has no time dependency: one matmul for all steps.
+            x_proj = x @ w_ih.t() + b_ih  # (B, T, 4H)
+            h, c = h0[k], c0[k]  # (B, H)
+            outs, gates = [], []
+            for t in range(T):  # the part that cannot run in parallel: step t needs h_{t-1}
+                h, c, g = lstm_cell(x_proj[:, t], h, c, w_hh, b_hh)
+                outs.append(h)
+                gates.append(g)
+            x = torch.stack(outs, dim=1)  # (B, T, H) input of the next layer
+            if self.training and self.dropout > 0 and k < self.num_layers - 1:
+                x = F.dropout(x, self.dropout, training=True)  # between layers only, like nn.LSTM
+            h_n.append(h)
+            c_n.append(c)
+            if self.training:
+                gate_means.append(torch.stack(gates).detach().float().mean(dim=(0, 1)))  # (4H,)
+        if gate_means:
+            H = self.hidden_size
+            m = torch.stack(gate_means).mean(0)  # (4H,) averaged over layers, steps and batch
+            self._gate_sum = self._gate_sum.to(m.device) + torch.stack(
+                [m[:H].mean(), m[H : 2 * H].mean(), m[3 * H :].mean()]
+            )
+            self._gate_n += 1
+        return x, (torch.stack(h_n), torch.stack(c_n))
+
+    def pop_gate_stats(self) -> dict[str, float]:
+        """Mean gate activations since the last call (empty when nothing was recorded)."""
+        if self._gate_n == 0:
+            return {}
+        i, f, o = (self._gate_sum / self._gate_n).tolist()
+        self._gate_sum.zero_()
+        self._gate_n = 0
+        return {"lstm/gate_input": i, "lstm/gate_forget": f, "lstm/gate_output": o}
+
+
+# ----------------------------------------------------------------------------------------------
+# The language model
+
+
+class RecurrentLM(nn.Module):
+    """embedding -> recurrent layers -> (projection) -> output head.
+
+    Contract shared with the Transformer: `forward(idx, targets=None) -> (logits, loss)` with the
+    loss a cross-entropy that ignores targets equal to -100. Each block starts from a zero state.
+    """
+
+    def __init__(self, config: RecurrentSettings, vocab_size: int):
+        super().__init__()
+        if vocab_size < 2:
+            raise ConfigError(f"vocab_size must be >= 2, got {vocab_size}")
+        self.config, self.vocab_size = config, vocab_size
+        self.model_kind = f"recurrent-{config.cell}"  # recorded in checkpoints; resume refuses another kind
+        E, H, L, p = config.n_embd, config.hidden_size, config.n_layer, config.dropout
+
+        self.wte = nn.Embedding(vocab_size, E, padding_idx=PAD_ID)
+        self.drop = nn.Dropout(p)
+        inter = p if L > 1 else 0.0  # nn.RNN warns when inter-layer dropout is set on a single layer
+        if config.cell == "rnn":
+            self.rnn = nn.RNN(E, H, L, nonlinearity=config.nonlinearity, batch_first=True, dropout=inter)
+        elif config.lstm_impl == "torch":
+            self.rnn = nn.LSTM(E, H, L, batch_first=True, dropout=inter)
+        else:
+            self.rnn = ExplicitLSTM(E, H, L, dropout=inter)
+        self.proj = nn.Linear(H, E, bias=False) if config.tie_weights and H != E else None
+        self.lm_head = nn.Linear(E if config.tie_weights else H, vocab_size, bias=False)
+        if config.tie_weights:
+            self.lm_head.weight = self.wte.weight  # one (V, E) matrix reads and writes tokens
+            # A tied embedding is also the output matrix: unit-variance rows would give logits of
+            # std ~sqrt(E) at init, so scale like a linear layer instead.
+            nn.init.normal_(self.wte.weight, std=E**-0.5)
+        with torch.no_grad():
+            self.wte.weight[PAD_ID].zero_()
+
+    # -- pieces, reused by generation, the gradient study and the cost measurement -------------
+
+    @property
+    def is_lstm(self) -> bool:
+        return self.config.cell == "lstm"
+
+    def init_state(self, batch_size: int, device=None, dtype=None) -> State:
+        """The zero state every block starts from."""
+        w = self.wte.weight
+        h = torch.zeros(self.config.n_layer, batch_size, self.config.hidden_size, device=device or w.device, dtype=dtype or w.dtype)
+        return (h, h.clone()) if self.is_lstm else h
+
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.wte(idx))  # (B, T, E)
+
+    def recur(self, emb: torch.Tensor, state: State | None = None) -> tuple[torch.Tensor, State]:
+        """Run the recurrent layers over (B, T, E); returns top-layer outputs (B, T, H) and the final state."""
+        return self.rnn(emb, state)
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        h = self.drop(h)
+        if self.proj is not None:
+            h = self.proj(h)  # (..., E)
+        return self.lm_head(h)  # (..., V)
+
+    def forward_hidden(self, idx: torch.Tensor, state: State | None = None) -> tuple[torch.Tensor, State]:
+        """Top-layer hidden states (B, T, H) for all positions and the state after the last one."""
+        return self.recur(self.embed(idx), state)
+
+    # -- the contract ------------------------------------------------------------------------
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        h, _ = self.forward_hidden(idx)  # (B, T, H)
+        logits = self.head(h)  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
+        return logits, loss
+
+    def pop_gate_stats(self) -> dict[str, float]:
+        """Mean LSTM gate activations since the last call (explicit LSTM only; else {})."""
+        return self.rnn.pop_gate_stats() if isinstance(self.rnn, ExplicitLSTM) else {}
+
+    # -- generation: prefill once, then one step per token, carrying the state ---------------
+
+    @torch.no_grad()
+    def step(self, idx_t: torch.Tensor, state: State | None) -> tuple[torch.Tensor, State]:
+        """One token per sequence (B,) -> next-token logits (B, V) and the new state."""
+        out, state = self.recur(self.embed(idx_t[:, None]), state)  # out (B, 1, H)
+        return self.head(out[:, -1]), state
+
+    @torch.no_grad()
+    def generate(
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Continue (B, T) prompts by `max_new_tokens` tokens; temperature 0 = greedy."""
+        was_training = self.training
+        self.eval()
+        out, state = self.forward_hidden(idx)  # prefill: the whole prompt in one call
+        logits = self.head(out[:, -1])  # (B, V)
+        new = []
+        for _ in range(max_new_tokens):
+            nxt = sample_next(logits, temperature, top_k, generator)  # (B,)
+            new.append(nxt)
+            logits, state = self.step(nxt, state)  # O(1) in the context length
+        self.train(was_training)
+        return torch.cat([idx, torch.stack(new, dim=1)], dim=1) if new else idx
+
+
+def sample_next(
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Next token ids (B,) from logits (B, V): greedy at temperature 0, else top-k sampling."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1)
+    logits = logits.float() / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = F.softmax(logits, dim=-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def lstm_gate_callback(step: int, model: nn.Module) -> dict[str, float] | None:
+    """`step_callback` for `training.train`: the mean gate activations since the last log point."""
+    stats = model.pop_gate_stats() if hasattr(model, "pop_gate_stats") else {}
+    return stats or None
+
+
+# ----------------------------------------------------------------------------------------------
+# Sizing by parameter budget
+
+
+def count_recurrent_params(config: RecurrentSettings, vocab_size: int) -> int:
+    """The exact parameter count of `RecurrentLM(config, vocab_size)` (formula in the module doc)."""
+    V, E, H, L = vocab_size, config.n_embd, config.hidden_size, config.n_layer
+    G = 4 if config.cell == "lstm" else 1
+    n = V * E
+    for k in range(L):
+        in_k = E if k == 0 else H
+        n += G * H * in_k + G * H * H + 2 * G * H
+    if config.tie_weights:
+        n += H * E if H != E else 0
+    else:
+        n += H * V
+    return n
+
+
+def size_for_budget(config: RecurrentSettings, vocab_size: int) -> RecurrentSettings:
+    """Settings whose parameter count is closest to `config.param_budget` for this vocabulary.
+
+    The width is scaled while the ratio hidden_size / n_embd of `config` is kept (so n_embd ==
+    hidden_size stays equal, e.g. for tied weights); depth, cell and the rest are unchanged.
+    Returns `config` unchanged when no budget is set.
+    """
+    if config.param_budget is None:
+        return config
+    budget, ratio = config.param_budget, config.hidden_size / config.n_embd
+
+    def sized(h: int) -> RecurrentSettings:
+        return config.model_copy(update={"hidden_size": h, "n_embd": max(1, round(h / ratio))})
+
+    def count(h: int) -> int:
+        return count_recurrent_params(sized(h), vocab_size)
+
+    if count(1) > budget:
+        raise ConfigError(
+            f"param_budget={budget} is below the smallest {config.cell} model for vocab_size={vocab_size} "
+            f"({count(1)} parameters, dominated by the embedding); raise param_budget or shrink the vocabulary"
+        )
+    # count(h) grows with h: find the last h at or under the budget, then take the nearer neighbour.
+    lo, hi = 1, 2
+    while count(hi) <= budget:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if count(mid) <= budget else (lo, mid)
+    best = min((lo, hi), key=lambda h: abs(count(h) - budget))
+    return sized(best)

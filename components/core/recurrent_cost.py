@@ -1,0 +1,232 @@
+"""What a recurrent model costs as the sequence grows: wall time per training step and per generated token.
+
+A recurrent layer must finish step t before it can start step t + 1, so a training step over T
+tokens does T sequential steps: its time grows linearly in T (a straight line through the rows,
+slope = ms per token), and tokens/s stays flat — there is no parallelism over time to exploit, only
+over the batch and the hidden units. Generation carries a fixed-size state, so the time per new
+token does not depend on how long the context already is. Both numbers feed the long-context
+comparison with the Transformer (whose attention is parallel over time but grows with T).
+
+Method: for each model and length, `warmup` untimed repetitions, then the median of `repeats`
+timed ones (time.perf_counter, with a CUDA synchronize around each on a GPU). Inputs are random
+token ids: the time of these models does not depend on which tokens they read.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn as nn
+from matplotlib.figure import Figure
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .models.recurrent import RecurrentLM, RecurrentSettings
+from .training import resolve_device, seed_everything
+
+
+class RecurrentCostSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    seq_lens: list[int] = Field([64, 128, 256, 512, 1024, 2048], description="Sequence lengths T to time.")
+    batch_size: int = Field(8, description="Sequences per training step (and per generation batch).")
+    repeats: int = Field(3, description="Timed repetitions per point (the median is reported).")
+    warmup: int = Field(1, description="Untimed repetitions before timing each point.")
+    gen_tokens: int = Field(32, description="Tokens generated after a T-token prompt to time one generation step.")
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to time: 'auto' = CUDA if present, else CPU.")
+    threads: int = Field(0, description="torch.set_num_threads when > 0 (CPU).")
+    seed: int = Field(0, description="Seed of the models' initialisation and the random inputs.")
+
+    @field_validator("seq_lens")
+    @classmethod
+    def _lens(cls, v: list[int]) -> list[int]:
+        if not v or any(t < 1 for t in v):
+            raise ValueError(f"seq_lens must be a non-empty list of lengths >= 1, got {v}")
+        return sorted(set(v))
+
+    @field_validator("batch_size", "repeats", "gen_tokens")
+    @classmethod
+    def _positive(cls, v: int, info) -> int:
+        if v < 1:
+            raise ValueError(f"{info.field_name} must be >= 1, got {v}")
+        return v
+
+    @field_validator("warmup", "threads")
+    @classmethod
+    def _non_negative(cls, v: int, info) -> int:
+        if v < 0:
+            raise ValueError(f"{info.field_name} must be >= 0, got {v}")
+        return v
+
+
+def _timed(fn, device: torch.device, warmup: int, repeats: int) -> float:
+    """Median seconds of `fn()` over `repeats` runs after `warmup` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def measure_recurrent_cost(
+    models: dict[str, nn.Module] | dict[str, RecurrentSettings],
+    settings: RecurrentCostSettings,
+    *,
+    vocab_size: int | None = None,
+) -> list[dict]:
+    """Rows {model, seq_len, batch_size, train_step_ms, tokens_per_s, prefill_ms, ms_per_generated_token, params}.
+
+    `models` maps a name to a built `RecurrentLM` or to its settings (then `vocab_size` is needed).
+    Built models are timed on a copy, so the caller's weights and device are untouched.
+    """
+    s = settings
+    if s.threads > 0:
+        torch.set_num_threads(s.threads)
+    device, _ = resolve_device(s.device)
+    rows = []
+    for name, m in models.items():
+        if isinstance(m, RecurrentSettings):
+            if vocab_size is None:
+                raise ValueError("measure_recurrent_cost: vocab_size is needed to build models from settings")
+            seed_everything(s.seed)
+            m = RecurrentLM(m, vocab_size)
+        else:
+            m = copy.deepcopy(m)
+        m = m.to(device)
+        vocab = getattr(m, "vocab_size", vocab_size)
+        params = [p for p in m.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=1e-4, fused=device.type == "cuda")
+        gen = torch.Generator(device="cpu").manual_seed(s.seed)
+        for T in s.seq_lens:
+            x = torch.randint(1, vocab, (s.batch_size, T), generator=gen).to(device)  # (B, T)
+            y = torch.randint(1, vocab, (s.batch_size, T), generator=gen).to(device)  # (B, T)
+
+            def train_step() -> None:
+                _, loss = m(x, y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+
+            m.train()
+            step_s = _timed(train_step, device, s.warmup, s.repeats)
+
+            m.eval()
+            with torch.no_grad():
+                prefill_s = _timed(lambda: m.forward_hidden(x), device, s.warmup, s.repeats)
+                out, state = m.forward_hidden(x)
+                first = m.head(out[:, -1]).argmax(-1)  # (B,)
+
+                def decode() -> None:
+                    tok, st = first, state
+                    for _ in range(s.gen_tokens):  # one token at a time, the state carried along
+                        logits, st = m.step(tok, st)  # (B, V)
+                        tok = logits.argmax(-1)
+
+                decode_s = _timed(decode, device, s.warmup, s.repeats)
+            rows.append({
+                "model": name,
+                "seq_len": T,
+                "batch_size": s.batch_size,
+                "train_step_ms": 1000 * step_s,
+                "tokens_per_s": s.batch_size * T / step_s,
+                "prefill_ms": 1000 * prefill_s,
+                "ms_per_generated_token": 1000 * decode_s / s.gen_tokens,
+                "params": sum(p.numel() for p in params),
+                "device": str(device),
+            })
+    return rows
+
+
+def linear_fit(x: list[float], y: list[float]) -> dict[str, float]:
+    """Least-squares y = slope * x + intercept, with R^2."""
+    xa, ya = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if len(xa) < 2:
+        return {"slope": float("nan"), "intercept": float("nan"), "r2": float("nan")}
+    slope, intercept = np.polyfit(xa, ya, 1)
+    ss_res = float(((ya - (slope * xa + intercept)) ** 2).sum())
+    ss_tot = float(((ya - ya.mean()) ** 2).sum())
+    return {"slope": float(slope), "intercept": float(intercept), "r2": 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0}
+
+
+def fit_cost(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Per model: train-step time vs T (slope = ms per token, R^2 near 1 = linear) and the generation
+    time per token vs context length (slope near 0 = independent of the context)."""
+    fits = {}
+    for name in dict.fromkeys(r["model"] for r in rows):
+        rs = [r for r in rows if r["model"] == name]
+        T = [r["seq_len"] for r in rs]
+        train = linear_fit(T, [r["train_step_ms"] for r in rs])
+        gen = linear_fit(T, [r["ms_per_generated_token"] for r in rs])
+        g = [r["ms_per_generated_token"] for r in rs]
+        fits[name] = {
+            "train_ms_per_token": train["slope"],
+            "train_intercept_ms": train["intercept"],
+            "train_r2": train["r2"],
+            "gen_ms_per_token_mean": float(np.mean(g)),
+            "gen_slope_ms_per_context_token": gen["slope"],
+            "gen_max_over_min": max(g) / min(g) if min(g) > 0 else float("nan"),
+        }
+    return fits
+
+
+def plot_cost(rows: list[dict], fits: dict[str, dict[str, float]] | None = None) -> Figure:
+    fits = fits or fit_cost(rows)
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    ax_train, ax_gen = fig.subplots(1, 2)
+    for name in dict.fromkeys(r["model"] for r in rows):
+        rs = [r for r in rows if r["model"] == name]
+        T = np.array([r["seq_len"] for r in rs], dtype=np.float64)
+        f = fits[name]
+        (line,) = ax_train.plot(T, [r["train_step_ms"] for r in rs], "o", label=f"{name} (R²={f['train_r2']:.3f})")
+        ax_train.plot(T, f["train_ms_per_token"] * T + f["train_intercept_ms"], "-", color=line.get_color(), alpha=0.6)
+        ax_gen.plot(T, [r["ms_per_generated_token"] for r in rs], "o-", label=name)
+    ax_train.set_xlabel("sequence length T (tokens)")
+    ax_train.set_ylabel("training step (ms)")
+    ax_train.set_title("training step time vs length (line: linear fit)")
+    ax_gen.set_xlabel("context length before generating (tokens)")
+    ax_gen.set_ylabel("ms per generated token")
+    ax_gen.set_title("generation: time per new token")
+    ax_gen.set_ylim(bottom=0)
+    for ax in (ax_train, ax_gen):
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    return fig
+
+
+@dataclass
+class RecurrentCostResult:
+    rows: list[dict]
+    fits: dict[str, dict[str, float]]
+    figures: dict[str, Figure] = field(default_factory=dict)
+
+    def metrics(self) -> dict[str, float]:
+        out = {}
+        for name, f in self.fits.items():
+            out[f"cost/{name}/train_ms_per_token"] = f["train_ms_per_token"]
+            out[f"cost/{name}/train_r2"] = f["train_r2"]
+            out[f"cost/{name}/gen_ms_per_token"] = f["gen_ms_per_token_mean"]
+        return out
+
+
+def recurrent_cost(
+    models: dict[str, nn.Module] | dict[str, RecurrentSettings],
+    settings: RecurrentCostSettings,
+    *,
+    vocab_size: int | None = None,
+) -> RecurrentCostResult:
+    """`measure_recurrent_cost` + the linear fits + the figure, for an asset to log."""
+    rows = measure_recurrent_cost(models, settings, vocab_size=vocab_size)
+    fits = fit_cost(rows)
+    return RecurrentCostResult(rows=rows, fits=fits, figures={"recurrent_cost": plot_cost(rows, fits)})

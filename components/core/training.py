@@ -1,0 +1,710 @@
+"""The one training loop every language model of the pipeline goes through (RNN, LSTM, Transformer).
+
+Model contract: `model(idx, targets=None) -> (logits, loss)`, the loss a cross-entropy over the
+targets with -100 ignored. A model should expose `model.config` (a pydantic settings object) and may
+expose `model.model_kind` (a string) and `model.vocab_size`; they go into the checkpoint metadata and
+a resume refuses a checkpoint whose kind, config, vocabulary size or tokenizer hash differ.
+
+The loop (nanoGPT-like):
+    AdamW (fused on CUDA), linear warmup then cosine decay to min_lr, gradient accumulation,
+    global grad-norm clipping (grad_clip=0 turns it off), bf16 autocast on CUDA, periodic
+    evaluation on the first validation blocks, tokens/s, and checkpoints from which a resumed run
+    continues *exactly* as if it had never stopped (same weights, optimizer moments, batch sampler
+    and dropout RNG state, and the partial log-interval sums).
+
+Weight decay goes to every tensor with >= 2 dimensions (matmul weights and embeddings, as in
+nanoGPT) and not to biases or norm gains, which only shift or scale and do not overfit.
+
+Metric names (shared across models so they line up in MLflow): train/loss, val/loss, val/ppl,
+tokens_per_s, grad_norm (before clipping), grad_norm_clipped (after), lr, step_ms.
+
+Files under `out_dir`:
+    checkpoint/model.safetensors   weights + metadata (model_kind, model_config, tokenizer_sha256, step, ...)
+    checkpoint/train_state.pt      optimizer, step, sampler and torch RNG states, history (torch.save;
+                                   loaded with weights_only=True)
+    history.json                   the logged points of the (last) run
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Literal, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+from matplotlib.figure import Figure
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from safetensors import safe_open
+from safetensors.torch import load_file, load_model, save_model
+
+from .artifacts import atomic_dir, write_json
+from .data import IGNORE_INDEX, TokenBlocks
+from .errors import ConfigError, PipelineInputError
+
+WEIGHTS_FILE = "model.safetensors"
+STATE_FILE = "train_state.pt"
+CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_FORMAT = "1"
+
+# Training settings that change the trajectory: a resume with different values is allowed (e.g. to
+# fine-tune at a lower lr) but no longer reproduces an uninterrupted run, so it is warned about.
+_TRAJECTORY_FIELDS = (
+    "batch_size", "block_size", "lr", "min_lr", "warmup_steps", "lr_decay_steps", "weight_decay",
+    "beta1", "beta2", "grad_clip", "grad_accum", "seed", "dtype", "optimizer",
+)
+
+
+class TrainSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_steps: int = Field(200, description="Optimizer steps to train for (a resume continues up to this).")
+    batch_size: int = Field(16, description="Blocks per micro-batch.")
+    block_size: Optional[int] = Field(
+        None,
+        description="Context length to train on: the labels' blocks are cropped to it. None = the labels' "
+        "block_size (or the model's config.block_size if smaller). Larger than the labels hold is an error.",
+    )
+    lr: float = Field(3e-3, description="Peak learning rate, reached after warmup_steps.")
+    min_lr: float = Field(3e-4, description="Learning rate at the end of the cosine decay.")
+    warmup_steps: int = Field(20, description="Steps of linear warmup from ~0 to lr.")
+    lr_decay_steps: Optional[int] = Field(None, description="Step at which the cosine reaches min_lr; None = max_steps.")
+    weight_decay: float = Field(0.1, description="Decoupled weight decay on >= 2-D weights (not biases or norms).")
+    beta1: float = Field(0.9, description="AdamW beta1 (the SGD momentum when optimizer='sgd').")
+    beta2: float = Field(0.99, description="AdamW beta2.")
+    grad_clip: float = Field(1.0, description="Maximum global gradient norm; 0 disables clipping.")
+    grad_accum: int = Field(1, description="Micro-batches accumulated per optimizer step.")
+    eval_interval: int = Field(50, description="Evaluate on the validation split every this many steps (0 = at the end only).")
+    eval_batches: int = Field(20, description="Validation batches per evaluation (the first blocks, so it is deterministic).")
+    log_interval: int = Field(10, description="Log training metrics every this many steps.")
+    checkpoint_interval: int = Field(
+        0, description="Checkpoint every this many steps; 0 = at evaluation points and at the end."
+    )
+    seed: int = Field(1337, description="Seed of the batch sampler and of dropout.")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="'cuda' demands a GPU; 'auto' uses one if present, else the CPU (with a warning)."
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Autocast dtype; 'auto' = bfloat16 on a GPU that supports it, else float32."
+    )
+    compile: bool = Field(False, description="torch.compile the model.")
+    threads: int = Field(0, description="torch.set_num_threads when > 0 (CPU).")
+    optimizer: Literal["adamw", "sgd"] = Field(
+        "adamw",
+        description="'adamw', or plain 'sgd' (momentum beta1), whose update scales with the raw gradient: "
+        "the setting where clipping is what keeps a recurrent net from exploding.",
+    )
+
+    @field_validator("max_steps", "batch_size", "grad_accum", "eval_batches", "log_interval")
+    @classmethod
+    def _positive(cls, v: int, info) -> int:
+        if v < 1:
+            raise ValueError(f"{info.field_name} must be >= 1, got {v}")
+        return v
+
+    @field_validator("warmup_steps", "eval_interval", "checkpoint_interval", "threads")
+    @classmethod
+    def _non_negative(cls, v: int, info) -> int:
+        if v < 0:
+            raise ValueError(f"{info.field_name} must be >= 0, got {v}")
+        return v
+
+    @field_validator("lr", "min_lr", "weight_decay", "grad_clip")
+    @classmethod
+    def _non_negative_float(cls, v: float, info) -> float:
+        if not (v >= 0 and math.isfinite(v)):
+            raise ValueError(f"{info.field_name} must be a finite number >= 0, got {v}")
+        return v
+
+    @field_validator("beta1", "beta2")
+    @classmethod
+    def _beta(cls, v: float, info) -> float:
+        if not 0.0 <= v < 1.0:
+            raise ValueError(f"{info.field_name} must be in [0, 1), got {v}")
+        return v
+
+    @field_validator("block_size", "lr_decay_steps")
+    @classmethod
+    def _positive_or_none(cls, v: Optional[int], info) -> Optional[int]:
+        if v is not None and v < 1:
+            raise ValueError(f"{info.field_name} must be >= 1 or None, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _lr_order(self) -> "TrainSettings":
+        if self.min_lr > self.lr:
+            raise ValueError(f"min_lr ({self.min_lr}) must not exceed lr ({self.lr})")
+        return self
+
+
+class TrainingDivergedError(RuntimeError):
+    """The loss (or the gradient norm) became NaN or infinite. The last good checkpoint is kept."""
+
+    def __init__(self, message: str, *, step: int, loss: float, checkpoint_dir: Path | None, history: list[dict]):
+        super().__init__(message)
+        self.step, self.loss, self.checkpoint_dir, self.history = step, loss, checkpoint_dir, history
+
+
+class CheckpointMismatchError(ConfigError):
+    """A checkpoint on disk belongs to another model (kind, config, vocabulary or tokenizer)."""
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    train_loss: float
+    val_loss: float
+    val_ppl: float
+    best_val_loss: float
+    tokens_per_s: float
+    step_ms: float
+    wall_s: float
+    params: int
+    device: str
+    dtype: str
+    warnings: list[str]
+    history: list[dict]  # one dict per log/eval point: step, train/loss, val/loss, val/ppl, lr, grad_norm, ...
+    checkpoint_dir: Path
+    resumed_from: int = 0  # the step a resume started at (0 = fresh run)
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def metrics(self) -> dict[str, float]:
+        """Headline numbers under the shared metric names."""
+        return {
+            "train/loss": self.train_loss,
+            "val/loss": self.val_loss,
+            "val/ppl": self.val_ppl,
+            "val/best_loss": self.best_val_loss,
+            "tokens_per_s": self.tokens_per_s,
+            "step_ms": self.step_ms,
+            "wall_s": self.wall_s,
+            "params": float(self.params),
+            "steps": float(self.steps),
+        }
+
+
+# ----------------------------------------------------------------------------------------------
+# Small helpers
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Distinct trainable-or-not parameters (a tied matrix counts once)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (CPU and CUDA) — call before building a model for a reproducible init."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def resolve_device(setting: str) -> tuple[torch.device, str | None]:
+    """'cuda' | 'cpu' | 'auto' -> (device, warning or None)."""
+    if setting == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError("device='cuda' but no CUDA GPU is available; set device='auto' or device='cpu'")
+        return torch.device("cuda"), None
+    if setting == "cpu":
+        return torch.device("cpu"), None
+    if setting == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda"), None
+        return torch.device("cpu"), "device='auto': no CUDA GPU found, training on the CPU"
+    raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda', got {setting!r}")
+
+
+def resolve_dtype(setting: str, device: torch.device) -> torch.dtype:
+    """The autocast dtype: 'auto' = bfloat16 on a GPU that supports it, else float32."""
+    if setting == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    if setting == "float16" and device.type != "cuda":
+        raise ConfigError("dtype='float16' needs a CUDA device; use dtype='bfloat16' or 'float32' on the CPU")
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[setting]
+
+
+def autocast_context(device: torch.device, dtype: torch.dtype):
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def lr_at(step: int, s: TrainSettings) -> float:
+    """Linear warmup to s.lr over warmup_steps, then cosine down to s.min_lr at lr_decay_steps."""
+    decay_steps = s.lr_decay_steps or s.max_steps
+    if step < s.warmup_steps:
+        return s.lr * (step + 1) / (s.warmup_steps + 1)
+    if step >= decay_steps:
+        return s.min_lr
+    progress = (step - s.warmup_steps) / max(1, decay_steps - s.warmup_steps)  # 0 -> 1
+    return s.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (s.lr - s.min_lr)
+
+
+def make_optimizer(model: nn.Module, s: TrainSettings, device: torch.device) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": s.weight_decay},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    if s.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=s.lr, momentum=s.beta1)
+    return torch.optim.AdamW(groups, lr=s.lr, betas=(s.beta1, s.beta2), fused=device.type == "cuda")
+
+
+def _grad_norm(model: nn.Module) -> torch.Tensor:
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    return torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+
+
+def _non_empty_blocks(data: TokenBlocks, name: str) -> TokenBlocks:
+    """Drop blocks with no target at all (their mean loss would be 0/0); refuse empty splits."""
+    keep = (data.y != IGNORE_INDEX).any(axis=1)
+    if not keep.any():
+        raise PipelineInputError(f"the {name} split has no targets ({data.n_blocks} blocks, all padding); rebuild the labels")
+    if keep.all():
+        return data
+    return TokenBlocks(np.ascontiguousarray(data.x[keep]), np.ascontiguousarray(data.y[keep]))
+
+
+def _check_vocab(model: nn.Module, data: TokenBlocks, name: str) -> None:
+    vocab = getattr(model, "vocab_size", None)
+    if vocab is None or data.n_blocks == 0:
+        return
+    top = max(int(data.x.max()), int(data.y.max()))
+    if top >= vocab:
+        raise PipelineInputError(
+            f"the {name} labels hold token id {top} but the model's vocabulary has {vocab} ids: the labels come "
+            "from a different tokenizer; rebuild the labels with the model's tokenizer (or the model for these labels)"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints
+
+
+def model_metadata(model: nn.Module, model_meta: dict | None = None) -> dict[str, str]:
+    """The identity of a model, as safetensors metadata (strings only)."""
+    config = getattr(model, "config", None)
+    if isinstance(config, BaseModel):
+        config_json = config.model_dump_json()
+    elif config is not None and hasattr(config, "__dict__"):
+        config_json = json.dumps(vars(config), sort_keys=True, default=str)
+    else:
+        config_json = "{}"
+    meta = {
+        "format_version": CHECKPOINT_FORMAT,
+        "model_kind": str(getattr(model, "model_kind", type(model).__name__)),
+        "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
+        "model_config": config_json,
+        "vocab_size": str(getattr(model, "vocab_size", "")),
+        "params": str(count_parameters(model)),
+        "tokenizer_sha256": "",
+    }
+    for k, v in (model_meta or {}).items():
+        meta[k] = v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
+    return meta
+
+
+def check_compatible(stored: dict[str, str], expected: dict[str, str], where: str | Path) -> None:
+    """Refuse a checkpoint of another model; the message names every differing field."""
+    diffs = []
+    for key in ("model_kind", "vocab_size", "tokenizer_sha256"):
+        a, b = stored.get(key, ""), expected.get(key, "")
+        if a != b:
+            diffs.append(f"{key}: checkpoint {a or '(none)'!r} != now {b or '(none)'!r}")
+    old_cfg = json.loads(stored.get("model_config", "{}") or "{}")
+    new_cfg = json.loads(expected.get("model_config", "{}") or "{}")
+    for key in sorted(set(old_cfg) | set(new_cfg)):
+        if old_cfg.get(key) != new_cfg.get(key):
+            diffs.append(f"model_config.{key}: checkpoint {old_cfg.get(key)!r} != now {new_cfg.get(key)!r}")
+    if diffs:
+        raise CheckpointMismatchError(
+            f"cannot resume from {where}: it belongs to another model ({'; '.join(diffs)}). "
+            "Restore the original settings, point out_dir elsewhere, or start fresh with resume=False."
+        )
+
+
+def save_checkpoint(
+    ckpt_dir: str | Path,
+    model: nn.Module,
+    *,
+    step: int,
+    optimizer: torch.optim.Optimizer | None = None,
+    train_state: dict | None = None,
+    model_meta: dict | None = None,
+) -> Path:
+    """Write `ckpt_dir/model.safetensors` (+ `train_state.pt` when an optimizer is given), atomically.
+
+    The folder is replaced as a whole, so a crash mid-write leaves the previous checkpoint intact.
+    Tied tensors are stored once (safetensors refuses aliases); `load_weights_into` restores the tie.
+    """
+    ckpt_dir = Path(ckpt_dir)
+    meta = {**model_metadata(model, model_meta), "step": str(step)}
+    with atomic_dir(ckpt_dir) as tmp:
+        save_model(model, str(tmp / WEIGHTS_FILE), metadata=meta)
+        if optimizer is not None:
+            state = {"step": step, "optimizer": optimizer.state_dict(), **(train_state or {})}
+            torch.save(state, tmp / STATE_FILE)
+    return ckpt_dir
+
+
+def read_metadata(path: str | Path) -> dict[str, str]:
+    """The metadata header of a .safetensors file (or of a checkpoint folder's weights)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / WEIGHTS_FILE
+    if not path.is_file():
+        raise PipelineInputError(f"no weights at {path}; train the model first")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return dict(f.metadata() or {})
+    except Exception as e:  # a truncated or foreign file: say which, and what to do
+        raise PipelineInputError(f"{path} is not a readable safetensors file ({e}); delete it and retrain") from e
+
+
+def load_model_weights(path: str | Path, device: str | torch.device = "cpu") -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """(state_dict, metadata) of a .safetensors file or checkpoint folder, for downstream stages.
+
+    A tied matrix appears under one name only; load it with `load_weights_into(model, path)` or
+    `model.load_state_dict(sd, strict=False)`.
+    """
+    meta = read_metadata(path)
+    path = Path(path)
+    return load_file(str(path / WEIGHTS_FILE if path.is_dir() else path), device=str(device)), meta
+
+
+def load_weights_into(model: nn.Module, path: str | Path, *, expected_meta: dict[str, str] | None = None) -> dict[str, str]:
+    """Load a checkpoint's weights into `model` (strict; ties restored), after an identity check."""
+    path = Path(path)
+    meta = read_metadata(path)
+    if expected_meta is not None:
+        check_compatible(meta, expected_meta, path)
+    device = next(model.parameters()).device
+    load_model(model, str(path / WEIGHTS_FILE if path.is_dir() else path), strict=True, device=str(device))
+    return meta
+
+
+def load_checkpoint(
+    ckpt_dir: str | Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    *,
+    expected_meta: dict[str, str] | None = None,
+) -> dict:
+    """Restore weights (and optimizer) from `ckpt_dir`; returns the train state dict plus 'metadata'.
+
+    Refuses (CheckpointMismatchError) a checkpoint whose model kind, config, vocabulary or
+    tokenizer hash differ from `expected_meta`.
+    """
+    ckpt_dir = Path(ckpt_dir)
+    meta = load_weights_into(model, ckpt_dir, expected_meta=expected_meta)
+    state: dict = {}
+    if (ckpt_dir / STATE_FILE).is_file():
+        try:
+            state = torch.load(ckpt_dir / STATE_FILE, map_location="cpu", weights_only=True)
+        except Exception as e:
+            raise PipelineInputError(
+                f"{ckpt_dir / STATE_FILE} cannot be read ({e}); delete {ckpt_dir} or start fresh with resume=False"
+            ) from e
+        if optimizer is not None:
+            optimizer.load_state_dict(state["optimizer"])
+    elif optimizer is not None:
+        raise PipelineInputError(f"{ckpt_dir} holds weights but no {STATE_FILE}; it cannot be resumed, start fresh with resume=False")
+    state["metadata"] = meta
+    return state
+
+
+def plot_history(history: list[dict], title: str = "training") -> Figure:
+    """Train and validation loss against the step."""
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.subplots()
+    for key, style in (("train/loss", "-"), ("val/loss", "o-")):
+        pts = [(h["step"], h[key]) for h in history if key in h]
+        if pts:
+            ax.plot(*zip(*pts), style, label=key)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------
+# Evaluation
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    data: TokenBlocks,
+    *,
+    batch_size: int,
+    max_batches: int | None,
+    device: torch.device | str,
+    dtype: torch.dtype = torch.float32,
+) -> float:
+    """Mean loss over the non-ignored targets of the first `max_batches * batch_size` blocks."""
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    n = data.n_blocks if max_batches is None else min(data.n_blocks, batch_size * max_batches)
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    count = 0
+    for start in range(0, n, batch_size):
+        x, y = data.batch(np.arange(start, min(start + batch_size, n)), device)
+        n_targets = int((y != IGNORE_INDEX).sum())
+        if n_targets == 0:
+            continue
+        with autocast_context(device, dtype):
+            _, loss = model(x, y)
+        total += loss.double() * n_targets  # the model's loss is a mean over this batch's targets
+        count += n_targets
+    model.train(was_training)
+    if count == 0:
+        raise PipelineInputError(f"no targets to evaluate on ({data.n_blocks} blocks); rebuild the validation labels")
+    return float(total / count)
+
+
+# ----------------------------------------------------------------------------------------------
+# The loop
+
+
+def train(
+    model: nn.Module,
+    train_data: TokenBlocks,
+    val_data: TokenBlocks,
+    settings: TrainSettings,
+    out_dir: str | Path,
+    *,
+    log_metrics: Callable[[dict[str, float], int], None] | None = None,
+    resume: bool = True,
+    stop_after_steps: int | None = None,
+    model_meta: dict | None = None,
+    step_callback: Callable[[int, nn.Module], dict[str, float] | None] | None = None,
+    raise_on_divergence: bool = True,
+) -> TrainResult:
+    """Train `model` in place for settings.max_steps optimizer steps; checkpoints go to out_dir/checkpoint.
+
+    resume: continue from out_dir/checkpoint when it exists (refusing another model's checkpoint).
+    stop_after_steps: stop after this many steps of *this call*, writing a checkpoint first — an
+        interruption on purpose, to prove that a resume continues exactly.
+    model_meta: extra checkpoint metadata; `tokenizer_sha256` in it is checked on resume.
+    step_callback(step, model): called at every log point; the metrics it returns are logged too.
+    raise_on_divergence: False returns the result up to the last finite step instead of raising
+        (for experiments that expect divergence); result.warnings then says where it diverged.
+    """
+    t_start = time.perf_counter()
+    s = settings
+    out_dir = Path(out_dir)
+    ckpt_dir = out_dir / CHECKPOINT_DIR
+    notes: list[str] = []
+    if s.threads > 0:
+        torch.set_num_threads(s.threads)
+    device, warn = resolve_device(s.device)
+    if warn:
+        notes.append(warn)
+    dtype = resolve_dtype(s.dtype, device)
+
+    # Data: the model's vocabulary must cover the labels, and the context must fit in them.
+    _check_vocab(model, train_data, "train")
+    _check_vocab(model, val_data, "validation")
+    block_size = s.block_size
+    model_block = getattr(getattr(model, "config", None), "block_size", None)
+    if block_size is None:
+        block_size = min(train_data.block_size, model_block or train_data.block_size)
+    elif model_block is not None and block_size > model_block:
+        raise ConfigError(f"train.block_size={block_size} exceeds the model's block_size={model_block}; lower train.block_size")
+    train_data = _non_empty_blocks(train_data.crop(block_size), "train")
+    val_data = _non_empty_blocks(val_data.crop(min(block_size, val_data.block_size)), "validation")
+
+    model.to(device)
+    raw_model = model  # checkpoints and callbacks see the uncompiled module
+    optimizer = make_optimizer(raw_model, s, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    meta = model_metadata(raw_model, model_meta)
+
+    # Fresh state, or the exact state of the checkpoint.
+    sampler = np.random.default_rng(s.seed)
+    torch.manual_seed(s.seed)
+    step, history, best_val = 0, [], float("inf")
+    pending = {"loss_sum": 0.0, "n": 0}  # training losses since the last log point
+    resumed_from = 0
+    if resume and (ckpt_dir / STATE_FILE).is_file():
+        state = load_checkpoint(ckpt_dir, raw_model, optimizer, expected_meta=meta)
+        step, history, best_val = int(state["step"]), list(state["history"]), float(state["best_val_loss"])
+        sampler.bit_generator.state = state["sampler_state"]
+        torch.set_rng_state(state["torch_rng"])
+        if device.type == "cuda" and state.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(state["cuda_rng"])
+        if "scaler" in state and scaler.is_enabled():
+            scaler.load_state_dict(state["scaler"])
+        pending = dict(state["pending"])
+        resumed_from = step
+        old = state.get("train_settings", {})
+        changed = [k for k in _TRAJECTORY_FIELDS if k in old and old[k] != getattr(s, k)]
+        if changed:
+            notes.append(f"resumed with changed settings {changed}: the run will differ from an uninterrupted one")
+    elif not resume and ckpt_dir.exists():
+        notes.append(f"resume=False: starting fresh, the checkpoint in {ckpt_dir} will be replaced")
+
+    if s.compile:
+        model = torch.compile(raw_model)
+
+    def snapshot() -> dict:
+        return {
+            "history": history,
+            "best_val_loss": best_val,
+            "sampler_state": sampler.bit_generator.state,
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state() if device.type == "cuda" else None,
+            "scaler": scaler.state_dict() if scaler.is_enabled() else {},
+            "pending": dict(pending),
+            "train_settings": s.model_dump(),
+        }
+
+    last_good = step if resumed_from else None  # the step of the newest checkpoint of this run
+
+    def checkpoint() -> None:
+        nonlocal last_good
+        save_checkpoint(
+            ckpt_dir, raw_model, step=step, optimizer=optimizer, train_state=snapshot(), model_meta=model_meta
+        )
+        last_good = step
+
+    tokens_per_step = s.batch_size * block_size * s.grad_accum
+
+    def validate() -> float:
+        return evaluate(model, val_data, batch_size=s.batch_size, max_batches=s.eval_batches, device=device, dtype=dtype)
+
+    step_times: list[float] = []
+    interval_time, interval_steps = 0.0, 0  # since the last log point, in this call
+    diverged: str | None = None
+    stop_at = s.max_steps if stop_after_steps is None else min(s.max_steps, step + stop_after_steps)
+    model.train()
+
+    while step < stop_at:
+        # ---- one optimizer step (timed; no logging, evaluation or checkpointing inside) ----
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        lr = lr_at(step, s)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss_sum = torch.zeros((), device=device)
+        for _ in range(s.grad_accum):
+            idx = sampler.integers(0, train_data.n_blocks, size=s.batch_size)
+            x, y = train_data.batch(idx, device)  # (B, T) each
+            with autocast_context(device, dtype):
+                _, loss = model(x, y)
+            loss_sum += loss.detach().float()
+            scaler.scale(loss / s.grad_accum).backward()
+        scaler.unscale_(optimizer)
+        grad_norm = _grad_norm(raw_model)  # before clipping
+        step_loss = float(loss_sum) / s.grad_accum  # one host sync per step: needed to stop on NaN
+        # With float16 loss scaling an inf gradient is routine (the scaler skips that step); else it is divergence.
+        bad_grad = not scaler.is_enabled() and not math.isfinite(float(grad_norm))
+        if not math.isfinite(step_loss) or bad_grad:
+            what = f"loss {step_loss}" if not math.isfinite(step_loss) else f"gradient norm {float(grad_norm)}"
+            kept = f"The last good checkpoint (step {last_good}) is kept in {ckpt_dir}. " if last_good is not None else ""
+            diverged = (
+                f"training diverged at step {step + 1}: {what} is not finite. {kept or 'No checkpoint was written yet. '}"
+                f"Lower lr (now {s.lr}), keep grad_clip > 0 (now {s.grad_clip}) or train in float32."
+            )
+            optimizer.zero_grad(set_to_none=True)  # the update is never applied: the weights stay finite
+            break
+        will_log = (step + 1) % s.log_interval == 0 or step + 1 == s.max_steps
+        if s.grad_clip > 0:
+            torch.nn.utils.clip_grads_with_norm_(list(raw_model.parameters()), s.grad_clip, grad_norm)
+        # Measured on the clipped gradients (not inferred), so a test can check the bound holds.
+        clipped_norm = _grad_norm(raw_model) if will_log else None
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        if device.type == "cuda":
+            torch.cuda.synchronize()  # the optimizer step runs asynchronously: count it in this step
+        dt = time.perf_counter() - t0
+        step += 1
+        step_times.append(dt)
+        interval_time += dt
+        interval_steps += 1
+        pending["loss_sum"] += step_loss
+        pending["n"] += 1
+
+        # ---- bookkeeping (untimed) ----
+        point: dict[str, float] = {}
+        is_last = step == s.max_steps
+        if step % s.log_interval == 0 or is_last:
+            point.update({
+                "train/loss": pending["loss_sum"] / pending["n"],
+                "lr": lr,
+                "grad_norm": float(grad_norm),
+                "tokens_per_s": interval_steps * tokens_per_step / interval_time,
+                "step_ms": 1000 * interval_time / interval_steps,
+            })
+            if clipped_norm is not None:
+                point["grad_norm_clipped"] = float(clipped_norm)
+            pending = {"loss_sum": 0.0, "n": 0}
+            interval_time, interval_steps = 0.0, 0
+            if step_callback is not None:
+                point.update(step_callback(step, raw_model) or {})
+        is_eval = (s.eval_interval > 0 and step % s.eval_interval == 0) or is_last
+        if is_eval:
+            val_loss = validate()
+            best_val = min(best_val, val_loss)
+            point.update({"val/loss": val_loss, "val/ppl": math.exp(min(val_loss, 700.0))})
+        if point:
+            history.append({"step": step, **point})
+            if log_metrics is not None:
+                log_metrics(point, step)
+        if (
+            (s.checkpoint_interval > 0 and step % s.checkpoint_interval == 0)
+            or (s.checkpoint_interval == 0 and is_eval)
+            or is_last
+            or step == stop_at
+        ):
+            checkpoint()
+
+    if diverged:
+        if raise_on_divergence:
+            raise TrainingDivergedError(
+                diverged, step=step + 1, loss=step_loss, checkpoint_dir=ckpt_dir if last_good is not None else None, history=history
+            )
+        notes.append(diverged)
+
+    write_json(out_dir / "history.json", history)
+    train_pts = [h for h in history if "train/loss" in h]
+    val_pts = [h for h in history if "val/loss" in h]
+    if not val_pts or val_pts[-1]["step"] != step:  # e.g. a resume of a finished run, or an interruption
+        val_loss = validate()
+        best_val = min(best_val, val_loss)
+    else:
+        val_loss = val_pts[-1]["val/loss"]
+    timed = step_times[1:] or step_times  # the first step pays for allocation / compilation
+    step_ms = 1000 * float(np.mean(timed)) if timed else float("nan")
+    return TrainResult(
+        steps=step,
+        train_loss=train_pts[-1]["train/loss"] if train_pts else float("nan"),
+        val_loss=val_loss,
+        val_ppl=math.exp(min(val_loss, 700.0)),
+        best_val_loss=best_val,
+        tokens_per_s=tokens_per_step / (step_ms / 1000) if timed else float("nan"),
+        step_ms=step_ms,
+        wall_s=time.perf_counter() - t_start,
+        params=count_parameters(raw_model),
+        device=str(device),
+        dtype=str(dtype).removeprefix("torch."),
+        warnings=notes,
+        history=history,
+        checkpoint_dir=ckpt_dir,
+        resumed_from=resumed_from,
+        figures={"loss_curve": plot_history(history, f"{meta['model_kind']} ({meta['params']} parameters)")},
+    )

@@ -1,0 +1,258 @@
+"""The shared training loop: schedule, clipping, exact resume, divergence, checkpoints, bad input."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from pydantic import ValidationError
+
+from components.core.data import IGNORE_INDEX, TokenBlocks
+from components.core.errors import ConfigError, PipelineInputError
+from components.core.labels import pack_blocks, token_stream
+from components.core.models.recurrent import RecurrentLM, RecurrentSettings
+from components.core.tokenizer import TokenizerSettings, train_tokenizer
+from components.core.training import (
+    CheckpointMismatchError,
+    TrainingDivergedError,
+    TrainSettings,
+    count_parameters,
+    evaluate,
+    load_checkpoint,
+    load_model_weights,
+    load_weights_into,
+    lr_at,
+    read_metadata,
+    resolve_device,
+    seed_everything,
+    train,
+)
+
+V = 512
+TOK_HASH = "a" * 64
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # Two cores shared with other work: one intra-op thread is both faster and steadier here.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def blocks(wiki_texts):
+    """Real labels: Wikipedia articles through a 512-token BPE, packed in blocks of 32."""
+    tok = train_tokenizer(wiki_texts[:20], TokenizerSettings(vocab_size=V))
+    train_b = pack_blocks(token_stream(tok, wiki_texts[:12]), 32, V)
+    val_b = pack_blocks(token_stream(tok, wiki_texts[20:23]), 32, V)
+    return train_b, val_b
+
+
+def tiny_model(cell="rnn", seed=0, **kw) -> RecurrentLM:
+    seed_everything(seed)
+    return RecurrentLM(RecurrentSettings(cell=cell, n_embd=32, hidden_size=48, **kw), V)
+
+
+def quick(**kw) -> TrainSettings:
+    base = dict(max_steps=12, batch_size=8, lr=1e-2, min_lr=1e-3, warmup_steps=3, eval_interval=6, eval_batches=2,
+                log_interval=1, device="cpu", seed=7)
+    base.update(kw)
+    return TrainSettings(**base)
+
+
+def train_losses(history):
+    return [h["train/loss"] for h in history if "train/loss" in h]
+
+
+def test_lr_warmup_then_cosine_to_min():
+    s = TrainSettings(max_steps=100, lr=1.0, min_lr=0.1, warmup_steps=10)
+    lrs = [lr_at(i, s) for i in range(120)]
+    assert all(a < b for a, b in zip(lrs[:10], lrs[1:11]))  # rising during warmup
+    assert lrs[10] == pytest.approx(1.0)  # peak right after warmup
+    assert all(a >= b for a, b in zip(lrs[10:100], lrs[11:101]))  # then only down
+    assert lrs[55] == pytest.approx(0.55)  # half-way down the cosine: (lr + min_lr) / 2
+    assert lrs[100] == lrs[119] == pytest.approx(0.1)
+    assert lr_at(50, TrainSettings(max_steps=100, lr=1.0, min_lr=0.1, warmup_steps=0, lr_decay_steps=50)) == 0.1
+
+
+def test_settings_are_validated_with_the_field_named():
+    with pytest.raises(ValidationError, match="grad_clip"):
+        TrainSettings(grad_clip=-1.0)
+    with pytest.raises(ValidationError, match="min_lr"):
+        TrainSettings(lr=1e-3, min_lr=1e-2)
+    with pytest.raises(ValidationError, match="grad_accum"):
+        TrainSettings(grad_accum=0)
+    with pytest.raises(ValidationError, match="lerning_rate"):
+        TrainSettings(lerning_rate=1.0)  # extra fields are refused, not ignored
+
+
+def test_training_reduces_loss_and_logs_shared_names(tmp_path, blocks):
+    train_b, val_b = blocks
+    model = tiny_model("lstm")
+    logged = []
+    r = train(model, train_b, val_b, quick(max_steps=30, lr=3e-2, eval_interval=10, log_interval=5), tmp_path,
+              log_metrics=lambda m, step: logged.append((step, m)))
+    losses = train_losses(r.history)
+    assert losses[-1] < math.log(V) - 0.8, losses  # from chance, ln(512) = 6.24, down clearly
+    assert r.val_loss < math.log(V) - 0.7 and r.val_ppl == pytest.approx(math.exp(r.val_loss))
+    assert r.steps == 30 and r.params == count_parameters(model) and r.tokens_per_s > 0
+    assert [s for s, _ in logged] == [5, 10, 15, 20, 25, 30]
+    names = set().union(*(m for _, m in logged))
+    assert {"train/loss", "val/loss", "val/ppl", "tokens_per_s", "grad_norm", "lr"} <= names
+    assert set(r.metrics()) >= {"train/loss", "val/loss", "val/ppl", "tokens_per_s"}
+    assert json.loads((tmp_path / "history.json").read_text()) == r.history
+    assert r.device == "cpu" and r.dtype == "float32"
+
+
+def test_evaluate_is_the_mean_over_real_targets(blocks):
+    _, val_b = blocks
+    model = tiny_model()
+    n = 5
+    got = evaluate(model, val_b, batch_size=2, max_batches=None, device="cpu")
+    assert got == evaluate(model, val_b, batch_size=3, max_batches=None, device="cpu") or got == pytest.approx(
+        evaluate(model, val_b, batch_size=3, max_batches=None, device="cpu"), rel=1e-6
+    )  # batching does not change it: a mean over tokens, not over batches
+    x, y = val_b.batch(np.arange(n))
+    with torch.no_grad():
+        logits, _ = model(x)
+    want = F.cross_entropy(logits.reshape(-1, V), y.reshape(-1), ignore_index=IGNORE_INDEX).item()
+    assert evaluate(model, val_b, batch_size=n, max_batches=1, device="cpu") == pytest.approx(want, rel=1e-6)
+
+
+def test_clipping_bound_is_respected(tmp_path, blocks):
+    train_b, val_b = blocks
+    clip = 0.05
+    r = train(tiny_model(), train_b, val_b, quick(lr=0.5, grad_clip=clip, optimizer="sgd", max_steps=8), tmp_path / "on")
+    pts = [h for h in r.history if "grad_norm" in h]
+    assert len(pts) == 8
+    assert any(h["grad_norm"] > 2 * clip for h in pts)  # clipping was actually needed ...
+    assert all(h["grad_norm_clipped"] <= clip * (1 + 1e-5) for h in pts)  # ... and held
+    off = train(tiny_model(), train_b, val_b, quick(lr=0.5, grad_clip=0.0, optimizer="sgd", max_steps=3), tmp_path / "off")
+    assert all(h["grad_norm_clipped"] == pytest.approx(h["grad_norm"]) for h in off.history if "grad_norm" in h)
+
+
+def test_resume_gives_the_same_loss_curve(tmp_path, blocks):
+    train_b, val_b = blocks
+    # Dropout and gradient accumulation on, and the interruption falls between two log points,
+    # so the sampler, the dropout RNG, the optimizer moments and the partial log sums must all resume.
+    s = quick(max_steps=12, log_interval=4, eval_interval=4, grad_accum=2)
+    full = train(tiny_model("lstm", dropout=0.2), train_b, val_b, s, tmp_path / "full")
+
+    part = train(tiny_model("lstm", dropout=0.2), train_b, val_b, s, tmp_path / "cut", stop_after_steps=6)
+    assert part.steps == 6 and read_metadata(part.checkpoint_dir)["step"] == "6"
+    # A new process would build the model afresh (with another init): the checkpoint must win.
+    resumed_model = tiny_model("lstm", seed=123, dropout=0.2)
+    resumed = train(resumed_model, train_b, val_b, s, tmp_path / "cut")
+    assert resumed.resumed_from == 6 and resumed.steps == 12
+    assert train_losses(resumed.history) == train_losses(full.history)  # identical, not approximately
+    assert [h["val/loss"] for h in resumed.history if "val/loss" in h] == [
+        h["val/loss"] for h in full.history if "val/loss" in h
+    ]
+    w_full, _ = load_model_weights(full.checkpoint_dir)
+    w_res, _ = load_model_weights(resumed.checkpoint_dir)
+    assert all(torch.equal(w_full[k], w_res[k]) for k in w_full)
+
+    # Resuming a finished run trains no further.
+    again = train(tiny_model("lstm", dropout=0.2), train_b, val_b, s, tmp_path / "cut")
+    assert again.steps == 12 and train_losses(again.history) == train_losses(full.history)
+
+
+class NaNAfter(RecurrentLM):
+    """A real RNN LM whose training loss turns NaN from its `bad_from`-th training forward on
+    (as a numerical blow-up would), to check how the loop stops."""
+
+    def __init__(self, *a, bad_from: int, **kw):
+        super().__init__(*a, **kw)
+        self.bad_from, self.calls = bad_from, 0
+
+    def forward(self, idx, targets=None):
+        logits, loss = super().forward(idx, targets)
+        if self.training:
+            self.calls += 1
+            if self.calls >= self.bad_from and loss is not None:
+                loss = loss * float("nan")
+        return logits, loss
+
+
+def test_nan_loss_stops_with_a_clear_error_and_keeps_the_last_good_checkpoint(tmp_path, blocks):
+    train_b, val_b = blocks
+    seed_everything(0)
+    model = NaNAfter(RecurrentSettings(cell="rnn", n_embd=32, hidden_size=48), V, bad_from=8)
+    with pytest.raises(TrainingDivergedError, match=r"step 8: loss nan .*last good checkpoint \(step 6\)") as e:
+        train(model, train_b, val_b, quick(checkpoint_interval=3), tmp_path)
+    assert e.value.step == 8 and len(train_losses(e.value.history)) == 7
+    meta = read_metadata(tmp_path / "checkpoint")
+    assert meta["step"] == "6"
+    weights, _ = load_model_weights(tmp_path / "checkpoint")
+    assert all(torch.isfinite(w).all() for w in weights.values())
+    # The weights in memory never took the NaN update either.
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_resume_refuses_another_model_naming_the_field(tmp_path, blocks):
+    train_b, val_b = blocks
+    s = quick(max_steps=2, eval_interval=0)
+    train(tiny_model(), train_b, val_b, s, tmp_path, model_meta={"tokenizer_sha256": TOK_HASH})
+    bigger = RecurrentLM(RecurrentSettings(cell="rnn", n_embd=32, hidden_size=64), V)
+    with pytest.raises(CheckpointMismatchError, match=r"model_config\.hidden_size: checkpoint 48 != now 64"):
+        train(bigger, train_b, val_b, s.model_copy(update={"max_steps": 4}), tmp_path, model_meta={"tokenizer_sha256": TOK_HASH})
+    with pytest.raises(CheckpointMismatchError, match="model_kind"):
+        train(tiny_model("lstm"), train_b, val_b, s, tmp_path, model_meta={"tokenizer_sha256": TOK_HASH})
+    with pytest.raises(CheckpointMismatchError, match="tokenizer_sha256"):
+        train(tiny_model(), train_b, val_b, s, tmp_path, model_meta={"tokenizer_sha256": "b" * 64})
+    # resume=False starts afresh and replaces the checkpoint.
+    r = train(bigger, train_b, val_b, s, tmp_path, resume=False, model_meta={"tokenizer_sha256": TOK_HASH})
+    assert r.resumed_from == 0 and json.loads(read_metadata(r.checkpoint_dir)["model_config"])["hidden_size"] == 64
+
+
+def test_checkpoint_round_trip_with_tied_weights(tmp_path, blocks):
+    train_b, val_b = blocks
+    seed_everything(0)
+    cfg = RecurrentSettings(cell="lstm", n_embd=32, hidden_size=48, tie_weights=True)
+    model = RecurrentLM(cfg, V)
+    r = train(model, train_b, val_b, quick(max_steps=3, eval_interval=0), tmp_path, model_meta={"tokenizer_sha256": TOK_HASH})
+    state, meta = load_model_weights(r.checkpoint_dir)
+    assert meta["model_kind"] == "recurrent-lstm" and meta["tokenizer_sha256"] == TOK_HASH and meta["step"] == "3"
+    assert RecurrentSettings.model_validate_json(meta["model_config"]) == cfg
+    # Tied matrices are stored once; loading restores both the values and the tie.
+    fresh = RecurrentLM(RecurrentSettings.model_validate_json(meta["model_config"]), int(meta["vocab_size"]))
+    load_weights_into(fresh, r.checkpoint_dir)
+    assert fresh.lm_head.weight is fresh.wte.weight
+    x, _ = val_b.batch(np.arange(4))
+    model.eval(), fresh.eval()
+    with torch.no_grad():
+        assert torch.equal(model(x)[0], fresh(x)[0])
+    # The optimizer state loads with weights_only=True and holds the step.
+    st = load_checkpoint(r.checkpoint_dir, fresh)
+    assert st["step"] == 3 and "optimizer" in st and "sampler_state" in st
+
+
+def test_bad_input_is_refused(tmp_path, blocks):
+    train_b, val_b = blocks
+    with pytest.raises(ConfigError, match="block_size=64 is larger than the labels hold"):
+        train(tiny_model(), train_b, val_b, quick(block_size=64), tmp_path)
+    # Labels from a tokenizer with a bigger vocabulary than the model's.
+    foreign = TokenBlocks(np.full((4, 32), V + 5, dtype=np.uint16), np.full((4, 32), V + 5, dtype=np.int32))
+    with pytest.raises(PipelineInputError, match="different tokenizer"):
+        train(tiny_model(), foreign, val_b, quick(), tmp_path)
+    empty = TokenBlocks(np.zeros((3, 32), np.uint16), np.full((3, 32), IGNORE_INDEX, np.int32))
+    with pytest.raises(PipelineInputError, match="no targets"):
+        train(tiny_model(), train_b, empty, quick(), tmp_path)
+
+
+def test_cropped_block_size_and_device_resolution(tmp_path, blocks):
+    train_b, val_b = blocks
+    r = train(tiny_model(), train_b, val_b, quick(max_steps=2, block_size=16, batch_size=4), tmp_path)
+    assert r.steps == 2 and r.step_ms > 0
+    dev, warn = resolve_device("cpu")
+    assert dev.type == "cpu" and warn is None
+    if not torch.cuda.is_available():
+        assert "no CUDA" in resolve_device("auto")[1]
+        with pytest.raises(ConfigError, match="device='cuda'"):
+            resolve_device("cuda")
+        with pytest.raises(ConfigError, match="float16"):
+            train(tiny_model(), train_b, val_b, quick(dtype="float16"), tmp_path / "fp16")
