@@ -85,6 +85,27 @@ class AssetRun:
     def log_text(self, text: str, name: str) -> None:
         self.client.log_text(self.run_id, text, name)
 
+    def child(self, name: str, metrics: dict[str, Any], params: dict[str, Any] | None = None,
+              series: dict[str, list[tuple[int, float]]] | None = None) -> "AssetRun":
+        """A finished run nested under this one (e.g. one per model in a comparison), so MLflow's
+        compare view lines the children up by metric name."""
+        from mlflow.entities import Metric
+
+        parent = self.client.get_run(self.run_id).data.tags
+        tags = {"mlflow.parentRunId": self.run_id, **{k: v for k, v in parent.items() if k.startswith("dagster.")}}
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
+        child = AssetRun(self.client, run.info.run_id, self.experiment_id, self.ui_base)
+        if params:
+            child.log_params(params)
+        child.log_metrics(metrics)
+        ts = int(time.time() * 1000)
+        for key, points in (series or {}).items():
+            items = [Metric(key, float(v), ts, int(step)) for step, v in points if math.isfinite(float(v))]
+            for i in range(0, len(items), 500):
+                self.client.log_batch(child.run_id, metrics=items[i : i + 500])
+        self.client.set_terminated(child.run_id, "FINISHED")
+        return child
+
     def metadata(self) -> dict[str, Any]:
         return {"mlflow_run_id": self.run_id, "mlflow_url": dg.MetadataValue.url(self.url)}
 
