@@ -6,12 +6,12 @@ from pathlib import Path
 
 import dagster as dg
 
-from .assets import ingest, recurrent, transformer
+from .assets import embeddings, ingest, recurrent, transformer
 from components.orchestration.io import ManifestIOManager
 from components.orchestration.state import PROJECT_ROOT
 from components.orchestration.tracking import MlflowTracker
 
-ASSET_MODULES = [ingest, recurrent, transformer]
+ASSET_MODULES = [ingest, embeddings, recurrent, transformer]
 
 # Declarative automation: when an upstream asset is re-materialized on its own (say `corpus` with a
 # new config from the UI), everything downstream follows, once its parents are all present.

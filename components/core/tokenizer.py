@@ -138,3 +138,14 @@ def evaluate_tokenizer(tok: Tokenizer, texts: list[str]) -> TokenizerReport:
 def roundtrip_ok(tok: Tokenizer, text: str) -> bool:
     """Whether decode(encode(text)) gives back exactly `text` (true for byte-level BPE)."""
     return tok.decode(tok.encode(text, add_special_tokens=False).ids, skip_special_tokens=False) == text
+
+
+def word_level_from_vocab(words: list[str], lowercase: bool = True) -> Tokenizer:
+    """A word-level tokenizer whose ids are exactly the rows of an embedding matrix over `words`
+    (specials first), with the same normalizer and pre-tokenizer as kind='word'."""
+    if words[: len(SPECIAL_TOKENS)] != SPECIAL_TOKENS:
+        raise ValueError(f"the vocabulary must start with the special tokens {SPECIAL_TOKENS}")
+    tok, _ = _build(TokenizerSettings(kind="word", vocab_size=max(len(words), len(SPECIAL_TOKENS) + 1), lowercase=lowercase))
+    tok.model = models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="[UNK]")
+    tok.add_special_tokens(SPECIAL_TOKENS)
+    return tok
