@@ -43,3 +43,48 @@ def test_bad_config_names_the_field(patch, message):
     with pytest.raises(dg.DagsterInvalidConfigError) as err:
         dg.validate_run_config(whole_graph_job(), cfg)
     assert message in str(err.value) or re.search(message, str(err.value)), str(err.value)
+
+
+def test_default_yaml_is_the_config_class_defaults():
+    """The main job, scheduled reruns and automation (which uses class defaults) train the same thing."""
+    from pipelines.default_config import default_run_config
+
+    on_disk = yaml.safe_load((CONFIGS[0].parent / "default.yaml").read_text())
+    assert on_disk == default_run_config(), "regenerate: python -m pipelines.default_config > configs/default.yaml"
+
+
+def test_component_yaml_rejects_unknown_settings():
+    from components.orchestration.language_model import language_model_asset
+
+    with pytest.raises(ValueError, match=r"language model `bad_lm`: unknown setting\(s\) \['hidden'\]"):
+        language_model_asset("bad_lm", "recurrent", {"hidden": 3}, {}, {}, "x", "g")
+    with pytest.raises(ValueError, match="n_embd"):
+        language_model_asset("bad_lm", "transformer", {"n_embd": 30, "n_head": 4}, {}, {}, "x", "g")
+
+
+def _config_classes():
+    import inspect
+
+    out = {}
+    for a in defs.assets:
+        fn = a.op.compute_fn.decorated_fn
+        param = inspect.signature(fn).parameters.get("config")
+        if param is not None:
+            out[a.op.name] = param.annotation
+    return out
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_every_section_passes_the_core_validators(path):
+    """Dagster checks names and types; the core's validators (cross-field rules) run here too."""
+    classes = _config_classes()
+    ops = yaml.safe_load(path.read_text())["ops"]
+    assert set(ops) <= set(classes), set(ops) - set(classes)
+    for name, section in ops.items():
+        classes[name](**section.get("config", {}))
+
+
+def test_core_validator_error_names_the_field():
+    classes = _config_classes()
+    with pytest.raises(ValueError, match="n_embd"):
+        classes["transformer_lm"](model={"n_embd": 30, "n_head": 4, "param_budget": None})

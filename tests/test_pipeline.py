@@ -109,3 +109,34 @@ def test_step_level_config_error_names_the_field(state_dir):
     assert any("tokenizer.vocab_size=100 is too small" in e for e in errors), errors
     done = {e.event_specific_data.materialization.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert done == {"corpus"}
+
+
+def test_studies_report_measured_findings(tiny_run):
+    result, state = tiny_run
+    grads = result.output_for_node("gradient_study")
+    f = {(r["model"], r["variant"]): r["step_factor"] for r in grads["rows"]}
+    assert f[("rnn", "contractive")] < 1 < f[("rnn", "expansive")]
+    cost = result.output_for_node("recurrent_cost")
+    assert {r["model"] for r in cost["rows"]} == {"rnn", "lstm"}
+    comparison = result.output_for_node("model_comparison")
+    assert {r["model"] for r in comparison["rows"]} == {"rnn", "lstm", "transformer"}
+    params = [r["params"] for r in comparison["rows"]]
+    assert max(params) / min(params) < 1.1  # sized to one parameter budget
+    assert comparison["matched_time_s"] > 0
+    assert abs(comparison["accounting"]["ffn_share"] - 2 / 3) < 0.05
+    ev = result.output_for_node("embedding_eval")["metrics"]
+    assert 0 < ev["analogy/coverage"] <= 1 and "wordsim353/oov" in ev
+
+
+def test_comparison_children_line_up_in_mlflow(tiny_run):
+    result, state = tiny_run
+    client, runs = _mlflow_runs(state)
+    comp = next(r for r in runs if r.data.tags.get("dagster.asset_key") == "model_comparison" and r.info.run_name == "model_comparison")
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == comp.info.run_id]
+    assert sorted(r.info.run_name for r in children) == ["lstm", "rnn", "transformer"]
+    for r in children:
+        assert {"val/loss", "val/ppl", "tokens_per_s", "params"} <= set(r.data.metrics)
+    lm_runs = {r.data.tags["dagster.asset_key"]: r for r in runs if r.data.tags.get("dagster.asset_key", "").endswith("_lm")}
+    for name in ("rnn_lm", "lstm_lm", "transformer_lm"):
+        history = client.get_metric_history(lm_runs[name].info.run_id, "train/loss")
+        assert len(history) >= 3  # step-wise training metrics under the shared names

@@ -30,7 +30,7 @@ SPLITS = ("train", "validation")
 class LabelSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    block_size: int = Field(128, description="Context length: tokens per input block.")
+    block_size: int = Field(256, description="Context length: tokens per input block (the gradient study reaches back this far).")
 
     @field_validator("block_size")
     @classmethod

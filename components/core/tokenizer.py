@@ -25,7 +25,7 @@ class TokenizerSettings(BaseModel):
     kind: Literal["bpe", "char", "word"] = Field(
         "bpe", description="bpe: byte-level BPE (lossless); char: one token per character; word: lower-cased words."
     )
-    vocab_size: int = Field(4096, description="Largest vocabulary, special tokens included.")
+    vocab_size: int = Field(2048, description="Largest vocabulary, special tokens included.")
     min_count: int = Field(
         2, description="Least frequency for a merge (bpe), a character (char) or a word (word) to enter the vocabulary."
     )
