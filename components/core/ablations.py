@@ -1,0 +1,481 @@
+"""What each part of the Transformer is for: ablations, the permutation-equivariance check, the
+√d-scaling check at init, and the parameter accounting per component.
+
+- `run_ablations`: short trainings (through the shared loop) of the full model and of each switch —
+  no positional encoding, no √d score scaling, and a deep stack with vs without residual
+  connections — on the same labels, as one table.
+- `permutation_equivariance`: without positional encoding self-attention sees a *set*: permuting the
+  input tokens just permutes the outputs ("我爱你" and "你爱我" get the same per-token vectors). This
+  holds exactly for unmasked (bidirectional) attention. The causal mask itself leaks order (position
+  t sees t+1 tokens), which is why a causal LM without positional encoding is still not quite
+  order-blind; both numbers are reported.
+- `score_scaling_at_init`: the dot product of two d-dimensional vectors with unit-variance entries has
+  variance d, so unscaled scores grow with the head size and push the softmax toward one-hot, where
+  its gradient vanishes. Measured on the model at init (entropy, gradient norms) and on unit-variance
+  q, k across head sizes.
+- `parameter_accounting`: parameters per component of an actual model (token embedding, positional,
+  attention, FFN, norms, untied head) and the FFN share of the non-embedding parameters — with a 4×
+  FFN 8d² of every layer's 12d², "about two thirds".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from matplotlib.figure import Figure
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .artifacts import write_json
+from .data import TokenBlocks
+from .models.attention import allowed_keys
+from .models.transformer import Transformer, TransformerSettings
+from .training import TrainSettings, seed_everything, train
+
+# Each ablation: the setting it flips and the run it is compared against.
+ABLATIONS: dict[str, dict] = {
+    "no_pos": {"update": {"pos_encoding": "none"}, "baseline": "full"},
+    "no_scale": {"update": {"scale_scores": False}, "baseline": "full"},
+    "no_residual": {"update": {"residual": False}, "baseline": "deep_residual"},  # at deep_n_layer
+}
+
+
+class AblationSettings(BaseModel):
+    """Which ablations to run and how long."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ablations: list[str] = Field(
+        default_factory=lambda: ["no_pos", "no_scale", "no_residual"],
+        description="Ablations to run against the full model: no_pos, no_scale, no_residual.",
+    )
+    ablation_steps: Optional[int] = Field(None, ge=1, description="Optimizer steps per run (None = the train settings' max_steps).")
+    deep_n_layer: int = Field(8, ge=2, description="Depth of the with/without-residual pair (residuals matter in deep stacks).")
+    permutation_len: int = Field(16, ge=3, description="Tokens in the permutation-equivariance check.")
+    permutation_trials: int = Field(3, ge=1, description="Permutations tried (the first is the reversal, 我爱你 → 你爱我).")
+    probe_blocks: int = Field(8, ge=1, description="Validation blocks for the at-init and attention-entropy probes.")
+
+    @field_validator("ablations")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        unknown = [a for a in v if a not in ABLATIONS]
+        if unknown:
+            raise ValueError(f"ablations: unknown {unknown}; use any of {list(ABLATIONS)}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"ablations: duplicates in {v}")
+        return v
+
+
+@dataclass
+class AblationResult:
+    table: list[dict]  # one row per run: run, change, baseline, params, train/val loss, delta, ...
+    markdown: str  # the table, plus the permutation and scaling checks, as markdown
+    metrics: dict[str, float]  # flat headline numbers
+    permutation: dict
+    scaling: dict
+    accounting: dict
+    run_dirs: dict[str, Path]
+    warnings: list[str]
+    table_path: Path
+    figures: dict[str, Figure] = field(default_factory=dict)
+
+
+def _runs(model_settings: TransformerSettings, s: AblationSettings) -> dict[str, tuple[TransformerSettings, str, str | None]]:
+    """name -> (settings, the change in words, baseline run name)."""
+    base = model_settings.model_dump()
+    runs = {"full": (model_settings, "—", None)}
+    deep = {"n_layer": s.deep_n_layer}
+    if "no_residual" in s.ablations:
+        runs["deep_residual"] = (TransformerSettings(**{**base, **deep}), f"n_layer={s.deep_n_layer}", None)
+    for name in s.ablations:
+        spec = ABLATIONS[name]
+        update = {**spec["update"], **(deep if name == "no_residual" else {})}
+        change = ", ".join(f"{k}={v}" for k, v in update.items())
+        runs[name] = (TransformerSettings(**{**base, **update}), change, spec["baseline"])
+    return runs
+
+
+def run_ablations(
+    model_settings: TransformerSettings,
+    train_settings: TrainSettings,
+    settings: AblationSettings,
+    train_data: TokenBlocks,
+    val_data: TokenBlocks,
+    vocab_size: int,
+    out_dir: str | Path,
+    *,
+    log_metrics: Callable[[dict[str, float], int], None] | None = None,
+    resume: bool = True,
+    model_meta: dict | None = None,
+) -> AblationResult:
+    """Train the full model and each ablation with the same data, steps and seed; compare."""
+    out_dir = Path(out_dir)
+    ts = train_settings if settings.ablation_steps is None else train_settings.model_copy(
+        update={"max_steps": settings.ablation_steps, "lr_decay_steps": None}
+    )
+    probe = _probe_batch(val_data, settings.probe_blocks, model_settings.block_size)
+    rows, models, run_dirs, notes, histories = [], {}, {}, [], {}
+    for name, (cfg, change, baseline) in _runs(model_settings, settings).items():
+        seed_everything(ts.seed)  # every run starts from the same seed
+        model = Transformer(cfg, vocab_size)
+
+        def log(metrics: dict[str, float], step: int, _name=name) -> None:
+            if log_metrics is not None:
+                log_metrics({f"{_name}/{k}": v for k, v in metrics.items()}, step)
+
+        run_dirs[name] = out_dir / name
+        # A no-residual deep stack may blow up; that is a finding, not a crash.
+        res = train(model, train_data, val_data, ts, run_dirs[name], log_metrics=log, resume=resume,
+                    model_meta=model_meta, raise_on_divergence=False)
+        notes += [f"{name}: {w}" for w in res.warnings if "no CUDA GPU" not in w]
+        models[name], histories[name] = model.cpu().eval(), res.history
+        rows.append({
+            "run": name, "change": change, "baseline": baseline or "", "n_layer": cfg.n_layer,
+            "params": res.params, "steps": res.steps, "train_loss": res.train_loss, "val_loss": res.val_loss,
+            "val_ppl": res.val_ppl, "tokens_per_s": res.tokens_per_s,
+            "attn_entropy": attention_entropy(model, probe[0])["normalized_entropy"],
+        })
+    by_name = {r["run"]: r for r in rows}
+    for r in rows:
+        r["delta_val_loss"] = r["val_loss"] - by_name[r["baseline"]]["val_loss"] if r["baseline"] else 0.0
+
+    tokens = probe[0][:1, : settings.permutation_len]  # (1, n) real text
+    permutation = {
+        "no_pe": permutation_equivariance(models.get("no_pos") or _fresh(model_settings, "none", vocab_size, ts.seed), tokens,
+                                          settings.permutation_trials, ts.seed),
+        "with_pe": permutation_equivariance(models["full"] if model_settings.pos_encoding != "none" else
+                                            _fresh(model_settings, "learned", vocab_size, ts.seed), tokens,
+                                            settings.permutation_trials, ts.seed),
+    }
+    scaling = score_scaling_at_init(model_settings, vocab_size, *probe, seed=ts.seed)
+    seed_everything(ts.seed)
+    accounting = parameter_accounting(Transformer(model_settings, vocab_size))
+
+    metrics = {f"{r['run']}/{k}": float(r[k]) for r in rows for k in ("val_loss", "val_ppl", "delta_val_loss", "attn_entropy")}
+    metrics.update({
+        "permutation/no_pe_rel_err": permutation["no_pe"]["max_rel_err"],
+        "permutation/with_pe_rel_err": permutation["with_pe"]["max_rel_err"],
+        "permutation/no_pe_causal_rel_err": permutation["no_pe"]["causal_max_rel_err"],
+        "scaling/entropy_scaled": scaling["scaled"]["normalized_entropy"],
+        "scaling/entropy_unscaled": scaling["unscaled"]["normalized_entropy"],
+        "scaling/grad_norm_scaled": scaling["scaled"]["grad_norm"],
+        "scaling/grad_norm_unscaled": scaling["unscaled"]["grad_norm"],
+        "params/ffn_share": accounting["ffn_share"],
+    })
+    table_path = write_json(out_dir / "ablations.json", {
+        "table": rows, "permutation": permutation, "scaling": scaling, "accounting": accounting, "warnings": notes,
+    })
+    markdown = "\n\n".join([
+        ablation_markdown(rows), permutation_markdown(permutation), scaling_markdown(scaling), accounting_markdown(accounting),
+    ])
+    (out_dir / "ablations.md").write_text(markdown + "\n", encoding="utf-8")
+    figures = {
+        "ablation_val_loss": plot_ablation_losses(rows),
+        "ablation_curves": plot_ablation_curves(histories),
+        "score_scaling": plot_score_scaling(scaling),
+    }
+    return AblationResult(rows, markdown, metrics, permutation, scaling, accounting, run_dirs, notes, table_path, figures)
+
+
+def _fresh(cfg: TransformerSettings, pos: str, vocab_size: int, seed: int) -> Transformer:
+    seed_everything(seed)
+    return Transformer(cfg.model_copy(update={"pos_encoding": pos}), vocab_size).eval()
+
+
+def _probe_batch(data: TokenBlocks, n_blocks: int, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first validation blocks as (x, y) int64 tensors, cropped to the model's context."""
+    data = data.crop(min(block_size, data.block_size))
+    x, y = data.batch(np.arange(min(n_blocks, data.n_blocks)))
+    return x, y  # (B, T) each
+
+
+# --------------------------------------------------------------------------------------------------
+# Attention entropy
+
+
+def _entropy_stats(weights: torch.Tensor, causal: bool = True) -> dict[str, float]:
+    """weights (..., T, T) → mean entropy (nats), entropy normalised by log(#visible keys), mean max weight.
+
+    Query 0 of a causal row sees one key only (entropy 0 of max 0), so it is left out.
+    """
+    w = weights.double()
+    T = w.shape[-1]
+    ent = -(w * torch.log(w.clamp_min(1e-300))).sum(-1)  # (..., T)
+    n_keys = torch.arange(1, T + 1, dtype=torch.float64) if causal else torch.full((T,), float(T), dtype=torch.float64)
+    rows = slice(1, None) if causal else slice(None)
+    return {
+        "entropy": float(ent[..., rows].mean()),
+        "normalized_entropy": float((ent / n_keys.log().clamp_min(1e-12))[..., rows].mean()),
+        "max_weight": float(w.amax(-1)[..., rows].mean()),
+    }
+
+
+@torch.no_grad()
+def attention_entropy(model: Transformer, idx: torch.Tensor) -> dict[str, float]:
+    """Softmax entropy of the model's attention on idx (B, T), averaged over layers, heads and queries.
+    1.0 (normalised) is uniform attention, 0.0 one-hot (a saturated softmax)."""
+    model.eval()
+    weights = torch.stack(model.attention_weights(idx.to(next(model.parameters()).device)))  # (L, B, nh, T, T)
+    return _entropy_stats(weights.cpu())
+
+
+# --------------------------------------------------------------------------------------------------
+# Permutation equivariance
+
+
+def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-12))
+
+
+@torch.no_grad()
+def permutation_equivariance(model: Transformer, idx: torch.Tensor, trials: int = 3, seed: int = 0) -> dict:
+    """Does permuting the tokens of idx (1, T) permute the model's outputs? max |f(Px) − P f(x)| / max |f(x)|
+    over `trials` permutations (the first is the reversal), with bidirectional attention (the exact
+    property) and with the causal mask (which itself encodes order)."""
+    model.eval()
+    device = next(model.parameters()).device
+    idx = idx.to(device)
+    T = idx.shape[1]
+    gen = torch.Generator().manual_seed(seed)
+    perms = [torch.arange(T - 1, -1, -1)] + [torch.randperm(T, generator=gen) for _ in range(trials - 1)]
+
+    def outputs(x: torch.Tensor, causal: bool) -> torch.Tensor:
+        return model(x, causal=causal)[0][..., 1:].float()  # (1, T, V-1): [PAD]'s column is -inf by design
+
+    errs = {True: [], False: []}
+    for causal in (False, True):
+        base = outputs(idx, causal)  # (1, T, V-1)
+        for p in perms:
+            p = p.to(device)
+            errs[causal].append(_rel_err(outputs(idx[:, p], causal), base[:, p]))
+    bidir = max(errs[False])
+    return {
+        "pos_encoding": model.config.pos_encoding,
+        "tokens": idx[0].tolist(),
+        "max_rel_err": bidir,
+        "reversal_rel_err": errs[False][0],
+        "causal_max_rel_err": max(errs[True]),
+        "equivariant": bidir < 1e-4,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# √d scaling
+
+
+def score_scaling_at_init(
+    model_settings: TransformerSettings,
+    vocab_size: int,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    seed: int = 0,
+    head_dims: tuple[int, ...] = (16, 64, 256, 1024),
+) -> dict:
+    """Attention with and without 1/√d_head at init: softmax entropy, max weight, score std, gradient norms.
+
+    On the model (same init both ways) and on unit-variance random q, k per head size — the setting of
+    the original argument, where the unscaled score variance is d and the softmax saturates.
+    """
+    out: dict = {"head_dim": model_settings.head_dim}
+    for key, scale in (("scaled", True), ("unscaled", False)):
+        seed_everything(seed)
+        model = Transformer(model_settings.model_copy(update={"scale_scores": scale, "dropout": 0.0}), vocab_size)
+        out[key] = _model_attention_probe(model, x, y)
+    out["unit_variance"] = [_unit_variance_probe(d, T=x.shape[1], seed=seed) for d in head_dims]
+    return out
+
+
+def _model_attention_probe(model: Transformer, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    scores: list[torch.Tensor] = []
+
+    def grab(module, args, kwargs):  # the attention's input, to recompute its raw scores
+        with torch.no_grad():
+            a = module
+            B, T, C = args[0].shape
+            q, k, _ = a.c_attn(args[0]).split(a.n_embd, dim=2)  # (B, T, C) each
+            q = q.view(B, T, a.n_head, a.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+            k = k.view(B, T, a.n_head, a.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+            rope = args[1] if len(args) > 1 else kwargs.get("rope")
+            if rope is not None:
+                q, k = rope(q, k)
+            s = (q @ k.transpose(-2, -1)) * a.scale  # (B, nh, T, T)
+            scores.append(s.masked_select(allowed_keys(T, s.device)))
+
+    hooks = [b.attn.register_forward_pre_hook(grab, with_kwargs=True) for b in model.h]
+    model.train()  # dropout is 0: train mode only so gradients flow as in training
+    _, loss = model(x, y)
+    for h in hooks:
+        h.remove()
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    qkv = [b.attn.c_attn.weight.grad for b in model.h]
+    stats = attention_entropy(model, x)
+    return {
+        **stats,
+        "score_std": float(torch.cat(scores).std()),
+        "loss": loss.item(),
+        "grad_norm": float(torch.nn.utils.get_total_norm(grads)),
+        "qkv_grad_norm": float(torch.nn.utils.get_total_norm(qkv)),
+    }
+
+
+def _unit_variance_probe(d: int, T: int, seed: int) -> dict[str, float]:
+    """Causal softmax over q·k of unit-variance q, k (d dims): entropy and the gradient reaching the scores."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v, g = (torch.randn(4, 1, T, d, generator=gen, dtype=torch.float64) for _ in range(4))  # (4, 1, T, d)
+    g = g / math.sqrt(d)  # a read-out of O(1) variance whatever d, so only the softmax differs
+    res = {"head_dim": d}
+    for key, scale in (("scaled", 1.0 / math.sqrt(d)), ("unscaled", 1.0)):
+        s = ((q @ k.transpose(-2, -1)) * scale).requires_grad_()  # (4, 1, T, T)
+        w = F.softmax(s.masked_fill(~allowed_keys(T, "cpu"), float("-inf")), dim=-1)  # (4, 1, T, T)
+        ((w @ v) * g).sum().backward()  # a random linear read-out of the attention output
+        st = _entropy_stats(w.detach())
+        res[f"entropy_{key}"] = st["normalized_entropy"]
+        res[f"max_weight_{key}"] = st["max_weight"]
+        # RMS gradient per score entry: how much signal gets back through the softmax
+        res[f"score_grad_rms_{key}"] = float(s.grad.masked_select(allowed_keys(T, "cpu")).pow(2).mean().sqrt())
+    return res
+
+
+# --------------------------------------------------------------------------------------------------
+# Parameter accounting
+
+COMPONENTS = ("token_embedding", "positional", "attention", "ffn", "norms", "head")
+
+
+def _component(name: str) -> str:
+    if name.startswith("wte."):
+        return "token_embedding"
+    if name.startswith("pos."):
+        return "positional"
+    if ".attn." in name:
+        return "attention"
+    if ".mlp." in name:
+        return "ffn"
+    if name.startswith("ln_f.") or ".ln_" in name:
+        return "norms"
+    if name.startswith("lm_head."):
+        return "head"
+    raise ValueError(f"parameter {name!r} belongs to no known Transformer component")
+
+
+def parameter_accounting(model: Transformer) -> dict:
+    """Parameters per component, counted from the model's own tensors (a tied matrix once, as the
+    token embedding), and the FFN share of the non-embedding parameters (attention + FFN + norms)."""
+    counts = dict.fromkeys(COMPONENTS, 0)
+    for name, p in model.named_parameters():  # named_parameters yields a shared tensor once
+        counts[_component(name)] += p.numel()
+    non_embedding = counts["attention"] + counts["ffn"] + counts["norms"]
+    m = model.config.ffn_mult
+    return {
+        "components": counts,
+        "total": sum(counts.values()),
+        "non_embedding": non_embedding,
+        "ffn_share": counts["ffn"] / non_embedding,
+        # per layer, matmul weights only: FFN 2·m·d², attention 4·d² → 2m / (2m + 4) = 2/3 for m = 4
+        "ffn_share_formula": 2 * m / (2 * m + 4),
+        "about_two_thirds": abs(counts["ffn"] / non_embedding - 2 / 3) < 0.05,
+        "tied": model.config.tie_weights,
+        "n_layer": model.config.n_layer,
+        "n_embd": model.config.n_embd,
+        "vocab_size": model.vocab_size,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Markdown
+
+
+def ablation_markdown(rows: list[dict]) -> str:
+    head = "| run | change | vs | params | val loss | Δ val loss | val ppl | attn entropy | tokens/s |\n|---|---|---|---:|---:|---:|---:|---:|---:|"
+    lines = [
+        f"| {r['run']} | {r['change']} | {r['baseline'] or '—'} | {r['params']:,} | {r['val_loss']:.4f} | "
+        f"{r['delta_val_loss']:+.4f} | {r['val_ppl']:.2f} | {r['attn_entropy']:.3f} | {r['tokens_per_s']:,.0f} |"
+        for r in rows
+    ]
+    return "### Ablations\n\n" + "\n".join([head, *lines])
+
+
+def permutation_markdown(p: dict) -> str:
+    return (
+        "### Permutation equivariance (我爱你 vs 你爱我)\n\n"
+        "| positional encoding | rel. error, bidirectional | rel. error, reversal | rel. error, causal | equivariant |\n|---|---:|---:|---:|---|\n"
+        + "\n".join(
+            f"| {v['pos_encoding']} | {v['max_rel_err']:.2e} | {v['reversal_rel_err']:.2e} | {v['causal_max_rel_err']:.2e} | {v['equivariant']} |"
+            for v in p.values()
+        )
+    )
+
+
+def scaling_markdown(s: dict) -> str:
+    rows = [
+        f"| model at init (d_head={s['head_dim']}) | {s['scaled']['normalized_entropy']:.3f} | {s['unscaled']['normalized_entropy']:.3f} | "
+        f"{s['scaled']['score_std']:.3f} / {s['unscaled']['score_std']:.3f} | {s['scaled']['grad_norm']:.3f} / {s['unscaled']['grad_norm']:.3f} |"
+    ] + [
+        f"| unit-variance q, k (d={u['head_dim']}) | {u['entropy_scaled']:.3f} | {u['entropy_unscaled']:.3f} | "
+        f"— | {u['score_grad_rms_scaled']:.2e} / {u['score_grad_rms_unscaled']:.2e} (score grad RMS) |"
+        for u in s["unit_variance"]
+    ]
+    return (
+        "### √d scaling at init\n\nNormalised softmax entropy (1 = uniform, 0 = one-hot).\n\n"
+        "| probe | entropy scaled | entropy unscaled | score std scaled / unscaled | grad norm scaled / unscaled |\n|---|---:|---:|---:|---:|\n"
+        + "\n".join(rows)
+    )
+
+
+def accounting_markdown(a: dict) -> str:
+    lines = [f"| {k} | {v:,} | {v / a['total']:.1%} |" for k, v in a["components"].items()]
+    return (
+        f"### Parameters per component ({a['n_layer']} layers, width {a['n_embd']}, vocab {a['vocab_size']}, tied={a['tied']})\n\n"
+        "| component | parameters | share of total |\n|---|---:|---:|\n" + "\n".join(lines)
+        + f"\n| **total** | {a['total']:,} | 100% |\n\n"
+        f"FFN share of the non-embedding parameters: **{a['ffn_share']:.1%}** "
+        f"(formula 2m/(2m+4) = {a['ffn_share_formula']:.1%}; the article's \"about two thirds\": {a['about_two_thirds']})."
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Figures
+
+
+def plot_ablation_losses(rows: list[dict]) -> Figure:
+    fig = Figure(figsize=(6.5, 4), layout="constrained")
+    ax = fig.add_subplot()
+    names = [r["run"] for r in rows]
+    colors = ["tab:blue" if not r["baseline"] else "tab:orange" for r in rows]
+    ax.bar(names, [r["val_loss"] for r in rows], color=colors)
+    for i, r in enumerate(rows):
+        ax.annotate(f"{r['val_loss']:.3f}", (i, r["val_loss"]), ha="center", va="bottom", fontsize=8)
+    ax.set(ylabel="validation loss (nats/token)", title="Transformer ablations (orange: switched off)")
+    ax.tick_params(axis="x", labelrotation=20)
+    return fig
+
+
+def plot_ablation_curves(histories: dict[str, list[dict]]) -> Figure:
+    fig = Figure(figsize=(6.5, 4), layout="constrained")
+    ax = fig.add_subplot()
+    for name, hist in histories.items():
+        pts = [(h["step"], h["val/loss"]) for h in hist if "val/loss" in h]
+        if pts:
+            ax.plot(*zip(*pts), marker=".", label=name)
+    ax.set(xlabel="step", ylabel="validation loss", title="Ablation runs")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_score_scaling(s: dict) -> Figure:
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.add_subplot()
+    d = [u["head_dim"] for u in s["unit_variance"]]
+    ax.plot(d, [u["entropy_scaled"] for u in s["unit_variance"]], marker="o", label="scaled by 1/√d")
+    ax.plot(d, [u["entropy_unscaled"] for u in s["unit_variance"]], marker="o", label="unscaled")
+    ax.set(xscale="log", xlabel="head size d", ylabel="normalised softmax entropy", ylim=(0, 1.05),
+           title="Unit-variance q, k: unscaled scores saturate the softmax")
+    ax.legend()
+    return fig

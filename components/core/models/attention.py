@@ -1,0 +1,226 @@
+"""Multi-head causal self-attention, two interchangeable implementations.
+
+- `reference`: the textbook computation, written out: scores = QKᵀ·scale → causal mask → softmax → ×V.
+  It materialises the (T, T) weights, so it can return them (plots, tests) and costs O(T²) memory.
+- `fused`: `torch.nn.functional.scaled_dot_product_attention` (SDPA). On CUDA it dispatches to
+  FlashAttention / cuDNN / memory-efficient kernels, on CPU to a fused flash kernel; none of them
+  materialise the (T, T) weights. The causal path passes `is_causal=True` and never builds a mask
+  tensor, which keeps the memory advantage. On CUDA the kernel can be pinned with
+  `torch.nn.attention.sdpa_kernel` (setting `sdpa_backend`), and `detect_sdpa_backend` verifies
+  which kernel actually runs, so "FlashAttention" is observed, not assumed.
+
+Padding. PAD (id 0) only ever sits at the *end* of a block (the labels pad the last, short block).
+Under the causal mask a real token at position t only attends to positions <= t, all of them real, so
+trailing padding can never leak into real positions, and pad targets are -100 (ignored by the loss).
+The causal path therefore needs no padding mask. For inputs with padding elsewhere both paths also
+accept an explicit `key_padding_mask` (B, T), True = real token; it builds a (B, 1, T, T) mask, so it
+is for tests and analysis, not the training hot path.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ..errors import ConfigError
+
+ATTENTION_IMPLS = ("fused", "reference")
+SDPA_BACKENDS: dict[str, SDPBackend] = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+
+
+def allowed_keys(T: int, device, causal: bool = True, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Boolean mask of the keys each query may attend to: (T, T), or (B, 1, T, T) with a padding mask."""
+    allowed = torch.ones(T, T, dtype=torch.bool, device=device)  # (T, T)
+    if causal:
+        allowed = allowed.tril()  # query t sees keys 0..t
+    if key_padding_mask is not None:
+        allowed = allowed[None, None] & key_padding_mask[:, None, None, :].bool()  # (B, 1, T, T)
+        # A query always sees itself, so a row of only padding (a pad query) stays finite instead of
+        # NaN; its output is ignored anyway (its target is -100).
+        allowed = allowed | torch.eye(T, dtype=torch.bool, device=device)
+    return allowed
+
+
+def reference_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float,
+    causal: bool = True,
+    key_padding_mask: torch.Tensor | None = None,
+    dropout: nn.Module | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Explicit attention; returns (output (B, nh, T, hs), weights (B, nh, T, T))."""
+    T = q.shape[-2]
+    att = (q @ k.transpose(-2, -1)) * scale  # (B, nh, T, T) raw scores
+    if causal or key_padding_mask is not None:
+        att = att.masked_fill(~allowed_keys(T, q.device, causal, key_padding_mask), float("-inf"))
+    att = F.softmax(att, dim=-1)  # (B, nh, T, T) each query's weights sum to 1
+    weights = att
+    if dropout is not None:
+        att = dropout(att)
+    return att @ v, weights  # (B, nh, T, hs), (B, nh, T, T)
+
+
+def fused_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float,
+    causal: bool = True,
+    key_padding_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """SDPA; returns the output (B, nh, T, hs). `backend` pins the kernel on CUDA ("auto" lets torch pick)."""
+    pin = sdpa_kernel(SDPA_BACKENDS[backend]) if backend != "auto" and q.is_cuda else nullcontext()
+    with pin:
+        if key_padding_mask is None:
+            # No mask tensor at all: the kernel applies causality itself (O(T) memory, not O(T²)).
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal, scale=scale)
+        mask = allowed_keys(q.shape[-2], q.device, causal, key_padding_mask)  # (B, 1, T, T)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+
+
+class CausalSelfAttention(nn.Module):
+    """Q, K, V projections → per-head attention → concatenated heads → output projection."""
+
+    def __init__(
+        self,
+        n_embd: int,
+        n_head: int,
+        *,
+        dropout: float = 0.0,
+        bias: bool = True,
+        impl: str = "fused",
+        scale_scores: bool = True,
+        sdpa_backend: str = "auto",
+    ):
+        super().__init__()
+        if n_embd % n_head:
+            raise ConfigError(f"n_embd={n_embd} must be divisible by n_head={n_head}")
+        if impl not in ATTENTION_IMPLS:
+            raise ConfigError(f"attention={impl!r} is unknown; use one of {', '.join(ATTENTION_IMPLS)}")
+        if sdpa_backend != "auto" and sdpa_backend not in SDPA_BACKENDS:
+            raise ConfigError(f"sdpa_backend={sdpa_backend!r} is unknown; use auto or one of {', '.join(SDPA_BACKENDS)}")
+        self.n_head, self.n_embd, self.head_dim = n_head, n_embd, n_embd // n_head
+        self.impl, self.sdpa_backend, self.dropout = impl, sdpa_backend, dropout
+        # 1/√d_head keeps the scores' variance ~1 whatever the head size; the ablation turns it off.
+        self.scale = 1.0 / math.sqrt(self.head_dim) if scale_scores else 1.0
+        # Q, K and V for all heads in one matmul (one (C, 3C) weight = three (C, C) projections).
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
+        self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
+        self.attn_dropout = nn.Dropout(dropout)
+        self.resid_dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: nn.Module | None = None,
+        *,
+        causal: bool = True,
+        key_padding_mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(output (B, T, C), weights (B, nh, T, T) or None). `need_weights` uses the reference math."""
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # (B, T, C) each
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        if rope is not None:
+            q, k = rope(q, k)  # (B, nh, T, hs) rotated by position
+
+        weights = None
+        if self.impl == "reference" or need_weights:
+            y, weights = reference_attention(
+                q, k, v, scale=self.scale, causal=causal, key_padding_mask=key_padding_mask,
+                dropout=self.attn_dropout if self.training else None,
+            )  # (B, nh, T, hs)
+        else:
+            y = fused_attention(
+                q, k, v, scale=self.scale, causal=causal, key_padding_mask=key_padding_mask,
+                dropout_p=self.dropout if self.training else 0.0, backend=self.sdpa_backend,
+            )  # (B, nh, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C) heads side by side
+        return self.resid_dropout(self.c_proj(y)), weights  # (B, T, C)
+
+
+# --------------------------------------------------------------------------------------------------
+# Which SDPA kernel runs: verified by running it, not assumed from the settings.
+
+# aten ops SDPA dispatches to, as the profiler names them, and the backend each one is.
+SDPA_OPS = {
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash_cpu",
+    "aten::_scaled_dot_product_flash_attention": "flash",
+    "aten::_scaled_dot_product_efficient_attention": "efficient",
+    "aten::_scaled_dot_product_cudnn_attention": "cudnn",
+    "aten::_scaled_dot_product_attention_math": "math",
+    "aten::_scaled_dot_product_fused_attention_overrideable": "overrideable",
+}
+
+
+def _observed_sdpa_ops(q, k, v, backend: str) -> list[str]:
+    """Run one causal SDPA forward+backward under the profiler; the dispatched kernels' backend names."""
+    from torch.profiler import ProfilerActivity, profile
+
+    pin = sdpa_kernel(SDPA_BACKENDS[backend]) if backend != "auto" else nullcontext()
+    with profile(activities=[ProfilerActivity.CPU]) as prof, pin:
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).float().sum().backward()
+    return sorted({SDPA_OPS[e.key] for e in prof.key_averages() if e.key in SDPA_OPS})
+
+
+def detect_sdpa_backend(
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    shape: tuple[int, int, int, int] = (2, 4, 64, 32),
+    requested: str = "auto",
+) -> dict:
+    """Which SDPA kernels work for causal attention of `shape` = (B, nh, T, hs) on `device`, `dtype`.
+
+    Returns {"requested", "device", "dtype", "shape", "available": {backend: bool} (each pinned in turn
+    and run forward+backward), "auto_choice" (what torch's dispatcher picks unpinned),
+    "observed": the backend the profiler saw run with `requested` (None if it failed), "error"}.
+    """
+    device = torch.device(device)
+    q, k, v = (torch.randn(shape, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    available = {}
+    for name, backend in SDPA_BACKENDS.items():
+        try:
+            with sdpa_kernel(backend):
+                F.scaled_dot_product_attention(q, k, v, is_causal=True).float().sum().backward()
+            available[name] = True
+        except RuntimeError:
+            available[name] = False
+    try:  # the dispatcher's own choice; a private helper, so tolerate its absence
+        auto_choice = SDPBackend(int(torch._fused_sdp_choice(q, k, v, is_causal=True))).name.lower()
+    except Exception:  # noqa: BLE001 - informational only
+        auto_choice = None
+    observed, error = None, None
+    try:
+        ops = _observed_sdpa_ops(q, k, v, requested)
+        observed = ops[0] if len(ops) == 1 else (",".join(ops) or None)
+    except RuntimeError as e:
+        error = f"sdpa_backend={requested!r} cannot run here: {str(e).splitlines()[0]}"
+    return {
+        "requested": requested,
+        "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."),
+        "shape": list(shape),
+        "available": available,
+        "auto_choice": auto_choice,
+        "observed": observed,
+        "error": error,
+    }

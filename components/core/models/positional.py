@@ -1,0 +1,116 @@
+"""Positional encodings for the Transformer.
+
+Self-attention is a weighted sum over a *set* of tokens: without positions, "我爱你" and "你爱我"
+look the same to it. Three ways to tell the model where a token sits, plus "none" for the ablation:
+
+- sinusoidal: fixed sin/cos waves of geometric wavelengths added to the token embeddings
+  (Vaswani et al. 2017). No parameters; works for any length.
+- learned: one trained vector per position added to the token embeddings (GPT-2). A table of
+  `block_size` rows, so a longer context is an error.
+- rope: rotary embeddings (Su et al. 2021). Instead of adding to the embeddings, rotate every
+  (query, key) pair of channels by an angle proportional to the position, so the score q·k depends
+  on the *relative* offset of the two tokens. Applied inside attention, per head.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from ..errors import ConfigError
+
+
+def sinusoidal_table(n_pos: int, dim: int, base: float = 10000.0) -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos / base^(2i/dim)), PE[pos, 2i+1] = cos(same)."""
+    half = (dim + 1) // 2
+    inv_freq = torch.exp(-math.log(base) * torch.arange(half, dtype=torch.float32) * 2 / dim)  # (half,)
+    angles = torch.arange(n_pos, dtype=torch.float32)[:, None] * inv_freq[None, :]  # (n_pos, half)
+    table = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # (n_pos, 2*half) interleaved sin, cos
+    return table[:, :dim]  # (n_pos, dim); drops the last cos column when dim is odd
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Fixed table, added to the token embeddings. A non-persistent buffer: never saved, rebuilt on load."""
+
+    def __init__(self, n_embd: int, block_size: int, base: float = 10000.0):
+        super().__init__()
+        self.n_embd, self.base = n_embd, base
+        self.register_buffer("table", sinusoidal_table(block_size, n_embd, base), persistent=False)
+
+    def forward(self, T: int) -> torch.Tensor:
+        if T > self.table.shape[0]:
+            # The formula extends to any length, so a longer context just grows the table.
+            self.table = sinusoidal_table(T, self.n_embd, self.base).to(self.table.device)
+        return self.table[:T]  # (T, C)
+
+
+class LearnedPositionalEncoding(nn.Module):
+    """One trained vector per position (GPT-2's `wpe`), added to the token embeddings."""
+
+    def __init__(self, n_embd: int, block_size: int):
+        super().__init__()
+        self.block_size = block_size
+        self.wpe = nn.Embedding(block_size, n_embd)
+
+    def forward(self, T: int) -> torch.Tensor:
+        if T > self.block_size:
+            raise ConfigError(
+                f"sequence length {T} is longer than the learned positional table (block_size={self.block_size} rows); "
+                "raise the model's `block_size` or feed shorter blocks (the learned encoding cannot extrapolate)"
+            )
+        pos = torch.arange(T, device=self.wpe.weight.device)  # (T,)
+        return self.wpe(pos)  # (T, C)
+
+
+def _rope_cache(n_pos: int, head_dim: int, base: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim)  # (hs/2,)
+    angles = torch.arange(n_pos, dtype=torch.float32, device=device)[:, None] * inv_freq[None, :]  # (n_pos, hs/2)
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate channel pairs (x[i], x[i + hs/2]) by the position's angle (the GPT-NeoX "half" layout)."""
+    x1, x2 = x.chunk(2, dim=-1)  # (B, nh, T, hs/2) each
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (B, nh, T, hs)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotates queries and keys; holds only a cos/sin cache (no parameters, never saved)."""
+
+    def __init__(self, head_dim: int, block_size: int, base: float = 10000.0):
+        super().__init__()
+        if head_dim % 2:
+            raise ConfigError(f"rotary embeddings need an even head size, got n_embd/n_head={head_dim}")
+        self.head_dim, self.base = head_dim, base
+        cos, sin = _rope_cache(block_size, head_dim, base)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        T = q.shape[-2]
+        if T > self.cos.shape[0]:
+            # Rotations are defined for any position, so extend the cache rather than fail.
+            self.cos, self.sin = _rope_cache(T, self.head_dim, self.base, self.cos.device)
+        # Cast to q's dtype: under bf16 autocast q, k are bf16 and SDPA needs q, k, v of one dtype.
+        cos, sin = self.cos[:T].to(q.dtype), self.sin[:T].to(q.dtype)  # (T, hs/2)
+        return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # (B, nh, T, hs) each
+
+
+POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "rope", "none")
+
+
+def build_positional(
+    kind: str, n_embd: int, n_head: int, block_size: int, base: float = 10000.0
+) -> tuple[nn.Module | None, RotaryEmbedding | None]:
+    """(additive encoding or None, rotary embedding or None) for a positional-encoding name."""
+    if kind == "sinusoidal":
+        return SinusoidalPositionalEncoding(n_embd, block_size, base), None
+    if kind == "learned":
+        return LearnedPositionalEncoding(n_embd, block_size), None
+    if kind == "rope":
+        return None, RotaryEmbedding(n_embd // n_head, block_size, base)
+    if kind == "none":
+        return None, None
+    raise ConfigError(f"pos_encoding={kind!r} is unknown; use one of {', '.join(POSITIONAL_ENCODINGS)}")

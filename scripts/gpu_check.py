@@ -1,0 +1,439 @@
+"""One prepared GPU check (H200-class, bf16), ≤ 8 minutes, written to one JSON summary.
+
+    python scripts/gpu_check.py --out benchmarks/results/gpu_check_h200.json      # needs CUDA
+    python scripts/gpu_check.py --dry-run --out /tmp/gpu_check_dry.json          # CPU, tiny, seconds
+
+Sections (each records its own error instead of stopping the others; the JSON is rewritten after
+every section, so a timeout still leaves the finished ones):
+
+1. env        torch / CUDA / GPU name, memory, bf16 support, bitsandbytes version.
+2. sdpa       which SDPA kernels run causal attention at the training shape (bf16), the dispatcher's
+              own choice, and the kernel observed by the profiler with flash pinned.
+3. train      GPT-2 small (12 layers, 12 heads, width 768, context 1024, vocab 50304: 124M
+              parameters) through the pipeline's own model and training loop: bf16 autocast, fused
+              AdamW, torch.compile, attention `fused` pinned to FlashAttention. Tokens/s and MFU
+              against the GPU's dense bf16 peak (goal: MFU ≥ 45%; nanoGPT reports 37% on an A100),
+              plus the aten ops and CUDA kernels observed in one step of the model.
+4. sweep      causal attention alone, reference (explicit QKᵀ·softmax·V) vs fused (SDPA, flash
+              pinned), forward+backward, N doubling until out of memory (or the time cap):
+              milliseconds and peak memory (torch.cuda.max_memory_allocated).
+5. bnb        bitsandbytes Linear8bitLt (INT8) and Linear4bit (NF4) forward vs the fp16 layer:
+              relative error, weight bytes, allocated bytes, time.
+
+--dry-run runs the same functions on the CPU at tiny sizes (float32, no compile, no peak memory),
+so the test suite exercises this script; CUDA-only measurements are recorded as skipped with a reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from components.core.data import TokenBlocks  # noqa: E402
+from components.core.models.attention import (  # noqa: E402
+    SDPA_OPS, detect_sdpa_backend, fused_attention, reference_attention,
+)
+from components.core.models.transformer import Transformer, TransformerSettings, peak_flops  # noqa: E402
+from components.core.training import TrainSettings, autocast_context, train  # noqa: E402
+
+MFU_GOAL = 0.45
+
+FULL = {
+    "model": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, dropout=0.0, bias=False,
+                  pos_encoding="learned", attention="fused", sdpa_backend="flash"),
+    "vocab_size": 50304,  # GPT-2's 50257 padded to a multiple of 64, as nanoGPT does
+    "batch_size": 32,
+    "steps": 60,
+    "log_interval": 10,
+    "device": "cuda",
+    "dtype": "bfloat16",
+    "compile": True,
+    "sweep": dict(heads=12, head_dim=64, n_start=512, n_max=1 << 18, reps=3, time_cap_s=120.0),
+    "bnb": dict(in_features=4096, out_features=4096, tokens=4096, reps=20),
+}
+DRY = {
+    "model": dict(n_layer=2, n_head=2, n_embd=64, block_size=128, dropout=0.0, bias=False,
+                  pos_encoding="learned", attention="fused", sdpa_backend="flash"),
+    "vocab_size": 512,
+    "batch_size": 4,
+    "steps": 6,
+    "log_interval": 2,
+    "device": "cpu",
+    "dtype": "float32",
+    "compile": False,
+    "sweep": dict(heads=2, head_dim=32, n_start=64, n_max=512, reps=2, time_cap_s=20.0),
+    "bnb": dict(in_features=256, out_features=512, tokens=64, reps=3),
+}
+
+
+def section(summary: dict, name: str, out: Path | None, fn, *args) -> None:
+    """Run one section; its result (or its error) goes into summary[name], and the JSON is rewritten."""
+    t0 = time.perf_counter()
+    try:
+        summary[name] = fn(*args)
+    except Exception as e:  # noqa: BLE001 - one failing section must not hide the others
+        summary[name] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(limit=6)}
+    summary[name]["section_s"] = round(time.perf_counter() - t0, 2)
+    print(f"[gpu_check] {name}: {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. environment
+
+
+def env_info(device: torch.device) -> dict:
+    info = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cuda_available": torch.cuda.is_available(),
+        "cuda_version": torch.version.cuda,
+        "cpu_count": os.cpu_count(),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update({
+            "gpu": props.name,
+            "capability": f"{props.major}.{props.minor}",
+            "memory_gib": round(props.total_memory / 2**30, 1),
+            "sm_count": props.multi_processor_count,
+            "bf16_supported": torch.cuda.is_bf16_supported(),
+            "peak_bf16_tflops": (peak_flops(device) or 0) / 1e12 or None,
+            "cudnn": torch.backends.cudnn.version(),
+        })
+    try:
+        import bitsandbytes
+
+        info["bitsandbytes"] = bitsandbytes.__version__
+    except Exception as e:  # noqa: BLE001
+        info["bitsandbytes"] = f"unavailable: {e}"
+    return info
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. SDPA backend at the training shape
+
+
+def sdpa_info(cfg: dict, device: torch.device, dtype: torch.dtype) -> dict:
+    m = cfg["model"]
+    shape = (cfg["batch_size"], m["n_head"], m["block_size"], m["n_embd"] // m["n_head"])
+    requested = m["sdpa_backend"] if device.type == "cuda" else "auto"
+    report = detect_sdpa_backend(device, dtype, shape, requested=requested)
+    report["flash_verified"] = report["observed"] == "flash"
+    if device.type != "cuda":
+        report["note"] = "dry run: pinning applies on CUDA only; on the CPU torch's fused flash kernel is expected"
+    return report
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. GPT-2 small training through the pipeline's loop
+
+
+def observed_kernels(model: Transformer, x: torch.Tensor, y: torch.Tensor, device: torch.device, dtype: torch.dtype) -> dict:
+    """SDPA aten ops and attention CUDA kernels seen in one forward+backward of the model (eager)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        with autocast_context(device, dtype):
+            _, loss = model(x, y)
+        loss.backward()
+        sync(device)
+    keys = {e.key for e in prof.key_averages()}
+    model.zero_grad(set_to_none=True)
+    return {
+        "sdpa_ops": sorted(SDPA_OPS[k] for k in keys if k in SDPA_OPS),
+        "attention_kernels": sorted(k for k in keys if any(s in k.lower() for s in ("flash", "fmha", "attention_kernel", "cudnn")) and not k.startswith("aten::"))[:12],
+    }
+
+
+def train_check(cfg: dict, device: torch.device, dtype: torch.dtype) -> dict:
+    m = cfg["model"]
+    settings = TransformerSettings(**m)
+    torch.manual_seed(0)
+    model = Transformer(settings, cfg["vocab_size"])
+    T, B = settings.block_size, cfg["batch_size"]
+    # Random tokens: throughput does not depend on the text; enough blocks that batches differ.
+    rng = np.random.default_rng(0)
+    n_blocks = max(4 * B, 256)
+    x = rng.integers(1, cfg["vocab_size"], size=(n_blocks, T + 1), dtype=np.int64).astype(np.uint16)
+    data = TokenBlocks(np.ascontiguousarray(x[:, :-1]), np.ascontiguousarray(x[:, 1:].astype(np.int32)))
+    ts = TrainSettings(
+        max_steps=cfg["steps"], batch_size=B, lr=6e-4, min_lr=6e-5, warmup_steps=5, weight_decay=0.1, beta2=0.95,
+        grad_clip=1.0, eval_interval=0, eval_batches=1, log_interval=cfg["log_interval"],
+        device=cfg["device"], dtype=cfg["dtype"], compile=cfg["compile"], seed=0,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        res = train(model, data, data, ts, tmp, resume=False)
+    # Steady state: the per-interval rates after the first interval (which holds compilation/warm-up).
+    rates = [h["tokens_per_s"] for h in res.history if "tokens_per_s" in h][1:]
+    steady = statistics.median(rates) if rates else res.tokens_per_s
+    peak = peak_flops(device)
+    flops_tok = model.flops_per_token(T)
+    xb, yb = data.batch(np.arange(min(B, 4)), device)
+    kernels = observed_kernels(model, xb, yb, device, dtype)
+    return {
+        "params": res.params,
+        "params_non_embedding": model.num_params(),
+        "config": settings.model_dump(),
+        "vocab_size": cfg["vocab_size"],
+        "batch_size": B,
+        "block_size": T,
+        "tokens_per_step": B * T,
+        "steps": res.steps,
+        "device": res.device,
+        "dtype": res.dtype,
+        "compile": ts.compile,
+        "fused_adamw": device.type == "cuda",
+        "tokens_per_s_mean": res.tokens_per_s,  # the loop's mean over steps 2..N
+        "tokens_per_s": steady,
+        "step_ms": 1000 * B * T / steady,
+        "flops_per_token": flops_tok,
+        "achieved_tflops": flops_tok * steady / 1e12,
+        "mfu": None if peak is None else flops_tok * steady / peak,
+        "mfu_mean": None if peak is None else flops_tok * res.tokens_per_s / peak,
+        "mfu_goal": MFU_GOAL,
+        "mfu_goal_met": None if peak is None else flops_tok * steady / peak >= MFU_GOAL,
+        "final_train_loss": res.train_loss,
+        "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
+        "wall_s": res.wall_s,
+        "warnings": res.warnings,
+        "observed_in_model": kernels,
+        "flash_in_model": "flash" in kernels["sdpa_ops"] if device.type == "cuda" else None,
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. attention sweep: reference vs fused, N doubling
+
+
+def _time_attention(impl: str, n: int, sw: dict, device: torch.device, dtype: torch.dtype) -> dict:
+    H, D = sw["heads"], sw["head_dim"]
+    gen = torch.Generator(device=device).manual_seed(0)
+    q, k, v = (torch.randn(1, H, n, D, device=device, dtype=dtype, generator=gen, requires_grad=True) for _ in range(3))
+    g = torch.randn(1, H, n, D, device=device, dtype=dtype, generator=gen)
+    scale = 1.0 / math.sqrt(D)
+
+    def run():
+        if impl == "reference":
+            y, _ = reference_attention(q, k, v, scale=scale)
+        else:
+            y = fused_attention(q, k, v, scale=scale, backend="flash" if device.type == "cuda" else "auto")
+        y.backward(g)
+        q.grad = k.grad = v.grad = None
+
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+    run()  # warm-up (and the allocation that may fail)
+    sync(device)
+    times = []
+    for _ in range(sw["reps"]):
+        t0 = time.perf_counter()
+        run()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    peak = (torch.cuda.max_memory_allocated(device) - base) / 2**20 if device.type == "cuda" else None
+    return {"n": n, "ms": 1000 * statistics.median(times), "peak_mib": peak}
+
+
+def attention_sweep(cfg: dict, device: torch.device, dtype: torch.dtype) -> dict:
+    sw = cfg["sweep"]
+    t_start = time.perf_counter()
+    results: dict = {"heads": sw["heads"], "head_dim": sw["head_dim"], "batch": 1, "dtype": str(dtype).removeprefix("torch."),
+                     "pass": "forward+backward", "fused_backend": "flash (pinned)" if device.type == "cuda" else "auto (cpu)"}
+    if device.type != "cuda":
+        results["peak_memory_note"] = "dry run: peak memory is measured with torch.cuda.max_memory_allocated on CUDA only"
+    for impl in ("reference", "fused"):
+        rows, stop = [], None
+        n = sw["n_start"]
+        while n <= sw["n_max"]:
+            if time.perf_counter() - t_start > sw["time_cap_s"]:
+                stop = f"time cap {sw['time_cap_s']}s reached"
+                break
+            try:
+                rows.append(_time_attention(impl, n, sw, device, dtype))
+            except torch.OutOfMemoryError:
+                stop = f"out of memory at N={n}"
+                break
+            except RuntimeError as e:  # e.g. a kernel that cannot run this shape
+                stop = f"failed at N={n}: {str(e).splitlines()[0]}"
+                break
+            finally:
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+            n *= 2
+        results[impl] = {"rows": rows, "longest_n": rows[-1]["n"] if rows else None, "stopped": stop or f"n_max={sw['n_max']} reached"}
+    ref = {r["n"]: r for r in results["reference"]["rows"]}
+    results["speedup"] = {str(r["n"]): ref[r["n"]]["ms"] / r["ms"] for r in results["fused"]["rows"] if r["n"] in ref}
+    if device.type == "cuda":
+        results["memory_ratio"] = {
+            str(r["n"]): ref[r["n"]]["peak_mib"] / max(r["peak_mib"], 1e-9) for r in results["fused"]["rows"] if r["n"] in ref
+        }
+    return results
+
+
+# --------------------------------------------------------------------------------------------------
+# 5. bitsandbytes INT8 / NF4
+
+
+def _weight_bytes(layer) -> int:
+    w = layer.weight
+    n = w.numel() * w.element_size()
+    scb = getattr(w, "SCB", None)  # INT8 row scales
+    if scb is not None:
+        n += scb.numel() * scb.element_size()
+    qs = getattr(w, "quant_state", None)  # NF4 block absmax (possibly itself quantized)
+    if qs is not None:
+        for t in (getattr(qs, "absmax", None), getattr(getattr(qs, "state2", None), "absmax", None), getattr(qs, "code", None)):
+            if isinstance(t, torch.Tensor):
+                n += t.numel() * t.element_size()
+    if layer.bias is not None:
+        n += layer.bias.numel() * layer.bias.element_size()
+    return n
+
+
+def bnb_check(cfg: dict, device: torch.device) -> dict:
+    import bitsandbytes as bnb
+
+    b = cfg["bnb"]
+    half = torch.float16
+    torch.manual_seed(0)
+    dense = torch.nn.Linear(b["in_features"], b["out_features"], bias=True).to(half)
+    x = torch.randn(b["tokens"], b["in_features"], dtype=half, device=device)
+
+    def build(kind: str) -> torch.nn.Module:
+        if kind == "fp16":
+            return torch.nn.Linear(b["in_features"], b["out_features"], bias=True).to(half)
+        if kind == "int8":  # LLM.int8(): int8 weights, outlier features (> threshold) kept in fp16
+            return bnb.nn.Linear8bitLt(b["in_features"], b["out_features"], bias=True, has_fp16_weights=False, threshold=6.0)
+        return bnb.nn.Linear4bit(b["in_features"], b["out_features"], bias=True, compute_dtype=half, quant_type="nf4")
+
+    out = {"in_features": b["in_features"], "out_features": b["out_features"], "tokens": b["tokens"], "device": str(device)}
+    ref = None
+    for kind in ("fp16", "int8", "nf4"):
+        try:
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+                before = torch.cuda.memory_allocated(device)
+            layer = build(kind)
+            layer.load_state_dict(dense.state_dict())
+            layer = layer.to(device)  # bitsandbytes quantizes the weights on this move
+            allocated = torch.cuda.memory_allocated(device) - before if device.type == "cuda" else None
+            with torch.no_grad():
+                y = layer(x)
+                sync(device)
+                t0 = time.perf_counter()
+                for _ in range(b["reps"]):
+                    y = layer(x)
+                sync(device)
+            ms = 1000 * (time.perf_counter() - t0) / b["reps"]
+            y = y.float()
+            if ref is None:
+                ref = y
+            out[kind] = {
+                "weight_dtype": str(layer.weight.dtype).removeprefix("torch."),
+                "weight_bytes": _weight_bytes(layer),
+                "allocated_bytes": allocated,
+                "forward_ms": ms,
+                "rel_error_vs_fp16": float((y - ref).norm() / ref.norm()),
+            }
+            del layer
+        except Exception as e:  # noqa: BLE001 - record and go on with the next kind
+            out[kind] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    if "weight_bytes" in out.get("fp16", {}):
+        for kind in ("int8", "nf4"):
+            if "weight_bytes" in out.get(kind, {}):
+                out[kind]["bytes_ratio_vs_fp16"] = out[kind]["weight_bytes"] / out["fp16"]["weight_bytes"]
+    if device.type != "cuda":
+        out["note"] = "dry run: bitsandbytes' CPU path; the CUDA INT8/NF4 kernels run only on a GPU"
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes, seconds (what the tests run)")
+    ap.add_argument("--out", help="JSON summary path")
+    ap.add_argument("--steps", type=int, help="training steps (default 60; dry run 6)")
+    ap.add_argument("--batch-size", type=int, help="training batch size (default 32; dry run 4)")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (faster start, lower MFU)")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip: sdpa,train,sweep,bnb")
+    args = ap.parse_args(argv)
+
+    cfg = json.loads(json.dumps(DRY if args.dry_run else FULL))
+    if args.steps:
+        cfg["steps"] = args.steps
+    if args.batch_size:
+        cfg["batch_size"] = args.batch_size
+    if args.no_compile:
+        cfg["compile"] = False
+    if not args.dry_run and not torch.cuda.is_available():
+        raise SystemExit("gpu_check: no CUDA GPU here; run it on the GPU machine, or use --dry-run for the CPU smoke run")
+    device = torch.device(cfg["device"])
+    dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[cfg["dtype"]]
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # as nanoGPT: fp32 matmuls outside autocast use TF32
+        torch.backends.cudnn.allow_tf32 = True
+    else:
+        torch.set_num_threads(os.cpu_count() or 1)
+
+    out = Path(args.out) if args.out else None
+    t0 = time.perf_counter()
+    summary: dict = {"check": "gpu_check", "dry_run": args.dry_run, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "settings": cfg}
+    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    section(summary, "env", out, env_info, device)
+    if "sdpa" not in skip:
+        section(summary, "sdpa", out, sdpa_info, cfg, device, dtype)
+    if "train" not in skip:
+        section(summary, "train", out, train_check, cfg, device, dtype)
+    if "sweep" not in skip:
+        section(summary, "sweep", out, attention_sweep, cfg, device, dtype)
+    if "bnb" not in skip:
+        section(summary, "bnb", out, bnb_check, cfg, device)
+    train_res = summary.get("train", {})
+    summary["headline"] = {
+        "gpu": summary["env"].get("gpu"),
+        "tokens_per_s": train_res.get("tokens_per_s"),
+        "mfu": train_res.get("mfu"),
+        "mfu_goal_met": train_res.get("mfu_goal_met"),
+        "sdpa_observed": summary.get("sdpa", {}).get("observed"),
+        "flash_verified": summary.get("sdpa", {}).get("flash_verified"),
+        "longest_n_reference": summary.get("sweep", {}).get("reference", {}).get("longest_n"),
+        "longest_n_fused": summary.get("sweep", {}).get("fused", {}).get("longest_n"),
+        "errors": [k for k, v in summary.items() if isinstance(v, dict) and v.get("error")],
+    }
+    summary["wall_s"] = round(time.perf_counter() - t0, 1)
+    text = json.dumps(summary, indent=2, default=str)
+    if out is not None:
+        out.write_text(text + "\n")
+    print(text)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

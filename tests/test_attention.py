@@ -1,0 +1,213 @@
+"""Attention: the fused (SDPA) and reference paths agree, weights are a causal distribution, padding
+is masked, the SDPA kernel is observed, positional encodings behave, bad settings are refused."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from pydantic import ValidationError
+from torch.profiler import ProfilerActivity, profile
+
+from components.core.data import PAD_ID
+from components.core.errors import ConfigError
+from components.core.models.attention import CausalSelfAttention, detect_sdpa_backend
+from components.core.models.positional import RotaryEmbedding, apply_rotary, sinusoidal_table
+from components.core.models.transformer import Transformer, TransformerSettings
+
+V = 50  # vocabulary size of the small models here
+
+
+def attention_pair(n_embd=32, n_head=4, scale_scores=True, dtype=torch.float64):
+    torch.manual_seed(0)
+    ref = CausalSelfAttention(n_embd, n_head, impl="reference", scale_scores=scale_scores, bias=True).to(dtype)
+    fused = CausalSelfAttention(n_embd, n_head, impl="fused", scale_scores=scale_scores, bias=True).to(dtype)
+    fused.load_state_dict(ref.state_dict())
+    return ref, fused
+
+
+def model_pair(**kw):
+    cfg = dict(n_layer=2, n_head=4, n_embd=32, block_size=16, **kw)
+    torch.manual_seed(0)
+    ref = Transformer(TransformerSettings(attention="reference", **cfg), V)
+    fused = Transformer(TransformerSettings(attention="fused", **cfg), V)
+    fused.load_state_dict(ref.state_dict())
+    return ref, fused
+
+
+def tokens(B=3, T=16, seed=1):
+    return torch.randint(1, V, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("scale_scores", [True, False])
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
+def test_fused_matches_reference_forward_and_gradients(scale_scores, dtype, tol):
+    ref, fused = attention_pair(scale_scores=scale_scores, dtype=dtype)
+    x = torch.randn(2, 24, 32, dtype=dtype, generator=torch.Generator().manual_seed(2))
+    x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
+    y_ref, w = ref(x1)
+    y_fused, w_none = fused(x2)
+    assert w is not None and w_none is None  # only the reference path materialises the weights
+    torch.testing.assert_close(y_fused, y_ref, atol=tol, rtol=tol)
+    g = torch.randn_like(y_ref)
+    (y_ref * g).sum().backward()
+    (y_fused * g).sum().backward()
+    torch.testing.assert_close(x2.grad, x1.grad, atol=tol, rtol=tol)
+    for (name, p_ref), p_fused in zip(ref.named_parameters(), fused.parameters()):
+        torch.testing.assert_close(p_fused.grad, p_ref.grad, atol=tol, rtol=tol, msg=name)
+
+
+@pytest.mark.parametrize("pos", ["sinusoidal", "learned", "rope", "none"])
+def test_whole_model_fused_matches_reference(pos):
+    ref, fused = model_pair(pos_encoding=pos)
+    x, y = tokens(), tokens(seed=3)
+    logits_r, loss_r = ref(x, y)
+    logits_f, loss_f = fused(x, y)
+    torch.testing.assert_close(logits_f, logits_r, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(loss_f, loss_r, atol=1e-6, rtol=1e-6)
+    loss_r.backward()
+    loss_f.backward()
+    for (name, p_r), p_f in zip(ref.named_parameters(), fused.parameters()):
+        torch.testing.assert_close(p_f.grad, p_r.grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_weights_are_causal_distributions():
+    model = Transformer(TransformerSettings(n_layer=2, n_head=4, n_embd=32, block_size=16), V)
+    weights = model.attention_weights(tokens())  # per layer (B, nh, T, T)
+    assert len(weights) == 2
+    for w in weights:
+        assert w.shape == (3, 4, 16, 16)
+        torch.testing.assert_close(w.sum(-1), torch.ones(3, 4, 16))  # each query's weights sum to 1
+        future = torch.ones(16, 16, dtype=torch.bool).triu(1)
+        assert torch.all(w[..., future] == 0)  # no weight on any later position
+        assert torch.all(w[..., ~future] > 0)  # and some on every visible one
+
+
+@pytest.mark.parametrize("impl", ["fused", "reference"])
+def test_future_tokens_do_not_change_past_outputs(impl):
+    model = Transformer(TransformerSettings(n_layer=2, n_head=4, n_embd=32, block_size=16, attention=impl), V).eval()
+    x = tokens()
+    x2 = x.clone()
+    x2[:, 9:] = tokens(seed=7)[:, 9:]  # rewrite the future after position 8
+    out, out2 = model(x)[0], model(x2)[0]
+    torch.testing.assert_close(out2[:, :9], out[:, :9], atol=1e-6, rtol=1e-6)
+    assert (out2[:, 9:, 1:] - out[:, 9:, 1:]).abs().max() > 1e-3  # ... which does change what follows
+
+
+@pytest.mark.parametrize("impl", ["fused", "reference"])
+def test_trailing_padding_never_reaches_real_positions(impl):
+    """PAD only trails a block: whatever sits in the padded positions, real positions' outputs and the
+    loss over real targets (pad targets are -100) stay the same."""
+    model = Transformer(TransformerSettings(n_layer=2, n_head=4, n_embd=32, block_size=16, attention=impl), V).eval()
+    n_real = 10
+    x = tokens(B=2)
+    x[:, n_real:] = PAD_ID
+    y = torch.roll(x, -1, dims=1)
+    y[:, n_real - 1 :] = -100
+    logits, loss = model(x, y)
+    x_junk = x.clone()
+    x_junk[:, n_real:] = tokens(B=2, seed=9)[:, n_real:]  # anything at all in the padded slots
+    logits_j, loss_j = model(x_junk, y)
+    torch.testing.assert_close(logits_j[:, :n_real], logits[:, :n_real], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(loss_j, loss)
+
+
+def test_explicit_key_padding_mask_fused_agrees_and_masks():
+    """Padding anywhere (here in the middle and at the start): with a key-padding mask both paths agree,
+    padded keys get zero weight, and the padded tokens' content cannot change real outputs."""
+    ref, fused = model_pair(pos_encoding="rope")
+    x = tokens(B=2)
+    real = torch.ones_like(x, dtype=torch.bool)
+    real[0, 5:8] = False
+    real[1, 0:3] = False
+    x = x.masked_fill(~real, PAD_ID)
+    out_r = ref(x, key_padding_mask=real)[0]
+    out_f = fused(x, key_padding_mask=real)[0]
+    torch.testing.assert_close(out_f, out_r, atol=2e-5, rtol=1e-5)
+    # weights on padded keys are exactly zero for every real query
+    weights = torch.stack(ref.attention_weights(x, key_padding_mask=real))  # (L, B, nh, T, T)
+    pad_keys = ~real[None, :, None, None, :].expand_as(weights)
+    real_queries = real[None, :, None, :, None].expand_as(weights)
+    diag = torch.eye(16, dtype=torch.bool).expand_as(weights)
+    assert torch.all(weights[pad_keys & real_queries & ~diag] == 0)
+    x_junk = torch.where(real, x, tokens(B=2, seed=11))
+    out_j = fused(x_junk, key_padding_mask=real)[0]
+    torch.testing.assert_close(out_j[real], out_f[real], atol=1e-5, rtol=1e-5)
+
+
+def test_fused_causal_path_builds_no_mask_tensor():
+    """The fused path passes is_causal=True: no (T, T) mask is built (no tril/ones op), unlike the reference."""
+    x = torch.randn(1, 64, 32)
+
+    def ops(module):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            module(x)
+        return {e.key for e in prof.key_averages()}
+
+    ref, fused = attention_pair(dtype=torch.float32)
+    fused_ops, ref_ops = ops(fused), ops(ref)
+    assert "aten::tril" in ref_ops and "aten::softmax" in ref_ops
+    assert "aten::tril" not in fused_ops and "aten::softmax" not in fused_ops
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in fused_ops
+
+
+def test_detect_sdpa_backend_observes_the_cpu_flash_kernel():
+    report = detect_sdpa_backend("cpu", torch.float32, (2, 4, 64, 16))
+    assert report["observed"] == "flash_cpu"
+    assert report["available"]["flash"] and report["available"]["math"]
+    assert not report["available"]["efficient"] and not report["available"]["cudnn"]  # CUDA-only kernels
+    pinned = detect_sdpa_backend("cpu", torch.float32, (2, 4, 64, 16), requested="math")
+    assert pinned["observed"] == "math"
+    impossible = detect_sdpa_backend("cpu", torch.float32, (2, 4, 64, 16), requested="efficient")
+    assert impossible["observed"] is None and "efficient" in impossible["error"]
+
+
+def test_bad_settings_are_clear_errors():
+    with pytest.raises(ValidationError, match=r"n_embd=130 must be divisible by n_head=4"):
+        TransformerSettings(n_embd=130, n_head=4)
+    with pytest.raises(ValidationError, match=r"attention='flash' is unknown; use one of: fused, reference"):
+        TransformerSettings(attention="flash")
+    with pytest.raises(ValidationError, match=r"pos_encoding='alibi' is unknown"):
+        TransformerSettings(pos_encoding="alibi")
+    with pytest.raises(ValidationError, match=r"rope.*even head size"):
+        TransformerSettings(pos_encoding="rope", n_embd=12, n_head=4)
+    with pytest.raises(ValidationError, match="extra"):
+        TransformerSettings(n_layers=3)  # a typo is not silently ignored
+    with pytest.raises(ConfigError, match="attention='sparse'"):
+        CausalSelfAttention(32, 4, impl="sparse")
+
+
+def test_context_longer_than_learned_table_is_an_error_but_not_for_formula_encodings():
+    cfg = dict(n_layer=1, n_head=2, n_embd=16, block_size=8)
+    x = tokens(B=1, T=12)
+    with pytest.raises(ConfigError, match=r"longer than the learned positional table \(block_size=8"):
+        Transformer(TransformerSettings(pos_encoding="learned", **cfg), V)(x)
+    for pos in ("sinusoidal", "rope", "none"):  # defined for any position
+        model = Transformer(TransformerSettings(pos_encoding=pos, **cfg), V)
+        assert model(x)[0].shape == (1, 12, V)
+
+
+def test_sinusoidal_table_matches_the_formula():
+    table = sinusoidal_table(50, 16)
+    for pos, i in [(0, 0), (7, 3), (49, 7)]:
+        angle = pos / 10000 ** (2 * i / 16)
+        assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-5)
+        assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-5)
+
+
+def test_rope_scores_depend_only_on_relative_position():
+    rope = RotaryEmbedding(head_dim=8, block_size=32)
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(8, generator=g), torch.randn(8, generator=g)
+    seq_q = q.expand(1, 1, 32, 8)
+    seq_k = k.expand(1, 1, 32, 8)
+    rq, rk = rope(seq_q, seq_k)  # the same q and k placed at every position
+    scores = rq[0, 0] @ rk[0, 0].T  # (32, 32): score of q at m with k at n
+    for offset in (0, 3, 11):
+        diag = torch.diagonal(scores, offset=-offset)  # all pairs with m - n = offset
+        torch.testing.assert_close(diag, diag[0].expand_as(diag), atol=1e-5, rtol=1e-5)
+    assert abs(scores[5, 5] - scores[9, 5]) > 1e-4  # different offsets, different scores
+    # and rotation preserves length (it is a rotation)
+    torch.testing.assert_close(rq.norm(dim=-1), seq_q.norm(dim=-1))
+    assert apply_rotary(seq_q, rope.cos[:32] * 0 + 1, rope.sin[:32] * 0).equal(seq_q)  # angle 0 = identity

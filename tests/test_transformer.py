@@ -1,0 +1,266 @@
+"""The Transformer LM: loss, [PAD], weight tying, norm/residual variants, training on real text
+through the shared loop, sampling, safetensors round trip, parameter budgets, FLOPs/MFU, settings."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from gensim.test.utils import datapath
+from matplotlib.figure import Figure
+from safetensors import safe_open
+
+from components.core.data import IGNORE_INDEX, PAD_ID, TokenBlocks
+from components.core.errors import ConfigError, PipelineInputError
+from components.core.models.transformer import (
+    SamplingSettings,
+    Transformer,
+    TransformerSettings,
+    count_params,
+    load_transformer,
+    peak_flops_for_name,
+    save_transformer,
+    size_for_budget,
+    train_transformer_lm,
+)
+from components.core.training import TrainSettings, train
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    """Character-level blocks of real English text (gensim's Lee news corpus), [PAD]=0, last block padded."""
+    text = open(datapath("lee_background.cor"), encoding="utf-8").read()[:120_000]
+    chars = sorted(set(text))
+    stoi = {c: i + 1 for i, c in enumerate(chars)}
+    ids = np.array([stoi[c] for c in text], dtype=np.uint16)
+
+    def blocks(a: np.ndarray, T: int = 32) -> TokenBlocks:
+        n = -(-(len(a) - 1) // T)  # ceil: the last block is padded
+        x = np.zeros(n * T, dtype=np.uint16)
+        y = np.full(n * T, IGNORE_INDEX, dtype=np.int32)
+        x[: len(a) - 1], y[: len(a) - 1] = a[:-1], a[1:]
+        return TokenBlocks(x.reshape(n, T), y.reshape(n, T))
+
+    split = int(len(ids) * 0.9)
+    decode = lambda ids_: "".join(chars[i - 1] if i > 0 else "" for i in ids_)  # noqa: E731
+    encode = lambda s: [stoi[c] for c in s]  # noqa: E731
+    return blocks(ids[:split]), blocks(ids[split:]), len(chars) + 1, decode, encode
+
+
+TINY = dict(n_layer=2, n_head=4, n_embd=48, block_size=32)
+
+
+def test_loss_is_cross_entropy_over_real_targets(corpus):
+    train_data, _, vocab, *_ = corpus
+    model = Transformer(TransformerSettings(**TINY), vocab)
+    x, y = train_data.batch(np.arange(train_data.n_blocks - 3, train_data.n_blocks))  # includes the padded block
+    assert (y == IGNORE_INDEX).any()
+    logits, loss = model(x, y)
+    assert logits.shape == (3, 32, vocab)
+    logp = F.log_softmax(logits, dim=-1)
+    keep = y != IGNORE_INDEX
+    manual = -logp[keep].gather(1, y[keep][:, None]).mean()
+    torch.testing.assert_close(loss, manual)
+    assert model(x)[1] is None
+
+
+def test_pad_row_stays_zero_and_pad_is_never_predicted(corpus, tmp_path):
+    train_data, val_data, vocab, *_ = corpus
+    model = Transformer(TransformerSettings(**TINY), vocab)
+    assert model.lm_head.weight is model.wte.weight  # tied
+    assert torch.all(model.wte.weight[PAD_ID] == 0)
+    train(model, train_data, val_data, TrainSettings(max_steps=15, batch_size=8, eval_interval=0, threads=1, lr=1e-2), tmp_path)
+    assert torch.all(model.wte.weight[PAD_ID] == 0)  # tied and trained, still zero
+    assert torch.all(model.wte.weight[1:].abs().sum(-1) > 0)
+    logits = model(train_data.batch(np.arange(2))[0])[0]
+    assert torch.all(torch.isneginf(logits[..., PAD_ID]))
+    out = model.generate(torch.tensor([[5]]), 60, temperature=2.0)  # hot sampling, still no [PAD]
+    assert (out != PAD_ID).all()
+
+
+def test_weight_tying_shares_one_matrix():
+    tied = Transformer(TransformerSettings(**TINY), 80)
+    untied = Transformer(TransformerSettings(**TINY, tie_weights=False), 80)
+    n_tied = sum(p.numel() for p in tied.parameters())
+    n_untied = sum(p.numel() for p in untied.parameters())
+    assert n_untied - n_tied == 80 * 48
+    assert untied.lm_head.weight is not untied.wte.weight
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.parametrize("residual", [True, False])
+def test_norm_and_residual_variants_learn(corpus, norm, residual):
+    train_data, *_ , vocab, _, _ = corpus
+    torch.manual_seed(0)
+    model = Transformer(TransformerSettings(**TINY, norm=norm, residual=residual, dropout=0.1), vocab)
+    assert isinstance(model.ln_f, torch.nn.LayerNorm) == (norm == "pre")
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    x, y = train_data.batch(np.arange(16))
+    losses = []
+    for _ in range(25):  # overfit one batch: every variant must be able to
+        loss = model(x, y)[1]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert all(math.isfinite(v) for v in losses)
+    assert losses[-1] < losses[0] - 0.5
+
+
+def test_trains_on_real_text_samples_and_reloads(corpus, tmp_path):
+    train_data, val_data, vocab, decode, encode = corpus
+    logged = []
+    result = train_transformer_lm(
+        TransformerSettings(**TINY, pos_encoding="rope"),
+        TrainSettings(max_steps=150, batch_size=16, eval_interval=75, eval_batches=10, threads=1, lr=3e-3, warmup_steps=10),
+        train_data, val_data, vocab, tmp_path,
+        sampling=SamplingSettings(num_samples=2, sample_tokens=40, sample_prompt="The "),
+        decode=decode, encode=encode, log_metrics=lambda m, step: logged.append((step, m)),
+    )
+    m = result.metrics
+    # uniform over the characters is ln(vocab) ≈ 4.4 nats; a unigram model ≈ 3.0: it learned more than that
+    assert m["val/loss"] < 2.75, m
+    assert m["tokens_per_s"] > 0 and m["params"] == sum(p.numel() for p in Transformer(result.config, vocab).parameters())
+    assert "mfu" not in m  # no GPU: no MFU
+    assert any("val/loss" in pt for _, pt in logged)
+    assert result.attention_backend["observed"] == "flash_cpu"
+    assert len(result.samples) == 2 and all(s.startswith("The ") and len(s) == 44 for s in result.samples)
+    assert result.samples_path.read_text(encoding="utf-8").startswith("The ")
+    assert isinstance(result.figures["loss_curve"], Figure) and isinstance(result.figures["attention_maps"], Figure)
+
+    # the checkpoint is safetensors with the config in its header, and rebuilds the same model
+    with safe_open(str(result.weights_path), framework="pt") as f:
+        meta = f.metadata()
+    assert meta["model_kind"] == "transformer"
+    assert json.loads(meta["model_config"])["pos_encoding"] == "rope"
+    model = load_transformer(result.weights_path)
+    x = val_data.batch(np.arange(4))[0]
+    assert model(x, val_data.batch(np.arange(4))[1])[1].item() == pytest.approx(
+        float(np.log(result.metrics["val/ppl"])), abs=1.0
+    )
+    again = load_transformer(result.weights_path.parent)  # the checkpoint folder works too
+    torch.testing.assert_close(again(x)[0], model(x)[0])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour of GPU settings")
+def test_gpu_settings_on_a_machine_without_cuda(corpus, tmp_path):
+    train_data, val_data, vocab, *_ = corpus
+    no_samples = SamplingSettings(num_samples=0)
+    with pytest.raises(ConfigError, match="device='cuda' but no CUDA GPU"):
+        train_transformer_lm(TransformerSettings(**TINY), TrainSettings(max_steps=1, device="cuda"),
+                             train_data, val_data, vocab, tmp_path / "a", sampling=no_samples)
+    res = train_transformer_lm(
+        TransformerSettings(**TINY, sdpa_backend="flash"), TrainSettings(max_steps=2, batch_size=4, threads=1, dtype="auto"),
+        train_data, val_data, vocab, tmp_path / "b", sampling=no_samples,
+    )
+    assert any("no CUDA GPU found, training on the CPU" in w for w in res.warnings)  # fell back, and says so
+    assert any("pinned on CUDA only" in w for w in res.warnings)
+    assert res.train_result.dtype == "float32" and res.samples == []
+
+
+def test_save_load_roundtrip_and_bad_files(tmp_path):
+    torch.manual_seed(0)
+    model = Transformer(TransformerSettings(**TINY, pos_encoding="sinusoidal", tie_weights=False, bias=True), 70)
+    path = save_transformer(model, tmp_path / "m.safetensors")
+    assert path.read_bytes()[8:9] == b"{"  # a JSON header, no pickle
+    loaded = load_transformer(path)
+    assert loaded.config == model.config
+    x = torch.randint(1, 70, (2, 20))
+    torch.testing.assert_close(loaded(x)[0], model(x)[0])
+    with pytest.raises(PipelineInputError, match="no such weights file"):
+        load_transformer(tmp_path / "missing.safetensors")
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
+    with pytest.raises(PipelineInputError, match="not a Transformer checkpoint"):
+        load_transformer(tmp_path / "other.safetensors")
+
+
+@pytest.mark.parametrize("budget", [300_000, 1_000_000, 3_000_000])
+def test_size_for_budget_approaches_the_budget(budget):
+    cfg = size_for_budget(TransformerSettings(n_layer=4, n_head=4), vocab_size=500, budget=budget)
+    assert cfg.n_embd % 4 == 0
+    n = count_params(cfg, 500)
+    assert abs(n - budget) / budget < 0.05, (cfg.n_embd, n)
+    model = Transformer(TransformerSettings(n_layer=4, n_head=4, param_budget=budget), 500)  # resolved on build
+    assert model.config.n_embd == cfg.n_embd
+    rope = size_for_budget(TransformerSettings(n_layer=4, n_head=4, pos_encoding="rope"), 500, budget)
+    assert (rope.n_embd // 4) % 2 == 0  # RoPE needs an even head size
+    with pytest.raises(ConfigError, match="param_budget=1000 is below the smallest"):
+        size_for_budget(TransformerSettings(), 500, 1000)
+    assert size_for_budget(TransformerSettings(), 500) == TransformerSettings()  # no budget: unchanged
+
+
+def test_generate_greedy_topk_and_long_contexts():
+    torch.manual_seed(0)
+    model = Transformer(TransformerSettings(**TINY, pos_encoding="learned"), 60).eval()
+    idx = torch.randint(1, 60, (2, 5))
+    out = model.generate(idx, 50)  # 55 > block_size 32: the context is cropped to the last 32 tokens
+    assert out.shape == (2, 55) and torch.equal(out[:, :5], idx)
+    greedy = model.generate(idx, 10, temperature=0)
+    torch.manual_seed(1)
+    top1 = model.generate(idx, 10, temperature=1.3, top_k=1)  # top-1 sampling is greedy
+    assert torch.equal(greedy, top1)
+    torch.manual_seed(2)
+    a = model.generate(idx, 10, top_k=5)
+    torch.manual_seed(2)
+    assert torch.equal(a, model.generate(idx, 10, top_k=5))
+
+
+def test_flops_mfu_and_gpt2_small_size():
+    model = Transformer(TransformerSettings(**TINY, pos_encoding="learned"), 60)
+    L, H, Q, T = 2, 4, 12, 32
+    assert model.flops_per_token() == 6 * model.num_params() + 12 * L * H * Q * T
+    assert model.num_params() == sum(p.numel() for p in model.parameters()) - 32 * 48  # minus the learned table
+    assert model.estimate_mfu(1e6, "cpu") is None
+    assert peak_flops_for_name("NVIDIA H200") == 989e12
+    assert peak_flops_for_name("NVIDIA H100 80GB HBM3") == 989e12
+    assert peak_flops_for_name("NVIDIA H100 PCIe") == 756e12
+    assert peak_flops_for_name("NVIDIA A100-SXM4-80GB") == 312e12
+    assert peak_flops_for_name("Some Future GPU") is None
+    gpt2 = TransformerSettings(n_layer=12, n_head=12, n_embd=768, block_size=1024)
+    assert 123e6 < count_params(gpt2, 50304) < 126e6  # "124M"
+
+
+def test_settings_are_flat_and_mix_into_dagster_config():
+    import dagster as dg
+
+    for cls in (TransformerSettings, SamplingSettings):
+        for name, f in cls.model_fields.items():
+            assert f.description, f"{cls.__name__}.{name} has no description"
+            assert not f.is_required(), f"{cls.__name__}.{name} has no default"
+
+    class TransformerConfig(dg.Config, TransformerSettings):
+        pass
+
+    cfg = TransformerConfig(n_layer=3, pos_encoding="rope")
+    assert cfg.n_layer == 3 and Transformer(TransformerSettings(**cfg.model_dump()), 30).config.pos_encoding == "rope"
+    with pytest.raises(ValueError, match="n_embd=130 must be divisible"):
+        TransformerConfig(n_embd=130)
+
+
+def test_throughput_benchmark_runs_ours_and_nanogpt_side_by_side(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "throughput.json"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/train_throughput.py", "--preset", "tiny", "--iters", "12", "--threads", "1",
+         "--text", datapath("lee_background.cor"), "--max-chars", "60000", "--set", "pos_encoding=learned", "--out", str(out)],
+        cwd=root, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    for key in ("tokens_per_s", "step_ms", "val_loss", "params", "device", "attention_backend", "mfu"):
+        assert key in res, key
+    assert res["device"] == "cpu" and res["mfu"] is None and res["attention_backend"] == "flash_cpu"
+    assert res["iters"] == 12 and res["corpus"]["chars"] == 60000
+    # same architecture and sizes: the reimplementation of nanoGPT has exactly our parameter count
+    assert res["ours"]["params"] == res["nanogpt"]["params"]
+    assert math.isfinite(res["nanogpt"]["val_loss"]) and res["ratio_tokens_per_s"] > 0
