@@ -104,7 +104,7 @@ def test_step_level_config_error_names_the_field(state_dir):
     cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
     cfg["ops"]["tokenizer"]["config"]["vocab_size"] = 100
     cfg["ops"] = {k: cfg["ops"][k] for k in ("corpus", "tokenizer")}
-    result = materialize(cfg, selection="corpus+")
+    result = materialize(cfg, selection=["corpus", "tokenizer"])
     errors = [e.event_specific_data.error.to_string() for e in result.all_events if e.is_step_failure]
     assert any("tokenizer.vocab_size=100 is too small" in e for e in errors), errors
     done = {e.event_specific_data.materialization.asset_key.to_user_string() for e in result.get_asset_materialization_events()}

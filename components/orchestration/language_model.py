@@ -81,7 +81,7 @@ def scratch_dir(asset: str, identity: dict[str, Any]) -> Path:
 
 
 def _history_summary(history: list[dict]) -> list[dict]:
-    keep = ("step", "elapsed_s", "train/loss", "val/loss", "val/ppl", "tokens_per_s", "lr", "grad_norm")
+    keep = ("step", "step_ms", "train/loss", "val/loss", "val/ppl", "tokens_per_s", "lr", "grad_norm")
     return [{k: h[k] for k in keep if k in h} for h in history]
 
 

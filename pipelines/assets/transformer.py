@@ -73,11 +73,14 @@ def transformer_ablations(
     return dg.Output(manifest, metadata=md)
 
 
-@dg.asset_check(asset=transformer_ablations, description="Without positional encoding the model is permutation-equivariant; with it, it is not.")
+@dg.asset_check(asset=transformer_ablations, description="Without positional encoding the model (bidirectional attention) is permutation-equivariant; with it, it is not.")
 def position_breaks_order_symmetry(transformer_ablations: dict) -> dg.AssetCheckResult:
     m = transformer_ablations["metrics"]
     no_pe, with_pe = m["permutation/no_pe_rel_err"], m["permutation/with_pe_rel_err"]
-    return dg.AssetCheckResult(passed=bool(no_pe < 1e-4 and with_pe > 1e-2), metadata={"no_pe_rel_err": no_pe, "with_pe_rel_err": with_pe})
+    # Without PE the outputs permute with the inputs up to float32 rounding (~1e-7); with PE the
+    # error must stand well clear of that noise (small models at init are only mildly position-aware).
+    passed = bool(no_pe < 1e-5 and with_pe > 100 * max(no_pe, 1e-7))
+    return dg.AssetCheckResult(passed=passed, metadata={"no_pe_rel_err": no_pe, "with_pe_rel_err": with_pe})
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, io_manager_key="manifest_io", automation_condition=dg.AutomationCondition.eager())
