@@ -1,9 +1,10 @@
 """Transformer stage studies: ablations of the architecture, and the comparison of RNN, LSTM and
 Transformer on the same labels."""
 
-from typing import Any
+from typing import Any, Optional
 
 import dagster as dg
+from pydantic import Field
 
 from components.core.ablations import AblationSettings, accounting_markdown, parameter_accounting, run_ablations
 from components.core.comparison import compare_models
@@ -20,18 +21,21 @@ GROUP = "transformer"
 class AblationStudyConfig(dg.Config, AblationSettings):
     """Which ablations, and how long each run trains."""
 
+    deep_n_layer: int = Field(6, ge=2, description="Depth of the with/without-residual pair (residuals matter in deep stacks).")
+
 
 class AblationModelConfig(TransformerModelConfig):
     n_layer: int = 2
     n_embd: int = 64
-    block_size: int = 128
+    block_size: int = 64
 
 
 class AblationTrainConfig(TrainConfig):
-    max_steps: int = 150
-    eval_interval: int = 50
-    lr: float = 2e-3
-    min_lr: float = 2e-4
+    max_steps: int = 300
+    block_size: Optional[int] = 64
+    eval_interval: int = 100
+    lr: float = 3e-3
+    min_lr: float = 3e-4
 
 
 class TransformerAblationsConfig(dg.Config):

@@ -1,0 +1,554 @@
+"""Evaluate word vectors: analogies, word similarity, neighbours, one-hot versus learned, a PCA plot.
+
+Every evaluator takes plain `(words, vectors)` with row i ↔ words[i], so it runs on our vectors and
+on gensim's (`kv.index_to_key, kv.vectors`) alike, and reproduces gensim's own numbers
+(`evaluate_word_analogies`, `evaluate_word_pairs`, `most_similar`) on the same vectors.
+
+Searches skip the special tokens and any zero row: [PAD] is the zero vector, which has no
+direction, so its cosine with anything is undefined. Matching is case-insensitive like gensim's
+(`case_insensitive=True`): words are compared upper-cased and, among case variants, the most
+frequent (earliest) row stands for the word.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..errors import ConfigError, PipelineInputError
+from .vocab import SPECIAL_TOKENS
+
+DEFAULT_PROBE_WORDS = [
+    "king", "queen", "man", "woman", "france", "paris", "germany", "berlin", "london", "war", "peace",
+    "army", "music", "art", "science", "physics", "mathematics", "water", "river", "city", "country",
+    "god", "church", "one", "two", "three", "january", "dog", "horse", "computer",
+]
+# anchor, a related word, an unrelated word: one-hot vectors cannot tell them apart, learned ones should
+DEFAULT_PROBE_TRIPLES = [
+    "cat dog tractor",
+    "dog horse computer",
+    "king queen river",
+    "france germany music",
+    "paris london physics",
+    "one two church",
+    "war army water",
+    "music art january",
+]
+
+
+def gensim_test_file(name: str) -> str:
+    """A file of gensim's test data (questions-words.txt, wordsim353.tsv, simlex999.txt)."""
+    from gensim.test.utils import datapath
+
+    return datapath(name)
+
+
+class EmbeddingEvalSettings(BaseModel):
+    """How the word vectors are evaluated."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    analogy_path: Optional[str] = Field(
+        None, description="Analogy questions (': section' headers, then 'a b c d' lines); None: gensim's questions-words.txt."
+    )
+    wordsim_path: Optional[str] = Field(None, description="WordSim353 pairs 'w1<TAB>w2<TAB>score'; None: gensim's wordsim353.tsv.")
+    simlex_path: Optional[str] = Field(None, description="SimLex-999 pairs 'w1<TAB>w2<TAB>score'; None: gensim's simlex999.txt.")
+    restrict_vocab: int = Field(30000, description="Analogies are searched among this many most frequent words (gensim's restrict_vocab).")
+    probe_words: list[str] = Field(default_factory=lambda: list(DEFAULT_PROBE_WORDS), description="Words whose nearest neighbours are listed and plotted (PCA).")
+    probe_triples: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_PROBE_TRIPLES),
+        description="'anchor related unrelated' word triples for the one-hot versus learned comparison.",
+    )
+    topn: int = Field(5, description="Neighbours listed per probe word and answers listed for king - man + woman.")
+    min_analogy_questions: int = Field(
+        100, description="Fewer answerable analogy questions than this: report coverage only, no accuracy."
+    )
+    min_similarity_pairs: int = Field(
+        20, description="Fewer in-vocabulary word pairs than this: report the OOV share only, no Spearman."
+    )
+
+    @field_validator("restrict_vocab", "topn", "min_analogy_questions", "min_similarity_pairs")
+    @classmethod
+    def _at_least_one(cls, v: int, info) -> int:
+        if v < 1:
+            raise ValueError(f"{info.field_name} must be >= 1, got {v}")
+        return v
+
+    @field_validator("probe_triples")
+    @classmethod
+    def _triples(cls, v: list[str]) -> list[str]:
+        for t in v:
+            if len(t.split()) != 3:
+                raise ValueError(f"probe_triples entries must be 'anchor related unrelated', got {t!r}")
+        return v
+
+
+# --- the searchable index -----------------------------------------------------------------------
+
+
+class WordIndex:
+    """Unit-length rows of the searchable words, in vocabulary (frequency) order.
+
+    `restrict_vocab` keeps the first that many searchable rows, like gensim's argument of the same
+    name (gensim's vectors carry no special tokens, so the two agree row for row).
+    """
+
+    def __init__(self, words: Sequence[str], vectors: np.ndarray, restrict_vocab: Optional[int] = None):
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[0] != len(words):
+            raise ValueError(f"vectors {vectors.shape} must be 2-D with one row per word ({len(words)} words)")
+        norms = np.linalg.norm(vectors, axis=1)
+        special = np.fromiter((w in SPECIAL_TOKENS for w in words), dtype=bool, count=len(words))
+        rows = np.flatnonzero(~special & (norms > 0))
+        if restrict_vocab is not None:
+            rows = rows[:restrict_vocab]
+        self.rows = rows  # (R,) row numbers in the original matrix
+        self.words = [words[i] for i in rows]
+        self.unit = vectors[rows] / norms[rows, None]  # (R, D)
+        self.key = [w.upper() for w in self.words]
+        # upper-cased word -> first (most frequent) position; all positions for excluding inputs
+        self.pos: dict[str, int] = {}
+        self.variants: dict[str, list[int]] = {}
+        for p, k in enumerate(self.key):
+            self.pos.setdefault(k, p)
+            self.variants.setdefault(k, []).append(p)
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def __contains__(self, word: str) -> bool:
+        return word.upper() in self.pos
+
+    def vector(self, word: str) -> np.ndarray:
+        return self.unit[self.pos[word.upper()]]
+
+    def most_similar(self, positive: Sequence[str], negative: Sequence[str] = (), topn: int = 5) -> list[tuple[str, float]]:
+        """gensim's `most_similar`: cosine to the normalised mean of the unit input vectors, inputs excluded."""
+        q = sum(self.vector(w) for w in positive) - sum((self.vector(w) for w in negative), np.zeros_like(self.unit[0]))
+        q = q / np.linalg.norm(q)
+        scores = self.unit @ q  # (R,)
+        for w in list(positive) + list(negative):
+            scores[self.variants[w.upper()]] = -np.inf
+        best = np.argsort(-scores)[:topn]
+        return [(self.words[p], float(scores[p])) for p in best if np.isfinite(scores[p])]
+
+
+# --- analogies ----------------------------------------------------------------------------------
+
+
+@dataclass
+class AnalogyResult:
+    correct: int
+    answered: int  # questions whose four words are all among the `restrict_vocab` searchable words
+    total: int  # well-formed questions in the file
+    sections: list[dict]  # {"section", "correct", "answered", "total", "accuracy"}
+    min_questions: int
+    invalid_lines: int = 0
+
+    @property
+    def coverage(self) -> float:
+        return self.answered / self.total if self.total else 0.0
+
+    @property
+    def reliable(self) -> bool:
+        return self.answered >= self.min_questions
+
+    @property
+    def accuracy(self) -> float:
+        """correct / answered; NaN when too few questions are answerable to mean anything."""
+        return self.correct / self.answered if self.reliable and self.answered else math.nan
+
+
+def _read_lines(path: str | Path, what: str) -> list[str]:
+    path = Path(path)
+    if not path.is_file():
+        raise PipelineInputError(f"{what} file not found: {path} (point the {what} path setting at an existing file)")
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise PipelineInputError(f"{path}: the {what} file is not UTF-8 text (byte offset {e.start})") from e
+
+
+def read_analogies(path: str | Path) -> tuple[list[tuple[str, list[tuple[str, str, str, str]]]], int]:
+    """Sections of (a, b, c, d) questions and the number of malformed lines skipped (as gensim skips them)."""
+    sections: list[tuple[str, list]] = []
+    invalid = 0
+    for lineno, line in enumerate(_read_lines(path, "analogy"), start=1):
+        if line.startswith(": "):
+            sections.append((line[2:].strip(), []))
+            continue
+        parts = line.split()
+        if not parts:
+            continue
+        if not sections:
+            raise PipelineInputError(
+                f"{path}:{lineno}: question before any ': section' header; an analogy file starts with a line like ': capital-common-countries'"
+            )
+        if len(parts) != 4:
+            invalid += 1
+            continue
+        sections[-1][1].append(tuple(parts))
+    n = sum(len(q) for _, q in sections)
+    if n == 0:
+        raise PipelineInputError(f"{path}: no analogy questions found (expected ': section' headers and 'a b c d' lines)")
+    return sections, invalid
+
+
+def evaluate_analogies(
+    words: Sequence[str],
+    vectors: np.ndarray,
+    path: str | Path,
+    restrict_vocab: int = 30000,
+    min_questions: int = 1,
+    batch: int = 512,
+) -> AnalogyResult:
+    """3CosAdd (b - a + c) over the `restrict_vocab` most frequent words, as gensim's `evaluate_word_analogies`.
+
+    Questions with a word outside those words are skipped and lower the coverage instead.
+    """
+    index = WordIndex(words, vectors, restrict_vocab)
+    sections, invalid = read_analogies(path)
+    result_sections = []
+    correct_total = answered_total = total = 0
+    for name, questions in sections:
+        keys = [tuple(w.upper() for w in q) for q in questions]
+        ok = [k for k in keys if all(w in index.pos for w in k)]
+        correct = 0
+        for start in range(0, len(ok), batch):
+            chunk = ok[start : start + batch]
+            a, b, c, d = (np.array([index.pos[k[j]] for k in chunk]) for j in range(4))
+            q = index.unit[b] - index.unit[a] + index.unit[c]  # (Q, D); the norm does not change the ranking
+            scores = q @ index.unit.T  # (Q, R)
+            for i, k in enumerate(chunk):  # the question words themselves (and their case variants) are no answers
+                scores[i, [p for w in k[:3] for p in index.variants[w]]] = -np.inf
+            predicted = scores.argmax(axis=1)
+            correct += int(sum(index.key[p] == k[3] for p, k in zip(predicted, chunk)))
+        result_sections.append(
+            {
+                "section": name,
+                "correct": correct,
+                "answered": len(ok),
+                "total": len(questions),
+                "accuracy": correct / len(ok) if ok else math.nan,
+            }
+        )
+        correct_total += correct
+        answered_total += len(ok)
+        total += len(questions)
+    return AnalogyResult(correct_total, answered_total, total, result_sections, min_questions, invalid)
+
+
+# --- word similarity ----------------------------------------------------------------------------
+
+
+@dataclass
+class SimilarityResult:
+    spearman_raw: float
+    pearson_raw: float
+    pairs: int  # pairs with both words in the vocabulary
+    oov_pairs: int
+    min_pairs: int
+    invalid_lines: int = 0
+    name: str = ""
+
+    @property
+    def oov_ratio(self) -> float:
+        """Share of pairs with an unknown word (gensim returns the same share as a percentage)."""
+        n = self.pairs + self.oov_pairs
+        return self.oov_pairs / n if n else 1.0
+
+    @property
+    def reliable(self) -> bool:
+        return self.pairs >= self.min_pairs
+
+    @property
+    def spearman(self) -> float:
+        return self.spearman_raw if self.reliable else math.nan
+
+    @property
+    def pearson(self) -> float:
+        return self.pearson_raw if self.reliable else math.nan
+
+
+def read_word_pairs(path: str | Path, delimiter: str = "\t") -> tuple[list[tuple[str, str, float]], int]:
+    """(word1, word2, human score) triples; '#' lines are comments; malformed lines are counted and skipped."""
+    pairs, invalid = [], 0
+    for line in _read_lines(path, "word-similarity"):
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(delimiter)
+        try:
+            a, b, s = parts
+            pairs.append((a, b, float(s)))
+        except ValueError:
+            invalid += 1
+    if not pairs:
+        raise PipelineInputError(f"{path}: no 'word1{delimiter!r}word2{delimiter!r}score' lines found; is this a word-similarity file?")
+    return pairs, invalid
+
+
+def evaluate_word_pairs(
+    words: Sequence[str],
+    vectors: np.ndarray,
+    path: str | Path,
+    restrict_vocab: int = 300000,
+    min_pairs: int = 1,
+) -> SimilarityResult:
+    """Spearman (and Pearson) correlation of cosine similarity with human scores, as gensim's `evaluate_word_pairs`."""
+    from scipy import stats
+
+    index = WordIndex(words, vectors, restrict_vocab)
+    pairs, invalid = read_word_pairs(path)
+    gold, model = [], []
+    for a, b, s in pairs:
+        if a in index and b in index:
+            gold.append(s)
+            model.append(float(index.vector(a) @ index.vector(b)))
+    oov = len(pairs) - len(gold)
+    if len(gold) >= 2 and np.ptp(model) > 0:
+        spearman = float(stats.spearmanr(gold, model)[0])
+        pearson = float(stats.pearsonr(gold, model)[0])
+    else:
+        spearman = pearson = math.nan
+    return SimilarityResult(spearman, pearson, len(gold), oov, min_pairs, invalid, Path(path).name)
+
+
+# --- neighbours, one-hot versus learned, PCA ----------------------------------------------------
+
+
+def nearest_neighbours(index: WordIndex, probe_words: Sequence[str], topn: int = 5) -> dict[str, list[tuple[str, float]]]:
+    """Top-n cosine neighbours of each in-vocabulary probe word (the word itself excluded)."""
+    return {w: index.most_similar([w], topn=topn) for w in probe_words if w in index}
+
+
+def onehot_versus_learned(
+    words: Sequence[str], vectors: np.ndarray, index: WordIndex, probe_triples: Sequence[str]
+) -> dict:
+    """Bytes of one-hot (dense, sparse CSR) and dense embedding matrices for this vocabulary, and the
+    cosines of probe pairs under each: one-hot gives 0 for every distinct pair, learned vectors do not."""
+    import scipy.sparse as sp
+
+    V = len(words)
+    onehot = sp.identity(V, dtype=np.float32, format="csr")  # row i is the one-hot vector of word i
+    sparse_bytes = onehot.data.nbytes + onehot.indices.nbytes + onehot.indptr.nbytes
+    # Every distinct pair: the Gram matrix of unit one-hot rows has no off-diagonal non-zero.
+    gram = (onehot @ onehot.T).tocoo()
+    offdiag = gram.data[gram.row != gram.col]
+    max_offdiag = float(np.abs(offdiag).max()) if offdiag.size else 0.0
+    row = {w: i for i, w in enumerate(words)}
+
+    def onehot_cos(a: str, b: str) -> float:
+        x, y = onehot[row[a]], onehot[row[b]]
+        return float((x @ y.T).toarray()[0, 0] / (sp.linalg.norm(x) * sp.linalg.norm(y)))
+
+    triples = []
+    for t in probe_triples:
+        anchor, related, unrelated = t.split()
+        missing = [w for w in (anchor, related, unrelated) if w not in index or w not in row]
+        if missing:
+            triples.append({"triple": t, "missing": missing})
+            continue
+        triples.append(
+            {
+                "triple": t,
+                "anchor": anchor,
+                "related": related,
+                "unrelated": unrelated,
+                "onehot_related": onehot_cos(anchor, related),
+                "onehot_unrelated": onehot_cos(anchor, unrelated),
+                "learned_related": float(index.vector(anchor) @ index.vector(related)),
+                "learned_unrelated": float(index.vector(anchor) @ index.vector(unrelated)),
+            }
+        )
+    scored = [t for t in triples if "missing" not in t]
+    return {
+        "vocab_size": V,
+        "dim": int(vectors.shape[1]),
+        "onehot_dense_bytes": V * V * 4,  # float32, as the embedding; never allocated
+        "onehot_sparse_bytes": int(sparse_bytes),
+        "embedding_dense_bytes": V * int(vectors.shape[1]) * 4,
+        "onehot_max_offdiag_cosine": max_offdiag,
+        "triples": triples,
+        "related_higher": sum(t["learned_related"] > t["learned_unrelated"] for t in scored),
+        "triples_scored": len(scored),
+    }
+
+
+def pca_figure(index: WordIndex, probe_words: Sequence[str], title: str = "PCA of probe word vectors"):
+    """2-D PCA (SVD of the centred unit vectors) of the in-vocabulary probe words, as a matplotlib Figure."""
+    from matplotlib.figure import Figure
+
+    present = [w for w in dict.fromkeys(probe_words) if w in index]
+    fig = Figure(figsize=(7, 6), tight_layout=True)
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    if len(present) < 3:
+        ax.text(0.5, 0.5, f"only {len(present)} probe words in the vocabulary", ha="center", va="center")
+        return fig
+    X = np.stack([index.vector(w) for w in present])  # (P, D)
+    X = X - X.mean(axis=0)
+    U, S, _ = np.linalg.svd(X, full_matrices=False)
+    xy = U[:, :2] * S[:2]  # (P, 2)
+    explained = (S[:2] ** 2).sum() / (S**2).sum()
+    ax.scatter(xy[:, 0], xy[:, 1], s=12)
+    for w, (x, y) in zip(present, xy):
+        ax.annotate(w, (x, y), fontsize=8, xytext=(2, 2), textcoords="offset points")
+    ax.set_xlabel("PC1")
+    ax.set_ylabel("PC2")
+    ax.set_title(f"{title} ({explained:.0%} of variance)")
+    return fig
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def _fmt(x: float, pct: bool = False) -> str:
+    if isinstance(x, float) and math.isnan(x):
+        return "n/a"
+    return f"{100 * x:.1f}%" if pct else f"{x:.4f}"
+
+
+@dataclass
+class EmbeddingReport:
+    analogy: AnalogyResult
+    wordsim: SimilarityResult
+    simlex: SimilarityResult
+    neighbours: dict[str, list[tuple[str, float]]]
+    king_man_woman: list[tuple[str, float]]  # empty when a word is missing
+    onehot: dict
+    figure: object  # matplotlib.figure.Figure
+    notes: list[str] = field(default_factory=list)
+
+    def metrics(self) -> dict[str, float]:
+        """Headline numbers under stable names. An accuracy or correlation computed on too few
+        questions/pairs is left out (its coverage / OOV share is still reported)."""
+        m = {
+            "analogy/coverage": self.analogy.coverage,
+            "analogy/answered": float(self.analogy.answered),
+            "wordsim353/oov": self.wordsim.oov_ratio,
+            "simlex999/oov": self.simlex.oov_ratio,
+            "onehot/dense_bytes": float(self.onehot["onehot_dense_bytes"]),
+            "onehot/sparse_bytes": float(self.onehot["onehot_sparse_bytes"]),
+            "embedding/dense_bytes": float(self.onehot["embedding_dense_bytes"]),
+            "onehot/max_offdiag_cosine": self.onehot["onehot_max_offdiag_cosine"],
+        }
+        if self.analogy.reliable:
+            m["analogy/accuracy"] = self.analogy.accuracy
+        for name, r in (("wordsim353", self.wordsim), ("simlex999", self.simlex)):
+            if r.reliable and not math.isnan(r.spearman):
+                m[f"{name}/spearman"] = r.spearman
+        if self.onehot["triples_scored"]:
+            m["probe/related_higher_share"] = self.onehot["related_higher"] / self.onehot["triples_scored"]
+        return m
+
+    def tables(self) -> dict[str, str]:
+        """Markdown tables: analogy sections, neighbours, king - man + woman, one-hot versus learned."""
+        a = self.analogy
+        rows = ["| section | accuracy | correct | answered | questions |", "|---|---:|---:|---:|---:|"]
+        for s in a.sections:
+            rows.append(f"| {s['section']} | {_fmt(s['accuracy'], True)} | {s['correct']} | {s['answered']} | {s['total']} |")
+        rows.append(f"| **total** | {_fmt(a.accuracy, True)} | {a.correct} | {a.answered} | {a.total} |")
+        analogy = "\n".join(rows)
+
+        rows = ["| word | neighbours (cosine) |", "|---|---|"]
+        for w, nb in self.neighbours.items():
+            rows.append(f"| {w} | " + ", ".join(f"{n} ({s:.2f})" for n, s in nb) + " |")
+        neighbours = "\n".join(rows)
+
+        rows = ["| rank | word | cosine |", "|---:|---|---:|"]
+        rows += [f"| {i} | {w} | {s:.4f} |" for i, (w, s) in enumerate(self.king_man_woman, start=1)]
+        if not self.king_man_woman:
+            rows.append("| - | king, man or woman is not in the vocabulary | - |")
+        king = "\n".join(rows)
+
+        o = self.onehot
+        mb = 1 / 2**20
+        rows = [
+            f"Vocabulary {o['vocab_size']} words, {o['dim']} dimensions. One-hot dense {o['onehot_dense_bytes'] * mb:.1f} MiB, "
+            f"one-hot sparse (CSR) {o['onehot_sparse_bytes'] * mb:.2f} MiB, learned dense {o['embedding_dense_bytes'] * mb:.2f} MiB. "
+            f"Largest cosine between distinct one-hot vectors: {o['onehot_max_offdiag_cosine']:.1f}.",
+            "",
+            "| anchor | related | unrelated | one-hot cos (related) | one-hot cos (unrelated) | learned cos (related) | learned cos (unrelated) |",
+            "|---|---|---|---:|---:|---:|---:|",
+        ]
+        for t in o["triples"]:
+            if "missing" in t:
+                rows.append(f"| {' | '.join(t['triple'].split())} | - | - | not in vocabulary: {', '.join(t['missing'])} | - |")
+            else:
+                rows.append(
+                    f"| {t['anchor']} | {t['related']} | {t['unrelated']} | {t['onehot_related']:.1f} | {t['onehot_unrelated']:.1f} "
+                    f"| {t['learned_related']:.3f} | {t['learned_unrelated']:.3f} |"
+                )
+        onehot = "\n".join(rows)
+        return {"analogy_sections": analogy, "neighbours": neighbours, "king_man_woman": king, "onehot_vs_learned": onehot}
+
+
+def evaluate_embeddings(
+    words: Sequence[str],
+    vectors: np.ndarray,
+    probe_words: Sequence[str] = tuple(DEFAULT_PROBE_WORDS),
+    analogy_path: Optional[str | Path] = None,
+    wordsim_path: Optional[str | Path] = None,
+    simlex_path: Optional[str | Path] = None,
+    *,
+    probe_triples: Sequence[str] = tuple(DEFAULT_PROBE_TRIPLES),
+    restrict_vocab: int = 30000,
+    topn: int = 5,
+    min_analogy_questions: int = 100,
+    min_similarity_pairs: int = 20,
+) -> EmbeddingReport:
+    """All evaluations of one set of word vectors (row i ↔ words[i]); paths default to gensim's test data."""
+    words = list(words)
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if vectors.ndim != 2 or len(words) != vectors.shape[0]:
+        raise ConfigError(f"vectors of shape {vectors.shape} do not match {len(words)} words")
+    index = WordIndex(words, vectors)
+    if len(index) < 2:
+        raise PipelineInputError(f"only {len(index)} non-zero word vectors to evaluate; was the embedding trained?")
+    analogy = evaluate_analogies(
+        words, vectors, analogy_path or gensim_test_file("questions-words.txt"), restrict_vocab, min_analogy_questions
+    )
+    wordsim = evaluate_word_pairs(words, vectors, wordsim_path or gensim_test_file("wordsim353.tsv"), min_pairs=min_similarity_pairs)
+    simlex = evaluate_word_pairs(words, vectors, simlex_path or gensim_test_file("simlex999.txt"), min_pairs=min_similarity_pairs)
+    notes = []
+    if not analogy.reliable:
+        notes.append(
+            f"analogy: only {analogy.answered} of {analogy.total} questions answerable (coverage {analogy.coverage:.1%}, "
+            f"need {min_analogy_questions}); accuracy not reported"
+        )
+    for r in (wordsim, simlex):
+        if not r.reliable:
+            notes.append(f"{r.name}: only {r.pairs} pairs in vocabulary (OOV {r.oov_ratio:.1%}, need {min_similarity_pairs}); Spearman not reported")
+    king = index.most_similar(["king", "woman"], ["man"], topn=topn) if all(w in index for w in ("king", "man", "woman")) else []
+    return EmbeddingReport(
+        analogy=analogy,
+        wordsim=wordsim,
+        simlex=simlex,
+        neighbours=nearest_neighbours(index, probe_words, topn),
+        king_man_woman=king,
+        onehot=onehot_versus_learned(words, vectors, index, probe_triples),
+        figure=pca_figure(index, probe_words),
+        notes=notes,
+    )
+
+
+def evaluate_with_settings(words: Sequence[str], vectors: np.ndarray, settings: EmbeddingEvalSettings) -> EmbeddingReport:
+    """`evaluate_embeddings` driven by an `EmbeddingEvalSettings` (what the Dagster asset calls)."""
+    return evaluate_embeddings(
+        words,
+        vectors,
+        settings.probe_words,
+        settings.analogy_path,
+        settings.wordsim_path,
+        settings.simlex_path,
+        probe_triples=settings.probe_triples,
+        restrict_vocab=settings.restrict_vocab,
+        topn=settings.topn,
+        min_analogy_questions=settings.min_analogy_questions,
+        min_similarity_pairs=settings.min_similarity_pairs,
+    )
