@@ -53,9 +53,11 @@ automation = dg.AutomationConditionSensorDefinition(
 )
 
 # Component instances declared in YAML: pipelines/defs/<name>/defs.yaml (the language models).
-component_defs = dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
+def component_defs() -> dg.Definitions:
+    return dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
 
-defs = dg.Definitions.merge(component_defs, dg.Definitions(
+
+defs = dg.Definitions.merge(component_defs(), dg.Definitions(
     assets=all_assets,
     asset_checks=all_checks,
     jobs=jobs,
