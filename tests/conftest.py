@@ -25,3 +25,14 @@ def wiki_docs():
 @pytest.fixture(scope="session")
 def wiki_texts(wiki_docs):
     return [d["text"] for d in wiki_docs]
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread: on two cores shared with other work it is both faster and steadier."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

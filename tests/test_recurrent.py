@@ -26,12 +26,7 @@ from components.core.tokenizer import TokenizerSettings, train_tokenizer
 from components.core.training import TrainSettings, count_parameters, seed_everything, train
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_explicit_lstm_equals_nn_lstm_forward_and_gradients():

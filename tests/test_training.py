@@ -34,13 +34,7 @@ V = 512
 TOK_HASH = "a" * 64
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Two cores shared with other work: one intra-op thread is both faster and steadier here.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
