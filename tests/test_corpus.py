@@ -1,9 +1,8 @@
-import bz2
 import json
 
 import pytest
 
-from components.core.corpus import CorpusSettings, build_corpus, default_wiki_dump, iter_wiki_articles, load_corpus, split_documents
+from components.core.corpus import CorpusSettings, build_corpus, default_wiki_dump, load_corpus, split_documents
 from components.core.errors import PipelineInputError
 
 

@@ -35,7 +35,7 @@ def test_build_labels_on_real_text(tmp_path, wiki_texts):
     tok = train_tokenizer(wiki_texts[:30], TokenizerSettings(vocab_size=600))
     tok.save(str(tmp_path / "tokenizer.json"))
     texts = {"train": wiki_texts[:30], "validation": wiki_texts[30:34]}
-    result = build_labels(texts, tmp_path / "tokenizer.json", LabelSettings(block_size=64), tmp_path / "labels")
+    build_labels(texts, tmp_path / "tokenizer.json", LabelSettings(block_size=64), tmp_path / "labels")
     train, val, meta = load_labels(tmp_path / "labels")
     assert meta["vocab_size"] == 600 and meta["block_size"] == 64 and len(meta["tokenizer_sha256"]) == 64
     assert train.block_size == 64 and val.n_targets == meta["validation_tokens"] - 1

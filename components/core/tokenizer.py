@@ -12,7 +12,7 @@ from typing import Any, Iterable, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from .errors import ConfigError, PipelineInputError
+from .errors import PipelineInputError
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]
 PAD, UNK, BOS, EOS = range(4)

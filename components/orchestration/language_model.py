@@ -11,7 +11,7 @@ shared metric names to MLflow and writes `.safetensors` weights into its run-sco
 
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal
 
 import dagster as dg
 from pydantic import Field, create_model
@@ -23,7 +23,7 @@ from components.core.models.recurrent import size_for_budget as recurrent_size_f
 from components.core.models.transformer import SamplingSettings, TransformerSettings, train_transformer_lm
 from components.core.models.transformer import size_for_budget as transformer_size_for_budget
 from components.core.tokenizer import load_tokenizer
-from components.core.training import TrainSettings, count_parameters, seed_everything, train
+from components.core.training import TrainSettings, seed_everything, train
 
 from .stage import Stage, stage
 from .state import state_root

@@ -15,7 +15,7 @@ import math
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 import dagster as dg
 
@@ -206,7 +206,3 @@ def figure_markdown(fig: Any, dpi: int = 60) -> dg.MetadataValue:
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     data = base64.b64encode(buf.getvalue()).decode()
     return dg.MetadataValue.md(f"![figure](data:image/png;base64,{data})")
-
-
-def optional(value: Optional[Any]) -> Any:
-    return value if value is not None else "n/a"
