@@ -108,9 +108,7 @@ def train_recurrent(s: Stage, config: Any, labels: dict, tokenizer: dict, scratc
         model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
         step_callback=lstm_gate_callback if explicit else None,
     )
-    from components.core.models.transformer import plot_loss_curve
-
-    metadata = {"loss_curve": s.figure(plot_loss_curve(result.history, f"{model_cfg.cell.upper()} LM"), "loss_curve")}
+    metadata = {name: s.figure(fig, name) for name, fig in result.figures.items()}  # the loop's loss curve
     if result.warnings:
         metadata["warnings"] = dg.MetadataValue.md("\n".join(f"- {w}" for w in result.warnings))
     gates = [h for h in result.history if "lstm/gate_forget" in h]

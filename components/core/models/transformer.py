@@ -498,7 +498,7 @@ def train_transformer_lm(
     write_json(out_dir / "samples.json", {"settings": sampling.model_dump(), "samples": samples})
     write_json(out_dir / "attention_backend.json", backend)
 
-    figures = {"loss_curve": plot_loss_curve(result.history, "Transformer LM")}
+    figures = dict(result.figures)  # the loop's loss curve
     x_vis = torch.from_numpy(val_data.x[:1, : min(32, T)].astype(np.int64)).to(device)  # (1, t)
     figures["attention_maps"] = plot_attention_maps(model, x_vis, decode=decode)
     return TransformerLMResult(
@@ -558,18 +558,6 @@ def sample_texts(
 
 # --------------------------------------------------------------------------------------------------
 # Figures (matplotlib Figure objects, no pyplot state)
-
-
-def plot_loss_curve(history: list[dict], title: str) -> Figure:
-    fig = Figure(figsize=(6, 4), layout="constrained")
-    ax = fig.add_subplot()
-    for key in ("train/loss", "val/loss"):
-        pts = [(h["step"], h[key]) for h in history if key in h]
-        if pts:
-            ax.plot(*zip(*pts), marker="." if key == "val/loss" else None, label=key)
-    ax.set(xlabel="step", ylabel="cross-entropy (nats/token)", title=title)
-    ax.legend()
-    return fig
 
 
 @torch.no_grad()
