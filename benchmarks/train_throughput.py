@@ -45,9 +45,10 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.core.data import IGNORE_INDEX, TokenBlocks  # noqa: E402
+from components.core.device import estimate_mfu, resolve_device, resolve_dtype  # noqa: E402
 from components.core.models.attention import detect_sdpa_backend  # noqa: E402
-from components.core.models.transformer import Transformer, TransformerSettings, peak_flops  # noqa: E402
-from components.core.training import TrainSettings, evaluate, lr_at, resolve_device, resolve_dtype, train  # noqa: E402
+from components.core.models.transformer import Transformer, TransformerSettings  # noqa: E402
+from components.core.training import TrainSettings, evaluate, lr_at, train  # noqa: E402
 
 TINY_SHAKESPEARE_CHARS = 1_115_394
 
@@ -453,7 +454,7 @@ def main(argv: list[str] | None = None) -> dict:
             "attention": cfg.attention,
             "pos_encoding": cfg.pos_encoding,
             "attention_backend": backend["observed"] if cfg.attention == "fused" else "reference",
-            "mfu": model.estimate_mfu(tokens_per_s, device, T),
+            "mfu": estimate_mfu(model.flops_per_token(T), tokens_per_s, device),
             "flops_per_token": model.flops_per_token(T),
         }
         print(f"ours: {json.dumps(out['ours'])}", file=sys.stderr)
@@ -461,12 +462,11 @@ def main(argv: list[str] | None = None) -> dict:
     if nano is not None:
         stats = nano.stats()
         stats["val_loss"] = evaluate(nano.model, val, batch_size=64, max_batches=None, device=device, dtype=dtype)
-        peak = peak_flops(device)
         stats.update({
             "device": str(device),
             "compile": args.compile_nanogpt,
             "attention_backend": detect_sdpa_backend(device, dtype, (ts.batch_size, model_cfg["n_head"], T, model_cfg["n_embd"] // model_cfg["n_head"]))["observed"],
-            "mfu": None if peak is None else stats["flops_per_token"] * stats["tokens_per_s"] / peak,
+            "mfu": estimate_mfu(stats["flops_per_token"], stats["tokens_per_s"], device),
         })
         out["nanogpt"] = stats
         print(f"nanogpt: {json.dumps(stats)}", file=sys.stderr)

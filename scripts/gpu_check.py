@@ -15,20 +15,21 @@ every section, so a timeout still leaves the finished ones):
               against the GPU's dense bf16 peak (goal: MFU ≥ 45%; nanoGPT reports 37% on an A100),
               plus the aten ops and CUDA kernels observed in one step of the model.
 4. sweep      causal attention alone, reference (explicit QKᵀ·softmax·V) vs fused (SDPA, flash
-              pinned), forward+backward, N doubling until out of memory (or the time cap):
-              milliseconds and peak memory (torch.cuda.max_memory_allocated).
+              pinned), forward+backward, N doubling until out of memory (or a point over the time
+              cap): milliseconds and peak memory, through the study's one sweep function
+              (components.core.studies.attention_cost; on CUDA torch.cuda.max_memory_allocated).
 5. bnb        bitsandbytes Linear8bitLt (INT8) and Linear4bit (NF4) forward vs the fp16 layer:
               relative error, weight bytes, allocated bytes, time.
 
---dry-run runs the same functions on the CPU at tiny sizes (float32, no compile, no peak memory),
-so the test suite exercises this script; CUDA-only measurements are recorded as skipped with a reason.
+--dry-run runs the same functions on the CPU at tiny sizes (float32, no compile; peak memory from
+torch's CPU allocator records), so the test suite exercises this script; CUDA-only measurements are
+recorded as skipped with a reason.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import statistics
@@ -44,11 +45,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.core.data import TokenBlocks  # noqa: E402
-from components.core.models.attention import (  # noqa: E402
-    SDPA_OPS, detect_sdpa_backend, fused_attention, reference_attention,
-)
-from components.core.models.transformer import Transformer, TransformerSettings, peak_flops  # noqa: E402
-from components.core.training import TrainSettings, autocast_context, train  # noqa: E402
+from components.core.device import autocast_context, estimate_mfu, peak_flops, synchronize  # noqa: E402
+from components.core.models import count_parameters  # noqa: E402
+from components.core.models.attention import SDPA_OPS, detect_sdpa_backend  # noqa: E402
+from components.core.models.transformer import Transformer, TransformerSettings  # noqa: E402
+from components.core.studies.attention_cost import attention_sweep, doubling, memory_accounting, ratio_by_n  # noqa: E402
+from components.core.training import TrainSettings, train  # noqa: E402
 
 MFU_GOAL = 0.45
 
@@ -92,11 +94,6 @@ def section(summary: dict, name: str, out: Path | None, fn, *args) -> None:
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(summary, indent=2, default=str) + "\n")
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -159,7 +156,7 @@ def observed_kernels(model: Transformer, x: torch.Tensor, y: torch.Tensor, devic
         with autocast_context(device, dtype):
             _, loss = model(x, y)
         loss.backward()
-        sync(device)
+        synchronize(device)
     keys = {e.key for e in prof.key_averages()}
     model.zero_grad(set_to_none=True)
     return {
@@ -189,13 +186,13 @@ def train_check(cfg: dict, device: torch.device, dtype: torch.dtype) -> dict:
     # Steady state: the per-interval rates after the first interval (which holds compilation/warm-up).
     rates = [h["tokens_per_s"] for h in res.history if "tokens_per_s" in h][1:]
     steady = statistics.median(rates) if rates else res.tokens_per_s
-    peak = peak_flops(device)
     flops_tok = model.flops_per_token(T)
+    mfu, mfu_mean = estimate_mfu(flops_tok, steady, device), estimate_mfu(flops_tok, res.tokens_per_s, device)
     xb, yb = data.batch(np.arange(min(B, 4)), device)
     kernels = observed_kernels(model, xb, yb, device, dtype)
     return {
         "params": res.params,
-        "params_non_embedding": model.num_params(),
+        "params_non_embedding": count_parameters(model, non_embedding=True),
         "config": settings.model_dump(),
         "vocab_size": cfg["vocab_size"],
         "batch_size": B,
@@ -211,10 +208,10 @@ def train_check(cfg: dict, device: torch.device, dtype: torch.dtype) -> dict:
         "step_ms": 1000 * B * T / steady,
         "flops_per_token": flops_tok,
         "achieved_tflops": flops_tok * steady / 1e12,
-        "mfu": None if peak is None else flops_tok * steady / peak,
-        "mfu_mean": None if peak is None else flops_tok * res.tokens_per_s / peak,
+        "mfu": mfu,
+        "mfu_mean": mfu_mean,
         "mfu_goal": MFU_GOAL,
-        "mfu_goal_met": None if peak is None else flops_tok * steady / peak >= MFU_GOAL,
+        "mfu_goal_met": None if mfu is None else mfu >= MFU_GOAL,
         "final_train_loss": res.train_loss,
         "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
         "wall_s": res.wall_s,
@@ -228,70 +225,25 @@ def train_check(cfg: dict, device: torch.device, dtype: torch.dtype) -> dict:
 # 4. attention sweep: reference vs fused, N doubling
 
 
-def _time_attention(impl: str, n: int, sw: dict, device: torch.device, dtype: torch.dtype) -> dict:
-    H, D = sw["heads"], sw["head_dim"]
-    gen = torch.Generator(device=device).manual_seed(0)
-    q, k, v = (torch.randn(1, H, n, D, device=device, dtype=dtype, generator=gen, requires_grad=True) for _ in range(3))
-    g = torch.randn(1, H, n, D, device=device, dtype=dtype, generator=gen)
-    scale = 1.0 / math.sqrt(D)
-
-    def run():
-        if impl == "reference":
-            y, _ = reference_attention(q, k, v, scale=scale)
-        else:
-            y = fused_attention(q, k, v, scale=scale, backend="flash" if device.type == "cuda" else "auto")
-        y.backward(g)
-        q.grad = k.grad = v.grad = None
-
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-    run()  # warm-up (and the allocation that may fail)
-    sync(device)
-    times = []
-    for _ in range(sw["reps"]):
-        t0 = time.perf_counter()
-        run()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    peak = (torch.cuda.max_memory_allocated(device) - base) / 2**20 if device.type == "cuda" else None
-    return {"n": n, "ms": 1000 * statistics.median(times), "peak_mib": peak}
-
-
-def attention_sweep(cfg: dict, device: torch.device, dtype: torch.dtype) -> dict:
+def sweep_check(cfg: dict, device: torch.device, dtype: torch.dtype) -> dict:
     sw = cfg["sweep"]
-    t_start = time.perf_counter()
+    rows = attention_sweep(
+        doubling(sw["n_start"], sw["n_max"]), ("reference", "fused"), batch=1, n_head=sw["heads"], head_dim=sw["head_dim"],
+        device=device, dtype=dtype, repeats=sw["reps"], warmup=1, backward=True,
+        sdpa_backend="flash" if device.type == "cuda" else "auto", time_cap_s=sw["time_cap_s"],
+    )
     results: dict = {"heads": sw["heads"], "head_dim": sw["head_dim"], "batch": 1, "dtype": str(dtype).removeprefix("torch."),
-                     "pass": "forward+backward", "fused_backend": "flash (pinned)" if device.type == "cuda" else "auto (cpu)"}
-    if device.type != "cuda":
-        results["peak_memory_note"] = "dry run: peak memory is measured with torch.cuda.max_memory_allocated on CUDA only"
+                     "pass": "forward+backward", "fused_backend": "flash (pinned)" if device.type == "cuda" else "auto (cpu)",
+                     "peak_memory": memory_accounting(device)}
     for impl in ("reference", "fused"):
-        rows, stop = [], None
-        n = sw["n_start"]
-        while n <= sw["n_max"]:
-            if time.perf_counter() - t_start > sw["time_cap_s"]:
-                stop = f"time cap {sw['time_cap_s']}s reached"
-                break
-            try:
-                rows.append(_time_attention(impl, n, sw, device, dtype))
-            except torch.OutOfMemoryError:
-                stop = f"out of memory at N={n}"
-                break
-            except RuntimeError as e:  # e.g. a kernel that cannot run this shape
-                stop = f"failed at N={n}: {str(e).splitlines()[0]}"
-                break
-            finally:
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-            n *= 2
-        results[impl] = {"rows": rows, "longest_n": rows[-1]["n"] if rows else None, "stopped": stop or f"n_max={sw['n_max']} reached"}
-    ref = {r["n"]: r for r in results["reference"]["rows"]}
-    results["speedup"] = {str(r["n"]): ref[r["n"]]["ms"] / r["ms"] for r in results["fused"]["rows"] if r["n"] in ref}
-    if device.type == "cuda":
-        results["memory_ratio"] = {
-            str(r["n"]): ref[r["n"]]["peak_mib"] / max(r["peak_mib"], 1e-9) for r in results["fused"]["rows"] if r["n"] in ref
-        }
+        mine = [r for r in rows if r["impl"] == impl]
+        ok = [{"n": r["n"], "ms": r["ms"], "peak_mib": r["peak_mib"]} for r in mine if "error" not in r]
+        last = mine[-1] if mine else {}
+        stopped = (f"failed at N={last['n']}: {last['error']}" if "error" in last
+                   else last.get("stop") or f"n_max={sw['n_max']} reached")
+        results[impl] = {"rows": ok, "longest_n": ok[-1]["n"] if ok else None, "stopped": stopped}
+    results["speedup"] = ratio_by_n(rows, "ms", "reference", "fused")
+    results["memory_ratio"] = ratio_by_n(rows, "peak_bytes", "reference", "fused")
     return results
 
 
@@ -344,11 +296,11 @@ def bnb_check(cfg: dict, device: torch.device) -> dict:
             allocated = torch.cuda.memory_allocated(device) - before if device.type == "cuda" else None
             with torch.no_grad():
                 y = layer(x)
-                sync(device)
+                synchronize(device)
                 t0 = time.perf_counter()
                 for _ in range(b["reps"]):
                     y = layer(x)
-                sync(device)
+                synchronize(device)
             ms = 1000 * (time.perf_counter() - t0) / b["reps"]
             y = y.float()
             if ref is None:
@@ -412,7 +364,7 @@ def main(argv: list[str] | None = None) -> dict:
     if "train" not in skip:
         section(summary, "train", out, train_check, cfg, device, dtype)
     if "sweep" not in skip:
-        section(summary, "sweep", out, attention_sweep, cfg, device, dtype)
+        section(summary, "sweep", out, sweep_check, cfg, device, dtype)
     if "bnb" not in skip:
         section(summary, "bnb", out, bnb_check, cfg, device)
     train_res = summary.get("train", {})

@@ -12,15 +12,15 @@ from gensim.test.utils import datapath
 from matplotlib.figure import Figure
 from pydantic import ValidationError
 
-from components.core.ablations import (
+from components.core.data import TokenBlocks
+from components.core.models.transformer import Transformer, TransformerSettings
+from components.core.studies.ablations import (
     AblationSettings,
     parameter_accounting,
     permutation_equivariance,
     run_ablations,
     score_scaling_at_init,
 )
-from components.core.data import TokenBlocks
-from components.core.models.transformer import Transformer, TransformerSettings
 from components.core.training import TrainSettings
 
 

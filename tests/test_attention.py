@@ -1,5 +1,6 @@
 """Attention: the fused (SDPA) and reference paths agree, weights are a causal distribution, padding
-is masked, the SDPA kernel is observed, positional encodings behave, bad settings are refused."""
+is masked, the SDPA kernel is observed, positional encodings behave, bad settings are refused; the
+sliding window is local attention; the cost sweep's memory accounting counts known allocations."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from torch.profiler import ProfilerActivity, profile
 
 from components.core.data import PAD_ID
 from components.core.errors import ConfigError
-from components.core.models.attention import CausalSelfAttention, detect_sdpa_backend
+from components.core.models.attention import (
+    CausalSelfAttention, allowed_keys, detect_sdpa_backend, reference_attention, sliding_window_attention,
+)
 from components.core.models.positional import RotaryEmbedding, apply_rotary, sinusoidal_table
 from components.core.models.transformer import Transformer, TransformerSettings
+from components.core.studies.attention_cost import attention_sweep, peak_memory_bytes, ratio_by_n
 
 V = 50  # vocabulary size of the small models here
 
@@ -211,3 +215,51 @@ def test_rope_scores_depend_only_on_relative_position():
     # and rotation preserves length (it is a rotation)
     torch.testing.assert_close(rq.norm(dim=-1), seq_q.norm(dim=-1))
     assert apply_rotary(seq_q, rope.cos[:32] * 0 + 1, rope.sin[:32] * 0).equal(seq_q)  # angle 0 = identity
+
+
+def test_sliding_window_is_local_causal_attention():
+    """Each query sees exactly the last `window` keys: the reference math with that band as the mask."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 50, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    W = 7
+    got = sliding_window_attention(q, k, v, W, scale=0.3)
+    band = allowed_keys(50, "cpu") & ~allowed_keys(50, "cpu").tril(-W)  # keys t-W+1 .. t
+    scores = (q @ k.transpose(-2, -1) * 0.3).masked_fill(~band, float("-inf"))
+    torch.testing.assert_close(got, torch.softmax(scores, -1) @ v)
+    full = reference_attention(q, k, v, scale=0.3)[0]
+    torch.testing.assert_close(sliding_window_attention(q, k, v, 50, scale=0.3), full)  # a window of T is full attention
+
+
+def test_cpu_peak_memory_counts_known_allocations():
+    MiB = 2**20
+
+    def allocate():
+        a = torch.empty(MiB // 4)  # 1 MiB of float32
+        b = torch.empty(MiB // 2)  # 2 MiB: 3 MiB alive
+        del a  # 2 MiB alive
+        c = torch.empty(MiB)  # 4 MiB: 6 MiB alive, the peak
+        return b, c
+
+    assert peak_memory_bytes(allocate, "cpu") == 6 * MiB
+    before = torch.empty(MiB)  # allocated before the measured call: not counted, even when freed in it
+    assert peak_memory_bytes(lambda: torch.empty(MiB // 4), "cpu") == MiB
+    del before
+
+
+def test_attention_sweep_measures_time_and_memory_per_implementation():
+    B, H, D = 1, 2, 16
+    rows = attention_sweep([64, 256], ("reference", "fused", "window"), batch=B, n_head=H, head_dim=D, repeats=1,
+                           warmup=0, window=32)
+    assert [(r["impl"], r["n"]) for r in rows] == [(i, n) for i in ("reference", "fused", "window") for n in (64, 256)]
+    assert all(r["ms"] > 0 and r["peak_mib"] == r["peak_bytes"] / 2**20 for r in rows)
+    peak = {(r["impl"], r["n"]): r["peak_bytes"] for r in rows}
+    # forward+backward of the reference holds the (N, N) scores and their softmax: at least 2·B·H·N²·4 bytes
+    assert peak[("reference", 256)] >= 2 * B * H * 256 * 256 * 4
+    assert peak[("fused", 256)] < B * H * 256 * 256 * 4  # never materialised
+    ratio = ratio_by_n(rows, "peak_bytes", "reference", "fused")
+    assert ratio["256"] > ratio["64"] > 1  # quadratic against linear: the gap grows with N
+    # A ceiling stops an implementation after the first point over it, and says why.
+    capped = attention_sweep([64, 128, 256], ("reference",), n_head=H, head_dim=D, repeats=1, warmup=0, memory_ceiling_bytes=1)
+    assert len(capped) == 1 and "memory ceiling" in capped[0]["stop"]
+    with pytest.raises(ValueError, match="unknown attention implementation"):
+        attention_sweep([64], ("sparse",), n_head=H, head_dim=D)

@@ -1,6 +1,6 @@
 import math
 
-from components.core.comparison import compare_models, loss_at_time, training_time_axis
+from components.core.studies.comparison import compare_models, loss_at_time, training_time_axis
 
 
 def _history(step_ms: float, losses: list[float], eval_every: int = 10) -> list[dict]:

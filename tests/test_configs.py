@@ -25,8 +25,10 @@ def test_config_file_validates(path):
     cfg = yaml.safe_load(path.read_text())
     result = dg.validate_run_config(whole_graph_job(), cfg)
     assert result["ops"].keys() >= {"corpus", "tokenizer", "labels"}
-    # Every asset's config section, not only the ones Dagster checks, passes the core's own validation.
-    assert defs.resolve_job_def(f"{path.stem}_pipeline") is not None
+    # The whole-run check (every section's ranges and the limits between assets) finds nothing.
+    from components.orchestration.validation import check_run_config, config_classes
+
+    assert check_run_config(cfg["ops"], config_classes(defs.assets), None) == []
 
 
 @pytest.mark.parametrize(
@@ -63,15 +65,9 @@ def test_component_yaml_rejects_unknown_settings():
 
 
 def _config_classes():
-    import inspect
+    from components.orchestration.validation import config_classes
 
-    out = {}
-    for a in defs.assets:
-        fn = a.op.compute_fn.decorated_fn
-        param = inspect.signature(fn).parameters.get("config")
-        if param is not None:
-            out[a.op.name] = param.annotation
-    return out
+    return config_classes(defs.assets)
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
@@ -82,6 +78,21 @@ def test_every_section_passes_the_core_validators(path):
     assert set(ops) <= set(classes), set(ops) - set(classes)
     for name, section in ops.items():
         classes[name](**section.get("config", {}))
+
+
+def test_whole_run_check_lists_every_problem():
+    from components.orchestration.validation import check_run_config
+
+    cfg = yaml.safe_load((CONFIGS[0].parent / "tiny.yaml").read_text())["ops"]
+    cfg["lstm_lm"]["config"]["train"]["lr"] = -1
+    cfg["transformer_lm"]["config"]["train"]["block_size"] = 48
+    cfg["gradient_study"]["config"]["seq_len"] = 33
+    problems = check_run_config(cfg, _config_classes(), None)
+    assert any(p.startswith("ops.lstm_lm.config.train.lr:") for p in problems), problems
+    assert "ops.transformer_lm.config.train.block_size=48 exceeds labels.block_size=32: lower it or raise labels.block_size" in problems
+    assert "ops.transformer_lm.config.train.block_size=48 exceeds its model.block_size=32" in problems
+    assert any("ops.gradient_study.config.seq_len=33 exceeds labels.block_size=32" in p for p in problems)
+    assert len(problems) == 4, problems
 
 
 def test_core_validator_error_names_the_field():

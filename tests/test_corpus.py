@@ -1,8 +1,18 @@
 import json
+import os
+import re
 
 import pytest
 
-from components.core.corpus import CorpusSettings, build_corpus, default_wiki_dump, load_corpus, split_documents
+from components.core.corpus import (
+    CorpusSettings,
+    build_corpus,
+    count_words,
+    default_wiki_dump,
+    iter_texts,
+    load_corpus,
+    split_documents,
+)
 from components.core.errors import PipelineInputError
 
 
@@ -59,7 +69,25 @@ def test_local_txt_jsonl_parquet_and_directory(tmp_path):
 
 @pytest.mark.parametrize(
     "case",
-    ["missing", "empty", "not_utf8", "truncated_bz2", "corrupt_bz2", "jsonl_column", "jsonl_syntax", "parquet_column"],
+    [
+        "missing",
+        "empty",
+        "not_utf8",
+        "truncated_bz2",
+        "corrupt_bz2",
+        "jsonl_column",
+        "jsonl_syntax",
+        "jsonl_list",
+        "parquet_column",
+        "parquet_int",
+        "parquet_list",
+        "dangling_symlink",
+        "symlink_loop",
+        "symlink_loop_in_directory",
+        "directory_named_like_file",
+        "directory_named_like_file_inside",
+        "unsupported_file",
+    ],
 )
 def test_bad_input_names_the_problem(tmp_path, case):
     out = tmp_path / "out"
@@ -85,12 +113,40 @@ def test_bad_input_names_the_problem(tmp_path, case):
     elif case == "jsonl_syntax":
         (tmp_path / "d.jsonl").write_text('{"text": "a"}\n{"text": \n')
         s, match = CorpusSettings(source="files", path=str(tmp_path / "d.jsonl")), r"d.jsonl:2: invalid JSON"
-    else:
+    elif case == "jsonl_list":
+        (tmp_path / "d.jsonl").write_text('{"text": "a"}\n{"text": ["b", "c"]}\n')
+        s, match = CorpusSettings(source="files", path=str(tmp_path / "d.jsonl")), r"d.jsonl:2: column 'text' holds a JSON list"
+    elif case.startswith("parquet"):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        pq.write_table(pa.table({"body": ["x", "y"]}), tmp_path / "p.parquet")
-        s, match = CorpusSettings(source="files", path=str(tmp_path / "p.parquet")), r"p.parquet: no column 'text'.*body"
+        column = {"parquet_column": ("body", ["x", "y"]), "parquet_int": ("text", [1, 2]), "parquet_list": ("text", [["a"], ["b"]])}[case]
+        pq.write_table(pa.table({column[0]: column[1]}), tmp_path / "p.parquet")
+        s = CorpusSettings(source="files", path=str(tmp_path / "p.parquet"))
+        match = {
+            "parquet_column": r"p.parquet: no column 'text'.*body",
+            "parquet_int": r"p.parquet: column 'text' has type int64, not string",
+            "parquet_list": r"p.parquet: column 'text' has type list<.*string>, not string",
+        }[case]
+    elif case == "dangling_symlink":
+        os.symlink(tmp_path / "gone.txt", tmp_path / "link.txt")
+        s, match = CorpusSettings(source="files", path=str(tmp_path / "link.txt")), r"link.txt: dangling symlink.*gone.txt"
+    elif case.startswith("symlink_loop"):
+        d = tmp_path / "docs"
+        d.mkdir()
+        (d / "ok.txt").write_text("one\n\ntwo\n")
+        os.symlink(d / "b.txt", d / "a.txt")
+        os.symlink(d / "a.txt", d / "b.txt")
+        where = d if case == "symlink_loop_in_directory" else d / "a.txt"
+        s, match = CorpusSettings(source="files", path=str(where)), r"a.txt: symlink loop"
+    elif case.startswith("directory_named_like_file"):
+        (tmp_path / "data.txt").mkdir()
+        (tmp_path / "data.txt" / "inner.txt").write_text("one\n\ntwo\n")
+        where = tmp_path / "data.txt" if case == "directory_named_like_file" else tmp_path
+        s, match = CorpusSettings(source="files", path=str(where)), r"data.txt: a directory named like a .txt file"
+    else:
+        (tmp_path / "d.csv").write_text("text\na\n")
+        s, match = CorpusSettings(source="files", path=str(tmp_path / "d.csv")), r"d.csv: unsupported file type '.csv'"
     with pytest.raises(PipelineInputError, match=match):
         build_corpus(s, out)
     assert not out.exists()
@@ -101,5 +157,66 @@ def test_settings_errors_name_the_field():
         CorpusSettings(source="files")
     with pytest.raises(ValueError, match="validation_fraction"):
         CorpusSettings(validation_fraction=1.5)
+    with pytest.raises(ValueError, match="max_documents"):
+        CorpusSettings(max_documents=1)
+    with pytest.raises(ValueError, match="min_chars"):
+        CorpusSettings(min_chars=0)
     with pytest.raises(ValueError, match="extra"):
         CorpusSettings(sorce="files")
+
+
+def test_left_out_files_and_rows_are_reported(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tmp_path / "docs"
+    d.mkdir()
+    (d / "a.txt").write_text("one paragraph\n\nanother one\n")
+    (d / "notes.md").write_text("# not read")
+    (d / "table.csv").write_text("text\nx\n")
+    (d / "b.jsonl").write_text('{"text": "json doc"}\n{"text": null}\n{"text": ""}\n')
+    pq.write_table(pa.table({"text": ["parquet doc", None, None]}), d / "c.parquet")
+    result = build_corpus(CorpusSettings(source="files", path=str(d), validation_fraction=0.3), tmp_path / "out")
+    stats = result.stats
+    assert stats["documents"] == 4 and stats["skipped_files"] == 2
+    assert stats["dropped_null_rows"] == 3 and stats["dropped_short_documents"] == 1  # the empty jsonl row
+    assert len(stats["warnings"]) == 2
+    assert "skipped 2 file(s)" in stats["warnings"][0] and "notes.md" in stats["warnings"][0] and "table.csv" in stats["warnings"][0]
+    assert "dropped 3 row(s) whose 'text' is null" in stats["warnings"][1]
+    clean = build_corpus(CorpusSettings(max_documents=4), tmp_path / "wiki").stats
+    assert clean["skipped_files"] == clean["dropped_null_rows"] == 0 and clean["warnings"] == []
+
+
+def test_paragraphs_split_as_blank_line_regex_does(tmp_path):
+    """.txt files are read line by line; the documents are those `re.split(r"\\n\\s*\\n", text)` gives."""
+    text = "  \nFirst.\r\nsame doc\n\n\n  \t\nSecond, 中文.\n \n\x0cthird\u2028still third\n" + "x " * 500 + "\n\n"
+    (tmp_path / "a.txt").write_text(text, encoding="utf-8")
+    (tmp_path / "b.txt").write_text("only one line", encoding="utf-8")
+    result = build_corpus(CorpusSettings(source="files", path=str(tmp_path), validation_fraction=0.3), tmp_path / "out")
+    dd = load_corpus(result.path)
+    got = sorted(list(dd["train"]["text"]) + list(dd["validation"]["text"]))
+    expected = [b.strip() for b in re.split(r"\n\s*\n", text) if b.strip()] + ["only one line"]
+    assert got == sorted(expected)
+
+
+def test_stats_match_the_whole_texts(tmp_path, wiki_texts):
+    import hashlib
+
+    result = build_corpus(CorpusSettings(max_documents=30), tmp_path / "ds")
+    texts = wiki_texts[:30]
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode("utf-8") + b"\x00")
+    assert result.stats["content_sha256"] == h.hexdigest()
+    assert result.stats["words"] == sum(len(t.split()) for t in texts)
+    assert result.stats["characters"] == sum(map(len, texts))
+    assert result.stats["train_characters"] + result.stats["validation_characters"] == result.stats["characters"]
+    for text in texts[:5] + ["a  b", " lead", "trail ", "x\x1cy z", ""]:
+        assert count_words(text, step=7) == len(text.split()), text
+
+
+def test_iter_texts_reads_a_dataset_column_in_batches(tmp_path):
+    result = build_corpus(CorpusSettings(max_documents=12), tmp_path / "ds")
+    column = load_corpus(result.path)["train"]["text"]
+    assert list(iter_texts(column, batch_rows=5)) == list(column)
+    assert list(iter_texts(["a", "b"])) == ["a", "b"]

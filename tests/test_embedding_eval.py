@@ -210,6 +210,8 @@ def test_malformed_lines_are_skipped_and_counted_like_gensim(tmp_path, gensim_kv
 def test_eval_settings_validate_and_drive_the_evaluation(gensim_kv):
     with pytest.raises(ValueError, match="topn"):
         EmbeddingEvalSettings(topn=0)
+    with pytest.raises(ValueError, match="restrict_vocab"):
+        EmbeddingEvalSettings(restrict_vocab=0)
     with pytest.raises(ValueError, match="probe_triples"):
         EmbeddingEvalSettings(probe_triples=["only two"])
     settings = EmbeddingEvalSettings(probe_words=["police", "government"], topn=3, restrict_vocab=5000)

@@ -46,6 +46,10 @@ def test_dry_run_writes_every_section(tmp_path):
         assert ns == [64, 128, 256, 512], ns
         assert all(r["ms"] > 0 for r in sw[impl]["rows"])
     assert set(sw["speedup"]) == {"64", "128", "256", "512"}
+    # peak memory is measured on the CPU too: the reference's (N, N) scores against the fused kernel's O(N)
+    ref, fused = ({r["n"]: r["peak_mib"] for r in sw[impl]["rows"]} for impl in ("reference", "fused"))
+    assert ref[512] >= 2 * 512 * 512 * 4 / 2**20 and sw["memory_ratio"]["512"] > 3
+    assert fused[512] < 2 * fused[256] + 0.1  # linear in N, not quadratic
 
     # bitsandbytes INT8 / NF4: about half and a quarter of the fp16 bytes, small error
     bnb = summary["bnb"]
@@ -73,13 +77,14 @@ def test_full_config_is_gpt2_small():
         import gpu_check
     finally:
         sys.path.pop(0)
-    from components.core.models.transformer import TransformerSettings, count_params
+    from components.core.models import meta_parameter_count
+    from components.core.models.transformer import Transformer, TransformerSettings
 
     cfg = gpu_check.FULL
     settings = TransformerSettings(**cfg["model"])
     assert (settings.n_layer, settings.n_head, settings.n_embd, settings.block_size) == (12, 12, 768, 1024)
     assert settings.sdpa_backend == "flash" and cfg["dtype"] == "bfloat16" and cfg["compile"]
-    assert 123e6 < count_params(settings, cfg["vocab_size"]) < 126e6
+    assert 123e6 < meta_parameter_count(Transformer, settings, cfg["vocab_size"]) < 126e6
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")

@@ -9,8 +9,11 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 
+from components.core.device import seed_everything
 from components.core.errors import ConfigError
-from components.core.gradients import (
+from components.core.labels import pack_blocks, token_stream
+from components.core.models.recurrent import RecurrentLM, RecurrentSettings
+from components.core.studies.gradients import (
     GradientStudySettings,
     clipping_experiment,
     fit_step_factor,
@@ -20,10 +23,7 @@ from components.core.gradients import (
     scale_spectral_radius,
     spectral_radius,
 )
-from components.core.labels import pack_blocks, token_stream
-from components.core.models.recurrent import RecurrentLM, RecurrentSettings
 from components.core.tokenizer import TokenizerSettings, train_tokenizer
-from components.core.training import seed_everything
 
 V = 512
 

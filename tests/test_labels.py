@@ -1,9 +1,12 @@
 import numpy as np
 import pytest
 
+import components.core.labels as labels_module
+import components.core.tokenizer as tokenizer_module
+from components.core.corpus import CorpusSettings, build_corpus, load_corpus
 from components.core.data import IGNORE_INDEX, PAD_ID, TokenBlocks
 from components.core.errors import ConfigError
-from components.core.labels import LabelSettings, build_labels, check_blocks, load_labels, pack_blocks
+from components.core.labels import LabelSettings, build_labels, check_blocks, load_labels, pack_blocks, token_stream
 from components.core.tokenizer import EOS, TokenizerSettings, train_tokenizer
 
 
@@ -61,3 +64,41 @@ def test_crop_keeps_the_shift():
     assert c.block_size == 4 and check_blocks(c)["shift_ok"]
     with pytest.raises(ConfigError, match="block_size=32 is larger than the labels hold"):
         b.crop(32)
+
+
+@pytest.mark.parametrize("block_size", [37, 64])
+def test_streamed_labels_are_the_in_memory_packing_byte_for_byte(tmp_path, monkeypatch, block_size):
+    """build_labels writes ids to disk as they are encoded and packs them a slice at a time; the
+    files are those np.save writes for pack_blocks(token_stream(...)), also when the documents are
+    cut into pieces and the slices do not line up with the blocks."""
+    result = build_corpus(CorpusSettings(max_documents=24, validation_fraction=0.25), tmp_path / "corpus")
+    dd = load_corpus(result.path)
+    tok = train_tokenizer(dd["train"]["text"], TokenizerSettings(vocab_size=700))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    for split in ("train", "validation"):
+        encodings = tok.encode_batch(list(dd[split]["text"]), add_special_tokens=False)  # whole documents at once
+        stream = np.concatenate([np.r_[e.ids, EOS] for e in encodings])
+        np.testing.assert_array_equal(stream, token_stream(tok, dd[split]["text"]))
+        blocks = pack_blocks(stream, block_size, tok.get_vocab_size())
+        np.save(reference / f"{split}_x.npy", blocks.x)
+        np.save(reference / f"{split}_y.npy", blocks.y)
+    monkeypatch.setattr(tokenizer_module, "MAX_CHUNK_CHARS", 300)
+    monkeypatch.setattr(tokenizer_module, "BATCH_CHARS", 5000)
+    monkeypatch.setattr(labels_module, "WRITE_TOKENS", 1000)
+    texts = {split: dd[split]["text"] for split in ("train", "validation")}  # datasets columns, as the asset passes them
+    build_labels(texts, tmp_path / "tokenizer.json", LabelSettings(block_size=block_size), tmp_path / "labels")
+    for name in ("train_x.npy", "train_y.npy", "validation_x.npy", "validation_y.npy"):
+        assert (tmp_path / "labels" / name).read_bytes() == (reference / name).read_bytes(), name
+    assert sorted(p.name for p in (tmp_path / "labels").iterdir()) == [
+        "meta.json", "train_x.npy", "train_y.npy", "validation_x.npy", "validation_y.npy"
+    ]
+    train, val, meta = load_labels(tmp_path / "labels")
+    assert meta["train_targets"] == train.n_targets and meta["validation_blocks"] == val.n_blocks
+    assert check_blocks(train)["ok"] and check_blocks(val)["ok"]
+
+
+def test_block_size_must_be_at_least_two():
+    with pytest.raises(ValueError, match="block_size"):
+        LabelSettings(block_size=1)

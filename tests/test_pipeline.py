@@ -1,15 +1,16 @@
-"""The whole graph on configs/tiny.yaml with a temporary instance, state folder and MLflow DB."""
+"""The whole graph on configs/tiny.yaml, in process, with a temporary state folder and MLflow DB;
+plus failure cases. (tests/test_safety.py runs the pipeline as separate `dagster` processes with the
+multiprocess executor, several at once.)"""
 
 from pathlib import Path
 
 import dagster as dg
 import pytest
-import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from cli import TINY, check_evaluations, manifest, materializations, mlflow_runs, step_errors
 
 
-def materialize(cfg, selection=None):
+def materialize(cfg, selection=None, inst=None):
     from pipelines.definitions import defs
 
     return dg.materialize(
@@ -17,126 +18,126 @@ def materialize(cfg, selection=None):
         resources=defs.resources,
         run_config=cfg,
         selection=selection,
-        instance=dg.DagsterInstance.ephemeral(),
+        instance=inst or dg.DagsterInstance.ephemeral(),
         raise_on_error=False,
     )
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    state = tmp_path_factory.mktemp("state")
+    state = tmp_path_factory.mktemp("tiny") / "state"
     mp = pytest.MonkeyPatch()
     mp.setenv("PIPELINE_STATE_DIR", str(state))
-    cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
-    result = materialize(cfg)
-    yield result, state
+    inst = dg.DagsterInstance.ephemeral()
+    result = materialize(TINY, inst=inst)
+    assert result.success, "\n".join(step_errors(inst, result.run_id))
+    yield state, inst, result.run_id
     mp.undo()
 
 
-def _mlflow_runs(state):
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=f"sqlite:///{state / 'mlflow' / 'mlflow.db'}")
-    exp = client.get_experiment_by_name("wordvec-to-transformer")
-    return client, client.search_runs([exp.experiment_id], max_results=1000)
-
-
 def test_tiny_graph_materializes_everything(tiny_run):
-    result, state = tiny_run
-    failures = [e.event_specific_data.error.to_string() for e in result.all_events if e.is_step_failure]
-    assert result.success, "\n".join(failures)
+    state, inst, run_id = tiny_run
     from pipelines.definitions import defs
 
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
-    done = {m.asset_key.to_user_string() for m in result.get_asset_materialization_events() for m in [m.event_specific_data.materialization]}
-    assert done == keys
-    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
-    assert checks and all(checks.values()), checks
+    assert set(materializations(inst, run_id)) == keys
+    checks = {name: ev.passed for name, ev in check_evaluations(inst, run_id).items()}
+    expected = {k.name for k in defs.resolve_asset_graph().asset_check_keys}
+    assert set(checks) == expected and all(checks.values()), checks
+    assert inst.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS
 
 
-def test_manifests_point_at_real_files(tiny_run):
-    result, state = tiny_run
-    labels = result.output_for_node("labels")
-    assert Path(labels["path"]).is_dir() and str(state) in labels["path"]
-    assert (Path(labels["path"]) / "train_x.npy").exists()
-    tok = result.output_for_node("tokenizer")
+def test_manifests_point_at_their_own_run_files(tiny_run):
+    state, inst, run_id = tiny_run
+    labels = manifest(inst, run_id, "labels")
+    assert Path(labels["path"]).is_dir() and run_id in labels["path"] and str(state) in labels["path"]
+    assert {"train_x", "train_y", "validation_x", "validation_y", "meta"} <= set(labels["files"])
+    tok = manifest(inst, run_id, "tokenizer")
     assert Path(tok["path"]).name == "tokenizer.json" and tok["kind"] == "bpe"
-    # No half-written folders are left behind.
+    assert tok["sha256"] == tok["files"]["tokenizer"]["sha256"] == labels["tokenizer_sha256"]
+    lm = manifest(inst, run_id, "lstm_lm")
+    # The final folder holds the weights (config in their header), not the optimizer state.
+    assert sorted(p.name for p in Path(lm["weights"]).parent.iterdir()) == ["manifest.json", "model.safetensors", "samples.txt"]
+    assert lm["inputs"] == {"labels": run_id, "tokenizer": run_id} and lm["resumed_from_step"] == 0
+    # No half-written folders, no checkpoint scratch and no leases are left behind.
     assert not list((state / "artifacts").rglob(".*partial*"))
+    assert not list(state.glob("checkpoints/**/model.safetensors"))
 
 
 def test_mlflow_has_one_parent_and_a_nested_run_per_asset(tiny_run):
-    result, state = tiny_run
-    client, runs = _mlflow_runs(state)
-    parents = [r for r in runs if r.data.tags.get("dagster.role") == "dagster_run"]
-    assert len(parents) == 1 and parents[0].data.tags["dagster.run_id"] == result.run_id
-    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
-    by_asset = {r.data.tags["dagster.asset_key"]: r for r in children}
-    assert {"corpus", "tokenizer", "labels"} <= set(by_asset)
-    assert all(r.info.status == "FINISHED" for r in children + parents)
-    tok = by_asset["tokenizer"]
+    state, inst, run_id = tiny_run
+    client, all_runs = mlflow_runs(state)
+    parents = [r for r in all_runs if r.data.tags.get("dagster.role") == "dagster_run"]
+    assert len(parents) == 1 and parents[0].data.tags["dagster.run_id"] == run_id
+    children = [r for r in all_runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    by_asset = {}
+    for r in children:
+        by_asset.setdefault(r.data.tags["dagster.asset_key"], []).append(r)
+    assert all(len(v) == 1 for v in by_asset.values()), {k: len(v) for k, v in by_asset.items()}
+    assert set(by_asset) == set(materializations(inst, run_id))
+    assert {r.info.status for r in all_runs} == {"FINISHED"}
+    tok = by_asset["tokenizer"][0]
     assert tok.data.params["vocab_size"] == "512" and tok.data.metrics["roundtrip_ok"] == 1.0
     assert len(tok.data.tags["config_hash"]) == 16
-    assert [a.path for a in client.list_artifacts(tok.info.run_id)] == ["tokenizer.json"]
-    assert by_asset["corpus"].data.metrics["documents"] == 24
+    assert "tokenizer.json" in [a.path for a in client.list_artifacts(tok.info.run_id)]
+    assert by_asset["corpus"][0].data.metrics["documents"] == 24
     # The run id and link go back into Dagster's metadata.
-    mats = {e.event_specific_data.materialization.asset_key.to_user_string(): e.event_specific_data.materialization for e in result.get_asset_materialization_events()}
+    mats = materializations(inst, run_id)
     assert mats["tokenizer"].metadata["mlflow_run_id"].value == tok.info.run_id
+    assert mats["tokenizer"].metadata["mlflow_url"].value.endswith(tok.info.run_id)
+
+
+def test_studies_report_measured_findings(tiny_run):
+    state, inst, run_id = tiny_run
+    grads = manifest(inst, run_id, "gradient_study")
+    f = {(r["model"], r["variant"]): r["step_factor"] for r in grads["rows"]}
+    assert f[("rnn", "contractive")] < 1 < f[("rnn", "expansive")]
+    cost = manifest(inst, run_id, "recurrent_cost")
+    assert {r["model"] for r in cost["rows"]} == {"rnn", "lstm"}
+    comparison = manifest(inst, run_id, "model_comparison")
+    assert {r["model"] for r in comparison["rows"]} == {"rnn", "lstm", "transformer"}
+    params = [r["params"] for r in comparison["rows"]]
+    assert max(params) / min(params) < 1.1  # sized to one parameter budget
+    assert comparison["matched_time_s"] > 0
+    assert abs(comparison["accounting"]["transformer"]["ffn_share"] - 2 / 3) < 0.05
+    ev = manifest(inst, run_id, "embedding_eval")["metrics"]
+    assert 0 < ev["analogy/coverage"] <= 1 and "wordsim353/oov" in ev
+    # Tables are sortable Dagster tables.
+    assert isinstance(materializations(inst, run_id)["gradient_study"].metadata["factors"], dg.TableMetadataValue)
+
+
+def test_comparison_children_line_up_in_mlflow(tiny_run):
+    state, inst, run_id = tiny_run
+    client, all_runs = mlflow_runs(state)
+    comp = next(r for r in all_runs if r.data.tags.get("dagster.asset_key") == "model_comparison" and r.info.run_name == "model_comparison")
+    children = [r for r in all_runs if r.data.tags.get("mlflow.parentRunId") == comp.info.run_id]
+    assert sorted(r.info.run_name for r in children) == ["lstm", "rnn", "transformer"]
+    for r in children:
+        assert {"val/loss", "val/ppl", "tokens_per_s", "params"} <= set(r.data.metrics)
+    lm_runs = {r.data.tags["dagster.asset_key"]: r for r in all_runs if r.data.tags.get("dagster.asset_key", "").endswith("_lm")}
+    for name in ("rnn_lm", "lstm_lm", "transformer_lm"):
+        history = client.get_metric_history(lm_runs[name].info.run_id, "train/loss")
+        assert len(history) >= 3  # step-wise training metrics under the shared names
 
 
 def test_bad_input_fails_without_materialization_and_marks_mlflow_failed(state_dir, tmp_path):
     (tmp_path / "empty.txt").write_text("\n\n")
-    cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
     cfg = {"ops": {"corpus": {"config": {"source": "files", "path": str(tmp_path / "empty.txt")}}}}
     result = materialize(cfg, selection="corpus")
     assert not result.success
     assert not result.get_asset_materialization_events()
     errors = [e.event_specific_data.error.to_string() for e in result.all_events if e.is_step_failure]
     assert any("empty.txt is empty" in e for e in errors), errors
-    _, runs = _mlflow_runs(state_dir)
-    corpus_runs = [r for r in runs if r.data.tags.get("dagster.asset_key") == "corpus"]
+    _, all_runs = mlflow_runs(state_dir)
+    corpus_runs = [r for r in all_runs if r.data.tags.get("dagster.asset_key") == "corpus"]
     assert [r.info.status for r in corpus_runs] == ["FAILED"]
     assert "PipelineInputError" in corpus_runs[0].data.tags["error"]
+    parents = [r for r in all_runs if r.data.tags.get("dagster.role") == "dagster_run"]
+    assert [r.info.status for r in parents] == ["FAILED"]
     assert not list((state_dir / "artifacts").rglob("*.arrow"))
 
 
-def test_step_level_config_error_names_the_field(state_dir):
-    cfg = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
-    cfg["ops"]["tokenizer"]["config"]["vocab_size"] = 100
-    cfg["ops"] = {k: cfg["ops"][k] for k in ("corpus", "tokenizer")}
-    result = materialize(cfg, selection=["corpus", "tokenizer"])
+def test_missing_upstream_fails_with_a_clear_message(state_dir):
+    result = materialize({"ops": {"tokenizer": TINY["ops"]["tokenizer"]}}, selection="tokenizer")
     errors = [e.event_specific_data.error.to_string() for e in result.all_events if e.is_step_failure]
-    assert any("tokenizer.vocab_size=100 is too small" in e for e in errors), errors
-    done = {e.event_specific_data.materialization.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-    assert done == {"corpus"}
-
-
-def test_studies_report_measured_findings(tiny_run):
-    result, state = tiny_run
-    grads = result.output_for_node("gradient_study")
-    f = {(r["model"], r["variant"]): r["step_factor"] for r in grads["rows"]}
-    assert f[("rnn", "contractive")] < 1 < f[("rnn", "expansive")]
-    cost = result.output_for_node("recurrent_cost")
-    assert {r["model"] for r in cost["rows"]} == {"rnn", "lstm"}
-    comparison = result.output_for_node("model_comparison")
-    assert {r["model"] for r in comparison["rows"]} == {"rnn", "lstm", "transformer"}
-    params = [r["params"] for r in comparison["rows"]]
-    assert max(params) / min(params) < 1.1  # sized to one parameter budget
-    assert comparison["matched_time_s"] > 0
-    assert abs(comparison["accounting"]["ffn_share"] - 2 / 3) < 0.05
-    ev = result.output_for_node("embedding_eval")["metrics"]
-    assert 0 < ev["analogy/coverage"] <= 1 and "wordsim353/oov" in ev
-
-
-def test_comparison_children_line_up_in_mlflow(tiny_run):
-    result, state = tiny_run
-    client, runs = _mlflow_runs(state)
-    comp = next(r for r in runs if r.data.tags.get("dagster.asset_key") == "model_comparison" and r.info.run_name == "model_comparison")
-    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == comp.info.run_id]
-    assert sorted(r.info.run_name for r in children) == ["lstm", "rnn", "transformer"]
-    for r in children:
-        assert {"val/loss", "val/ppl", "tokens_per_s", "params"} <= set(r.data.metrics)
-    lm_runs = {r.data.tags["dagster.asset_key"]: r for r in runs if r.data.tags.get("dagster.asset_key", "").endswith("_lm")}
-    for name in ("rnn_lm", "lstm_lm", "transformer_lm"):
-        history = client.get_metric_history(lm_runs[name].info.run_id, "train/loss")
-        assert len(history) >= 3  # step-wise training metrics under the shared names
+    assert not result.success and any("upstream asset `corpus` has never been materialized" in e for e in errors), errors

@@ -12,18 +12,14 @@ from pydantic import ValidationError
 
 from components.core.data import IGNORE_INDEX, PAD_ID, TokenBlocks
 from components.core.errors import ConfigError
+from components.core.device import seed_everything
 from components.core.labels import pack_blocks, token_stream
-from components.core.models.recurrent import (
-    ExplicitLSTM,
-    RecurrentLM,
-    RecurrentSettings,
-    count_recurrent_params,
-    lstm_gate_callback,
-    size_for_budget,
-)
-from components.core.recurrent_cost import RecurrentCostSettings, fit_cost, linear_fit, recurrent_cost
+from components.core.lm import lstm_gate_callback
+from components.core.models import count_parameters, meta_parameter_count
+from components.core.models.recurrent import ExplicitLSTM, RecurrentLM, RecurrentSettings, size_for_budget
+from components.core.studies.recurrent_cost import RecurrentCostSettings, fit_cost, linear_fit, recurrent_cost
 from components.core.tokenizer import TokenizerSettings, train_tokenizer
-from components.core.training import TrainSettings, count_parameters, seed_everything, train
+from components.core.training import TrainSettings, train
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -89,12 +85,23 @@ def test_contract_ignores_padding_targets():
         RecurrentSettings(hidden_size=0)
 
 
+def formula_params(cfg: RecurrentSettings, V: int) -> int:
+    """The parameter count of the module doc's table."""
+    E, H, L, G = cfg.n_embd, cfg.hidden_size, cfg.n_layer, 4 if cfg.cell == "lstm" else 1
+    layers = sum(G * H * (E if k == 0 else H) + G * H * H + 2 * G * H for k in range(L))
+    head = (H * E if H != E else 0) if cfg.tie_weights else H * V
+    return V * E + layers + head
+
+
 @pytest.mark.parametrize("cell", ["rnn", "lstm"])
 @pytest.mark.parametrize("tie,layers", [(False, 1), (True, 2), (False, 3)])
 def test_parameter_count_formula_is_exact(cell, tie, layers):
     for E, H in [(16, 16), (16, 24)]:
         cfg = RecurrentSettings(cell=cell, n_embd=E, hidden_size=H, n_layer=layers, tie_weights=tie)
-        assert count_parameters(RecurrentLM(cfg, 97)) == count_recurrent_params(cfg, 97)
+        assert count_parameters(RecurrentLM(cfg, 97)) == formula_params(cfg, 97) == meta_parameter_count(RecurrentLM, cfg, 97)
+        model = RecurrentLM(cfg, 97)
+        assert count_parameters(model, non_embedding=True) == formula_params(cfg, 97) - 97 * E
+        assert model.flops_per_token() == 6 * (formula_params(cfg, 97) - (0 if tie else 97 * E))  # a lookup is no matmul
 
 
 def test_size_for_budget_is_closest():
@@ -102,13 +109,15 @@ def test_size_for_budget_is_closest():
     for cell in ("rnn", "lstm"):
         cfg = RecurrentSettings(cell=cell, n_embd=64, hidden_size=128, param_budget=400_000)
         sized = size_for_budget(cfg, vocab)
-        n = count_recurrent_params(sized, vocab)
-        assert n == count_parameters(RecurrentLM(sized, vocab))
-        assert sized.hidden_size == 2 * sized.n_embd or abs(sized.hidden_size - 2 * sized.n_embd) <= 1  # ratio kept
+        assert sized.param_budget is None  # resolved
+        n = count_parameters(RecurrentLM(sized, vocab))
+        assert abs(sized.hidden_size - 2 * sized.n_embd) <= 1  # ratio kept (up to rounding n_embd)
         for h in (sized.hidden_size - 1, sized.hidden_size + 1):  # no neighbouring width is closer
             other = sized.model_copy(update={"hidden_size": h, "n_embd": max(1, round(h / 2))})
-            assert abs(count_recurrent_params(other, vocab) - 400_000) >= abs(n - 400_000)
+            assert abs(count_parameters(RecurrentLM(other, vocab)) - 400_000) >= abs(n - 400_000)
         assert abs(n - 400_000) / 400_000 < 0.01
+        with pytest.raises(ConfigError, match="param_budget=400000 is not resolved"):
+            RecurrentLM(cfg, vocab)  # sizing is explicit, before building
     # Same budget, different cells: the LSTM gets a narrower state for the same count.
     rnn = size_for_budget(RecurrentSettings(cell="rnn", param_budget=400_000), vocab)
     lstm = size_for_budget(RecurrentSettings(cell="lstm", param_budget=400_000), vocab)

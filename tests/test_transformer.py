@@ -1,5 +1,6 @@
 """The Transformer LM: loss, [PAD], weight tying, norm/residual variants, training on real text
-through the shared loop, sampling, safetensors round trip, parameter budgets, FLOPs/MFU, settings."""
+through the one driver (components.core.lm), sampling, safetensors round trip, parameter budgets,
+FLOPs/MFU, settings."""
 
 from __future__ import annotations
 
@@ -15,18 +16,11 @@ from matplotlib.figure import Figure
 from safetensors import safe_open
 
 from components.core.data import IGNORE_INDEX, PAD_ID, TokenBlocks
+from components.core.device import estimate_mfu, peak_flops_for_name
 from components.core.errors import ConfigError, PipelineInputError
-from components.core.models.transformer import (
-    SamplingSettings,
-    Transformer,
-    TransformerSettings,
-    count_params,
-    load_transformer,
-    peak_flops_for_name,
-    save_transformer,
-    size_for_budget,
-    train_transformer_lm,
-)
+from components.core.lm import SamplingSettings, build_model, load_lm, resolve_settings, save_lm, train_lm
+from components.core.models import count_parameters, meta_parameter_count
+from components.core.models.transformer import Transformer, TransformerSettings, size_for_budget
 from components.core.training import TrainSettings, train
 
 
@@ -114,7 +108,8 @@ def test_norm_and_residual_variants_learn(corpus, norm, residual):
 def test_trains_on_real_text_samples_and_reloads(corpus, tmp_path):
     train_data, val_data, vocab, decode, encode = corpus
     logged = []
-    result = train_transformer_lm(
+    result = train_lm(
+        "transformer",
         TransformerSettings(**TINY, pos_encoding="rope"),
         TrainSettings(max_steps=150, batch_size=16, eval_interval=75, eval_batches=10, threads=1, lr=3e-3, warmup_steps=10),
         train_data, val_data, vocab, tmp_path,
@@ -124,12 +119,14 @@ def test_trains_on_real_text_samples_and_reloads(corpus, tmp_path):
     m = result.metrics
     # uniform over the characters is ln(vocab) ≈ 4.4 nats; a unigram model ≈ 3.0: it learned more than that
     assert m["val/loss"] < 2.75, m
-    assert m["tokens_per_s"] > 0 and m["params"] == sum(p.numel() for p in Transformer(result.config, vocab).parameters())
+    assert m["tokens_per_s"] > 0 and m["params"] == count_parameters(Transformer(result.config, vocab))
+    assert m["params_non_embedding"] == m["params"] - vocab * 48  # minus the (tied) token embedding
+    assert m["flops_per_token"] == Transformer(result.config, vocab).flops_per_token(32)
     assert "mfu" not in m  # no GPU: no MFU
+    assert result.family == "transformer" and result.resumed_from_step == 0
     assert any("val/loss" in pt for _, pt in logged)
     assert result.attention_backend["observed"] == "flash_cpu"
     assert len(result.samples) == 2 and all(s.startswith("The ") and len(s) == 44 for s in result.samples)
-    assert result.samples_path.read_text(encoding="utf-8").startswith("The ")
     assert isinstance(result.figures["loss_curve"], Figure) and isinstance(result.figures["attention_maps"], Figure)
 
     # the checkpoint is safetensors with the config in its header, and rebuilds the same model
@@ -137,12 +134,12 @@ def test_trains_on_real_text_samples_and_reloads(corpus, tmp_path):
         meta = f.metadata()
     assert meta["model_kind"] == "transformer"
     assert json.loads(meta["model_config"])["pos_encoding"] == "rope"
-    model = load_transformer(result.weights_path)
+    model = load_lm(result.weights_path)
     x = val_data.batch(np.arange(4))[0]
     assert model(x, val_data.batch(np.arange(4))[1])[1].item() == pytest.approx(
         float(np.log(result.metrics["val/ppl"])), abs=1.0
     )
-    again = load_transformer(result.weights_path.parent)  # the checkpoint folder works too
+    again = load_lm(result.weights_path.parent)  # the checkpoint folder works too
     torch.testing.assert_close(again(x)[0], model(x)[0])
 
 
@@ -151,43 +148,53 @@ def test_gpu_settings_on_a_machine_without_cuda(corpus, tmp_path):
     train_data, val_data, vocab, *_ = corpus
     no_samples = SamplingSettings(num_samples=0)
     with pytest.raises(ConfigError, match="device='cuda' but no CUDA GPU"):
-        train_transformer_lm(TransformerSettings(**TINY), TrainSettings(max_steps=1, device="cuda"),
-                             train_data, val_data, vocab, tmp_path / "a", sampling=no_samples)
-    res = train_transformer_lm(
+        train_lm("transformer", TransformerSettings(**TINY), TrainSettings(max_steps=1, device="cuda"),
+                 train_data, val_data, vocab, tmp_path / "a", sampling=no_samples)
+    res = train_lm(
+        "transformer",
         TransformerSettings(**TINY, sdpa_backend="flash"), TrainSettings(max_steps=2, batch_size=4, threads=1, dtype="auto"),
         train_data, val_data, vocab, tmp_path / "b", sampling=no_samples,
     )
     assert any("no CUDA GPU found, training on the CPU" in w for w in res.warnings)  # fell back, and says so
     assert any("pinned on CUDA only" in w for w in res.warnings)
-    assert res.train_result.dtype == "float32" and res.samples == []
+    assert res.attention_backend["dtype"] == "float32" and res.samples == []  # 'auto' is float32 on a CPU
 
 
 def test_save_load_roundtrip_and_bad_files(tmp_path):
     torch.manual_seed(0)
     model = Transformer(TransformerSettings(**TINY, pos_encoding="sinusoidal", tie_weights=False, bias=True), 70)
-    path = save_transformer(model, tmp_path / "m.safetensors")
+    path = save_lm(model, tmp_path / "m.safetensors")
     assert path.read_bytes()[8:9] == b"{"  # a JSON header, no pickle
-    loaded = load_transformer(path)
+    loaded = load_lm(path)
     assert loaded.config == model.config
     x = torch.randint(1, 70, (2, 20))
     torch.testing.assert_close(loaded(x)[0], model(x)[0])
     with pytest.raises(PipelineInputError, match="no such weights file"):
-        load_transformer(tmp_path / "missing.safetensors")
+        load_lm(tmp_path / "missing.safetensors")
     from safetensors.torch import save_file
 
     save_file({"w": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
-    with pytest.raises(PipelineInputError, match="not a Transformer checkpoint"):
-        load_transformer(tmp_path / "other.safetensors")
+    with pytest.raises(PipelineInputError, match="not a language-model checkpoint"):
+        load_lm(tmp_path / "other.safetensors")
 
 
 @pytest.mark.parametrize("budget", [300_000, 1_000_000, 3_000_000])
 def test_size_for_budget_approaches_the_budget(budget):
     cfg = size_for_budget(TransformerSettings(n_layer=4, n_head=4), vocab_size=500, budget=budget)
     assert cfg.n_embd % 4 == 0
-    n = count_params(cfg, 500)
+    n = meta_parameter_count(Transformer, cfg, 500)
+    assert n == count_parameters(Transformer(cfg, 500))  # the meta-device count is the real one
     assert abs(n - budget) / budget < 0.05, (cfg.n_embd, n)
-    model = Transformer(TransformerSettings(n_layer=4, n_head=4, param_budget=budget), 500)  # resolved on build
-    assert model.config.n_embd == cfg.n_embd
+    for m in (cfg.n_embd // 8 - 1, cfg.n_embd // 8 + 1):  # no neighbouring width (step 8 for RoPE) is closer
+        other = meta_parameter_count(Transformer, cfg.model_copy(update={"n_embd": 8 * m}), 500)
+        assert abs(other - budget) >= abs(n - budget)
+    # Sizing happens before building, once: the model refuses settings that still need it.
+    pending = TransformerSettings(n_layer=4, n_head=4, param_budget=budget)
+    with pytest.raises(ConfigError, match=f"param_budget={budget} is not resolved"):
+        Transformer(pending, 500)
+    resolved = resolve_settings("transformer", pending, 500)
+    assert resolved.n_embd == cfg.n_embd and resolved.param_budget is None
+    assert build_model("transformer", resolved, 500).config == resolved
     rope = size_for_budget(TransformerSettings(n_layer=4, n_head=4, pos_encoding="rope"), 500, budget)
     assert (rope.n_embd // 4) % 2 == 0  # RoPE needs an even head size
     with pytest.raises(ConfigError, match="param_budget=1000 is below the smallest"):
@@ -214,16 +221,16 @@ def test_generate_greedy_topk_and_long_contexts():
 def test_flops_mfu_and_gpt2_small_size():
     model = Transformer(TransformerSettings(**TINY, pos_encoding="learned"), 60)
     L, H, Q, T = 2, 4, 12, 32
-    assert model.flops_per_token() == 6 * model.num_params() + 12 * L * H * Q * T
-    assert model.num_params() == sum(p.numel() for p in model.parameters()) - 32 * 48  # minus the learned table
-    assert model.estimate_mfu(1e6, "cpu") is None
+    N = count_parameters(model) - 32 * 48  # nanoGPT's count: minus the learned positional table
+    assert model.flops_per_token() == 6 * N + 12 * L * H * Q * T
+    assert estimate_mfu(model.flops_per_token(), 1e6, "cpu") is None
     assert peak_flops_for_name("NVIDIA H200") == 989e12
     assert peak_flops_for_name("NVIDIA H100 80GB HBM3") == 989e12
     assert peak_flops_for_name("NVIDIA H100 PCIe") == 756e12
     assert peak_flops_for_name("NVIDIA A100-SXM4-80GB") == 312e12
     assert peak_flops_for_name("Some Future GPU") is None
     gpt2 = TransformerSettings(n_layer=12, n_head=12, n_embd=768, block_size=1024)
-    assert 123e6 < count_params(gpt2, 50304) < 126e6  # "124M"
+    assert 123e6 < meta_parameter_count(Transformer, gpt2, 50304) < 126e6  # "124M"
 
 
 def test_settings_are_flat_and_mix_into_dagster_config():

@@ -279,6 +279,7 @@ def test_build_vocab_order_counts_and_encode():
 def test_word_tokenize_lowercases_and_drops_punctuation():
     assert word_tokenize("Hello, World! It's 2024 -- ok?") == ["hello", "world", "it", "s", "2024", "ok"]
     assert word_tokenize("Élan vital (Bergson)") == ["élan", "vital", "bergson"]
+    assert word_tokenize("苹果公司发布了新手机。") == ["苹果公司", "发布", "了", "新手机"]  # jieba words, not one token
 
 
 def test_one_worker_is_deterministic(planted):
@@ -362,7 +363,20 @@ def test_load_errors_name_the_file(tmp_path):
 
 @pytest.mark.parametrize(
     "field, value",
-    [("vector_size", 0), ("vector_size", -3), ("window", 0), ("sg", 2), ("negative", 0), ("epochs", 0), ("sample", -1.0)],
+    [
+        ("vector_size", 0),
+        ("vector_size", -3),
+        ("window", 0),
+        ("sg", 2),
+        ("negative", 0),
+        ("epochs", 0),
+        ("sample", -1.0),
+        ("sample", float("nan")),
+        ("alpha", 1.5),
+        ("negative_draws", -1),
+        ("row_update_cap", float("inf")),
+        ("seed", -1),
+    ],
 )
 def test_bad_settings_name_the_field(field, value):
     with pytest.raises(ValidationError, match=field):

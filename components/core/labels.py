@@ -7,46 +7,50 @@ their targets are -100, which the loss ignores.
 
 On disk: `{split}_x.npy` (uint16 when the vocabulary fits, else uint32), `{split}_y.npy` (int32,
 -100 = ignore) and `meta.json` (block size, vocabulary size, the tokenizer's hash, counts).
+
+`build_labels` streams: token ids are appended to a raw file as they are encoded, then the .npy
+files are written from it a slice at a time, so memory stays bounded however long the corpus or a
+document is. The arrays are those `pack_blocks(token_stream(...))` builds in memory.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 from tokenizers import Tokenizer
 
 from .artifacts import read_json, sha256_file, write_json
 from .data import IGNORE_INDEX, PAD_ID, TokenBlocks
 from .errors import ConfigError, PipelineInputError
-from .tokenizer import EOS
+from .tokenizer import EOS, iter_token_ids, load_tokenizer
 
 SPLITS = ("train", "validation")
+WRITE_TOKENS = 1 << 22  # tokens per slice when writing the .npy files
 
 
 class LabelSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    block_size: int = Field(256, description="Context length: tokens per input block (the gradient study reaches back this far).")
-
-    @field_validator("block_size")
-    @classmethod
-    def _positive(cls, v: int) -> int:
-        if v < 2:
-            raise ValueError(f"labels.block_size must be >= 2, got {v}")
-        return v
+    block_size: int = Field(
+        256, ge=2, description="Context length: tokens per input block (the gradient study reaches back this far)."
+    )
 
 
-def token_stream(tok: Tokenizer, texts: list[str]) -> np.ndarray:
-    """All documents' ids, each followed by [EOS], as one int64 array."""
-    encodings = tok.encode_batch(texts, add_special_tokens=False)
+def x_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32)
+
+
+def token_stream(tok: Tokenizer, texts: Iterable[str]) -> np.ndarray:
+    """All documents' ids, each followed by [EOS], as one int64 array (in memory; `build_labels` streams)."""
     parts = []
-    for e in encodings:
-        parts.append(np.asarray(e.ids, dtype=np.int64))
-        parts.append(np.array([EOS], dtype=np.int64))
+    for ids, last in iter_token_ids(tok, texts):
+        parts.append(ids.astype(np.int64))
+        if last:
+            parts.append(np.array([EOS], dtype=np.int64))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
@@ -63,8 +67,50 @@ def pack_blocks(stream: np.ndarray, block_size: int, vocab_size: int) -> TokenBl
     # A target is padding where its position lies beyond the stream's end.
     pos = starts + np.arange(1, block_size + 1)[None, :]
     y[pos >= len(stream)] = IGNORE_INDEX
-    x_dtype = np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.uint32
-    return TokenBlocks(x.astype(x_dtype), y.astype(np.int32))
+    return TokenBlocks(x.astype(x_dtype(vocab_size)), y.astype(np.int32))
+
+
+def write_token_stream(tok: Tokenizer, texts: Iterable[str], path: Path, dtype: np.dtype) -> int:
+    """Append every document's ids, each followed by [EOS], to the raw file `path`; returns the count."""
+    n = 0
+    eos = np.array([EOS], dtype=dtype).tobytes()
+    with open(path, "wb") as fh:
+        for ids, last in iter_token_ids(tok, texts):
+            fh.write(ids.astype(dtype).tobytes())
+            n += len(ids)
+            if last:
+                fh.write(eos)
+                n += 1
+    return n
+
+
+def _open_npy(path: Path, dtype: np.dtype, shape: tuple[int, int]):
+    fh = open(path, "wb")
+    np.lib.format.write_array_header_1_0(fh, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
+    return fh
+
+
+def write_blocks(stream_path: Path, n: int, dtype: np.dtype, block_size: int, x_path: Path, y_path: Path) -> int:
+    """The blocks of `pack_blocks` for the n-token raw stream at `stream_path`, written to .npy
+    files a slice at a time (as `np.save` writes them); returns the number of blocks.
+
+    Flattened, X is the stream padded with [PAD] and Y the stream shifted by one padded with -100,
+    both n_blocks * block_size long."""
+    n_blocks = -(-(n - 1) // block_size)
+    total = n_blocks * block_size
+    itemsize = dtype.itemsize
+    with _open_npy(x_path, dtype, (n_blocks, block_size)) as xf, _open_npy(y_path, np.dtype(np.int32), (n_blocks, block_size)) as yf:
+        for start in range(0, total, WRITE_TOKENS):
+            end = min(start + WRITE_TOKENS, total)
+            count = max(0, min(end + 1, n) - start)  # stream[start:end + 1] is what this slice of X and Y holds
+            tokens = np.fromfile(stream_path, dtype=dtype, count=count, offset=start * itemsize) if count else np.zeros(0, dtype)
+            x = np.full(end - start, PAD_ID, dtype=dtype)
+            x[: min(count, end - start)] = tokens[: end - start]
+            y = np.full(end - start, IGNORE_INDEX, dtype=np.int32)
+            y[: max(count - 1, 0)] = tokens[1:]
+            xf.write(x.tobytes())
+            yf.write(y.tobytes())
+    return n_blocks
 
 
 @dataclass
@@ -74,11 +120,13 @@ class LabelsResult:
 
 
 def build_labels(
-    texts_by_split: dict[str, list[str]], tokenizer_path: str | Path, settings: LabelSettings, out_dir: str | Path
+    texts_by_split: Mapping[str, Iterable[str]], tokenizer_path: str | Path, settings: LabelSettings, out_dir: str | Path
 ) -> LabelsResult:
+    """Tokenize each split (streamed: `iter_token_ids`) and write its next-token blocks to `out_dir`."""
     tokenizer_path = Path(tokenizer_path)
-    tok = Tokenizer.from_file(str(tokenizer_path))
+    tok = load_tokenizer(tokenizer_path)
     vocab_size = tok.get_vocab_size()
+    dtype = x_dtype(vocab_size)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {
@@ -90,19 +138,21 @@ def build_labels(
         "ignore_index": IGNORE_INDEX,
     }
     for split in SPLITS:
-        stream = token_stream(tok, texts_by_split[split])
-        if len(stream) - 1 < settings.block_size:
-            raise ConfigError(
-                f"labels.block_size={settings.block_size} is larger than the {split} split holds "
-                f"({len(stream) - 1} next-token targets); lower labels.block_size or use a bigger corpus"
-            )
-        blocks = pack_blocks(stream, settings.block_size, vocab_size)
-        np.save(out_dir / f"{split}_x.npy", blocks.x)
-        np.save(out_dir / f"{split}_y.npy", blocks.y)
-        meta[f"{split}_tokens"] = int(len(stream))
-        meta[f"{split}_targets"] = blocks.n_targets
-        meta[f"{split}_blocks"] = blocks.n_blocks
-        meta["x_dtype"] = str(blocks.x.dtype)
+        stream_path = out_dir / f"{split}_tokens.bin"
+        try:
+            n = write_token_stream(tok, texts_by_split[split], stream_path, dtype)
+            if n - 1 < settings.block_size:
+                raise ConfigError(
+                    f"labels.block_size={settings.block_size} is larger than the {split} split holds "
+                    f"({n - 1} next-token targets); lower labels.block_size or use a bigger corpus"
+                )
+            n_blocks = write_blocks(stream_path, n, dtype, settings.block_size, out_dir / f"{split}_x.npy", out_dir / f"{split}_y.npy")
+        finally:
+            stream_path.unlink(missing_ok=True)
+        meta[f"{split}_tokens"] = n
+        meta[f"{split}_targets"] = n - 1
+        meta[f"{split}_blocks"] = n_blocks
+        meta["x_dtype"] = str(dtype)
     write_json(out_dir / "meta.json", meta)
     return LabelsResult(path=out_dir, meta=meta)
 

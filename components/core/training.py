@@ -12,6 +12,20 @@ The loop (nanoGPT-like):
     continues *exactly* as if it had never stopped (same weights, optimizer moments, batch sampler
     and dropout RNG state, and the partial log-interval sums).
 
+In parts: `TrainState` holds what a resume restores (`snapshot` / `restore`); `optimizer_step` is
+one timed update; `log_point` the metrics of a log point; `evaluate` the validation loss;
+`save_checkpoint` / `load_checkpoint` the files; `train` strings them together on the logging,
+evaluation and checkpoint schedule. Plots are drawn by the caller from
+`TrainResult.history` (`components.core.plots.plot_history`).
+
+Data parallelism (the seam; one process today). `train(..., parallel=Parallel(rank, world_size))`:
+every rank holds the same sampler state and draws the same global batch of batch_size × world_size
+block indices, of which rank r trains on slice r; only the main rank (0) logs, reports progress and
+writes checkpoints and history.json. With world_size > 1 the caller initialises torch.distributed
+and passes the model wrapped in DistributedDataParallel (which averages the gradients in backward);
+the loss a rank checks for divergence is its own. Nothing here imports torch.distributed for
+world_size 1.
+
 Weight decay goes to every tensor with >= 2 dimensions (matmul weights and embeddings, as in
 nanoGPT) and not to biases or norm gains, which only shift or scale and do not overfit.
 
@@ -20,38 +34,41 @@ tokens_per_s, grad_norm (before clipping), grad_norm_clipped (after), lr, step_m
 
 Files under `out_dir`:
     checkpoint/model.safetensors   weights + metadata (model_kind, model_config, tokenizer_sha256, step, ...)
-    checkpoint/train_state.pt      optimizer, step, sampler and torch RNG states, history (torch.save;
-                                   loaded with weights_only=True)
+    checkpoint/train_state.pt      optimizer, step, the model identity, sampler and torch RNG states,
+                                   history (torch.save; loaded with weights_only=True). A restore
+                                   refuses a pair whose step or identity disagree.
     history.json                   the logged points of the (last) run
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional
+from typing import Callable, Literal, Optional
 
 import numpy as np
 import torch
 import torch.nn as nn
-from matplotlib.figure import Figure
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from safetensors import safe_open
 from safetensors.torch import load_file, load_model, save_model
 
 from .artifacts import atomic_dir, write_json
 from .data import IGNORE_INDEX, TokenBlocks
+from .device import DeviceSetting, DtypeSetting, autocast_context, resolve_device, resolve_dtype, synchronize
 from .errors import ConfigError, PipelineInputError
+from .models.sizing import count_parameters
 
 WEIGHTS_FILE = "model.safetensors"
 STATE_FILE = "train_state.pt"
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_FORMAT = "1"
+
+# What a checkpoint's weights belong to: recorded in both files, compared on every restore.
+IDENTITY_KEYS = ("model_kind", "model_config", "vocab_size", "tokenizer_sha256")
 
 # Training settings that change the trajectory: a resume with different values is allowed (e.g. to
 # fine-tune at a lower lr) but no longer reproduces an uninterrupted run, so it is warned about.
@@ -64,83 +81,66 @@ _TRAJECTORY_FIELDS = (
 class TrainSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_steps: int = Field(200, description="Optimizer steps to train for (a resume continues up to this).")
-    batch_size: int = Field(16, description="Blocks per micro-batch.")
+    max_steps: int = Field(200, ge=1, description="Optimizer steps to train for (a resume continues up to this).")
+    batch_size: int = Field(16, ge=1, description="Blocks per micro-batch (per rank).")
     block_size: Optional[int] = Field(
         None,
+        ge=1,
         description="Context length to train on: the labels' blocks are cropped to it. None = the labels' "
         "block_size (or the model's config.block_size if smaller). Larger than the labels hold is an error.",
     )
-    lr: float = Field(3e-3, description="Peak learning rate, reached after warmup_steps.")
-    min_lr: float = Field(3e-4, description="Learning rate at the end of the cosine decay.")
-    warmup_steps: int = Field(20, description="Steps of linear warmup from ~0 to lr.")
-    lr_decay_steps: Optional[int] = Field(None, description="Step at which the cosine reaches min_lr; None = max_steps.")
-    weight_decay: float = Field(0.1, description="Decoupled weight decay on >= 2-D weights (not biases or norms).")
-    beta1: float = Field(0.9, description="AdamW beta1 (the SGD momentum when optimizer='sgd').")
-    beta2: float = Field(0.99, description="AdamW beta2.")
-    grad_clip: float = Field(1.0, description="Maximum global gradient norm; 0 disables clipping.")
-    grad_accum: int = Field(1, description="Micro-batches accumulated per optimizer step.")
-    eval_interval: int = Field(50, description="Evaluate on the validation split every this many steps (0 = at the end only).")
-    eval_batches: int = Field(20, description="Validation batches per evaluation (the first blocks, so it is deterministic).")
-    log_interval: int = Field(10, description="Log training metrics every this many steps.")
+    lr: float = Field(3e-3, ge=0, allow_inf_nan=False, description="Peak learning rate, reached after warmup_steps.")
+    min_lr: float = Field(3e-4, ge=0, allow_inf_nan=False, description="Learning rate at the end of the cosine decay.")
+    warmup_steps: int = Field(20, ge=0, description="Steps of linear warmup from ~0 to lr.")
+    lr_decay_steps: Optional[int] = Field(None, ge=1, description="Step at which the cosine reaches min_lr; None = max_steps.")
+    weight_decay: float = Field(0.1, ge=0, allow_inf_nan=False, description="Decoupled weight decay on >= 2-D weights (not biases or norms).")
+    beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1 (the SGD momentum when optimizer='sgd').")
+    beta2: float = Field(0.99, ge=0, lt=1, description="AdamW beta2.")
+    grad_clip: float = Field(1.0, ge=0, allow_inf_nan=False, description="Maximum global gradient norm; 0 disables clipping.")
+    grad_accum: int = Field(1, ge=1, description="Micro-batches accumulated per optimizer step.")
+    eval_interval: int = Field(50, ge=0, description="Evaluate on the validation split every this many steps (0 = at the end only).")
+    eval_batches: int = Field(20, ge=1, description="Validation batches per evaluation (the first blocks, so it is deterministic).")
+    log_interval: int = Field(10, ge=1, description="Log training metrics every this many steps.")
     checkpoint_interval: int = Field(
-        0, description="Checkpoint every this many steps; 0 = at evaluation points and at the end."
+        0, ge=0, description="Checkpoint every this many steps; 0 = at evaluation points and at the end."
     )
     seed: int = Field(1337, description="Seed of the batch sampler and of dropout.")
-    device: Literal["auto", "cpu", "cuda"] = Field(
+    device: DeviceSetting = Field(
         "auto", description="'cuda' demands a GPU; 'auto' uses one if present, else the CPU (with a warning)."
     )
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+    dtype: DtypeSetting = Field(
         "auto", description="Autocast dtype; 'auto' = bfloat16 on a GPU that supports it, else float32."
     )
     compile: bool = Field(False, description="torch.compile the model.")
-    threads: int = Field(0, description="torch.set_num_threads when > 0 (CPU).")
+    threads: int = Field(0, ge=0, description="torch.set_num_threads when > 0 (CPU).")
     optimizer: Literal["adamw", "sgd"] = Field(
         "adamw",
         description="'adamw', or plain 'sgd' (momentum beta1), whose update scales with the raw gradient: "
         "the setting where clipping is what keeps a recurrent net from exploding.",
     )
 
-    @field_validator("max_steps", "batch_size", "grad_accum", "eval_batches", "log_interval")
-    @classmethod
-    def _positive(cls, v: int, info) -> int:
-        if v < 1:
-            raise ValueError(f"{info.field_name} must be >= 1, got {v}")
-        return v
-
-    @field_validator("warmup_steps", "eval_interval", "checkpoint_interval", "threads")
-    @classmethod
-    def _non_negative(cls, v: int, info) -> int:
-        if v < 0:
-            raise ValueError(f"{info.field_name} must be >= 0, got {v}")
-        return v
-
-    @field_validator("lr", "min_lr", "weight_decay", "grad_clip")
-    @classmethod
-    def _non_negative_float(cls, v: float, info) -> float:
-        if not (v >= 0 and math.isfinite(v)):
-            raise ValueError(f"{info.field_name} must be a finite number >= 0, got {v}")
-        return v
-
-    @field_validator("beta1", "beta2")
-    @classmethod
-    def _beta(cls, v: float, info) -> float:
-        if not 0.0 <= v < 1.0:
-            raise ValueError(f"{info.field_name} must be in [0, 1), got {v}")
-        return v
-
-    @field_validator("block_size", "lr_decay_steps")
-    @classmethod
-    def _positive_or_none(cls, v: Optional[int], info) -> Optional[int]:
-        if v is not None and v < 1:
-            raise ValueError(f"{info.field_name} must be >= 1 or None, got {v}")
-        return v
-
     @model_validator(mode="after")
     def _lr_order(self) -> "TrainSettings":
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr ({self.min_lr}) must not exceed lr ({self.lr})")
         return self
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Where this process sits in data-parallel training: rank r of world_size (see the module doc)."""
+
+    rank: int = 0
+    world_size: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.world_size:
+            raise ConfigError(f"rank={self.rank} must be in [0, world_size={self.world_size})")
+
+    @property
+    def is_main(self) -> bool:
+        """The rank that logs and writes files."""
+        return self.rank == 0
 
 
 class TrainingDivergedError(RuntimeError):
@@ -152,7 +152,8 @@ class TrainingDivergedError(RuntimeError):
 
 
 class CheckpointMismatchError(ConfigError):
-    """A checkpoint on disk belongs to another model (kind, config, vocabulary or tokenizer)."""
+    """A checkpoint on disk belongs to another model (kind, config, vocabulary or tokenizer), or its
+    two files (weights and train state) come from different saves."""
 
 
 @dataclass
@@ -172,7 +173,6 @@ class TrainResult:
     history: list[dict]  # one dict per log/eval point: step, train/loss, val/loss, val/ppl, lr, grad_norm, ...
     checkpoint_dir: Path
     resumed_from: int = 0  # the step a resume started at (0 = fresh run)
-    figures: dict[str, Any] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, float]:
         """Headline numbers under the shared metric names."""
@@ -191,50 +191,6 @@ class TrainResult:
 
 # ----------------------------------------------------------------------------------------------
 # Small helpers
-
-
-def count_parameters(model: nn.Module) -> int:
-    """Distinct trainable-or-not parameters (a tied matrix counts once)."""
-    return sum(p.numel() for p in model.parameters())
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch (CPU and CUDA) — call before building a model for a reproducible init."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def resolve_device(setting: str) -> tuple[torch.device, str | None]:
-    """'cuda' | 'cpu' | 'auto' -> (device, warning or None)."""
-    if setting == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError("device='cuda' but no CUDA GPU is available; set device='auto' or device='cpu'")
-        return torch.device("cuda"), None
-    if setting == "cpu":
-        return torch.device("cpu"), None
-    if setting == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda"), None
-        return torch.device("cpu"), "device='auto': no CUDA GPU found, training on the CPU"
-    raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda', got {setting!r}")
-
-
-def resolve_dtype(setting: str, device: torch.device) -> torch.dtype:
-    """The autocast dtype: 'auto' = bfloat16 on a GPU that supports it, else float32."""
-    if setting == "auto":
-        if device.type == "cuda" and torch.cuda.is_bf16_supported():
-            return torch.bfloat16
-        return torch.float32
-    if setting == "float16" and device.type != "cuda":
-        raise ConfigError("dtype='float16' needs a CUDA device; use dtype='bfloat16' or 'float32' on the CPU")
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[setting]
-
-
-def autocast_context(device: torch.device, dtype: torch.dtype):
-    if dtype == torch.float32:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def lr_at(step: int, s: TrainSettings) -> float:
@@ -257,6 +213,13 @@ def make_optimizer(model: nn.Module, s: TrainSettings, device: torch.device) -> 
     if s.optimizer == "sgd":
         return torch.optim.SGD(groups, lr=s.lr, momentum=s.beta1)
     return torch.optim.AdamW(groups, lr=s.lr, betas=(s.beta1, s.beta2), fused=device.type == "cuda")
+
+
+def batch_indices(sampler: np.random.Generator, n_blocks: int, batch_size: int, parallel: Parallel) -> np.ndarray:
+    """This rank's blocks of one global batch: batch_size × world_size indices drawn by the sampler
+    (the same on every rank), rank r taking slice r. With one process: the whole draw."""
+    idx = sampler.integers(0, n_blocks, size=batch_size * parallel.world_size)
+    return idx[parallel.rank * batch_size : (parallel.rank + 1) * batch_size]
 
 
 def _grad_norm(model: nn.Module) -> torch.Tensor:
@@ -332,6 +295,25 @@ def check_compatible(stored: dict[str, str], expected: dict[str, str], where: st
         )
 
 
+def _check_same_save(meta: dict[str, str], state: dict, ckpt_dir: Path) -> None:
+    """The weights' header and train_state.pt must describe the same step of the same model."""
+    weights, state_file = ckpt_dir / WEIGHTS_FILE, ckpt_dir / STATE_FILE
+    fix = f"delete {ckpt_dir} or start fresh with resume=False"
+    if "metadata" not in state:
+        raise CheckpointMismatchError(f"{state_file} records no model identity (an older format); {fix}")
+    if meta.get("step") != str(state["step"]):
+        raise CheckpointMismatchError(
+            f"{weights} says step {meta.get('step')} but {state_file} says step {state['step']}: "
+            f"the two files come from different saves; {fix}"
+        )
+    for key in IDENTITY_KEYS:
+        if meta.get(key, "") != state["metadata"].get(key, ""):
+            raise CheckpointMismatchError(
+                f"{weights} says {key}={meta.get(key, '')!r} but {state_file} says "
+                f"{key}={state['metadata'].get(key, '')!r}: the two files belong to different models; {fix}"
+            )
+
+
 def save_checkpoint(
     ckpt_dir: str | Path,
     model: nn.Module,
@@ -344,14 +326,16 @@ def save_checkpoint(
     """Write `ckpt_dir/model.safetensors` (+ `train_state.pt` when an optimizer is given), atomically.
 
     The folder is replaced as a whole, so a crash mid-write leaves the previous checkpoint intact.
-    Tied tensors are stored once (safetensors refuses aliases); `load_weights_into` restores the tie.
+    Both files record the step and the model identity. Tied tensors are stored once (safetensors
+    refuses aliases); `load_weights_into` restores the tie.
     """
     ckpt_dir = Path(ckpt_dir)
     meta = {**model_metadata(model, model_meta), "step": str(step)}
     with atomic_dir(ckpt_dir) as tmp:
         save_model(model, str(tmp / WEIGHTS_FILE), metadata=meta)
         if optimizer is not None:
-            state = {"step": step, "optimizer": optimizer.state_dict(), **(train_state or {})}
+            identity = {k: meta[k] for k in IDENTITY_KEYS}
+            state = {"step": step, "metadata": identity, "optimizer": optimizer.state_dict(), **(train_state or {})}
             torch.save(state, tmp / STATE_FILE)
     return ckpt_dir
 
@@ -399,13 +383,17 @@ def load_checkpoint(
     *,
     expected_meta: dict[str, str] | None = None,
 ) -> dict:
-    """Restore weights (and optimizer) from `ckpt_dir`; returns the train state dict plus 'metadata'.
+    """Restore weights (and optimizer) from `ckpt_dir`; returns the train state dict plus 'metadata'
+    (the weights' header).
 
     Refuses (CheckpointMismatchError) a checkpoint whose model kind, config, vocabulary or
-    tokenizer hash differ from `expected_meta`.
+    tokenizer hash differ from `expected_meta`, and a train_state.pt whose step or model identity
+    differ from the weights' header — before anything is loaded into `model`.
     """
     ckpt_dir = Path(ckpt_dir)
-    meta = load_weights_into(model, ckpt_dir, expected_meta=expected_meta)
+    meta = read_metadata(ckpt_dir)
+    if expected_meta is not None:
+        check_compatible(meta, expected_meta, ckpt_dir)
     state: dict = {}
     if (ckpt_dir / STATE_FILE).is_file():
         try:
@@ -414,28 +402,14 @@ def load_checkpoint(
             raise PipelineInputError(
                 f"{ckpt_dir / STATE_FILE} cannot be read ({e}); delete {ckpt_dir} or start fresh with resume=False"
             ) from e
-        if optimizer is not None:
-            optimizer.load_state_dict(state["optimizer"])
+        _check_same_save(meta, state, ckpt_dir)
     elif optimizer is not None:
         raise PipelineInputError(f"{ckpt_dir} holds weights but no {STATE_FILE}; it cannot be resumed, start fresh with resume=False")
+    load_weights_into(model, ckpt_dir)
+    if optimizer is not None:
+        optimizer.load_state_dict(state["optimizer"])
     state["metadata"] = meta
     return state
-
-
-def plot_history(history: list[dict], title: str = "training") -> Figure:
-    """Train and validation loss against the step."""
-    fig = Figure(figsize=(6, 4), layout="constrained")
-    ax = fig.subplots()
-    for key, style in (("train/loss", "-"), ("val/loss", "o-")):
-        pts = [(h["step"], h[key]) for h in history if key in h]
-        if pts:
-            ax.plot(*zip(*pts), style, label=key)
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy (nats/token)")
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    return fig
 
 
 # ----------------------------------------------------------------------------------------------
@@ -475,6 +449,134 @@ def evaluate(
 
 
 # ----------------------------------------------------------------------------------------------
+# The state of a run, and one optimizer step
+
+
+@dataclass
+class TrainState:
+    """Everything a resumed run restores to continue exactly: the module (uncompiled, unwrapped), its
+    optimizer and loss scaler, the batch sampler, the step, the logged history, the best validation
+    loss, and the training losses summed since the last log point."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    sampler: np.random.Generator
+    step: int = 0
+    history: list[dict] = field(default_factory=list)
+    best_val: float = float("inf")
+    pending_loss_sum: float = 0.0
+    pending_n: int = 0
+
+    def snapshot(self, settings: TrainSettings, device: torch.device) -> dict:
+        """The train_state.pt content besides step, identity and optimizer (which `save_checkpoint` adds)."""
+        return {
+            "history": self.history,
+            "best_val_loss": self.best_val,
+            "sampler_state": self.sampler.bit_generator.state,
+            "torch_rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state() if device.type == "cuda" else None,
+            "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else {},
+            "pending": {"loss_sum": self.pending_loss_sum, "n": self.pending_n},
+            "train_settings": settings.model_dump(),
+        }
+
+    def restore(self, ckpt: dict, device: torch.device) -> None:
+        """Take over a loaded checkpoint's state (the weights and optimizer are already loaded)."""
+        self.step, self.history, self.best_val = int(ckpt["step"]), list(ckpt["history"]), float(ckpt["best_val_loss"])
+        self.sampler.bit_generator.state = ckpt["sampler_state"]
+        torch.set_rng_state(ckpt["torch_rng"])
+        if device.type == "cuda" and ckpt.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(ckpt["cuda_rng"])
+        if ckpt.get("scaler") and self.scaler.is_enabled():
+            self.scaler.load_state_dict(ckpt["scaler"])
+        self.pending_loss_sum, self.pending_n = float(ckpt["pending"]["loss_sum"]), int(ckpt["pending"]["n"])
+
+    def take_pending_loss(self) -> float:
+        """The mean training loss since the last log point; resets the sums."""
+        mean = self.pending_loss_sum / self.pending_n
+        self.pending_loss_sum, self.pending_n = 0.0, 0
+        return mean
+
+
+@dataclass
+class StepStats:
+    loss: float  # mean over the micro-batches
+    lr: float
+    grad_norm: torch.Tensor  # before clipping
+    grad_norm_clipped: torch.Tensor | None  # after clipping, measured; None when not asked for
+    seconds: float
+    not_finite: str | None = None  # what was NaN/inf when the update was refused (divergence)
+
+
+def optimizer_step(
+    state: TrainState,
+    model: nn.Module,
+    data: TokenBlocks,
+    s: TrainSettings,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+    parallel: Parallel,
+    measure_clipped: bool,
+) -> StepStats:
+    """One timed optimizer step over s.grad_accum micro-batches (no logging, evaluation or checkpoint).
+
+    `model` is what runs forward (possibly compiled or DDP-wrapped); `state.model` the raw module. A
+    non-finite loss or gradient norm refuses the update (the weights stay finite, the step does not
+    advance) and says so in `not_finite`.
+    """
+    synchronize(device)
+    t0 = time.perf_counter()
+    lr = lr_at(state.step, s)
+    for group in state.optimizer.param_groups:
+        group["lr"] = lr
+    loss_sum = torch.zeros((), device=device)
+    for _ in range(s.grad_accum):
+        x, y = data.batch(batch_indices(state.sampler, data.n_blocks, s.batch_size, parallel), device)  # (B, T) each
+        with autocast_context(device, dtype):
+            _, loss = model(x, y)
+        loss_sum += loss.detach().float()
+        state.scaler.scale(loss / s.grad_accum).backward()
+    state.scaler.unscale_(state.optimizer)
+    grad_norm = _grad_norm(state.model)  # before clipping
+    step_loss = float(loss_sum) / s.grad_accum  # one host sync per step: needed to stop on NaN
+    # With float16 loss scaling an inf gradient is routine (the scaler skips that step); else it is divergence.
+    bad_grad = not state.scaler.is_enabled() and not math.isfinite(float(grad_norm))
+    if not math.isfinite(step_loss) or bad_grad:
+        state.optimizer.zero_grad(set_to_none=True)  # the update is never applied: the weights stay finite
+        what = f"loss {step_loss}" if not math.isfinite(step_loss) else f"gradient norm {float(grad_norm)}"
+        return StepStats(step_loss, lr, grad_norm, None, 0.0, not_finite=what)
+    if s.grad_clip > 0:
+        torch.nn.utils.clip_grads_with_norm_(list(state.model.parameters()), s.grad_clip, grad_norm)
+    # Measured on the clipped gradients (not inferred), so a test can check the bound holds.
+    clipped = _grad_norm(state.model) if measure_clipped else None
+    state.scaler.step(state.optimizer)
+    state.scaler.update()
+    state.optimizer.zero_grad(set_to_none=True)
+    synchronize(device)  # the optimizer step runs asynchronously on CUDA: count it in this step
+    state.step += 1
+    state.pending_loss_sum += step_loss
+    state.pending_n += 1
+    return StepStats(step_loss, lr, grad_norm, clipped, time.perf_counter() - t0)
+
+
+def log_point(state: TrainState, st: StepStats, *, seconds: float, steps: int, tokens_per_step: int) -> dict[str, float]:
+    """The training metrics of a log point: the mean loss since the last one (resetting the sums), the
+    lr and gradient norms of this step, and the throughput over the `steps` steps (`seconds`) since."""
+    point = {
+        "train/loss": state.take_pending_loss(),
+        "lr": st.lr,
+        "grad_norm": float(st.grad_norm),
+        "tokens_per_s": steps * tokens_per_step / seconds,
+        "step_ms": 1000 * seconds / steps,
+    }
+    if st.grad_norm_clipped is not None:
+        point["grad_norm_clipped"] = float(st.grad_norm_clipped)
+    return point
+
+
+# ----------------------------------------------------------------------------------------------
 # The loop
 
 
@@ -486,14 +588,19 @@ def train(
     out_dir: str | Path,
     *,
     log_metrics: Callable[[dict[str, float], int], None] | None = None,
+    progress: Callable[[dict[str, float], int, int, float], None] | None = None,
     resume: bool = True,
     stop_after_steps: int | None = None,
     model_meta: dict | None = None,
     step_callback: Callable[[int, nn.Module], dict[str, float] | None] | None = None,
     raise_on_divergence: bool = True,
+    parallel: Parallel = Parallel(),
 ) -> TrainResult:
     """Train `model` in place for settings.max_steps optimizer steps; checkpoints go to out_dir/checkpoint.
 
+    log_metrics(point, step): the metrics of every log/eval point (main rank only).
+    progress(point, step, max_steps, eta_s): the same points with the steps left and the estimated
+        seconds to go (from this call's mean step time), for a progress line (main rank only).
     resume: continue from out_dir/checkpoint when it exists (refusing another model's checkpoint).
     stop_after_steps: stop after this many steps of *this call*, writing a checkpoint first — an
         interruption on purpose, to prove that a resume continues exactly.
@@ -501,6 +608,8 @@ def train(
     step_callback(step, model): called at every log point; the metrics it returns are logged too.
     raise_on_divergence: False returns the result up to the last finite step instead of raising
         (for experiments that expect divergence); result.warnings then says where it diverged.
+    parallel: this process's data-parallel rank (module doc); world_size > 1 needs torch.distributed
+        initialised and `model` wrapped in DistributedDataParallel.
     """
     t_start = time.perf_counter()
     s = settings
@@ -513,12 +622,17 @@ def train(
     if warn:
         notes.append(warn)
     dtype = resolve_dtype(s.dtype, device)
+    raw_model = model
+    if parallel.world_size > 1:
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            raise ConfigError(f"world_size={parallel.world_size} needs torch.distributed initialised in every rank first")
+        raw_model = model.module  # the DistributedDataParallel wrapper's module
 
     # Data: the model's vocabulary must cover the labels, and the context must fit in them.
-    _check_vocab(model, train_data, "train")
-    _check_vocab(model, val_data, "validation")
+    _check_vocab(raw_model, train_data, "train")
+    _check_vocab(raw_model, val_data, "validation")
     block_size = s.block_size
-    model_block = getattr(getattr(model, "config", None), "block_size", None)
+    model_block = getattr(getattr(raw_model, "config", None), "block_size", None)
     if block_size is None:
         block_size = min(train_data.block_size, model_block or train_data.block_size)
     elif model_block is not None and block_size > model_block:
@@ -527,29 +641,21 @@ def train(
     val_data = _non_empty_blocks(val_data.crop(min(block_size, val_data.block_size)), "validation")
 
     model.to(device)
-    raw_model = model  # checkpoints and callbacks see the uncompiled module
-    optimizer = make_optimizer(raw_model, s, device)
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-    meta = model_metadata(raw_model, model_meta)
-
     # Fresh state, or the exact state of the checkpoint.
-    sampler = np.random.default_rng(s.seed)
+    state = TrainState(
+        model=raw_model,  # checkpoints and callbacks see the uncompiled, unwrapped module
+        optimizer=make_optimizer(raw_model, s, device),
+        scaler=torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
+        sampler=np.random.default_rng(s.seed),
+    )
     torch.manual_seed(s.seed)
-    step, history, best_val = 0, [], float("inf")
-    pending = {"loss_sum": 0.0, "n": 0}  # training losses since the last log point
+    meta = model_metadata(raw_model, model_meta)
     resumed_from = 0
     if resume and (ckpt_dir / STATE_FILE).is_file():
-        state = load_checkpoint(ckpt_dir, raw_model, optimizer, expected_meta=meta)
-        step, history, best_val = int(state["step"]), list(state["history"]), float(state["best_val_loss"])
-        sampler.bit_generator.state = state["sampler_state"]
-        torch.set_rng_state(state["torch_rng"])
-        if device.type == "cuda" and state.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state(state["cuda_rng"])
-        if "scaler" in state and scaler.is_enabled():
-            scaler.load_state_dict(state["scaler"])
-        pending = dict(state["pending"])
-        resumed_from = step
-        old = state.get("train_settings", {})
+        ckpt = load_checkpoint(ckpt_dir, raw_model, state.optimizer, expected_meta=meta)
+        state.restore(ckpt, device)
+        resumed_from = state.step
+        old = ckpt.get("train_settings", {})
         changed = [k for k in _TRAJECTORY_FIELDS if k in old and old[k] != getattr(s, k)]
         if changed:
             notes.append(f"resumed with changed settings {changed}: the run will differ from an uninterrupted one")
@@ -557,30 +663,10 @@ def train(
         notes.append(f"resume=False: starting fresh, the checkpoint in {ckpt_dir} will be replaced")
 
     if s.compile:
-        model = torch.compile(raw_model)
+        model = torch.compile(model)
 
-    def snapshot() -> dict:
-        return {
-            "history": history,
-            "best_val_loss": best_val,
-            "sampler_state": sampler.bit_generator.state,
-            "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state() if device.type == "cuda" else None,
-            "scaler": scaler.state_dict() if scaler.is_enabled() else {},
-            "pending": dict(pending),
-            "train_settings": s.model_dump(),
-        }
-
-    last_good = step if resumed_from else None  # the step of the newest checkpoint of this run
-
-    def checkpoint() -> None:
-        nonlocal last_good
-        save_checkpoint(
-            ckpt_dir, raw_model, step=step, optimizer=optimizer, train_state=snapshot(), model_meta=model_meta
-        )
-        last_good = step
-
-    tokens_per_step = s.batch_size * block_size * s.grad_accum
+    last_good = state.step if resumed_from else None  # the step of the newest checkpoint of this run
+    tokens_per_step = s.batch_size * block_size * s.grad_accum * parallel.world_size
 
     def validate() -> float:
         return evaluate(model, val_data, batch_size=s.batch_size, max_batches=s.eval_batches, device=device, dtype=dtype)
@@ -588,114 +674,84 @@ def train(
     step_times: list[float] = []
     interval_time, interval_steps = 0.0, 0  # since the last log point, in this call
     diverged: str | None = None
-    stop_at = s.max_steps if stop_after_steps is None else min(s.max_steps, step + stop_after_steps)
+    stop_at = s.max_steps if stop_after_steps is None else min(s.max_steps, state.step + stop_after_steps)
     model.train()
 
-    while step < stop_at:
-        # ---- one optimizer step (timed; no logging, evaluation or checkpointing inside) ----
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        lr = lr_at(step, s)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        loss_sum = torch.zeros((), device=device)
-        for _ in range(s.grad_accum):
-            idx = sampler.integers(0, train_data.n_blocks, size=s.batch_size)
-            x, y = train_data.batch(idx, device)  # (B, T) each
-            with autocast_context(device, dtype):
-                _, loss = model(x, y)
-            loss_sum += loss.detach().float()
-            scaler.scale(loss / s.grad_accum).backward()
-        scaler.unscale_(optimizer)
-        grad_norm = _grad_norm(raw_model)  # before clipping
-        step_loss = float(loss_sum) / s.grad_accum  # one host sync per step: needed to stop on NaN
-        # With float16 loss scaling an inf gradient is routine (the scaler skips that step); else it is divergence.
-        bad_grad = not scaler.is_enabled() and not math.isfinite(float(grad_norm))
-        if not math.isfinite(step_loss) or bad_grad:
-            what = f"loss {step_loss}" if not math.isfinite(step_loss) else f"gradient norm {float(grad_norm)}"
+    while state.step < stop_at:
+        will_log = (state.step + 1) % s.log_interval == 0 or state.step + 1 == s.max_steps
+        st = optimizer_step(
+            state, model, train_data, s, device=device, dtype=dtype, parallel=parallel, measure_clipped=will_log
+        )
+        if st.not_finite:
             kept = f"The last good checkpoint (step {last_good}) is kept in {ckpt_dir}. " if last_good is not None else ""
             diverged = (
-                f"training diverged at step {step + 1}: {what} is not finite. {kept or 'No checkpoint was written yet. '}"
+                f"training diverged at step {state.step + 1}: {st.not_finite} is not finite. "
+                f"{kept or 'No checkpoint was written yet. '}"
                 f"Lower lr (now {s.lr}), keep grad_clip > 0 (now {s.grad_clip}) or train in float32."
             )
-            optimizer.zero_grad(set_to_none=True)  # the update is never applied: the weights stay finite
             break
-        will_log = (step + 1) % s.log_interval == 0 or step + 1 == s.max_steps
-        if s.grad_clip > 0:
-            torch.nn.utils.clip_grads_with_norm_(list(raw_model.parameters()), s.grad_clip, grad_norm)
-        # Measured on the clipped gradients (not inferred), so a test can check the bound holds.
-        clipped_norm = _grad_norm(raw_model) if will_log else None
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        if device.type == "cuda":
-            torch.cuda.synchronize()  # the optimizer step runs asynchronously: count it in this step
-        dt = time.perf_counter() - t0
-        step += 1
-        step_times.append(dt)
-        interval_time += dt
+        step_times.append(st.seconds)
+        interval_time += st.seconds
         interval_steps += 1
-        pending["loss_sum"] += step_loss
-        pending["n"] += 1
 
         # ---- bookkeeping (untimed) ----
         point: dict[str, float] = {}
-        is_last = step == s.max_steps
-        if step % s.log_interval == 0 or is_last:
-            point.update({
-                "train/loss": pending["loss_sum"] / pending["n"],
-                "lr": lr,
-                "grad_norm": float(grad_norm),
-                "tokens_per_s": interval_steps * tokens_per_step / interval_time,
-                "step_ms": 1000 * interval_time / interval_steps,
-            })
-            if clipped_norm is not None:
-                point["grad_norm_clipped"] = float(clipped_norm)
-            pending = {"loss_sum": 0.0, "n": 0}
+        is_last = state.step == s.max_steps
+        if state.step % s.log_interval == 0 or is_last:
+            point.update(log_point(state, st, seconds=interval_time, steps=interval_steps, tokens_per_step=tokens_per_step))
             interval_time, interval_steps = 0.0, 0
             if step_callback is not None:
-                point.update(step_callback(step, raw_model) or {})
-        is_eval = (s.eval_interval > 0 and step % s.eval_interval == 0) or is_last
+                point.update(step_callback(state.step, raw_model) or {})
+        is_eval = (s.eval_interval > 0 and state.step % s.eval_interval == 0) or is_last
         if is_eval:
             val_loss = validate()
-            best_val = min(best_val, val_loss)
+            state.best_val = min(state.best_val, val_loss)
             point.update({"val/loss": val_loss, "val/ppl": math.exp(min(val_loss, 700.0))})
         if point:
-            history.append({"step": step, **point})
-            if log_metrics is not None:
-                log_metrics(point, step)
-        if (
-            (s.checkpoint_interval > 0 and step % s.checkpoint_interval == 0)
+            state.history.append({"step": state.step, **point})
+            if parallel.is_main and log_metrics is not None:
+                log_metrics(point, state.step)
+            if parallel.is_main and progress is not None:
+                progress(point, state.step, s.max_steps, (s.max_steps - state.step) * float(np.mean(step_times)))
+        checkpoint_due = (
+            (s.checkpoint_interval > 0 and state.step % s.checkpoint_interval == 0)
             or (s.checkpoint_interval == 0 and is_eval)
             or is_last
-            or step == stop_at
-        ):
-            checkpoint()
+            or state.step == stop_at
+        )
+        if checkpoint_due and parallel.is_main:
+            save_checkpoint(
+                ckpt_dir, raw_model, step=state.step, optimizer=state.optimizer,
+                train_state=state.snapshot(s, device), model_meta=model_meta,
+            )
+            last_good = state.step
 
     if diverged:
         if raise_on_divergence:
             raise TrainingDivergedError(
-                diverged, step=step + 1, loss=step_loss, checkpoint_dir=ckpt_dir if last_good is not None else None, history=history
+                diverged, step=state.step + 1, loss=st.loss,
+                checkpoint_dir=ckpt_dir if last_good is not None else None, history=state.history,
             )
         notes.append(diverged)
 
-    write_json(out_dir / "history.json", history)
+    history = state.history
+    if parallel.is_main:
+        write_json(out_dir / "history.json", history)
     train_pts = [h for h in history if "train/loss" in h]
     val_pts = [h for h in history if "val/loss" in h]
-    if not val_pts or val_pts[-1]["step"] != step:  # e.g. a resume of a finished run, or an interruption
+    if not val_pts or val_pts[-1]["step"] != state.step:  # e.g. a resume of a finished run, or an interruption
         val_loss = validate()
-        best_val = min(best_val, val_loss)
+        state.best_val = min(state.best_val, val_loss)
     else:
         val_loss = val_pts[-1]["val/loss"]
     timed = step_times[1:] or step_times  # the first step pays for allocation / compilation
     step_ms = 1000 * float(np.mean(timed)) if timed else float("nan")
     return TrainResult(
-        steps=step,
+        steps=state.step,
         train_loss=train_pts[-1]["train/loss"] if train_pts else float("nan"),
         val_loss=val_loss,
         val_ppl=math.exp(min(val_loss, 700.0)),
-        best_val_loss=best_val,
+        best_val_loss=state.best_val,
         tokens_per_s=tokens_per_step / (step_ms / 1000) if timed else float("nan"),
         step_ms=step_ms,
         wall_s=time.perf_counter() - t_start,
@@ -706,5 +762,4 @@ def train(
         history=history,
         checkpoint_dir=ckpt_dir,
         resumed_from=resumed_from,
-        figures={"loss_curve": plot_history(history, f"{meta['model_kind']} ({meta['params']} parameters)")},
     )

@@ -1,5 +1,16 @@
-"""Assets hand each other small JSON manifests (paths, hashes, headline numbers), never pickles:
-the large artifacts are files in run-scoped folders, and the manifest says where they are."""
+"""Assets hand each other small JSON manifests (paths, sizes, hashes, headline numbers), never
+pickles: the large artifacts are files in run-scoped folders, and the manifest says where they are.
+
+Isolation: each manifest is written once, into its own run's folder
+(`artifacts/<asset>/<run id>/manifest.json`), and its path and SHA-256 go into the materialization's
+metadata. A step reads an upstream produced in its own run from its own run's folder; an upstream
+outside the run is read from the materialization Dagster's event log records (run id, path, hash).
+There is no shared mutable "latest" file, so concurrent runs never read each other's data.
+
+Integrity: every file a manifest names is checked against its recorded size, and against its
+SHA-256 unless it is large (then the size alone: hashing gigabytes on every read costs more than it
+protects); a mismatch is an error naming the file and what differs.
+"""
 
 from __future__ import annotations
 
@@ -8,28 +19,75 @@ from typing import Any
 
 import dagster as dg
 
-from components.core.artifacts import read_json, write_json
+from components.core.artifacts import file_info, read_json, sha256_file, write_json
+from components.core.errors import PipelineInputError
 
-from .state import state_root
+from .state import artifacts_root
+
+MANIFEST = "manifest.json"
+HASH_LIMIT_BYTES = 256 * 1024 * 1024  # files up to this size are re-hashed on every read
+
+
+def manifest_path(key: dg.AssetKey, run_id: str, partition: str | None = None) -> Path:
+    part = f"/{partition}" if partition else ""
+    return artifacts_root() / "/".join(key.path) / f"{run_id}{part}" / MANIFEST
+
+
+def verify_files(manifest: dict[str, Any], asset: str) -> None:
+    """Check every file the manifest records: present, same size, same hash (when affordable)."""
+    for name, rec in manifest.get("files", {}).items():
+        p = Path(rec["path"])
+        if not p.exists():
+            raise PipelineInputError(
+                f"`{asset}`'s {name} file {p} is missing (deleted or pruned): re-materialize `{asset}`"
+            )
+        if p.is_file():
+            size = p.stat().st_size
+        else:
+            size = sum(q.stat().st_size for q in p.rglob("*") if q.is_file())
+        if size != rec["bytes"]:
+            raise PipelineInputError(
+                f"`{asset}`'s {name} file {p} has changed since it was materialized: {size} bytes, recorded "
+                f"{rec['bytes']}; re-materialize `{asset}`"
+            )
+        if size <= HASH_LIMIT_BYTES:
+            digest = file_info(p)["sha256"]
+            if digest != rec["sha256"]:
+                raise PipelineInputError(
+                    f"`{asset}`'s {name} file {p} has changed since it was materialized: SHA-256 {digest[:12]}…, "
+                    f"recorded {rec['sha256'][:12]}… (same size: swapped or edited in place); re-materialize `{asset}`"
+                )
 
 
 class ManifestIOManager(dg.ConfigurableIOManager):
-    def _path(self, key: dg.AssetKey, partition: str | None) -> Path:
-        name = "__".join(key.path) + (f"__{partition}" if partition else "")
-        return state_root() / "manifests" / f"{name}.json"
-
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         if obj is None:
             return
         partition = context.partition_key if context.has_partition_key else None
-        write_json(self._path(context.asset_key, partition), obj)
+        path = write_json(manifest_path(context.asset_key, context.run_id, partition), obj)
+        context.add_output_metadata({"manifest_path": dg.MetadataValue.path(str(path)), "manifest_sha256": sha256_file(path)})
 
     def load_input(self, context: dg.InputContext) -> Any:
+        key = context.asset_key
+        asset = key.to_user_string()
         partition = context.partition_key if context.has_partition_key else None
-        path = self._path(context.asset_key, partition)
-        if not path.exists():
-            raise dg.Failure(
-                f"upstream asset `{context.asset_key.to_user_string()}` has no materialization in this state folder "
-                f"({path} is missing): materialize it first"
-            )
-        return read_json(path)
+        run_id = context.step_context.run_id
+        upstream = context.upstream_output
+        if upstream is not None and upstream.run_id == run_id:
+            path = manifest_path(key, run_id, partition)  # produced by this very run
+            expected = None
+        else:
+            event = context.instance.get_latest_materialization_event(key)
+            if event is None:
+                raise dg.Failure(f"upstream asset `{asset}` has never been materialized in this instance: materialize it first")
+            meta = event.asset_materialization.metadata
+            if "manifest_path" not in meta:
+                raise dg.Failure(f"upstream asset `{asset}`'s latest materialization (run {event.run_id}) records no manifest: re-materialize it")
+            path, expected = Path(meta["manifest_path"].value), meta["manifest_sha256"].value
+        if not path.is_file():
+            raise dg.Failure(f"upstream asset `{asset}`: its manifest {path} is missing (deleted or pruned): re-materialize `{asset}`")
+        if expected is not None and sha256_file(path) != expected:
+            raise PipelineInputError(f"`{asset}`'s manifest {path} has changed since it was materialized (SHA-256 differs); re-materialize `{asset}`")
+        manifest = read_json(path)
+        verify_files(manifest, asset)
+        return manifest

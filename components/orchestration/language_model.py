@@ -3,31 +3,42 @@
 RNN, LSTM and Transformer assets are instances of `LanguageModel`, declared in
 `pipelines/defs/<name>/defs.yaml`. Each instance names its model family and the defaults of its
 model and training settings; the run config (configs/*.yaml) can still override every field. A
-new model variant is a new defs.yaml, not new code.
+new model variant is a new defs.yaml, not new code: it trains through the one driver
+(`components.core.lm.train_lm`), is tagged as a language model, and so joins `model_comparison`.
 
-Every instance trains through the one shared loop (`components.core.training.train`), logs the
-shared metric names to MLflow and writes `.safetensors` weights into its run-scoped folder.
+Resume: an interrupted training continues from a scratch checkpoint whose key is the content of
+what it trains on (the labels' and tokenizer's hashes, the settings), not a path, so a rerun from any
+launcher finds it; a lock on that key makes two runs of the same training wait for each other
+instead of writing the same folder. The final folder holds the weights (config in their header),
+not the optimizer state.
 """
 
+
+import fcntl
+import math
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Iterator, Literal
 
 import dagster as dg
-from pydantic import Field, create_model
+from pydantic import create_model
+from pydantic.fields import FieldInfo
 
 from components.core.errors import PipelineInputError
 from components.core.labels import load_labels
-from components.core.models.recurrent import RecurrentLM, RecurrentSettings, lstm_gate_callback
-from components.core.models.recurrent import size_for_budget as recurrent_size_for_budget
-from components.core.models.transformer import SamplingSettings, TransformerSettings, train_transformer_lm
-from components.core.models.transformer import size_for_budget as transformer_size_for_budget
+from components.core.lm import SamplingSettings, train_lm
+from components.core.models.recurrent import RecurrentSettings
+from components.core.models.transformer import TransformerSettings
 from components.core.tokenizer import load_tokenizer
-from components.core.training import TrainSettings, seed_everything, train
+from components.core.training import WEIGHTS_FILE, TrainSettings
 
-from .stage import Stage, stage
+from .stage import stage
 from .state import state_root
 from .tracking import MlflowTracker, config_hash
+
+LM_TAG = "pipeline/language_model"  # tag key every language-model asset carries (value: family)
+TRAINING_POOL = "training"  # one training at a time per device (pool limit in dagster.yaml)
 
 
 class RecurrentModelConfig(dg.Config, RecurrentSettings):
@@ -47,6 +58,7 @@ class SamplingConfig(dg.Config, SamplingSettings):
 
 
 FAMILY_MODEL_CONFIG = {"recurrent": RecurrentModelConfig, "transformer": TransformerModelConfig}
+FAMILY_SETTINGS = {"recurrent": RecurrentSettings, "transformer": TransformerSettings}
 
 
 def with_defaults(name: str, base: type, defaults: dict[str, Any], where: str) -> type:
@@ -55,10 +67,8 @@ def with_defaults(name: str, base: type, defaults: dict[str, Any], where: str) -
     if unknown:
         raise ValueError(f"{where}: unknown setting(s) {unknown} for {base.__name__}; valid: {sorted(base.model_fields)}")
     base(**defaults)  # raises, naming the field, if a value is invalid
-    fields = {
-        k: (base.model_fields[k].annotation, Field(v, description=base.model_fields[k].description))
-        for k, v in defaults.items()
-    }
+    # The base field with only its default replaced: constraints (ge=..., Literal) and descriptions stay.
+    fields = {k: (base.model_fields[k].annotation, FieldInfo.merge_field_infos(base.model_fields[k], default=v)) for k, v in defaults.items()}
     return create_model(name, __base__=base, **fields)
 
 
@@ -75,83 +85,34 @@ def check_same_tokenizer(labels: dict, tokenizer: dict) -> None:
         )
 
 
+def content_identity(labels: dict, tokenizer: dict) -> dict[str, str]:
+    """What a model is trained on, by content: the hashes of the label arrays and the tokenizer."""
+    return {
+        "labels": config_hash({k: v["sha256"] for k, v in sorted(labels.get("files", {}).items())}),
+        "tokenizer_sha256": tokenizer["sha256"],
+    }
+
+
 def scratch_dir(asset: str, identity: dict[str, Any]) -> Path:
-    """Where an interrupted training of this exact (config, labels) resumes from; removed on success."""
+    """Where an interrupted training of this exact (settings, data content) resumes from; removed on success."""
     return state_root() / "checkpoints" / asset / config_hash(identity)
+
+
+@contextmanager
+def exclusive(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path`.lock (released by the kernel if the process dies)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _history_summary(history: list[dict]) -> list[dict]:
     keep = ("step", "step_ms", "train/loss", "val/loss", "val/ppl", "tokens_per_s", "lr", "grad_norm")
     return [{k: h[k] for k in keep if k in h} for h in history]
-
-
-def _metrics_md(metrics: dict[str, float]) -> dg.MetadataValue:
-    rows = "\n".join(f"| `{k}` | {v:.6g} |" for k, v in sorted(metrics.items()))
-    return dg.MetadataValue.md("| metric | value |\n|---|---|\n" + rows)
-
-
-def train_recurrent(s: Stage, config: Any, labels: dict, tokenizer: dict, scratch: Path) -> tuple[dict, dict]:
-    train_data, val_data, meta = load_labels(labels["path"])
-    vocab = int(meta["vocab_size"])
-    settings = TrainSettings(**config.train.model_dump())
-    model_cfg = recurrent_size_for_budget(RecurrentSettings(**config.model.model_dump()), vocab)
-    seed_everything(settings.seed)
-    model = RecurrentLM(model_cfg, vocab)
-    explicit = model_cfg.cell == "lstm" and model_cfg.lstm_impl == "explicit"
-    result = train(
-        model,
-        train_data,
-        val_data,
-        settings,
-        scratch,
-        log_metrics=s.run.log_metrics,
-        model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
-        step_callback=lstm_gate_callback if explicit else None,
-    )
-    metadata = {name: s.figure(fig, name) for name, fig in result.figures.items()}  # the loop's loss curve
-    if result.warnings:
-        metadata["warnings"] = dg.MetadataValue.md("\n".join(f"- {w}" for w in result.warnings))
-    gates = [h for h in result.history if "lstm/gate_forget" in h]
-    if gates:
-        metadata["gate_means_last"] = {k: gates[-1][k] for k in gates[-1] if k.startswith("lstm/gate")}
-    return {"metrics": result.metrics(), "model_config": model_cfg.model_dump(), "history": result.history}, metadata
-
-
-def train_transformer(s: Stage, config: Any, labels: dict, tokenizer: dict, scratch: Path) -> tuple[dict, dict]:
-    train_data, val_data, meta = load_labels(labels["path"])
-    vocab = int(meta["vocab_size"])
-    tok = load_tokenizer(tokenizer["path"])
-    model_cfg = transformer_size_for_budget(TransformerSettings(**config.model.model_dump()), vocab)
-    result = train_transformer_lm(
-        model_cfg,
-        TrainSettings(**config.train.model_dump()),
-        train_data,
-        val_data,
-        vocab,
-        scratch,
-        sampling=SamplingSettings(**config.sampling.model_dump()),
-        decode=lambda ids: tok.decode(ids, skip_special_tokens=False),
-        encode=lambda text: tok.encode(text, add_special_tokens=False).ids,
-        log_metrics=s.run.log_metrics,
-        model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
-    )
-    metadata: dict[str, Any] = {name: s.figure(fig, name) for name, fig in result.figures.items()}
-    s.run.log_artifact(result.samples_path)
-    metadata["samples"] = dg.MetadataValue.md("\n\n".join(f"```\n{t[:600]}\n```" for t in result.samples))
-    metadata["attention_backend"] = str(result.attention_backend.get("observed", result.attention_backend))
-    if result.warnings:
-        metadata["warnings"] = dg.MetadataValue.md("\n".join(f"- {w}" for w in result.warnings))
-    shutil.copy(result.samples_path, s.tmp / "samples.txt")
-    out = {
-        "metrics": result.metrics,
-        "model_config": result.config.model_dump(),
-        "history": result.history,
-        "attention_backend": result.attention_backend,
-    }
-    return out, metadata
-
-
-RUNNERS: dict[str, Callable[..., tuple[dict, dict]]] = {"recurrent": train_recurrent, "transformer": train_transformer}
 
 
 def language_model_asset(
@@ -166,56 +127,100 @@ def language_model_asset(
     where = f"language model `{name}`"
     model_cls = with_defaults(f"{_camel(name)}ModelConfig", FAMILY_MODEL_CONFIG[family], model, where)
     train_cls = with_defaults(f"{_camel(name)}TrainConfig", TrainConfig, train, where)
-    fields: dict[str, Any] = {"model": (model_cls, model_cls()), "train": (train_cls, train_cls())}
-    if family == "transformer":
-        sampling_cls = with_defaults(f"{_camel(name)}SamplingConfig", SamplingConfig, sampling, where)
-        fields["sampling"] = (sampling_cls, sampling_cls())
-    elif sampling:
-        raise ValueError(f"{where}: `sampling` applies to the transformer family only")
+    sampling_cls = with_defaults(f"{_camel(name)}SamplingConfig", SamplingConfig, sampling, where)
+    fields: dict[str, Any] = {
+        "model": (model_cls, model_cls()),
+        "train": (train_cls, train_cls()),
+        "sampling": (sampling_cls, sampling_cls()),
+    }
     config_cls = create_model(f"{_camel(name)}Config", __base__=dg.Config, **fields)
-    runner = RUNNERS[family]
 
     @dg.asset(
         name=name,
         group_name=group,
         description=description,
         kinds={"pytorch", "safetensors"},
-        io_manager_key="manifest_io",
-        automation_condition=dg.AutomationCondition.eager(),
+        tags={LM_TAG: family},
+        pool=TRAINING_POOL,
+        check_specs=[dg.AssetCheckSpec("better_than_uniform", asset=name, description="Validation loss below ln(vocabulary size), the loss of guessing uniformly.")],
     )
-    def _lm(context: dg.AssetExecutionContext, config: config_cls, labels: dict, tokenizer: dict, mlflow: MlflowTracker) -> dg.Output[dict]:
+    def _lm(context: dg.AssetExecutionContext, config: config_cls, labels: dict, tokenizer: dict, mlflow: MlflowTracker):
         check_same_tokenizer(labels, tokenizer)
-        params = {**config.model_dump(), "family": family, "labels_path": labels["path"]}
-        scratch = scratch_dir(name, params)
-        with stage(context, mlflow, params) as s:
-            out, metadata = runner(s, config, labels, tokenizer, scratch)
-            shutil.move(str(scratch / "checkpoint"), str(s.tmp / "checkpoint"))
-            weights = s.tmp / "checkpoint" / "model.safetensors"
-            s.run.log_artifact(weights, "checkpoint")
-            metrics = out["metrics"]
-            meta = {
-                "params": int(metrics["params"]),
-                "val_loss": metrics["val/loss"],
-                "val_ppl": metrics["val/ppl"],
-                "tokens_per_s": metrics["tokens_per_s"],
-                "metrics": _metrics_md(metrics),
-                **metadata,
-                **s.file_metadata("weights", weights),
-                **s.run.metadata(),
-            }
-            manifest = {
-                "name": name,
-                "family": family,
-                "weights": s.final_path(weights),
-                "tokenizer_sha256": labels["tokenizer_sha256"],
-                "vocab_size": labels["vocab_size"],
-                **{k: v for k, v in out.items() if k != "history"},
-                "history": _history_summary(out["history"]),
-            }
-        shutil.rmtree(scratch, ignore_errors=True)
-        return dg.Output(manifest, metadata=meta)
+        settings = config.model_dump()
+        identity = {"asset": name, "family": family, **settings, **content_identity(labels, tokenizer)}
+        scratch = scratch_dir(name, identity)
+        with exclusive(scratch):
+            output = _train_and_publish(context, mlflow, config, labels, tokenizer, scratch)
+            shutil.rmtree(scratch, ignore_errors=True)  # under the lock: a waiting run starts clean
+        yield output
+        yield uniform_check(output.value)
+
+    def _train_and_publish(context, mlflow, config, labels, tokenizer, scratch) -> dg.Output[dict]:
+        settings = config.model_dump()
+        with stage(context, mlflow, {**settings, "family": family}) as s:
+            train_data, val_data, meta = load_labels(labels["path"])
+            tok = load_tokenizer(tokenizer["path"])
+            result = train_lm(
+                family,
+                FAMILY_SETTINGS[family](**config.model.model_dump()),
+                TrainSettings(**config.train.model_dump()),
+                train_data,
+                val_data,
+                int(meta["vocab_size"]),
+                scratch,
+                sampling=SamplingSettings(**config.sampling.model_dump()),
+                decode=lambda ids: tok.decode(ids, skip_special_tokens=False),
+                encode=lambda text: tok.encode(text, add_special_tokens=False).ids,
+                log_metrics=s.run.log_metrics,
+                progress=s.progress,
+                model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
+            )
+            weights = s.tmp / WEIGHTS_FILE
+            shutil.copy2(result.weights_path, weights)  # weights and config only: no optimizer state
+            (s.tmp / "samples.txt").write_text("\n\n----------\n\n".join(result.samples) + "\n", encoding="utf-8")
+            s.run.log_artifact(weights, "model")
+            metrics = result.metrics
+            output = s.publish(
+                {
+                    "name": name,
+                    "family": family,
+                    "weights": s.final_path(weights),
+                    "tokenizer_sha256": labels["tokenizer_sha256"],
+                    "vocab_size": labels["vocab_size"],
+                    "metrics": metrics,
+                    "model_config": result.config.model_dump(),
+                    "attention_backend": result.attention_backend,
+                    "resumed_from_step": result.resumed_from_step,
+                    "inputs": {"labels": labels["dagster_run_id"], "tokenizer": tokenizer["dagster_run_id"]},
+                    "history": _history_summary(result.history),
+                },
+                metrics=metrics,
+                figures=result.figures,
+                texts={"samples": "\n\n".join(f"```\n{t[:600]}\n```" for t in result.samples)} if result.samples else None,
+                files={"weights": weights, "samples": s.tmp / "samples.txt"},
+                artifacts=[s.tmp / "samples.txt"],
+                values={
+                    "params": int(metrics["params"]),
+                    "resumed_from_step": result.resumed_from_step,
+                    "attention_backend": str(result.attention_backend.get("observed", result.attention_backend)),
+                },
+                warnings=result.warnings,
+            )
+        return output
 
     return _lm
+
+
+def uniform_check(manifest: dict) -> dg.AssetCheckResult:
+    """A model worse than uniform guessing learned nothing (or diverged): a warning, with the figures."""
+    uniform = math.log(int(manifest["vocab_size"]))
+    val = float(manifest["metrics"]["val/loss"])
+    return dg.AssetCheckResult(
+        check_name="better_than_uniform",
+        passed=bool(val < uniform),
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={"val_loss": val, "uniform_loss": uniform, "margin": uniform - val},
+    )
 
 
 class LanguageModel(dg.Component, dg.Model, dg.Resolvable):
@@ -236,10 +241,7 @@ class LanguageModel(dg.Component, dg.Model, dg.Resolvable):
     sampling: dict[str, Any] = {}
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        return dg.Definitions(
-            assets=[
-                language_model_asset(
-                    self.name, self.family, self.architecture, self.training, self.sampling, self.description or self.name, self.group
-                )
-            ]
+        asset = language_model_asset(
+            self.name, self.family, self.architecture, self.training, self.sampling, self.description or self.name, self.group
         )
+        return dg.Definitions(assets=[asset])

@@ -1,10 +1,20 @@
-"""What every asset does around its one call into the core: a run-scoped output folder that
-appears only when the step succeeds, a nested MLflow run, and file metadata (path, size, hash)."""
+"""What every asset does around its one call into the core, in one place.
+
+`stage(context, tracker, params)` opens, in order: recovery of dead runs (a killed run is marked
+failed at the latest when the next step starts), a lease that tells later steps this process is
+alive, the nested MLflow run, validation of the whole run config (every problem listed, before
+anything trains), and a run-scoped output folder that appears only when the step succeeds.
+
+`Stage.publish(...)` is the one epilogue: it takes headline metrics, tables, figures, texts and
+files, logs them to the nested MLflow run (metrics, tables, figures, artifacts) and returns the
+`dg.Output` whose manifest names every file with its size and hash and whose metadata carries the
+same numbers, sortable tables, inline figures and a link to the MLflow run.
+"""
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -12,35 +22,127 @@ import dagster as dg
 
 from components.core.artifacts import atomic_dir, file_info
 
+from .recovery import prune, recover_dead_runs, run_lease
 from .state import artifacts_root
 from .tracking import AssetRun, MlflowTracker, figure_markdown
+from .validation import validate_run_config
+
+RETENTION_ENV = "PIPELINE_KEEP_LAST"
+DEFAULT_KEEP_LAST = 3
+
+
+def metric_key(name: str) -> str:
+    """MLflow names (`val/loss`) as Dagster metadata keys (`val_loss`)."""
+    return name.replace("/", "_")
+
+
+def table_metadata(rows: list[dict]) -> dg.MetadataValue:
+    """Rows of dicts as a sortable Dagster table."""
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+
+    def kind(c: str) -> str:
+        values = [r[c] for r in rows if r.get(c) is not None]
+        if values and all(isinstance(v, bool) for v in values):
+            return "bool"
+        if values and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            return "int"
+        if values and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            return "float"
+        return "string"
+
+    kinds = {c: kind(c) for c in cols}
+
+    def cell(c: str, v: Any) -> Any:
+        if v is None:
+            return None
+        return str(v) if kinds[c] == "string" else v
+
+    return dg.MetadataValue.table(
+        records=[dg.TableRecord({c: cell(c, r.get(c)) for c in cols if r.get(c) is not None}) for r in rows],
+        schema=dg.TableSchema(columns=[dg.TableColumn(c, kinds[c]) for c in cols]),
+    )
 
 
 @dataclass
 class Stage:
+    context: dg.AssetExecutionContext
     run: AssetRun
     tmp: Path  # write here; renamed to `final` when the step succeeds
     final: Path
+    notes: list[str] = field(default_factory=list)
 
     def final_path(self, p: str | Path) -> str:
         return str(self.final / Path(p).relative_to(self.tmp))
 
-    def file_metadata(self, name: str, p: str | Path) -> dict[str, Any]:
-        info = file_info(p)
-        return {
-            f"{name}_path": dg.MetadataValue.path(self.final_path(p)),
-            f"{name}_bytes": info["bytes"],
-            f"{name}_sha256": info["sha256"],
-        }
+    def progress(self, point: dict[str, float], step: int, max_steps: int, eta_s: float) -> None:
+        """Training progress into the run's log in the Dagster UI (called at the loop's log points)."""
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in point.items() if k in ("train/loss", "val/loss", "tokens_per_s"))
+        self.context.log.info(f"step {step}/{max_steps}: {shown}; ETA {eta_s:.0f} s")
 
-    def figure(self, fig: Any, name: str) -> dg.MetadataValue:
-        """Log a figure to MLflow and return it as inline Dagster metadata."""
+    def publish(
+        self,
+        manifest: dict[str, Any],
+        *,
+        metrics: dict[str, float] | None = None,
+        tables: dict[str, list[dict]] | None = None,
+        figures: dict[str, Any] | None = None,
+        texts: dict[str, str] | None = None,
+        files: dict[str, str | Path] | None = None,
+        artifacts: list[str | Path] | None = None,
+        values: dict[str, Any] | None = None,
+        warnings: list[str] | None = None,
+    ) -> dg.Output:
+        """Log everything to the nested MLflow run and return the asset's output with its metadata.
+
+        metrics: headline numbers (MLflow metrics; Dagster metadata with `/` as `_`).
+        tables: name → rows; an MLflow table artifact and a sortable Dagster table each.
+        figures: name → matplotlib Figure; logged as `<name>.png`, shown inline in Dagster.
+        texts: name → markdown; logged as `<name>.md`, shown in Dagster.
+        files: name → path under `tmp`; path, size and SHA-256 into the manifest (read back and checked by
+            the IO manager) and the metadata.
+        artifacts: paths under `tmp` also copied to MLflow.
+        values: further Dagster metadata as is (ints, strings, MetadataValues).
+        """
         import matplotlib.pyplot as plt
 
-        self.run.log_figure(fig, f"{name}.png")
-        md = figure_markdown(fig)
-        plt.close(fig)
-        return md
+        metadata: dict[str, Any] = {}
+        if metrics:
+            self.run.log_metrics(metrics)
+            metadata.update({metric_key(k): v for k, v in metrics.items()})
+        for name, rows in (tables or {}).items():
+            if rows:
+                self.run.log_table(rows, name)
+                metadata[name] = table_metadata(rows)
+        for name, fig in (figures or {}).items():
+            self.run.log_figure(fig, f"{name}.png")
+            metadata[name] = figure_markdown(fig)
+            plt.close(fig)
+        for name, text in (texts or {}).items():
+            self.run.log_text(text, f"{name}.md")
+            metadata[name] = dg.MetadataValue.md(text)
+        recorded = {}
+        for name, p in (files or {}).items():
+            info = file_info(p)
+            recorded[name] = {"path": self.final_path(p), "bytes": info["bytes"], "sha256": info["sha256"]}
+            metadata[f"{name}_path"] = dg.MetadataValue.path(recorded[name]["path"])
+            metadata[f"{name}_bytes"] = info["bytes"]
+            metadata[f"{name}_sha256"] = info["sha256"]
+        for p in artifacts or []:
+            self.run.log_artifact(p)
+        all_warnings = [*self.notes, *(warnings or [])]
+        if all_warnings:
+            metadata["warnings"] = dg.MetadataValue.md("\n".join(f"- {w}" for w in all_warnings))
+            self.run.client.set_tag(self.run.run_id, "warnings", "; ".join(all_warnings)[:5000])
+        metadata.update(values or {})
+        metadata.update(self.run.metadata())
+        out = {
+            **manifest,
+            "files": recorded,
+            "asset": self.context.asset_key.to_user_string(),
+            "dagster_run_id": self.context.run.run_id,
+            "mlflow_run_id": self.run.run_id,
+        }
+        return dg.Output(out, metadata=metadata)
 
 
 def run_dir(context: dg.AssetExecutionContext) -> Path:
@@ -49,8 +151,23 @@ def run_dir(context: dg.AssetExecutionContext) -> Path:
     return artifacts_root() / key / f"{context.run.run_id}{part}"
 
 
+def keep_last() -> int:
+    import os
+
+    return int(os.environ.get(RETENTION_ENV, DEFAULT_KEEP_LAST))
+
+
 @contextmanager
 def stage(context: dg.AssetExecutionContext, tracker: MlflowTracker, params: dict[str, Any]) -> Iterator[Stage]:
+    recovered = recover_dead_runs(context.instance, tracker.resolved_uri())
+    if recovered.get("runs_failed"):
+        context.log.warning(f"marked dead runs failed: {recovered}")
     final = run_dir(context)
-    with tracker.asset_run(context, params) as run, atomic_dir(final) as tmp:
-        yield Stage(run=run, tmp=tmp, final=final)
+    step_key = context.get_step_execution_context().step.key
+    with run_lease(context.run.run_id, step_key), tracker.asset_run(context, params) as run:
+        validate_run_config(context)
+        with atomic_dir(final) as tmp:
+            yield Stage(context=context, run=run, tmp=tmp, final=final)
+    n = keep_last()
+    if n > 0:
+        prune(n, instance=context.instance, assets=["/".join(context.asset_key.path)])

@@ -58,26 +58,19 @@ class EmbeddingEvalSettings(BaseModel):
     )
     wordsim_path: Optional[str] = Field(None, description="WordSim353 pairs 'w1<TAB>w2<TAB>score'; None: gensim's wordsim353.tsv.")
     simlex_path: Optional[str] = Field(None, description="SimLex-999 pairs 'w1<TAB>w2<TAB>score'; None: gensim's simlex999.txt.")
-    restrict_vocab: int = Field(30000, description="Analogies are searched among this many most frequent words (gensim's restrict_vocab).")
+    restrict_vocab: int = Field(30000, ge=1, description="Analogies are searched among this many most frequent words (gensim's restrict_vocab).")
     probe_words: list[str] = Field(default_factory=lambda: list(DEFAULT_PROBE_WORDS), description="Words whose nearest neighbours are listed and plotted (PCA).")
     probe_triples: list[str] = Field(
         default_factory=lambda: list(DEFAULT_PROBE_TRIPLES),
         description="'anchor related unrelated' word triples for the one-hot versus learned comparison.",
     )
-    topn: int = Field(5, description="Neighbours listed per probe word and answers listed for king - man + woman.")
+    topn: int = Field(5, ge=1, description="Neighbours listed per probe word and answers listed for king - man + woman.")
     min_analogy_questions: int = Field(
-        100, description="Fewer answerable analogy questions than this: report coverage only, no accuracy."
+        100, ge=1, description="Fewer answerable analogy questions than this: report coverage only, no accuracy."
     )
     min_similarity_pairs: int = Field(
-        20, description="Fewer in-vocabulary word pairs than this: report the OOV share only, no Spearman."
+        20, ge=1, description="Fewer in-vocabulary word pairs than this: report the OOV share only, no Spearman."
     )
-
-    @field_validator("restrict_vocab", "topn", "min_analogy_questions", "min_similarity_pairs")
-    @classmethod
-    def _at_least_one(cls, v: int, info) -> int:
-        if v < 1:
-            raise ValueError(f"{info.field_name} must be >= 1, got {v}")
-        return v
 
     @field_validator("probe_triples")
     @classmethod

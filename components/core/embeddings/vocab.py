@@ -18,6 +18,7 @@ from typing import Iterable
 import numpy as np
 
 from ..errors import ConfigError, PipelineInputError
+from ..tokenizer import segment_chinese
 
 PAD, UNK, BOS, EOS = "[PAD]", "[UNK]", "[BOS]", "[EOS]"
 SPECIAL_TOKENS = (PAD, UNK, BOS, EOS)
@@ -37,10 +38,12 @@ def _pre_tokenizer():
 def word_tokenize(text: str) -> list[str]:
     """Lowercased words as the pipeline's word-level tokenizer splits them.
 
+    Runs of Chinese (Han) characters are cut into words by jieba first (`segment_chinese`), then
     `tokenizers`' Whitespace pre-tokenizer splits on `\\w+|[^\\w\\s]+`; punctuation-only pieces are
     dropped, so only tokens with a letter or digit remain.
     """
-    return [tok for tok, _ in _pre_tokenizer().pre_tokenize_str(text.lower()) if _HAS_ALNUM.search(tok)]
+    pieces = _pre_tokenizer().pre_tokenize_str(segment_chinese(text.lower()))
+    return [tok for tok, _ in pieces if _HAS_ALNUM.search(tok)]
 
 
 @dataclass

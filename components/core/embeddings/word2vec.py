@@ -43,7 +43,7 @@ from typing import Callable, Iterator, Literal, Optional
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..artifacts import atomic_dir
 from ..errors import ConfigError, PipelineInputError
@@ -58,56 +58,48 @@ class Word2VecSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    vector_size: int = Field(100, description="Dimensions of the word vectors.")
-    window: int = Field(5, description="Largest distance between centre and context word (each centre draws 1..window).")
-    min_count: int = Field(5, description="Words rarer than this are dropped from the vocabulary.")
-    sg: int = Field(1, description="1: skip-gram, 0: CBOW (mean of the context vectors, gensim's cbow_mean=1).")
-    negative: int = Field(5, description="Negative samples per positive pair, drawn from unigram counts^0.75.")
-    sample: float = Field(1e-3, description="Subsampling threshold for frequent words (0 disables).")
-    epochs: int = Field(5, description="Passes over the corpus.")
-    alpha: float = Field(0.025, description="Initial learning rate of plain SGD.")
-    min_alpha: float = Field(0.0001, description="Learning rate at the end; it decays linearly from alpha.")
-    seed: int = Field(1, description="Seed of initialisation, subsampling, windows and negatives.")
+    vector_size: int = Field(100, ge=1, description="Dimensions of the word vectors.")
+    window: int = Field(5, ge=1, description="Largest distance between centre and context word (each centre draws 1..window).")
+    min_count: int = Field(5, ge=1, description="Words rarer than this are dropped from the vocabulary.")
+    sg: int = Field(1, ge=0, le=1, description="1: skip-gram, 0: CBOW (mean of the context vectors, gensim's cbow_mean=1).")
+    negative: int = Field(5, ge=1, description="Negative samples per positive pair, drawn from unigram counts^0.75.")
+    sample: float = Field(1e-3, ge=0.0, allow_inf_nan=False, description="Subsampling threshold for frequent words (0 disables).")
+    epochs: int = Field(5, ge=1, description="Passes over the corpus.")
+    alpha: float = Field(0.025, gt=0.0, lt=1.0, description="Initial learning rate of plain SGD.")
+    min_alpha: float = Field(0.0001, ge=0.0, description="Learning rate at the end; it decays linearly from alpha.")
+    seed: int = Field(1, ge=0, description="Seed of initialisation, subsampling, windows and negatives.")
     workers: int = Field(
         2,
+        ge=1,
         description="CPU workers training at once on one shared matrix without locks, like gensim's threads (forked "
         "processes, so they do not share a GIL); 1 trains in the calling thread and is deterministic.",
     )
     batch_size: int = Field(
         256,
+        ge=1,
         description="Kept tokens per update and worker while lr is high. Larger is faster but each update works "
         "from staler vectors: at alpha=0.025 quality drops above ~512 and breaks down at 1024.",
     )
     batch_growth: int = Field(
         8,
+        ge=1,
         description="The batch doubles each time the learning rate halves, up to this factor (1: fixed): a stale "
         "minibatch gradient errs in proportion to lr * batch, so late batches can be larger.",
     )
     row_update_cap: float = Field(
         1024.0,
+        ge=0.0,
+        allow_inf_nan=False,
         description="Most pair gradients one row takes per update at full rate: a row taking T > cap (a frequent "
         "word, many times in one batch) gets cap/T of its summed change. A safety net for large batches; 0 disables.",
     )
     negative_draws: int = Field(
         0,
+        ge=0,
         description="Skip-gram: negative samples drawn per token, shared by its pairs and weighted to keep "
         "`negative` per pair in expectation; more lowers the variance and costs time. 0: 3 * negative.",
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available, else cpu.")
-
-    @field_validator("vector_size", "window", "min_count", "negative", "epochs", "workers", "batch_growth")
-    @classmethod
-    def _at_least_one(cls, v: int, info) -> int:
-        if v < 1:
-            raise ValueError(f"{info.field_name} must be >= 1, got {v}")
-        return v
-
-    @field_validator("negative_draws")
-    @classmethod
-    def _draws(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError(f"negative_draws must be >= 0 (0: 3 * negative), got {v}")
-        return v
 
     @property
     def draws(self) -> int:
@@ -116,26 +108,10 @@ class Word2VecSettings(BaseModel):
             return self.negative
         return self.negative_draws or 3 * self.negative
 
-    @field_validator("sg")
-    @classmethod
-    def _sg(cls, v: int) -> int:
-        if v not in (0, 1):
-            raise ValueError(f"sg must be 1 (skip-gram) or 0 (CBOW), got {v}")
-        return v
-
-    @field_validator("sample", "row_update_cap")
-    @classmethod
-    def _non_negative(cls, v: float, info) -> float:
-        if v < 0 or not math.isfinite(v):
-            raise ValueError(f"{info.field_name} must be a finite number >= 0, got {v}")
-        return v
-
     @model_validator(mode="after")
     def _check(self) -> "Word2VecSettings":
-        if not 0 < self.alpha < 1:
-            raise ValueError(f"alpha must be in (0, 1), got {self.alpha}")
-        if not 0 <= self.min_alpha <= self.alpha:
-            raise ValueError(f"min_alpha must be in [0, alpha={self.alpha}], got {self.min_alpha}")
+        if self.min_alpha > self.alpha:
+            raise ValueError(f"min_alpha must be at most alpha={self.alpha}, got {self.min_alpha}")
         if self.batch_size < 4 * self.window:
             raise ValueError(f"batch_size must be at least 4 * window = {4 * self.window}, got {self.batch_size}")
         if self.batch_growth & (self.batch_growth - 1):

@@ -9,6 +9,9 @@
   `torch.nn.attention.sdpa_kernel` (setting `sdpa_backend`), and `detect_sdpa_backend` verifies
   which kernel actually runs, so "FlashAttention" is observed, not assumed.
 
+`sliding_window_attention` (local attention, each query sees the last `window` keys) is the third
+implementation the attention-cost study sweeps; the model does not use it.
+
 Padding. PAD (id 0) only ever sits at the *end* of a block (the labels pad the last, short block).
 Under the causal mask a real token at position t only attends to positions <= t, all of them real, so
 trailing padding can never leak into real positions, and pad targets are -100 (ignored by the loss).
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import math
 from contextlib import nullcontext
+from typing import Literal, get_args
 
 import torch
 import torch.nn as nn
@@ -29,13 +33,15 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import ConfigError
 
-ATTENTION_IMPLS = ("fused", "reference")
-SDPA_BACKENDS: dict[str, SDPBackend] = {
-    "flash": SDPBackend.FLASH_ATTENTION,
-    "efficient": SDPBackend.EFFICIENT_ATTENTION,
-    "cudnn": SDPBackend.CUDNN_ATTENTION,
-    "math": SDPBackend.MATH,
-}
+AttentionImpl = Literal["fused", "reference"]
+ATTENTION_IMPLS = get_args(AttentionImpl)
+SdpaKernel = Literal["flash", "efficient", "cudnn", "math"]
+SdpaBackend = Literal["auto", SdpaKernel]  # "auto" lets torch's dispatcher choose
+SDPA_BACKENDS: dict[str, SDPBackend] = dict(zip(
+    get_args(SdpaKernel),
+    (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH),
+    strict=True,
+))
 
 
 def allowed_keys(T: int, device, causal: bool = True, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -92,6 +98,21 @@ def fused_attention(
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=causal, scale=scale)
         mask = allowed_keys(q.shape[-2], q.device, causal, key_padding_mask)  # (B, 1, T, T)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
+
+
+def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: float) -> torch.Tensor:
+    """Causal local attention: query t sees keys (t - window, t]. Computed one block of `window` queries
+    at a time with SDPA, so time and memory are O(T·window) instead of O(T²). Returns (B, nh, T, hs)."""
+    T = q.shape[-2]
+    outs = []
+    for s in range(0, T, window):
+        e = min(s + window, T)
+        k0 = max(0, s - window + 1)  # the oldest key any query of this block sees
+        qi = torch.arange(s, e, device=q.device)[:, None]  # (bq, 1) absolute query positions
+        kj = torch.arange(k0, e, device=q.device)[None, :]  # (1, bk) absolute key positions
+        allowed = (kj <= qi) & (kj > qi - window)  # (bq, bk)
+        outs.append(F.scaled_dot_product_attention(q[..., s:e, :], k[..., k0:e, :], v[..., k0:e, :], attn_mask=allowed, scale=scale))
+    return torch.cat(outs, dim=-2)  # (B, nh, T, hs)
 
 
 class CausalSelfAttention(nn.Module):

@@ -15,11 +15,15 @@ look the same to it. Three ways to tell the model where a token sits, plus "none
 from __future__ import annotations
 
 import math
+from typing import Literal, get_args
 
 import torch
 import torch.nn as nn
 
 from ..errors import ConfigError
+
+PositionalEncoding = Literal["sinusoidal", "learned", "rope", "none"]
+POSITIONAL_ENCODINGS = get_args(PositionalEncoding)
 
 
 def sinusoidal_table(n_pos: int, dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -96,9 +100,6 @@ class RotaryEmbedding(nn.Module):
         # Cast to q's dtype: under bf16 autocast q, k are bf16 and SDPA needs q, k, v of one dtype.
         cos, sin = self.cos[:T].to(q.dtype), self.sin[:T].to(q.dtype)  # (T, hs/2)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # (B, nh, T, hs) each
-
-
-POSITIONAL_ENCODINGS = ("sinusoidal", "learned", "rope", "none")
 
 
 def build_positional(

@@ -17,7 +17,7 @@ LSTM; the input of layer 0 is E wide, of the others H):
     layer k           G*H*in_k + G*H*H + 2*G*H        (two bias vectors, as in nn.RNN / nn.LSTM)
     projection        H * E    only when tie_weights and H != E
     output head       H * V    untied (no bias); 0 when tied to the embedding
-`count_recurrent_params` evaluates this formula; `size_for_budget` uses it to pick the width.
+`size_for_budget` picks the width for a parameter budget (counting the built model, not the formula).
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ from typing import Literal, Optional
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..data import IGNORE_INDEX, PAD_ID
 from ..errors import ConfigError
+from .sizing import count_parameters
+from .sizing import size_for_budget as _size_for_budget
 
 State = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # RNN: h (L, B, H); LSTM: (h, c), each (L, B, H)
 
@@ -45,10 +47,10 @@ class RecurrentSettings(BaseModel):
         description="LSTM implementation: 'torch' = nn.LSTM (fast); 'explicit' = gates written out "
         "step by step (slower, logs mean gate activations). Same weights either way.",
     )
-    n_embd: int = Field(128, description="Token embedding width E.")
-    hidden_size: int = Field(256, description="Recurrent state width H.")
-    n_layer: int = Field(1, description="Number of stacked recurrent layers.")
-    dropout: float = Field(0.0, description="Dropout on embeddings, between layers and before the head (0 = off).")
+    n_embd: int = Field(128, ge=1, description="Token embedding width E.")
+    hidden_size: int = Field(256, ge=1, description="Recurrent state width H.")
+    n_layer: int = Field(1, ge=1, description="Number of stacked recurrent layers.")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on embeddings, between layers and before the head (0 = off).")
     tie_weights: bool = Field(
         False,
         description="Share the embedding matrix with the output head; when hidden_size != n_embd a "
@@ -57,30 +59,10 @@ class RecurrentSettings(BaseModel):
     nonlinearity: Literal["tanh", "relu"] = Field("tanh", description="Elman RNN nonlinearity (ignored for the LSTM).")
     param_budget: Optional[int] = Field(
         None,
+        ge=1,
         description="When set, `size_for_budget` picks hidden_size (and n_embd, keeping their ratio) so the "
         "total parameter count for the vocabulary is as close as possible to this number.",
     )
-
-    @field_validator("n_embd", "hidden_size", "n_layer")
-    @classmethod
-    def _positive(cls, v: int, info) -> int:
-        if v < 1:
-            raise ValueError(f"{info.field_name} must be >= 1, got {v}")
-        return v
-
-    @field_validator("dropout")
-    @classmethod
-    def _dropout(cls, v: float) -> float:
-        if not 0.0 <= v < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {v}")
-        return v
-
-    @field_validator("param_budget")
-    @classmethod
-    def _budget(cls, v: Optional[int]) -> Optional[int]:
-        if v is not None and v < 1:
-            raise ValueError(f"param_budget must be a positive parameter count or None, got {v}")
-        return v
 
     @model_validator(mode="after")
     def _impl_only_for_lstm(self) -> "RecurrentSettings":
@@ -196,6 +178,11 @@ class RecurrentLM(nn.Module):
         super().__init__()
         if vocab_size < 2:
             raise ConfigError(f"vocab_size must be >= 2, got {vocab_size}")
+        if config.param_budget is not None:
+            raise ConfigError(
+                f"param_budget={config.param_budget} is not resolved into a width yet; size the settings first "
+                "(components.core.lm.resolve_settings or models.recurrent.size_for_budget), then build"
+            )
         self.config, self.vocab_size = config, vocab_size
         self.model_kind = f"recurrent-{config.cell}"  # recorded in checkpoints; resume refuses another kind
         E, H, L, p = config.n_embd, config.hidden_size, config.n_layer, config.dropout
@@ -262,6 +249,13 @@ class RecurrentLM(nn.Module):
         """Mean LSTM gate activations since the last call (explicit LSTM only; else {})."""
         return self.rnn.pop_gate_stats() if isinstance(self.rnn, ExplicitLSTM) else {}
 
+    def flops_per_token(self, T: int | None = None) -> float:
+        """Training FLOPs per token, 6N (forward 2N + backward 4N) over the N parameters in matmuls:
+        all but an untied embedding, which is a table lookup (tied, it is also the head's matmul).
+        The same at any context length T: a recurrent step does not look back."""
+        lookup = 0 if self.config.tie_weights else self.wte.weight.numel()
+        return float(6 * (count_parameters(self) - lookup))
+
     # -- generation: prefill once, then one step per token, carrying the state ---------------
 
     @torch.no_grad()
@@ -307,59 +301,20 @@ def sample_next(
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-def lstm_gate_callback(step: int, model: nn.Module) -> dict[str, float] | None:
-    """`step_callback` for `training.train`: the mean gate activations since the last log point."""
-    stats = model.pop_gate_stats() if hasattr(model, "pop_gate_stats") else {}
-    return stats or None
-
-
 # ----------------------------------------------------------------------------------------------
 # Sizing by parameter budget
 
 
-def count_recurrent_params(config: RecurrentSettings, vocab_size: int) -> int:
-    """The exact parameter count of `RecurrentLM(config, vocab_size)` (formula in the module doc)."""
-    V, E, H, L = vocab_size, config.n_embd, config.hidden_size, config.n_layer
-    G = 4 if config.cell == "lstm" else 1
-    n = V * E
-    for k in range(L):
-        in_k = E if k == 0 else H
-        n += G * H * in_k + G * H * H + 2 * G * H
-    if config.tie_weights:
-        n += H * E if H != E else 0
-    else:
-        n += H * V
-    return n
-
-
 def size_for_budget(config: RecurrentSettings, vocab_size: int) -> RecurrentSettings:
-    """Settings whose parameter count is closest to `config.param_budget` for this vocabulary.
-
-    The width is scaled while the ratio hidden_size / n_embd of `config` is kept (so n_embd ==
-    hidden_size stays equal, e.g. for tied weights); depth, cell and the rest are unchanged.
-    Returns `config` unchanged when no budget is set.
+    """Settings whose parameter count is closest to `config.param_budget` for this vocabulary, with
+    param_budget then None (resolved). The width is scaled while the ratio hidden_size / n_embd of
+    `config` is kept (so n_embd == hidden_size stays equal, e.g. for tied weights); depth, cell and
+    the rest are unchanged. Returns `config` unchanged when no budget is set.
     """
     if config.param_budget is None:
         return config
-    budget, ratio = config.param_budget, config.hidden_size / config.n_embd
-
-    def sized(h: int) -> RecurrentSettings:
-        return config.model_copy(update={"hidden_size": h, "n_embd": max(1, round(h / ratio))})
-
-    def count(h: int) -> int:
-        return count_recurrent_params(sized(h), vocab_size)
-
-    if count(1) > budget:
-        raise ConfigError(
-            f"param_budget={budget} is below the smallest {config.cell} model for vocab_size={vocab_size} "
-            f"({count(1)} parameters, dominated by the embedding); raise param_budget or shrink the vocabulary"
-        )
-    # count(h) grows with h: find the last h at or under the budget, then take the nearer neighbour.
-    lo, hi = 1, 2
-    while count(hi) <= budget:
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if count(mid) <= budget else (lo, mid)
-    best = min((lo, hi), key=lambda h: abs(count(h) - budget))
-    return sized(best)
+    ratio = config.hidden_size / config.n_embd
+    return _size_for_budget(
+        config, vocab_size, RecurrentLM, lambda h: {"hidden_size": h, "n_embd": max(1, round(h / ratio))},
+        budget=config.param_budget, what=f"{config.cell} model",
+    )

@@ -1,15 +1,13 @@
 """Recurrent stage studies over the trained RNN and LSTM: gradients across time, and the cost of
 computing one step after another."""
 
-from typing import Any
-
 import dagster as dg
 
-from components.core.gradients import GradientStudySettings, gradient_study as run_gradient_study
 from components.core.labels import load_labels
-from components.core.models.recurrent import RecurrentLM, RecurrentSettings
-from components.core.recurrent_cost import RecurrentCostSettings, recurrent_cost as run_recurrent_cost
-from components.core.training import load_weights_into
+from components.core.lm import load_lm
+from components.core.studies.gradients import GradientStudySettings, gradient_study as run_gradient_study
+from components.core.studies.recurrent_cost import RecurrentCostSettings, recurrent_cost as run_recurrent_cost
+from components.orchestration.language_model import TRAINING_POOL
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
 
@@ -24,22 +22,7 @@ class RecurrentCostConfig(dg.Config, RecurrentCostSettings):
     """Wall time per training step and per generated token versus sequence length."""
 
 
-def load_recurrent(manifest: dict) -> RecurrentLM:
-    model = RecurrentLM(RecurrentSettings(**manifest["model_config"]), int(manifest["vocab_size"]))
-    load_weights_into(model, manifest["weights"])
-    return model
-
-
-def _table(rows: list[dict], cols: list[str]) -> dg.MetadataValue:
-    def fmt(v: Any) -> str:
-        return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
-    return dg.MetadataValue.md("\n".join(lines))
-
-
-@dg.asset(group_name=GROUP, kinds={"pytorch"}, io_manager_key="manifest_io", automation_condition=dg.AutomationCondition.eager())
+@dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
 def gradient_study(
     context: dg.AssetExecutionContext, config: GradientStudyConfig, labels: dict, rnn_lm: dict, lstm_lm: dict, mlflow: MlflowTracker
 ) -> dg.Output[dict]:
@@ -47,27 +30,28 @@ def gradient_study(
     per-step factor; and an RNN trained at a high learning rate with and without clipping."""
     with stage(context, mlflow, config.model_dump()) as s:
         train, val, _ = load_labels(labels["path"])
-        models = {"rnn": load_recurrent(rnn_lm), "lstm": load_recurrent(lstm_lm)}
+        models = {"rnn": load_lm(rnn_lm["weights"]), "lstm": load_lm(lstm_lm["weights"])}
         result = run_gradient_study(
             models, val, config, train_data=train, clip_model_config=models["rnn"].config, out_dir=s.tmp / "clipping"
         )
         metrics = result.metrics()
-        s.run.log_metrics(metrics)
-        meta: dict[str, Any] = {name: s.figure(fig, name) for name, fig in result.figures.items()}
-        meta["factors"] = _table(result.rows, ["model", "variant", "spectral_radius", "step_factor", "fit_r2", "norm_d1", "norm_dmax"])
+        texts = {}
         c = result.clipping
         if c is not None:
-            meta["clipping"] = dg.MetadataValue.md(
+            texts["clipping"] = (
                 f"Plain SGD at lr {config.clip_lr}, {config.clip_steps} steps.\n\n"
                 f"- unclipped: diverged = **{c.unclipped_diverged}**, max gradient norm {c.max_grad_norm_unclipped:.3g}, "
                 f"loss {c.loss_unclipped[0]:.3f} → {c.loss_unclipped[-1]:.3f}\n"
                 f"- clipped at {config.clip_grad}: diverged = **{c.clipped_diverged}**, trained = **{c.clipped_trained}**, "
                 f"loss {c.loss_clipped[0]:.3f} → {c.loss_clipped[-1]:.3f}"
             )
-        meta.update({k.replace("/", "_"): v for k, v in metrics.items()})
-        meta.update(s.run.metadata())
-        manifest = {"rows": result.rows, "metrics": metrics}
-    return dg.Output(manifest, metadata=meta)
+        return s.publish(
+            {"rows": result.rows, "metrics": metrics},
+            metrics=metrics,
+            tables={"factors": result.rows},
+            figures=result.figures,
+            texts=texts,
+        )
 
 
 @dg.asset_check(asset=gradient_study, description="Vanishing and exploding both show: the contractive RNN decays (< 1), the expansive one grows (> 1), and the LSTM forgets more slowly than the RNN.")
@@ -81,20 +65,18 @@ def gradients_vanish_and_explode(gradient_study: dict) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(passed=all(checks.values()), metadata={**checks, **{f"{m}_{v}": x for (m, v), x in f.items()}})
 
 
-@dg.asset(group_name=GROUP, kinds={"pytorch"}, io_manager_key="manifest_io", automation_condition=dg.AutomationCondition.eager())
+@dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
 def recurrent_cost(
     context: dg.AssetExecutionContext, config: RecurrentCostConfig, rnn_lm: dict, lstm_lm: dict, mlflow: MlflowTracker
 ) -> dg.Output[dict]:
     """Time per training step and per generated token vs sequence length for the trained
     architectures: linear in length, one step after another."""
     with stage(context, mlflow, config.model_dump()) as s:
-        models = {"rnn": load_recurrent(rnn_lm), "lstm": load_recurrent(lstm_lm)}
-        result = run_recurrent_cost(models, config)
+        result = run_recurrent_cost({"rnn": load_lm(rnn_lm["weights"]), "lstm": load_lm(lstm_lm["weights"])}, config)
         metrics = result.metrics()
-        s.run.log_metrics(metrics)
-        meta: dict[str, Any] = {name: s.figure(fig, name) for name, fig in result.figures.items()}
-        meta["timings"] = _table(result.rows, ["model", "seq_len", "train_step_ms", "tokens_per_s", "ms_per_generated_token"])
-        meta["fits"] = _table([{"model": k, **v} for k, v in result.fits.items()], ["model", *next(iter(result.fits.values())).keys()])
-        meta.update(s.run.metadata())
-        manifest = {"rows": result.rows, "fits": result.fits, "metrics": metrics}
-    return dg.Output(manifest, metadata=meta)
+        return s.publish(
+            {"rows": result.rows, "fits": result.fits, "metrics": metrics},
+            metrics=metrics,
+            tables={"timings": result.rows, "fits": [{"model": k, **v} for k, v in result.fits.items()]},
+            figures=result.figures,
+        )

@@ -33,46 +33,33 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from .data import IGNORE_INDEX, TokenBlocks
-from .errors import ConfigError, PipelineInputError
-from .models.recurrent import RecurrentLM, RecurrentSettings
-from .training import TrainSettings, seed_everything, train
+from ..data import IGNORE_INDEX, TokenBlocks
+from ..device import seed_everything
+from ..errors import ConfigError, PipelineInputError
+from ..models.recurrent import RecurrentLM, RecurrentSettings
+from ..training import TrainSettings, train
 
 
 class GradientStudySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    seq_len: int = Field(256, description="T: steps back-propagated through (the labels' block_size must hold it).")
-    n_sequences: int = Field(8, description="Sequences (validation blocks) the norms are averaged over (geometric mean).")
-    contractive_radius: float = Field(0.5, description="Spectral radius of the contractive synthetic recurrent weights.")
-    expansive_radius: float = Field(3.0, description="Spectral radius of the expansive synthetic recurrent weights (> 1).")
+    seq_len: int = Field(256, ge=1, description="T: steps back-propagated through (the labels' block_size must hold it).")
+    n_sequences: int = Field(8, ge=1, description="Sequences (validation blocks) the norms are averaged over (geometric mean).")
+    contractive_radius: float = Field(0.5, gt=0, allow_inf_nan=False, description="Spectral radius of the contractive synthetic recurrent weights.")
+    expansive_radius: float = Field(3.0, gt=0, allow_inf_nan=False, description="Spectral radius of the expansive synthetic recurrent weights (> 1).")
     seed: int = Field(0, description="Seed of the fresh (untrained) models and of the clipping runs.")
-    clip_steps: int = Field(60, description="Training steps of each clipping-experiment run.")
-    clip_lr: float = Field(8.0, description="The (too) high learning rate of the clipping experiment (plain SGD).")
+    clip_steps: int = Field(60, ge=1, description="Training steps of each clipping-experiment run.")
+    clip_lr: float = Field(8.0, gt=0, allow_inf_nan=False, description="The (too) high learning rate of the clipping experiment (plain SGD).")
     clip_grad: float = Field(
-        0.25, description="Max gradient norm of the clipped run (about the typical norm, so only the spikes are cut)."
+        0.25, gt=0, allow_inf_nan=False, description="Max gradient norm of the clipped run (about the typical norm, so only the spikes are cut)."
     )
-    clip_batch_size: int = Field(16, description="Batch size of the clipping experiment.")
-    clip_block_size: int = Field(64, description="Context length of the clipping experiment.")
+    clip_batch_size: int = Field(16, ge=1, description="Batch size of the clipping experiment.")
+    clip_block_size: int = Field(64, ge=1, description="Context length of the clipping experiment.")
     clip_blowup: float = Field(
-        2.0, description="A run counts as diverged when its loss is NaN/inf or ever exceeds clip_blowup x its first loss."
+        2.0, gt=0, allow_inf_nan=False, description="A run counts as diverged when its loss is NaN/inf or ever exceeds clip_blowup x its first loss."
     )
-
-    @field_validator("seq_len", "n_sequences", "clip_steps", "clip_batch_size", "clip_block_size")
-    @classmethod
-    def _positive(cls, v: int, info) -> int:
-        if v < 1:
-            raise ValueError(f"{info.field_name} must be >= 1, got {v}")
-        return v
-
-    @field_validator("contractive_radius", "expansive_radius", "clip_lr", "clip_grad", "clip_blowup")
-    @classmethod
-    def _positive_float(cls, v: float, info) -> float:
-        if not (v > 0 and math.isfinite(v)):
-            raise ValueError(f"{info.field_name} must be a finite number > 0, got {v}")
-        return v
 
 
 # ----------------------------------------------------------------------------------------------

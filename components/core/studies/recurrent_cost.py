@@ -15,10 +15,7 @@ token ids: the time of these models does not depend on which tokens they read.
 from __future__ import annotations
 
 import copy
-import statistics
-import time
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 import torch
@@ -26,20 +23,21 @@ import torch.nn as nn
 from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .models.recurrent import RecurrentLM, RecurrentSettings
-from .training import resolve_device, seed_everything
+from ..device import DeviceSetting, median_seconds, resolve_device, seed_everything
+from ..models.recurrent import RecurrentLM, RecurrentSettings
+from ..models.sizing import count_parameters
 
 
 class RecurrentCostSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     seq_lens: list[int] = Field([64, 128, 256, 512, 1024, 2048], description="Sequence lengths T to time.")
-    batch_size: int = Field(8, description="Sequences per training step (and per generation batch).")
-    repeats: int = Field(3, description="Timed repetitions per point (the median is reported).")
-    warmup: int = Field(1, description="Untimed repetitions before timing each point.")
-    gen_tokens: int = Field(32, description="Tokens generated after a T-token prompt to time one generation step.")
-    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where to time: 'auto' = CUDA if present, else CPU.")
-    threads: int = Field(0, description="torch.set_num_threads when > 0 (CPU).")
+    batch_size: int = Field(8, ge=1, description="Sequences per training step (and per generation batch).")
+    repeats: int = Field(3, ge=1, description="Timed repetitions per point (the median is reported).")
+    warmup: int = Field(1, ge=0, description="Untimed repetitions before timing each point.")
+    gen_tokens: int = Field(32, ge=1, description="Tokens generated after a T-token prompt to time one generation step.")
+    device: DeviceSetting = Field("auto", description="Where to time: 'auto' = CUDA if present, else CPU.")
+    threads: int = Field(0, ge=0, description="torch.set_num_threads when > 0 (CPU).")
     seed: int = Field(0, description="Seed of the models' initialisation and the random inputs.")
 
     @field_validator("seq_lens")
@@ -48,36 +46,6 @@ class RecurrentCostSettings(BaseModel):
         if not v or any(t < 1 for t in v):
             raise ValueError(f"seq_lens must be a non-empty list of lengths >= 1, got {v}")
         return sorted(set(v))
-
-    @field_validator("batch_size", "repeats", "gen_tokens")
-    @classmethod
-    def _positive(cls, v: int, info) -> int:
-        if v < 1:
-            raise ValueError(f"{info.field_name} must be >= 1, got {v}")
-        return v
-
-    @field_validator("warmup", "threads")
-    @classmethod
-    def _non_negative(cls, v: int, info) -> int:
-        if v < 0:
-            raise ValueError(f"{info.field_name} must be >= 0, got {v}")
-        return v
-
-
-def _timed(fn, device: torch.device, warmup: int, repeats: int) -> float:
-    """Median seconds of `fn()` over `repeats` runs after `warmup` untimed ones."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def measure_recurrent_cost(
@@ -120,11 +88,11 @@ def measure_recurrent_cost(
                 opt.zero_grad(set_to_none=True)
 
             m.train()
-            step_s = _timed(train_step, device, s.warmup, s.repeats)
+            step_s = median_seconds(train_step, device, warmup=s.warmup, repeats=s.repeats)
 
             m.eval()
             with torch.no_grad():
-                prefill_s = _timed(lambda: m.forward_hidden(x), device, s.warmup, s.repeats)
+                prefill_s = median_seconds(lambda: m.forward_hidden(x), device, warmup=s.warmup, repeats=s.repeats)
                 out, state = m.forward_hidden(x)
                 first = m.head(out[:, -1]).argmax(-1)  # (B,)
 
@@ -134,7 +102,7 @@ def measure_recurrent_cost(
                         logits, st = m.step(tok, st)  # (B, V)
                         tok = logits.argmax(-1)
 
-                decode_s = _timed(decode, device, s.warmup, s.repeats)
+                decode_s = median_seconds(decode, device, warmup=s.warmup, repeats=s.repeats)
             rows.append({
                 "model": name,
                 "seq_len": T,
@@ -143,7 +111,7 @@ def measure_recurrent_cost(
                 "tokens_per_s": s.batch_size * T / step_s,
                 "prefill_ms": 1000 * prefill_s,
                 "ms_per_generated_token": 1000 * decode_s / s.gen_tokens,
-                "params": sum(p.numel() for p in params),
+                "params": count_parameters(m),
                 "device": str(device),
             })
     return rows

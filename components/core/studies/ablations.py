@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Literal, Optional, get_args
 
 import numpy as np
 import torch
@@ -31,14 +31,17 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .artifacts import write_json
-from .data import TokenBlocks
-from .models.attention import allowed_keys
-from .models.transformer import Transformer, TransformerSettings
-from .training import TrainSettings, seed_everything, train
+from ..artifacts import write_json
+from ..data import TokenBlocks
+from ..device import seed_everything
+from ..lm import resolve_settings
+from ..models.attention import allowed_keys
+from ..models.transformer import Transformer, TransformerSettings
+from ..training import TrainSettings, train
 
+Ablation = Literal["no_pos", "no_scale", "no_residual"]
 # Each ablation: the setting it flips and the run it is compared against.
-ABLATIONS: dict[str, dict] = {
+ABLATIONS: dict[Ablation, dict] = {
     "no_pos": {"update": {"pos_encoding": "none"}, "baseline": "full"},
     "no_scale": {"update": {"scale_scores": False}, "baseline": "full"},
     "no_residual": {"update": {"residual": False}, "baseline": "deep_residual"},  # at deep_n_layer
@@ -63,9 +66,10 @@ class AblationSettings(BaseModel):
     @field_validator("ablations")
     @classmethod
     def _known(cls, v: list[str]) -> list[str]:
-        unknown = [a for a in v if a not in ABLATIONS]
+        # A list of Literal is no Dagster config type, so the names are checked here, against the Literal.
+        unknown = [a for a in v if a not in get_args(Ablation)]
         if unknown:
-            raise ValueError(f"ablations: unknown {unknown}; use any of {list(ABLATIONS)}")
+            raise ValueError(f"ablations: unknown {unknown}; use any of {list(get_args(Ablation))}")
         if len(set(v)) != len(v):
             raise ValueError(f"ablations: duplicates in {v}")
         return v
@@ -122,7 +126,7 @@ def run_ablations(
     rows, models, run_dirs, notes, histories = [], {}, {}, [], {}
     for name, (cfg, change, baseline) in _runs(model_settings, settings).items():
         seed_everything(ts.seed)  # every run starts from the same seed
-        model = Transformer(cfg, vocab_size)
+        model = _build(cfg, vocab_size)
 
         def log(metrics: dict[str, float], step: int, _name=name) -> None:
             if log_metrics is not None:
@@ -154,7 +158,7 @@ def run_ablations(
     }
     scaling = score_scaling_at_init(model_settings, vocab_size, *probe, seed=ts.seed)
     seed_everything(ts.seed)
-    accounting = parameter_accounting(Transformer(model_settings, vocab_size))
+    accounting = parameter_accounting(_build(model_settings, vocab_size))
 
     metrics = {f"{r['run']}/{k}": float(r[k]) for r in rows for k in ("val_loss", "val_ppl", "delta_val_loss", "attn_entropy")}
     metrics.update({
@@ -182,9 +186,14 @@ def run_ablations(
     return AblationResult(rows, markdown, metrics, permutation, scaling, accounting, run_dirs, notes, table_path, figures)
 
 
+def _build(cfg: TransformerSettings, vocab_size: int) -> Transformer:
+    """The model of `cfg`, a param_budget resolved for this very shape (each run meets the budget)."""
+    return Transformer(resolve_settings("transformer", cfg, vocab_size), vocab_size)
+
+
 def _fresh(cfg: TransformerSettings, pos: str, vocab_size: int, seed: int) -> Transformer:
     seed_everything(seed)
-    return Transformer(cfg.model_copy(update={"pos_encoding": pos}), vocab_size).eval()
+    return _build(cfg.model_copy(update={"pos_encoding": pos}), vocab_size).eval()
 
 
 def _probe_batch(data: TokenBlocks, n_blocks: int, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -282,6 +291,7 @@ def score_scaling_at_init(
     On the model (same init both ways) and on unit-variance random q, k per head size — the setting of
     the original argument, where the unscaled score variance is d and the softmax saturates.
     """
+    model_settings = resolve_settings("transformer", model_settings, vocab_size)
     out: dict = {"head_dim": model_settings.head_dim}
     for key, scale in (("scaled", True), ("unscaled", False)):
         seed_everything(seed)

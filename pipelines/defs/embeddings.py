@@ -1,9 +1,8 @@
 """Embedding stage: word2vec (skip-gram / CBOW) in PyTorch on the corpus, and its evaluation on the
 standard sets shipped in gensim's test data."""
 
-from typing import Any
-
 import dagster as dg
+import numpy as np
 
 from components.core.corpus import load_corpus
 from components.core.embeddings import (
@@ -14,9 +13,10 @@ from components.core.embeddings import (
     load_embeddings,
     save_embeddings,
     train_word2vec,
-    word_tokenize,
 )
+from components.core.embeddings.sentences import corpus_sentences
 from components.core.tokenizer import word_level_from_vocab
+from components.orchestration.language_model import TRAINING_POOL
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
 
@@ -31,64 +31,52 @@ class EmbeddingEvalConfig(dg.Config, EmbeddingEvalSettings):
     """Evaluation sets and probes."""
 
 
-def corpus_sentences(texts: list[str]) -> list[list[str]]:
-    """One sentence per non-empty line (paragraph) of each document, as lowercased words."""
-    return [toks for text in texts for line in text.splitlines() if (toks := word_tokenize(line))]
-
-
-@dg.asset(group_name=GROUP, kinds={"pytorch", "safetensors"}, io_manager_key="manifest_io", automation_condition=dg.AutomationCondition.eager())
+@dg.asset(group_name=GROUP, kinds={"pytorch", "safetensors"}, pool=TRAINING_POOL)
 def word_embeddings(context: dg.AssetExecutionContext, config: WordEmbeddingsConfig, corpus: dict, mlflow: MlflowTracker) -> dg.Output[dict]:
     """Word vectors trained on the corpus' train split: `vectors.safetensors` ([PAD] row zero), the
     vocabulary with counts (`vocab.tsv`) and a word-level `tokenizer.json` whose ids are the rows;
     the trainable state (context vectors) kept apart in `trainable/`."""
     with stage(context, mlflow, config.model_dump()) as s:
-        sentences = corpus_sentences(list(load_corpus(corpus["path"])["train"]["text"]))
+        sentences = corpus_sentences(load_corpus(corpus["path"])["train"]["text"])
         vocab = build_vocab(sentences, config.min_count)
         result = train_word2vec(vocab.encode(sentences), vocab, config, log_metrics=s.run.log_metrics)
         files = save_embeddings(result, s.tmp / "embeddings")
         word_level_from_vocab(vocab.words).save(str(s.tmp / "embeddings" / "tokenizer.json"))
-        s.run.log_metrics(result.metrics)
-        s.run.log_artifact(files["vocab"])
-        meta: dict[str, Any] = {
-            "vocab_size": len(vocab),
-            "corpus_words": vocab.total_count,
-            "sentences": len(sentences),
-            "pad_row_is_zero": bool((result.vectors[0] == 0).all()),
-            **{k.replace("/", "_"): v for k, v in result.metrics.items()},
-            **s.file_metadata("vectors", files["vectors"]),
-            **s.run.metadata(),
-        }
-        manifest = {"path": s.final_path(s.tmp / "embeddings"), "vocab_size": len(vocab), "metrics": result.metrics}
-    return dg.Output(manifest, metadata=meta)
+        return s.publish(
+            {"path": s.final_path(s.tmp / "embeddings"), "vocab_size": len(vocab), "metrics": result.metrics},
+            metrics=result.metrics,
+            files={"embeddings": s.tmp / "embeddings"},
+            artifacts=[files["vocab"]],
+            values={
+                "vocab_size": len(vocab),
+                "corpus_words": vocab.total_count,
+                "sentences": len(sentences),
+                "pad_row_is_zero": bool((result.vectors[0] == 0).all()),
+            },
+        )
 
 
 @dg.asset_check(asset=word_embeddings, blocking=True, description="The [PAD] row is exactly the zero vector and no vector is NaN/inf.")
 def pad_row_is_zero(word_embeddings: dict) -> dg.AssetCheckResult:
-    import numpy as np
-
     emb = load_embeddings(word_embeddings["path"])
     pad_zero = bool((emb.vectors[0] == 0).all())
     finite = bool(np.isfinite(emb.vectors).all())
     return dg.AssetCheckResult(passed=pad_zero and finite, metadata={"pad_row_is_zero": pad_zero, "all_finite": finite})
 
 
-@dg.asset(group_name=GROUP, kinds={"gensim"}, io_manager_key="manifest_io", automation_condition=dg.AutomationCondition.eager())
+@dg.asset(group_name=GROUP, kinds={"python"})
 def embedding_eval(context: dg.AssetExecutionContext, config: EmbeddingEvalConfig, word_embeddings: dict, mlflow: MlflowTracker) -> dg.Output[dict]:
     """Analogies (3CosAdd, top 30k words), WordSim353 and SimLex-999 Spearman, nearest neighbours,
-    king − man + woman, one-hot versus learned vectors, and a PCA plot of the probe words."""
+    king − man + woman, one-hot versus learned vectors, and a PCA plot of the probe words (our own
+    evaluators, checked against gensim's on gensim's evaluation sets)."""
     with stage(context, mlflow, config.model_dump()) as s:
         emb = load_embeddings(word_embeddings["path"])
         report = evaluate_with_settings(emb.vocab.words, emb.vectors, config)
         metrics = report.metrics()
-        s.run.log_metrics(metrics)
-        tables = report.tables()
-        for name, table in tables.items():
-            s.run.log_text(table, f"{name}.md")
-        meta: dict[str, Any] = {"pca": s.figure(report.figure, "pca_probe_words")}
-        meta.update({name: dg.MetadataValue.md(t) for name, t in tables.items()})
-        meta.update({k.replace("/", "_"): v for k, v in metrics.items()})
-        if report.notes:
-            meta["notes"] = dg.MetadataValue.md("\n".join(f"- {n}" for n in report.notes))
-        meta.update(s.run.metadata())
-        manifest = {"metrics": metrics}
-    return dg.Output(manifest, metadata=meta)
+        return s.publish(
+            {"metrics": metrics},
+            metrics=metrics,
+            figures={"pca_probe_words": report.figure},
+            texts=report.tables(),
+            warnings=report.notes,
+        )

@@ -1,0 +1,12 @@
+"""The corpus as word2vec sentences."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from .vocab import word_tokenize
+
+
+def corpus_sentences(texts: Iterable[str]) -> list[list[str]]:
+    """One sentence per non-empty line (paragraph) of each document, as lowercased words."""
+    return [toks for text in texts for line in text.splitlines() if (toks := word_tokenize(line))]

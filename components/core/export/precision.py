@@ -1,0 +1,616 @@
+"""A model at another precision: FP32, FP16, BF16, or its Linear layers as bitsandbytes layers.
+
+Variants (one name each, used everywhere: settings, tables, export folders):
+
+    fp32  float32 baseline            fp16 / bf16  every tensor cast to that dtype
+    int8  LLM.int8() (`bnb.nn.Linear8bitLt`, has_fp16_weights=False): int8 weights, one float32
+          scale per output row (SCB), outlier input columns above `int8_threshold` kept in 16 bit
+    nf4 / fp4  `bnb.nn.Linear4bit`: two 4-bit codes per byte, one absmax per `blocksize` weights
+          (itself quantized to 8 bit when `double_quant`), a 16-entry code book; the matmul runs in
+          `compute_dtype`
+
+What is quantized: every `nn.Linear` whose weight is not shared with another module. A tied output
+head (the Transformer's `lm_head` *is* its token embedding) stays a float embedding, like the
+embeddings, LayerNorms and biases, in `keep_dtype`. Recurrent layers (`nn.LSTM`, `nn.RNN`, the
+explicit LSTM) hold their matrices as raw parameters used by fused kernels or hand-written matmuls,
+which bitsandbytes cannot replace; for the quantized variants they are first rewritten as
+`LinearRecurrence` (the same equations with W_ih and W_hh as `nn.Linear` layers), so their matrices
+are quantized too. A GRU, or any other module, stays float (and `kept_float` says so).
+
+One code path for CPU and CUDA: the bitsandbytes layers are built on the CPU and quantized by
+`.to(device)` (bitsandbytes ≥ 0.45 ships CPU kernels for both layer types). On CPUs with AVX512-BF16
+bitsandbytes repacks 4-bit weights on their first forward pass into a CPU-only layout (and re-derives
+the absmax scales when saving, lossily); that repacking is switched off here, so the stored tensors
+are exactly the ones the layer computes with and a saved model reloads bit for bit (measured: no
+speed difference on this project's layer sizes). bitsandbytes also `torch.compile`s its generic
+CPU fallbacks (a 4-bit layer with an odd number of inputs, e.g. the LSTM's 113-wide embedding):
+~20 s of compiling per shape on two cores, more than the whole study, so forward passes here run
+inside `eager()` (torch.compiler.set_stance("force_eager")).
+
+Serialization (`precision_state_dict`): bitsandbytes' own state-dict layout, i.e. what Hugging Face
+`transformers` writes for bnb models — `<layer>.weight` (int8 / packed uint8), `<layer>.SCB`;
+`<layer>.weight.absmax`, `.quant_map`, `.nested_absmax`, `.nested_quant_map` and
+`.quant_state.bitsandbytes__nf4` (the non-tensor part of `QuantState.as_dict(packed=True)`, a JSON
+blob stored as a uint8 tensor). No pickles anywhere. `apply_precision` rebuilds the layers from
+those tensors (`Params4bit.from_prequantized`, `Int8Params` with CB/SCB) given the same
+`PrecisionSpec`.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import logging
+import math
+from typing import Any, Iterator, Literal, get_args
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import ConfigError, PipelineInputError
+
+Variant = Literal["fp32", "fp16", "bf16", "int8", "nf4", "fp4"]
+VARIANTS: tuple[str, ...] = get_args(Variant)
+DtypeName = Literal["float32", "bfloat16", "float16"]
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+FLOAT_VARIANTS: dict[str, str] = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+QUANT_VARIANTS: tuple[str, ...] = ("int8", "nf4", "fp4")
+# The scheme names written into config.json and the safetensors header.
+SCHEMES: dict[str, str] = {
+    "fp32": "float32",
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "int8": "bitsandbytes-llm.int8",
+    "nf4": "bitsandbytes-nf4",
+    "fp4": "bitsandbytes-fp4",
+}
+VARIANT_OF_SCHEME = {v: k for k, v in SCHEMES.items()}
+BITS: dict[str, float] = {"fp32": 32, "fp16": 16, "bf16": 16, "int8": 8, "nf4": 4, "fp4": 4}
+PRECISION_ATTR = "precision_spec"  # the PrecisionSpec a converted model carries
+
+
+class PrecisionSpec(BaseModel):
+    """Everything needed to rebuild a model at this precision from its float architecture (recorded
+    in config.json under `quantization`, and in the safetensors header)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    variant: Variant
+    scheme: str
+    keep_dtype: DtypeName = "float32"  # dtype of every tensor that is not quantized
+    compute_dtype: DtypeName = "float32"  # 4-bit matmul dtype
+    int8_threshold: float = 6.0
+    blocksize: int = 64
+    double_quant: bool = True
+    modules: list[str] = Field(default_factory=list)  # quantized Linear layers, qualified names
+    recurrent_as_linear: list[str] = Field(default_factory=list)  # recurrent modules rewritten as LinearRecurrence
+    kept_float: list[str] = Field(default_factory=list)  # what stays float, and why
+    aliases: dict[str, str] = Field(default_factory=dict)  # tied tensor name -> the stored name
+
+    @property
+    def quantized(self) -> bool:
+        return self.variant in QUANT_VARIANTS
+
+
+def scheme_variant(scheme: str, where: str) -> str:
+    """The variant of a scheme name; an unknown one is a ConfigError naming where it was found."""
+    if scheme not in VARIANT_OF_SCHEME:
+        raise ConfigError(f"{where}: unknown quantization scheme {scheme!r}; known schemes: {', '.join(SCHEMES.values())}")
+    return VARIANT_OF_SCHEME[scheme]
+
+
+# --------------------------------------------------------------------------------------------------
+# bitsandbytes: import and backend probe
+
+
+class _DropInt8CastNote(logging.Filter):
+    """bitsandbytes logs, on every LLM.int8 matmul, that float32 inputs are cast to float16 (its int8
+    matmul quantizes fp16 activations; the study's docs say so once): dropped, not repeated per call."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("MatMul8bitLt: inputs will be cast")
+
+
+@functools.cache
+def bnb():
+    """bitsandbytes, imported once (its CPU backend logs a warning when the optional `kernels`
+    package is missing; that package only adds a faster AVX512 4-bit GEMM, so the warning is muted)."""
+    logging.getLogger("bitsandbytes.autograd._functions").addFilter(_DropInt8CastNote())
+    log = logging.getLogger("bitsandbytes.backends.cpu.ops")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        import bitsandbytes
+    except Exception as e:  # not installed, or a build whose native library fails to load
+        raise ConfigError(
+            f"the quantized variants need bitsandbytes, which failed to import ({type(e).__name__}: {e}); "
+            "install it (pip install 'bitsandbytes>=0.45') or keep only fp32/fp16/bf16 in `variants`"
+        ) from e
+    finally:
+        log.setLevel(level)
+    return bitsandbytes
+
+
+_PROBED: dict[tuple[str, str], str | None] = {}
+
+
+def check_backend(variant: str, device: torch.device | str) -> None:
+    """Refuse, clearly, a bitsandbytes build that cannot run `variant` on `device`: quantize and run a
+    64×64 layer there once (cached) and turn any failure into a ConfigError naming the setting."""
+    if variant not in QUANT_VARIANTS:
+        return
+    device = torch.device(device)
+    key = (variant, device.type)
+    if key not in _PROBED:
+        lib = bnb()
+        try:
+            with torch.random.fork_rng(devices=[]), eager():
+                torch.manual_seed(0)
+                layer = _quantized_linear(variant, nn.Linear(64, 64), _probe_spec(variant), device)
+                with torch.no_grad():
+                    out = layer(torch.randn(2, 64, device=device))
+            if not torch.isfinite(out).all():
+                raise RuntimeError("non-finite output from a 64x64 test layer")
+            _PROBED[key] = None
+        except Exception as e:
+            _PROBED[key] = f"bitsandbytes {getattr(lib, '__version__', '?')}: {type(e).__name__}: {e}"
+    if _PROBED[key]:
+        raise ConfigError(
+            f"variants: {variant!r} needs bitsandbytes' {'8-bit' if variant == 'int8' else '4-bit'} kernels on "
+            f"{device.type}, which this build cannot run ({_PROBED[key]}). Install a bitsandbytes build with the "
+            f"{device.type} backend, run on another device, or remove {variant!r} from `variants`"
+        )
+
+
+def _probe_spec(variant: str) -> PrecisionSpec:
+    return PrecisionSpec(variant=variant, scheme=SCHEMES[variant])
+
+
+# --------------------------------------------------------------------------------------------------
+# Recurrent layers as Linear layers
+
+
+class LinearRecurrence(nn.Module):
+    """A batch-first, unidirectional RNN/LSTM stack with its matmuls as `nn.Linear` layers:
+    ih[k]: in_k → G·H (bias b_ih), hh[k]: H → G·H (bias b_hh), G = 4 (LSTM, gates i, f, g, o as in
+    nn.LSTM) or 1 (Elman RNN). Same equations, weights and state layout as `nn.LSTM` / `nn.RNN`,
+    so it is a drop-in whose Linear layers can become quantized layers."""
+
+    def __init__(self, cell: Literal["lstm", "rnn"], input_size: int, hidden_size: int, num_layers: int, nonlinearity: str = "tanh"):
+        super().__init__()
+        G = 4 if cell == "lstm" else 1
+        self.cell, self.hidden_size, self.num_layers, self.nonlinearity = cell, hidden_size, num_layers, nonlinearity
+        self.ih = nn.ModuleList(nn.Linear(input_size if k == 0 else hidden_size, G * hidden_size) for k in range(num_layers))
+        self.hh = nn.ModuleList(nn.Linear(hidden_size, G * hidden_size) for k in range(num_layers))
+
+    @classmethod
+    def from_module(cls, rnn: nn.Module) -> "LinearRecurrence":
+        from ..models.recurrent import ExplicitLSTM
+
+        if isinstance(rnn, (nn.LSTM, nn.RNN)):
+            if not rnn.batch_first or rnn.bidirectional or not rnn.bias or getattr(rnn, "proj_size", 0):
+                raise ConfigError(f"{type(rnn).__name__}: only batch-first, unidirectional layers with biases and no projection can be rewritten")
+            cell = "lstm" if isinstance(rnn, nn.LSTM) else "rnn"
+            nonlin = getattr(rnn, "nonlinearity", "tanh")
+        elif isinstance(rnn, ExplicitLSTM):
+            cell, nonlin = "lstm", "tanh"
+        else:
+            raise ConfigError(f"{type(rnn).__name__} cannot be rewritten as Linear layers")
+        out = cls(cell, rnn.input_size, rnn.hidden_size, rnn.num_layers, nonlin)
+        with torch.no_grad():
+            for k in range(rnn.num_layers):
+                out.ih[k].weight.copy_(getattr(rnn, f"weight_ih_l{k}"))
+                out.ih[k].bias.copy_(getattr(rnn, f"bias_ih_l{k}"))
+                out.hh[k].weight.copy_(getattr(rnn, f"weight_hh_l{k}"))
+                out.hh[k].bias.copy_(getattr(rnn, f"bias_hh_l{k}"))
+        return out
+
+    def forward(self, x: torch.Tensor, state=None):
+        B, T, _ = x.shape  # (B, T, in)
+        if state is None:
+            zeros = x.new_zeros(self.num_layers, B, self.hidden_size)
+            state = (zeros, zeros) if self.cell == "lstm" else zeros
+        h0, c0 = state if self.cell == "lstm" else (state, None)
+        act = torch.tanh if self.nonlinearity == "tanh" else torch.relu
+        h_n, c_n = [], []
+        for k in range(self.num_layers):
+            x_proj = self.ih[k](x)  # (B, T, G·H): no time dependency, one matmul
+            h = h0[k]
+            c = c0[k] if c0 is not None else None
+            outs = []
+            for t in range(T):
+                z = x_proj[:, t] + self.hh[k](h)  # (B, G·H)
+                if self.cell == "lstm":
+                    zi, zf, zg, zo = z.chunk(4, dim=-1)
+                    c = torch.sigmoid(zf) * c + torch.sigmoid(zi) * torch.tanh(zg)
+                    h = torch.sigmoid(zo) * torch.tanh(c)
+                else:
+                    h = act(z)
+                outs.append(h)
+            x = torch.stack(outs, dim=1)  # (B, T, H)
+            h_n.append(h)
+            c_n.append(c)
+        h_n = torch.stack(h_n)
+        return x, ((h_n, torch.stack(c_n)) if self.cell == "lstm" else h_n)
+
+
+def _recurrent_modules(model: nn.Module) -> list[str]:
+    from ..models.recurrent import ExplicitLSTM
+
+    return [n for n, m in model.named_modules() if isinstance(m, (nn.LSTM, nn.RNN, ExplicitLSTM))]
+
+
+def _set_submodule(root: nn.Module, name: str, new: nn.Module) -> None:
+    parent, _, leaf = name.rpartition(".")
+    setattr(root.get_submodule(parent) if parent else root, leaf, new)
+
+
+def rewrite_recurrent(model: nn.Module, names: list[str] | None = None) -> list[str]:
+    """Replace the recurrent modules `names` (default: every nn.LSTM / nn.RNN / ExplicitLSTM) by
+    `LinearRecurrence` copies, in place. Returns the names rewritten."""
+    names = _recurrent_modules(model) if names is None else list(names)
+    for name in names:
+        try:
+            module = model.get_submodule(name)
+        except AttributeError:
+            raise PipelineInputError(f"recurrent module {name!r} to rewrite does not exist in {type(model).__name__}") from None
+        if not isinstance(module, LinearRecurrence):
+            _set_submodule(model, name, LinearRecurrence.from_module(module))
+    return names
+
+
+# --------------------------------------------------------------------------------------------------
+# Building quantized layers
+
+
+def _quantized_linear(
+    variant: str,
+    linear: nn.Linear | None,
+    spec: PrecisionSpec,
+    device: torch.device,
+    *,
+    shape: tuple[int, int] | None = None,
+    bias: torch.Tensor | None = None,
+    tensors: dict[str, torch.Tensor] | None = None,
+) -> nn.Module:
+    """A bitsandbytes layer on `device`: quantized from `linear`'s float weights, or (tensors given)
+    rebuilt from stored quantized tensors (keys relative to the layer: weight, SCB, weight.absmax, …)."""
+    lib = bnb()
+    out_f, in_f = shape if shape is not None else linear.weight.shape
+    has_bias = (bias is not None) if linear is None else (linear.bias is not None)
+    if linear is not None and linear.bias is not None:
+        bias = linear.bias.detach().clone()
+    if variant == "int8":
+        layer = lib.nn.Linear8bitLt(in_f, out_f, bias=has_bias, has_fp16_weights=False, threshold=spec.int8_threshold)
+        if tensors is None:
+            layer.weight = lib.nn.Int8Params(linear.weight.detach().float().clone(), requires_grad=False, has_fp16_weights=False)
+        else:
+            cb = tensors["weight"]
+            layer.weight = lib.nn.Int8Params(cb, requires_grad=False, has_fp16_weights=False, CB=cb, SCB=tensors["SCB"])
+    else:
+        layer = lib.nn.Linear4bit(
+            in_f, out_f, bias=has_bias, compute_dtype=DTYPES[spec.compute_dtype],
+            compress_statistics=spec.double_quant, quant_type=variant, quant_storage=torch.uint8,
+        )
+        if tensors is None:
+            layer.weight = lib.nn.Params4bit(
+                linear.weight.detach().float().clone(), requires_grad=False, blocksize=spec.blocksize,
+                compress_statistics=spec.double_quant, quant_type=variant, quant_storage=torch.uint8, module=layer,
+            )
+        else:
+            stats = {k[len("weight."):]: v for k, v in tensors.items() if k.startswith("weight.")}
+            layer.weight = lib.nn.Params4bit.from_prequantized(
+                data=tensors["weight"], quantized_stats=stats, requires_grad=False, device="cpu", module=layer
+            )
+        # Keep the stored layout (see the module docstring): no CPU-only repacking on first forward.
+        layer.support_avx512bf16_for_cpu = False
+    if has_bias:
+        layer.bias = nn.Parameter(bias.to(DTYPES[spec.keep_dtype]), requires_grad=False)
+    return layer.to(device)  # quantizes (float weights) or moves (stored tensors)
+
+
+def is_quantized_layer(module: nn.Module) -> bool:
+    if "bitsandbytes" not in type(module).__module__:
+        return False
+    lib = bnb()
+    return isinstance(module, (lib.nn.Linear8bitLt, lib.nn.Linear4bit))
+
+
+def _tied_linears(model: nn.Module) -> dict[str, str]:
+    """Linear layers whose weight is also registered elsewhere (weight tying): name -> the other owner."""
+    owners: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        owners.setdefault(id(p), []).append(name)
+    tied = {}
+    for name, m in model.named_modules():
+        if isinstance(m, nn.Linear):
+            others = [n for n in owners.get(id(m.weight), []) if n != f"{name}.weight"]
+            if name and others:
+                tied[name] = others[0]
+    return tied
+
+
+def to_precision(
+    model: nn.Module,
+    variant: str,
+    *,
+    device: torch.device | str = "cpu",
+    keep_dtype: str = "float32",
+    compute_dtype: str = "float32",
+    int8_threshold: float = 6.0,
+    blocksize: int = 64,
+    double_quant: bool = True,
+) -> nn.Module:
+    """A copy of `model` at `variant`, in eval mode on `device`, carrying its `PrecisionSpec` as
+    `model.precision_spec`. The caller's model is not touched."""
+    if variant not in VARIANTS:
+        raise ConfigError(f"variant {variant!r} is unknown; use one of: {', '.join(VARIANTS)}")
+    device = torch.device(device)
+    m = copy.deepcopy(model).cpu().eval()
+    for p in m.parameters():
+        p.requires_grad_(False)
+    if variant in FLOAT_VARIANTS:
+        dtype_name = FLOAT_VARIANTS[variant]
+        spec = PrecisionSpec(variant=variant, scheme=SCHEMES[variant], keep_dtype=dtype_name, compute_dtype=dtype_name)
+        spec.kept_float = [f"every tensor in {dtype_name}"]
+        spec.aliases = _aliases(m)
+        m = m.to(DTYPES[dtype_name])
+        setattr(m, PRECISION_ATTR, spec)
+        return m.to(device)
+
+    check_backend(variant, device)
+    spec = PrecisionSpec(
+        variant=variant, scheme=SCHEMES[variant], keep_dtype=keep_dtype, compute_dtype=compute_dtype,
+        int8_threshold=int8_threshold, blocksize=blocksize, double_quant=double_quant,
+    )
+    spec.recurrent_as_linear = rewrite_recurrent(m)
+    tied = _tied_linears(m)
+    targets = [n for n, mod in m.named_modules() if isinstance(mod, nn.Linear) and n not in tied]
+    # Quantize from the float32 weights; everything else goes to keep_dtype first (a bitsandbytes
+    # parameter must never be cast: .to(dtype) would turn its integer codes into floats).
+    originals = {n: copy.deepcopy(m.get_submodule(n)).float() for n in targets}
+    m = m.to(DTYPES[keep_dtype])
+    for name in targets:
+        _set_submodule(m, name, _quantized_linear(variant, originals[name], spec, device))
+    spec.modules = targets
+    spec.kept_float = _kept_float(m, tied, spec)
+    spec.aliases = _aliases(m)
+    setattr(m, PRECISION_ATTR, spec)
+    return m.to(device)
+
+
+def _kept_float(model: nn.Module, tied: dict[str, str], spec: PrecisionSpec) -> list[str]:
+    notes = [f"{n} (tied to {o.rsplit('.', 1)[0]}: stays a float embedding)" for n, o in tied.items()]
+    quantized = set(spec.modules)
+    kinds: dict[str, int] = {}
+    for name, mod in model.named_modules():
+        if name in quantized or any(name.startswith(q + ".") for q in quantized):
+            continue
+        own = [p for p in mod.parameters(recurse=False)]
+        if own and not isinstance(mod, nn.Linear):
+            kinds[type(mod).__name__] = kinds.get(type(mod).__name__, 0) + sum(p.numel() for p in own)
+    notes += [f"{k} ({n} params)" for k, n in sorted(kinds.items())]
+    if any(is_quantized_layer(m) and m.bias is not None for m in model.modules()):
+        notes.append("biases of quantized layers")
+    return [f"{n}, in {spec.keep_dtype}" for n in notes]
+
+
+def _aliases(model: nn.Module) -> dict[str, str]:
+    """Tied parameters: every extra name -> the first name (safetensors stores a tensor once)."""
+    first: dict[int, str] = {}
+    aliases = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in first:
+            aliases[name] = first[id(p)]
+        else:
+            first[id(p)] = name
+    return aliases
+
+
+def spec_of(model: nn.Module) -> PrecisionSpec | None:
+    return getattr(model, PRECISION_ATTR, None)
+
+
+# --------------------------------------------------------------------------------------------------
+# Serialization
+
+
+def precision_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every tensor needed to rebuild `model` (bitsandbytes' state-dict layout; tied tensors once,
+    see `PrecisionSpec.aliases`), as plain contiguous CPU tensors ready for safetensors."""
+    spec = spec_of(model)
+    aliases = spec.aliases if spec is not None else _aliases(model)
+    out = {}
+    for k, v in model.state_dict().items():
+        if k in aliases or k.endswith("weight_format"):  # weight_format: a constant ("row") bnb re-derives
+            continue
+        out[k] = v.detach().as_subclass(torch.Tensor).contiguous().cpu()
+    return out
+
+
+def expected_shapes(skeleton: nn.Module, spec: PrecisionSpec) -> dict[str, tuple[int, ...] | None]:
+    """Tensor name -> the shape the architecture implies (None: a quantization-state tensor whose
+    shape depends on the block layout; its presence is still required)."""
+    shapes: dict[str, tuple[int, ...] | None] = {}
+    quantized = set(spec.modules)
+    for k, v in skeleton.state_dict().items():
+        if k in spec.aliases:
+            continue
+        layer, _, leaf = k.rpartition(".")
+        if layer in quantized and leaf == "weight":
+            out_f, in_f = v.shape
+            if spec.variant == "int8":
+                shapes[k] = (out_f, in_f)
+                shapes[f"{layer}.SCB"] = (out_f,)
+            else:
+                shapes[k] = ((out_f * in_f + 1) // 2, 1)
+                n_blocks = math.ceil(out_f * in_f / spec.blocksize)
+                shapes[f"{k}.absmax"] = (n_blocks,)
+                shapes[f"{k}.quant_map"] = (16,)
+                if spec.double_quant:
+                    shapes[f"{k}.nested_absmax"] = (math.ceil(n_blocks / 256),)
+                    shapes[f"{k}.nested_quant_map"] = (256,)
+                shapes[f"{k}.quant_state.bitsandbytes__{spec.variant}"] = None
+        else:
+            shapes[k] = tuple(v.shape)
+    return shapes
+
+
+def check_shapes(skeleton: nn.Module, spec: PrecisionSpec, stored: dict[str, tuple[int, ...]], where: str, config_note: str) -> None:
+    """Compare the stored tensors' shapes (from the safetensors header) with what the architecture implies."""
+    expected = expected_shapes(skeleton, spec)
+    problems = []
+    for k, shape in expected.items():
+        if k not in stored:
+            problems.append(f"tensor {k!r} is missing")
+        elif shape is not None and tuple(stored[k]) != shape:
+            problems.append(f"tensor {k!r} has shape {list(stored[k])} but the architecture gives {list(shape)}")
+    extra = sorted(set(stored) - set(expected))
+    if extra:
+        problems.append(f"unexpected tensors {extra[:5]}{' …' if len(extra) > 5 else ''}")
+    if problems:
+        raise PipelineInputError(
+            f"{where} does not match {config_note}: {'; '.join(problems[:6])}{' …' if len(problems) > 6 else ''}. "
+            "The weights belong to another model (or config.json was edited); re-export the model"
+        )
+
+
+def apply_precision(skeleton: nn.Module, spec: PrecisionSpec, tensors: dict[str, torch.Tensor], device: torch.device | str, where: str) -> nn.Module:
+    """Turn a freshly built float `skeleton` into the stored model: same rewrite and layer types as
+    `to_precision`, filled with the stored tensors (nothing re-quantized). Returns it on `device`."""
+    device = torch.device(device)
+    m = skeleton.cpu().eval()
+    for p in m.parameters():
+        p.requires_grad_(False)
+    full = dict(tensors)
+    for alias, name in spec.aliases.items():
+        if name in full:
+            full[alias] = full[name]
+    if not spec.quantized:
+        m = m.to(DTYPES[spec.keep_dtype])
+        try:
+            m.load_state_dict(full, strict=True)
+        except RuntimeError as e:
+            raise PipelineInputError(f"{where}: the tensors do not fit the architecture ({e})") from e
+        setattr(m, PRECISION_ATTR, spec)
+        return m.to(device)
+
+    check_backend(spec.variant, device)
+    rewrite_recurrent(m, spec.recurrent_as_linear)
+    m = m.to(DTYPES[spec.keep_dtype])
+    quantized = set(spec.modules)
+    for name in spec.modules:
+        try:
+            lin = m.get_submodule(name)
+        except AttributeError:
+            lin = None
+        if not isinstance(lin, nn.Linear):
+            raise PipelineInputError(f"{where}: quantized layer {name!r} is not a Linear layer of this architecture")
+        own = {k[len(name) + 1:]: v for k, v in full.items() if k.startswith(name + ".")}
+        layer = _quantized_linear(
+            spec.variant, None, spec, torch.device("cpu"), shape=tuple(lin.weight.shape), bias=own.get("bias"), tensors=own
+        )
+        _set_submodule(m, name, layer)
+    rest = {k: v for k, v in full.items() if k.rpartition(".")[0] not in quantized and not any(k.startswith(q + ".weight.") for q in quantized)}
+    missing, unexpected = m.load_state_dict(rest, strict=False)
+    missing = [k for k in missing if k.rpartition(".")[0] not in quantized and not k.endswith("weight_format")]
+    if missing or unexpected:
+        raise PipelineInputError(f"{where}: tensors missing {missing[:5]} / unexpected {unexpected[:5]} for this architecture")
+    setattr(m, PRECISION_ATTR, spec)
+    return m.to(device)
+
+
+# --------------------------------------------------------------------------------------------------
+# Bytes
+
+
+def _layer_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """The tensors a (quantized or float) layer holds itself, quantization state included."""
+    if is_quantized_layer(module):
+        lib = bnb()
+        w = module.weight
+        yield "weight", w.data
+        if isinstance(module, lib.nn.Linear8bitLt):
+            scb = getattr(w, "SCB", None)
+            if scb is None:
+                scb = module.state.SCB
+            if scb is not None:
+                yield "scale", scb
+        else:
+            qs = w.quant_state
+            yield "scale", qs.absmax
+            yield "codebook", qs.code
+            if qs.nested:
+                yield "scale", qs.state2.absmax
+                yield "codebook", qs.state2.code
+                yield "scale", qs.offset
+        if module.bias is not None:
+            yield "bias", module.bias.data
+        return
+    for p in module.parameters(recurse=False):
+        yield "param", p.data
+    for name, b in module.named_buffers(recurse=False):
+        if name not in module._non_persistent_buffers_set:
+            yield "buffer", b
+
+
+def weight_bytes(model: nn.Module) -> dict[str, int]:
+    """Bytes the model's weights take in memory, each storage counted once (a tied matrix, a code
+    book shared between layers): total; within the quantized layers (codes + scales + code books +
+    biases) and what those layers would take in FP16; their codes, scales and code books apart;
+    parameters quantized and kept float."""
+    seen: set[tuple[int, int, torch.dtype]] = set()
+    out = {"total": 0, "quantized_layers": 0, "quantized_layers_fp16": 0, "quantized_params": 0, "float_params": 0,
+           "codes": 0, "scales": 0, "codebooks": 0}
+    for module in model.modules():
+        q = is_quantized_layer(module)
+        if q:
+            n = module.in_features * module.out_features + (module.out_features if module.bias is not None else 0)
+            out["quantized_layers_fp16"] += 2 * n
+            out["quantized_params"] += module.in_features * module.out_features
+        for kind, t in _layer_tensors(module):
+            key = (t.data_ptr(), t.numel(), t.dtype)
+            if key in seen:
+                continue
+            seen.add(key)
+            nbytes = t.numel() * t.element_size()
+            out["total"] += nbytes
+            if q:
+                out["quantized_layers"] += nbytes
+                if kind == "weight":
+                    out["codes"] += nbytes
+                elif kind == "scale":
+                    out["scales"] += nbytes
+                elif kind == "codebook":
+                    out["codebooks"] += nbytes
+            if not q or kind == "bias":
+                out["float_params"] += t.numel()
+    return out
+
+
+def eager():
+    """Context for forward passes of converted models: torch.compile'd functions run eagerly (see the
+    module docstring)."""
+    return torch.compiler.set_stance("force_eager")
+
+
+@torch.no_grad()
+def logits_of(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
+    """float32 logits of `idx` (B, T) through the model contract `model(idx) -> (logits, loss)`."""
+    with eager():
+        return model(idx)[0].float()
+
+
+def cross_entropy_sum(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> tuple[float, int]:
+    """(sum of the cross-entropy over real targets, their count), computed in float32."""
+    loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=ignore_index, reduction="sum")
+    return float(loss), int((targets != ignore_index).sum())
+
+
+def describe(spec: PrecisionSpec | None) -> dict[str, Any]:
+    """A JSON-ready summary of a spec (for tables and config.json)."""
+    return json.loads(spec.model_dump_json()) if spec is not None else {}
+

@@ -1,0 +1,309 @@
+"""One language-model driver for every family: recurrent (RNN, LSTM) and Transformer.
+
+    settings = resolve_settings(family, model_settings, vocab_size)   # param_budget → a width, once
+    model = build_model(family, settings, vocab_size)                 # from resolved settings only
+    result = train_lm(family, model_settings, train_settings, ...)    # all of it, through the shared loop
+    model = load_lm(result.weights_path)                              # any family, never re-sized
+
+`train_lm` builds the model, checks the attention kernel (Transformer), trains through
+`training.train` (logging the explicit LSTM's gates), then adds FLOPs per token, non-embedding
+parameters and MFU (GPU) to the loop's metrics, samples text and draws the figures. Weights files
+are safetensors with the model's identity in the header (family, model_kind, model_config — the
+resolved settings —, vocab_size), so `load_lm` rebuilds any of them without knowing the family.
+The models never import this module.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Literal, Optional, get_args
+
+import numpy as np
+import torch
+import torch.nn as nn
+from matplotlib.figure import Figure
+from pydantic import BaseModel, ConfigDict, Field
+from safetensors.torch import save_model
+
+from .data import PAD_ID, TokenBlocks
+from .device import autocast_context, estimate_mfu, resolve_device, resolve_dtype, seed_everything
+from .errors import ConfigError, PipelineInputError
+from .models import recurrent, transformer
+from .models.attention import detect_sdpa_backend
+from .models.recurrent import RecurrentLM, RecurrentSettings
+from .models.sizing import count_parameters
+from .models.transformer import Transformer, TransformerSettings
+from .plots import LSTM_GATES, plot_attention_maps, plot_history, plot_lstm_gates
+from .training import (
+    WEIGHTS_FILE, TrainSettings, check_compatible, load_weights_into, model_metadata, read_metadata, train,
+)
+
+Family = Literal["recurrent", "transformer"]
+FAMILIES = get_args(Family)
+ModelSettings = RecurrentSettings | TransformerSettings
+
+SETTINGS: dict[str, type[ModelSettings]] = {"recurrent": RecurrentSettings, "transformer": TransformerSettings}
+_MODELS: dict[str, type[nn.Module]] = {"recurrent": RecurrentLM, "transformer": Transformer}
+_SIZERS: dict[str, Callable] = {"recurrent": recurrent.size_for_budget, "transformer": transformer.size_for_budget}
+
+
+class SamplingSettings(BaseModel):
+    """Text samples drawn from the trained model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_samples: int = Field(3, ge=0, description="Samples to generate after training (0 = none).")
+    sample_tokens: int = Field(200, ge=1, description="New tokens per sample.")
+    temperature: float = Field(0.8, ge=0.0, description="Softmax temperature; 0 = greedy.")
+    top_k: Optional[int] = Field(50, ge=1, description="Sample among the k most likely tokens only (None = all).")
+    sample_prompt: str = Field(
+        "", description="Prompt text (needs an encoder); empty = the first prompt_tokens tokens of validation blocks."
+    )
+    prompt_tokens: int = Field(8, ge=1, description="Tokens of a validation block used as the prompt when sample_prompt is empty.")
+    sample_seed: int = Field(1234, description="Seed of the sampler.")
+
+
+@dataclass
+class LMResult:
+    family: str
+    metrics: dict[str, float]  # the loop's shared names + flops_per_token, params_non_embedding, mfu (GPU)
+    config: ModelSettings  # as trained: resolved, param_budget None
+    weights_path: Path  # checkpoint/model.safetensors, identity and config in its header
+    checkpoint_dir: Path
+    samples: list[str]
+    attention_backend: dict  # the attention path observed (the SDPA kernel), or {"implementation": "recurrent"}
+    warnings: list[str]
+    history: list[dict]
+    resumed_from_step: int  # 0 = a fresh run
+    figures: dict[str, Figure] = field(default_factory=dict)  # loss_curve; attention_maps; lstm_gates
+
+
+# --------------------------------------------------------------------------------------------------
+# Settings and models
+
+
+def _check_family(family: str) -> None:
+    if family not in FAMILIES:
+        raise ConfigError(f"family={family!r} is unknown; use one of: {', '.join(FAMILIES)}")
+
+
+def _as_settings(family: str, model_settings: ModelSettings | dict) -> ModelSettings:
+    """The family's own settings class (a dict or a subclass instance, e.g. a Dagster config, converted)."""
+    _check_family(family)
+    cls = SETTINGS[family]
+    if type(model_settings) is cls:
+        return model_settings
+    if isinstance(model_settings, BaseModel):
+        model_settings = model_settings.model_dump()
+    return cls(**model_settings)
+
+
+def family_of(model: nn.Module) -> str:
+    for family, cls in _MODELS.items():
+        if isinstance(model, cls):
+            return family
+    raise ConfigError(f"{type(model).__name__} is not a language model of any family ({', '.join(FAMILIES)})")
+
+
+def resolve_settings(family: str, model_settings: ModelSettings | dict, vocab_size: int) -> ModelSettings:
+    """The settings a model is built from: a param_budget resolved into a width (param_budget then
+    None), or the settings unchanged when no budget is set."""
+    settings = _as_settings(family, model_settings)
+    return _SIZERS[family](settings, vocab_size)
+
+
+def build_model(family: str, model_settings: ModelSettings | dict, vocab_size: int) -> nn.Module:
+    """The family's model from resolved settings (a pending param_budget is a ConfigError: resolve first)."""
+    settings = _as_settings(family, model_settings)
+    return _MODELS[family](settings, vocab_size)
+
+
+# --------------------------------------------------------------------------------------------------
+# Weights on disk: safetensors only, identity and config in the header
+
+
+def save_lm(model: nn.Module, path: str | Path, metadata: dict | None = None) -> Path:
+    """Weights as .safetensors (tied matrices stored once) with family, model_kind, model_config and
+    vocab_size (plus `metadata`) in the JSON header."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_model(model, str(path), metadata=model_metadata(model, {"family": family_of(model), **(metadata or {})}))
+    return path
+
+
+def load_lm(path: str | Path, device: str | torch.device = "cpu", expected_meta: dict | None = None) -> nn.Module:
+    """Rebuild a model of any family from a .safetensors file or a checkpoint folder. The header's
+    model_config holds the resolved widths, so nothing is re-sized. `expected_meta` (e.g. a
+    tokenizer_sha256) refuses another model's weights, naming what differs. Strict: every tensor
+    must match."""
+    path = Path(path)
+    file = path / WEIGHTS_FILE if path.is_dir() else path
+    if not file.is_file():
+        raise PipelineInputError(f"{file}: no such weights file; train the model first")
+    meta = read_metadata(file)
+    kind = meta.get("model_kind", "")
+    family = meta.get("family") or ("recurrent" if kind.startswith("recurrent") else kind)
+    if "model_config" not in meta or "vocab_size" not in meta or family not in FAMILIES:
+        raise PipelineInputError(
+            f"{file}: the safetensors header lacks family/model_kind, model_config or vocab_size; "
+            "not a language-model checkpoint of this pipeline"
+        )
+    if expected_meta is not None:
+        check_compatible(meta, expected_meta, file)
+    # A checkpoint is only ever written of a built model: its widths are the resolved ones.
+    settings = SETTINGS[family](**{**json.loads(meta["model_config"]), "param_budget": None})
+    model = build_model(family, settings, int(meta["vocab_size"])).to(device)
+    load_weights_into(model, file)
+    return model
+
+
+# --------------------------------------------------------------------------------------------------
+# Training, samples, attention kernel
+
+
+def lstm_gate_callback(step: int, model: nn.Module) -> dict[str, float] | None:
+    """`step_callback` for `training.train`: the explicit LSTM's mean gate activations since the last log point."""
+    stats = model.pop_gate_stats() if hasattr(model, "pop_gate_stats") else {}
+    return stats or None
+
+
+def attention_backend_report(model: nn.Module, device: torch.device, dtype: torch.dtype, T: int) -> dict:
+    """The attention path the model runs on `device`: for `fused`, the SDPA kernel observed running."""
+    if isinstance(model, RecurrentLM):
+        return {"implementation": "recurrent", "observed": "recurrent (no attention)", "error": None}
+    cfg = model.config
+    if cfg.attention == "reference":
+        return {"implementation": "reference", "observed": "reference (explicit QKᵀ·softmax·V)", "error": None}
+    requested = cfg.sdpa_backend if device.type == "cuda" else "auto"  # pinning applies on CUDA only
+    report = detect_sdpa_backend(device, dtype, (1, cfg.n_head, T, cfg.head_dim), requested)
+    report["implementation"] = "fused"
+    if cfg.sdpa_backend != "auto" and device.type != "cuda":
+        report["note"] = f"sdpa_backend={cfg.sdpa_backend!r} is pinned on CUDA only; on {device.type} torch chose the kernel"
+    return report
+
+
+def train_lm(
+    family: str,
+    model_settings: ModelSettings | dict,
+    train_settings: TrainSettings,
+    train_data: TokenBlocks,
+    val_data: TokenBlocks,
+    vocab_size: int,
+    out_dir: str | Path,
+    *,
+    sampling: SamplingSettings | None = None,
+    decode: Callable[[list[int]], str] | None = None,
+    encode: Callable[[str], list[int]] | None = None,
+    log_metrics: Callable[[dict[str, float], int], None] | None = None,
+    progress: Callable[[dict[str, float], int, int, float], None] | None = None,
+    resume: bool = True,
+    model_meta: dict | None = None,
+) -> LMResult:
+    """Resolve and build the family's model, train it with the shared loop (resuming from
+    out_dir/checkpoint), verify the attention kernel, report FLOPs and MFU, sample text, draw figures.
+
+    `decode`/`encode` turn token ids into text and back (the tokenizer's); without `decode` samples
+    are space-separated ids. `model_meta` goes into the checkpoint header (e.g. tokenizer_sha256).
+    `progress(point, step, max_steps, eta_s)` is called at the loop's log points.
+    """
+    settings = resolve_settings(family, model_settings, vocab_size)
+    sampling = sampling or SamplingSettings()
+    seed_everything(train_settings.seed)  # the same init on every run of these settings
+    model = build_model(family, settings, vocab_size)
+    device, _ = resolve_device(train_settings.device)
+    dtype = resolve_dtype(train_settings.dtype, device)
+    model_block = getattr(settings, "block_size", None)
+    T = min(train_settings.block_size or model_block or train_data.block_size, model_block or train_data.block_size, train_data.block_size)
+
+    # Verify the attention kernel before training: a pinned backend this GPU cannot run fails now, clearly.
+    backend = attention_backend_report(model, device, dtype, T)
+    if backend.get("error") and device.type == "cuda":
+        raise ConfigError(f"{backend['error']}; set sdpa_backend='auto' or pick one of {[k for k, ok in backend['available'].items() if ok]}")
+
+    explicit_lstm = isinstance(model, RecurrentLM) and settings.cell == "lstm" and settings.lstm_impl == "explicit"
+    budget = _as_settings(family, model_settings).param_budget
+    header = {"family": family, **({"param_budget": budget} if budget else {}), **(model_meta or {})}
+    result = train(
+        model, train_data, val_data, train_settings, out_dir,
+        log_metrics=log_metrics, progress=progress, resume=resume, model_meta=header,
+        step_callback=lstm_gate_callback if explicit_lstm else None,
+    )
+    notes = list(result.warnings)
+    if backend.get("note"):
+        notes.append(backend["note"])
+
+    metrics = result.metrics()
+    metrics["flops_per_token"] = model.flops_per_token(T)
+    metrics["params_non_embedding"] = float(count_parameters(model, non_embedding=True))
+    mfu = estimate_mfu(metrics["flops_per_token"], result.tokens_per_s, device)
+    if mfu is not None:
+        metrics["mfu"] = mfu
+    elif device.type == "cuda":
+        notes.append(f"MFU not reported: {torch.cuda.get_device_name(device)} is not in the peak-FLOPs table")
+
+    samples = sample_texts(model, val_data, sampling, device, dtype, decode=decode, encode=encode)
+
+    figures = {"loss_curve": plot_history(result.history, f"{model.model_kind} ({result.params} parameters)")}
+    if isinstance(model, Transformer):
+        x_vis = torch.from_numpy(val_data.x[:1, : min(32, T)].astype(np.int64)).to(device)  # (1, t)
+        figures["attention_maps"] = plot_attention_maps(model, x_vis, decode=decode)
+    if any(k in h for h in result.history for k in LSTM_GATES):
+        figures["lstm_gates"] = plot_lstm_gates(result.history)
+    return LMResult(
+        family=family,
+        metrics=metrics,
+        config=settings,
+        weights_path=result.checkpoint_dir / WEIGHTS_FILE,
+        checkpoint_dir=result.checkpoint_dir,
+        samples=samples,
+        attention_backend=backend,
+        warnings=notes,
+        history=result.history,
+        resumed_from_step=result.resumed_from,
+        figures=figures,
+    )
+
+
+@torch.no_grad()
+def sample_texts(
+    model: nn.Module,
+    val_data: TokenBlocks,
+    sampling: SamplingSettings,
+    device: torch.device,
+    dtype: torch.dtype = torch.float32,
+    *,
+    decode: Callable[[list[int]], str] | None = None,
+    encode: Callable[[str], list[int]] | None = None,
+) -> list[str]:
+    """`num_samples` continuations: of `sample_prompt` if given (needs `encode`), else of the first
+    tokens of successive validation blocks (real text the model has not trained on). Any family:
+    the model's `generate(idx, max_new_tokens, temperature, top_k)` draws from torch's RNG, seeded
+    with sample_seed in a forked RNG state (training's RNG is left as it was)."""
+    s = sampling
+    if s.num_samples == 0:
+        return []
+    if s.sample_prompt:
+        if encode is None:
+            raise ConfigError("sample_prompt is set but no tokenizer encoder was given; pass encode= or clear sample_prompt")
+        ids = encode(s.sample_prompt)
+        if not ids:
+            raise ConfigError(f"sample_prompt={s.sample_prompt!r} encodes to no tokens; use another prompt")
+        prompts = [ids] * s.num_samples
+    else:
+        rows = [i % val_data.n_blocks for i in range(s.num_samples)]
+        prompts = [[int(t) for t in val_data.x[r, : s.prompt_tokens] if t != PAD_ID] or [int(val_data.x[r, 0])] for r in rows]
+    decode = decode or (lambda ids: " ".join(map(str, ids)))
+    was_training = model.training
+    model.eval().to(device)
+    texts = []
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(s.sample_seed)
+        for p in prompts:
+            idx = torch.tensor([p], dtype=torch.long, device=device)  # (1, t)
+            with autocast_context(device, dtype):
+                out = model.generate(idx, s.sample_tokens, temperature=s.temperature, top_k=s.top_k)  # (1, t+n)
+            texts.append(decode(out[0].tolist()))
+    model.train(was_training)
+    return texts

@@ -1,0 +1,88 @@
+"""Fail fast: the whole run config is validated when any step of the run starts, before anything
+trains, and every problem is listed at once.
+
+Dagster checks names and types at launch; the config classes' own rules (ranges, cross-field
+checks) run only when a step builds its config, which for a late step can be many minutes into a
+run. Here every section of the run config goes through its asset's config class, and the limits
+between assets are checked: a context length cannot exceed the labels' block size.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Iterable
+
+import dagster as dg
+from pydantic import ValidationError
+
+from components.core.errors import ConfigError
+
+LABELS = "labels"
+
+
+def config_classes(assets_defs: Iterable[dg.AssetsDefinition]) -> dict[str, type]:
+    """Op name → the config class its asset function takes (`config: ...`)."""
+    out: dict[str, type] = {}
+    for a in assets_defs:
+        fn = getattr(a.op.compute_fn, "decorated_fn", None)
+        if fn is None:
+            continue
+        param = inspect.signature(fn).parameters.get("config")
+        if param is not None and isinstance(param.annotation, type):
+            out[a.op.name] = param.annotation
+    return out
+
+
+def _format(err: ValidationError, op: str) -> list[str]:
+    return [f"ops.{op}.config.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors()]
+
+
+def check_run_config(
+    ops: dict[str, Any], classes: dict[str, type], labels_block_size: int | None
+) -> list[str]:
+    """Every problem of the run config `ops` (the `ops:` mapping), as 'where: what' lines."""
+    problems: list[str] = []
+    built: dict[str, Any] = {}
+    for op, cls in classes.items():
+        section = (ops.get(op) or {}).get("config", {}) or {}
+        try:
+            built[op] = cls(**section)
+        except ValidationError as e:
+            problems += _format(e, op)
+        except (ValueError, TypeError) as e:
+            problems.append(f"ops.{op}.config: {e}")
+    if LABELS in built:
+        labels_block_size = built[LABELS].block_size
+    if labels_block_size is None:
+        return problems
+    for op, cfg in built.items():
+        train = getattr(cfg, "train", None)
+        model = getattr(cfg, "model", None)
+        t_block = getattr(train, "block_size", None)
+        m_block = getattr(model, "block_size", None)
+        if t_block is not None and t_block > labels_block_size:
+            problems.append(f"ops.{op}.config.train.block_size={t_block} exceeds labels.block_size={labels_block_size}: lower it or raise labels.block_size")
+        if t_block is not None and m_block is not None and t_block > m_block:
+            problems.append(f"ops.{op}.config.train.block_size={t_block} exceeds its model.block_size={m_block}")
+        seq_len = getattr(cfg, "seq_len", None)
+        if isinstance(seq_len, int) and seq_len > labels_block_size:
+            problems.append(f"ops.{op}.config.seq_len={seq_len} exceeds labels.block_size={labels_block_size}: lower it or raise labels.block_size")
+    return problems
+
+
+def _recorded_labels_block_size(instance: dg.DagsterInstance) -> int | None:
+    event = instance.get_latest_materialization_event(dg.AssetKey(LABELS))
+    if event is None:
+        return None
+    value = event.asset_materialization.metadata.get("block_size")
+    return int(value.value) if value is not None else None
+
+
+def validate_run_config(context: dg.AssetExecutionContext) -> None:
+    """Raise ConfigError listing every problem of this run's config (see `check_run_config`)."""
+    classes = config_classes(context.job_def.asset_layer.asset_graph.assets_defs)  # the assets of this run
+    ops = (context.run.run_config or {}).get("ops", {})
+    labels_block = None if LABELS in classes else _recorded_labels_block_size(context.instance)
+    problems = check_run_config(ops, classes, labels_block)
+    if problems:
+        raise ConfigError(f"the run config has {len(problems)} problem(s); nothing was trained:\n" + "\n".join(f"- {p}" for p in problems))

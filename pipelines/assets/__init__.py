@@ -1,1 +1,0 @@
-"""Assets by stage: ingest (corpus, tokenizer, labels), embeddings, recurrent, transformer."""

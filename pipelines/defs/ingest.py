@@ -1,0 +1,111 @@
+"""Ingest stage: corpus → tokenizer → next-token labels."""
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from components.core.artifacts import sha256_file
+from components.core.corpus import CorpusSettings, build_corpus, load_corpus
+from components.core.labels import LabelSettings, build_labels, check_blocks, load_labels
+from components.core.tokenizer import TokenizerSettings, evaluate_tokenizer, roundtrip_ok, train_tokenizer
+from components.orchestration.stage import stage
+from components.orchestration.state import state_root
+from components.orchestration.tracking import MlflowTracker
+
+GROUP = "ingest"
+ROUNDTRIP_PROBES = ["苹果公司发布了新手机，它的市值大涨。", "我爱你", "你爱我", "Hello, world!\n\tTabs  and  spaces."]
+SPLITS = ("train", "validation")
+
+
+class CorpusConfig(dg.Config, CorpusSettings):
+    """Which documents to read and how to split them."""
+
+
+class TokenizerConfig(dg.Config, TokenizerSettings):
+    """The language-model tokenizer (byte-level BPE by default)."""
+
+
+class LabelsConfig(dg.Config, LabelSettings):
+    """Packing of the next-token blocks."""
+
+
+def numbers(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+@dg.asset(group_name=GROUP, kinds={"datasets"})
+def corpus(context: dg.AssetExecutionContext, config: CorpusConfig, mlflow: MlflowTracker) -> dg.Output[dict]:
+    """Documents cleaned to plain text, split by document into train/validation, saved as Arrow."""
+    with stage(context, mlflow, config.model_dump()) as s:
+        result = build_corpus(config, s.tmp / "dataset", cache_dir=state_root() / "cache" / "datasets")
+        stats = numbers(result.stats)
+        return s.publish(
+            {"path": s.final_path(s.tmp / "dataset"), **stats, "content_sha256": result.stats["content_sha256"]},
+            metrics=stats,
+            texts={"samples": "\n".join(f"> {line}" for line in result.samples)},
+            files={"dataset": s.tmp / "dataset"},
+            values={"content_sha256": result.stats["content_sha256"]},
+            warnings=result.stats.get("warnings"),
+        )
+
+
+@dg.asset(
+    group_name=GROUP,
+    kinds={"tokenizers"},
+    check_specs=[dg.AssetCheckSpec("tokenizer_is_healthy", asset="tokenizer", description="The tokenizer learned the vocabulary it was asked for and rarely falls back to [UNK].")],
+)
+def tokenizer(context: dg.AssetExecutionContext, config: TokenizerConfig, corpus: dict, mlflow: MlflowTracker):
+    """Tokenizer trained on the train split only; `tokenizer.json`."""
+    with stage(context, mlflow, config.model_dump()) as s:
+        dd = load_corpus(corpus["path"])
+        tok = train_tokenizer(dd["train"]["text"], config)
+        path = s.tmp / "tokenizer.json"
+        tok.save(str(path))
+        report = evaluate_tokenizer(tok, dd["validation"]["text"], requested_vocab_size=config.vocab_size)
+        roundtrip = [
+            {"text": t.replace("\n", "⏎").replace("\t", "⇥"), "tokens": len(tok.encode(t, add_special_tokens=False).ids), "exact_roundtrip": roundtrip_ok(tok, t)}
+            for t in ROUNDTRIP_PROBES
+        ]
+        metrics = {**report.metrics(), "roundtrip_ok": float(all(r["exact_roundtrip"] for r in roundtrip))}
+        warnings = list(getattr(report, "warnings", []) or [])
+        output = s.publish(
+            {"path": s.final_path(path), "kind": config.kind, "sha256": sha256_file(path), "vocab_size": tok.get_vocab_size(), **report.metrics()},
+            metrics=metrics,
+            tables={"roundtrip": roundtrip},
+            files={"tokenizer": path},
+            artifacts=[path],
+            warnings=warnings,
+        )
+    yield output
+    yield dg.AssetCheckResult(
+        check_name="tokenizer_is_healthy",
+        passed=not warnings,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={"warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in warnings) or "none"), **numbers(report.metrics())},
+    )
+
+
+@dg.asset(group_name=GROUP, kinds={"numpy"})
+def labels(context: dg.AssetExecutionContext, config: LabelsConfig, corpus: dict, tokenizer: dict, mlflow: MlflowTracker) -> dg.Output[dict]:
+    """Next-token blocks: X = tokens[:-1], Y = tokens[1:], padding targets -100; .npy per split."""
+    with stage(context, mlflow, config.model_dump()) as s:
+        dd = load_corpus(corpus["path"])
+        result = build_labels({split: dd[split]["text"] for split in SPLITS}, tokenizer["path"], config, s.tmp)
+        files = {f"{split}_{xy}": s.tmp / f"{split}_{xy}.npy" for split in SPLITS for xy in ("x", "y")}
+        return s.publish(
+            {"path": str(s.final), **numbers(result.meta), "tokenizer_sha256": result.meta["tokenizer_sha256"]},
+            metrics=numbers(result.meta),
+            files={**files, "meta": s.tmp / "meta.json"},
+            artifacts=[s.tmp / "meta.json"],
+            values={"block_size": int(result.meta["block_size"]), "tokenizer_sha256": result.meta["tokenizer_sha256"]},
+        )
+
+
+@dg.asset_check(asset=labels, blocking=True, description="Y is X shifted by one in every block; no target crosses into padding.")
+def labels_are_shifted_inputs(labels: dict) -> dg.AssetCheckResult:
+    train, val, meta = load_labels(Path(labels["path"]))
+    reports = {"train": check_blocks(train), "validation": check_blocks(val)}
+    passed = all(r["ok"] for r in reports.values())
+    metadata = {f"{split}_{k}": v for split, r in reports.items() for k, v in r.items()}
+    return dg.AssetCheckResult(passed=passed, metadata=metadata)

@@ -1,0 +1,315 @@
+"""Quantization stage: the trained models at every precision, self-contained export folders (the FP16
+one registered in the MLflow model registry), and the weights arithmetic checked against the files.
+
+    transformer_lm, lstm_lm ──► quantized_models ──► model_export ──► weights_arithmetic
+"""
+
+import json
+from typing import Any
+
+import dagster as dg
+from pydantic import Field
+
+from components.core.errors import PipelineInputError
+from components.core.labels import load_labels
+from components.core.lm import load_lm
+from components.core.studies.quantization import (
+    ExportSettings, QuantizationSettings, check_figures, export_and_verify, quantize_and_measure,
+)
+from components.core.studies.quantization import weights_arithmetic as arithmetic_of
+from components.core.training import read_metadata
+from components.orchestration.language_model import check_same_tokenizer
+from components.orchestration.stage import stage
+from components.orchestration.tracking import MlflowTracker
+
+GROUP = "quantization"
+MAIN_MODEL = "transformer_lm"
+SOURCE_KEYS = ("name", "family", "weights", "model_config", "vocab_size", "tokenizer_sha256", "dagster_run_id", "mlflow_run_id", "metrics")
+
+
+class QuantizedModelsConfig(dg.Config, QuantizationSettings):
+    """Precisions and how each is measured (bytes, perplexity, logits, generation speed)."""
+
+
+class ModelExportConfig(dg.Config, ExportSettings):
+    """Export folders: which variants, generation defaults, reload and load-time checks, registry."""
+
+    register_variant: str = Field("fp16", description="Variant logged to MLflow as a model and registered in the model registry ('' = none).")
+    registered_model_name: str = Field("transformer_lm_fp16", description="Name in the MLflow model registry.")
+
+
+class WeightsArithmeticConfig(dg.Config):
+    """Reference model sizes for the parameters × bytes-per-parameter table."""
+
+    reference_params: list[float] = Field(
+        [124e6, 1.3e9, 7e9, 13e9, 70e9], description="Parameter counts to tabulate beside ours (GPT-2 small … 70B)."
+    )
+
+
+def _table(rows: list[dict]) -> list[dict]:
+    """Rows for a Dagster table: every record needs every column, so a missing figure (None, e.g. the
+    quantized-layer ratio of a float variant) is shown as "-"."""
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    return [{c: ("-" if r.get(c) is None else r[c]) for c in cols} for r in rows]
+
+
+def _check_model(name: str, manifest: dict, tokenizer: dict) -> None:
+    """The model's weights were trained with the current tokenizer (manifest and file header agree)."""
+    header = read_metadata(manifest["weights"]).get("tokenizer_sha256", "")
+    for where, sha in (("manifest", manifest.get("tokenizer_sha256", "")), (manifest["weights"], header)):
+        if sha != tokenizer["sha256"]:
+            raise PipelineInputError(
+                f"`{name}` ({where}) was trained with tokenizer {sha[:12] or '(none)'}…, but the current tokenizer is "
+                f"{tokenizer['sha256'][:12]}… ({tokenizer['path']}): re-materialize `{name}` first"
+            )
+
+
+@dg.asset(group_name=GROUP, kinds={"pytorch", "bitsandbytes", "safetensors"})
+def quantized_models(
+    context: dg.AssetExecutionContext,
+    config: QuantizedModelsConfig,
+    transformer_lm: dict,
+    lstm_lm: dict,
+    labels: dict,
+    tokenizer: dict,
+    mlflow: MlflowTracker,
+) -> dg.Output[dict]:
+    """The trained Transformer (and the LSTM, for contrast) at FP32, FP16, BF16 and through
+    bitsandbytes at INT8 (LLM.int8, Linear8bitLt), NF4 and FP4 (Linear4bit): bytes in memory and on
+    disk, validation perplexity and its change against FP32, max-abs logit difference on a fixed
+    batch, generation tokens/s. Each variant's weights are saved for `model_export`."""
+    check_same_tokenizer(labels, tokenizer)
+    sources = {"transformer_lm": transformer_lm, "lstm_lm": lstm_lm}
+    for name, manifest in sources.items():
+        _check_model(name, manifest, tokenizer)
+    with stage(context, mlflow, config.model_dump()) as s:
+        _, val, _ = load_labels(labels["path"])
+        models = {name: load_lm(m["weights"]) for name, m in sources.items()}
+        result = quantize_and_measure(
+            models, val, QuantizationSettings(**config.model_dump()), out_dir=s.tmp / "weights", log=context.log.info
+        )
+        s.run.log_metrics(result.metrics)  # every figure to MLflow; the headline ones also to Dagster below
+        checks = check_figures(result.rows, MAIN_MODEL)
+        headline = {k: v for k, v in result.metrics.items() if k.startswith(f"quant/{MAIN_MODEL}/") and k.rsplit("/", 1)[1] in ("dppl_pct", "memory_bytes", "gen_tokens_per_s")}
+        return s.publish(
+            {
+                "rows": result.rows,
+                "settings": config.model_dump(),
+                "device": result.device,
+                "weights": {m: {v: s.final_path(p) for v, p in by.items()} for m, by in result.weights.items()},
+                "models": {name: {k: m.get(k) for k in SOURCE_KEYS} for name, m in sources.items()},
+                "checks": checks,
+                "main_model": MAIN_MODEL,
+            },
+            metrics=headline,
+            tables={"quantization": _table(result.rows)},
+            figures=result.figures,
+            texts={"report": result.markdown},
+            files={"weights": s.tmp / "weights"},
+            values={"device": result.device, "variants": ", ".join(config.variants)},
+            warnings=result.warnings,
+        )
+
+
+def _size_check(manifest: dict, key: str, what: str) -> dg.AssetCheckResult:
+    c = manifest["checks"][key]
+    if c["value"] is None:
+        return dg.AssetCheckResult(passed=True, metadata={"note": f"{what} was not among quantized_models' variants: nothing to check"})
+    return dg.AssetCheckResult(
+        passed=bool(c["value"] <= c["limit"]),
+        metadata={
+            "ratio_codes_and_scales": c["value"], "limit": c["limit"], "ratio_with_code_books": c["all_in"],
+            "model": manifest["main_model"],
+        },
+    )
+
+
+def _ppl_check(manifest: dict, key: str, what: str) -> dg.AssetCheckResult:
+    c = manifest["checks"][key]
+    if c["value"] is None:
+        return dg.AssetCheckResult(passed=True, severity=dg.AssetCheckSeverity.WARN, metadata={"note": f"{what} was not measured"})
+    return dg.AssetCheckResult(
+        passed=bool(c["value"] <= c["limit"]),
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={"perplexity_increase_pct": c["value"], "limit_pct": c["limit"], "model": manifest["main_model"]},
+    )
+
+
+@dg.asset_check(asset=quantized_models, description="INT8 (codes + per-row scales) of the Transformer's quantized layers ≤ 0.55× their FP16 bytes.")
+def int8_weights_size(quantized_models: dict) -> dg.AssetCheckResult:
+    return _size_check(quantized_models, "int8_size", "int8")
+
+
+@dg.asset_check(asset=quantized_models, description="NF4 (4-bit codes + absmax blocks) of the Transformer's quantized layers ≤ 0.30× their FP16 bytes.")
+def nf4_weights_size(quantized_models: dict) -> dg.AssetCheckResult:
+    return _size_check(quantized_models, "nf4_size", "nf4")
+
+
+@dg.asset_check(asset=quantized_models, description="INT8 raises the Transformer's validation perplexity by at most 1 % (a warning: the figure is reported either way).")
+def int8_perplexity_cost(quantized_models: dict) -> dg.AssetCheckResult:
+    return _ppl_check(quantized_models, "int8_ppl", "int8")
+
+
+@dg.asset_check(asset=quantized_models, description="NF4 raises the Transformer's validation perplexity by at most 5 % (a warning: the figure is reported either way).")
+def nf4_perplexity_cost(quantized_models: dict) -> dg.AssetCheckResult:
+    return _ppl_check(quantized_models, "nf4_ppl", "nf4")
+
+
+def _train_settings(source: dict, client: Any) -> dict:
+    """The training settings of a model asset: from its manifest when recorded there, else from the
+    parameters its MLflow run logged (`train.*`)."""
+    if source.get("train_settings"):
+        return {"settings": source["train_settings"], "metrics": source.get("metrics") or {}}
+    settings: dict[str, Any] = {}
+    try:
+        params = client.get_run(source["mlflow_run_id"]).data.params
+        for k, v in params.items():
+            if k.startswith("train."):
+                try:
+                    settings[k[len("train."):]] = json.loads(v)
+                except ValueError:
+                    settings[k[len("train."):]] = None if v == "None" else v
+    except Exception as e:  # the training run is gone from this MLflow store: say so in config.json
+        settings = {"unavailable": f"{type(e).__name__}: {e}"}
+    return {"settings": settings, "metrics": source.get("metrics") or {}}
+
+
+def _register(run: Any, folder: str, name: str, variant: str, description: str, tags: dict[str, str]) -> dict[str, str]:
+    """Log an export folder to the run as the `model` artifact and register it as a new version of `name`."""
+    from mlflow.exceptions import MlflowException
+
+    client = run.client
+    run.log_artifact(folder, "model")
+    try:
+        client.create_registered_model(name, description="The trained Transformer LM, exported (safetensors, config.json, tokenizer.json).")
+    except MlflowException as e:
+        if "RESOURCE_ALREADY_EXISTS" not in str(e.error_code) and "already exists" not in str(e):
+            raise
+    source = f"{client.get_run(run.run_id).info.artifact_uri}/model"
+    mv = client.create_model_version(name, source=source, run_id=run.run_id, tags={"variant": variant, **tags}, description=description)
+    return {"name": mv.name, "version": str(mv.version), "source": source, "uri": f"models:/{mv.name}/{mv.version}"}
+
+
+@dg.asset(group_name=GROUP, kinds={"safetensors", "mlflow"})
+def model_export(
+    context: dg.AssetExecutionContext,
+    config: ModelExportConfig,
+    quantized_models: dict,
+    tokenizer: dict,
+    corpus: dict,
+    labels: dict,
+    mlflow: MlflowTracker,
+) -> dg.Output[dict]:
+    """A Hugging Face-style folder per variant of the Transformer (model.safetensors with the
+    quantization state as tensors and the scheme in the header, config.json, tokenizer.json,
+    generation_config.json, provenance), each reloaded from the folder alone and checked against the
+    exported model; safetensors load time vs torch.load; the FP16 folder registered in MLflow."""
+    check_same_tokenizer(labels, tokenizer)
+    source = quantized_models["models"][MAIN_MODEL]
+    if source["tokenizer_sha256"] != tokenizer["sha256"]:
+        raise PipelineInputError(
+            f"quantized_models' {MAIN_MODEL} was trained with tokenizer {source['tokenizer_sha256'][:12]}…, the current one is "
+            f"{tokenizer['sha256'][:12]}…: re-materialize {MAIN_MODEL} and quantized_models first"
+        )
+    if config.register_variant and config.register_variant not in config.variants:
+        raise PipelineInputError(f"register_variant={config.register_variant!r} is not among the exported variants {config.variants}")
+    with stage(context, mlflow, config.model_dump()) as s:
+        _, val, _ = load_labels(labels["path"])
+        rows = {r["variant"]: r for r in quantized_models["rows"] if r["model"] == MAIN_MODEL}
+        provenance = {
+            "dagster_run_id": context.run.run_id,
+            "mlflow_run_id": s.run.run_id,
+            "training_dagster_run_id": source["dagster_run_id"],
+            "training_mlflow_run_id": source["mlflow_run_id"],
+            "quantized_models_dagster_run_id": quantized_models["dagster_run_id"],
+            "quantized_models_mlflow_run_id": quantized_models["mlflow_run_id"],
+            "corpus_content_sha256": corpus["content_sha256"],
+            "tokenizer_sha256": tokenizer["sha256"],
+            "labels_dagster_run_id": labels["dagster_run_id"],
+            "model": MAIN_MODEL,
+        }
+        report = export_and_verify(
+            quantized_models["weights"][MAIN_MODEL],
+            s.tmp / "exports",
+            tokenizer_path=tokenizer["path"],
+            tokenizer_sha256=tokenizer["sha256"],
+            model_config=source["model_config"],
+            train_settings=_train_settings(source, s.run.client),
+            provenance=provenance,
+            val_data=val,
+            eval_settings=QuantizationSettings(**quantized_models["settings"]),
+            settings=ExportSettings(**{k: v for k, v in config.model_dump().items() if k in ExportSettings.model_fields}),
+            study_val_loss={v: r["val_loss"] for v, r in rows.items()},
+            device=quantized_models["device"],
+        )
+        registered: dict[str, str] = {}
+        if config.register_variant:
+            registered = _register(
+                s.run, str(report.exports[config.register_variant].path), config.registered_model_name, config.register_variant,
+                description=f"{MAIN_MODEL} at {config.register_variant}, Dagster run {context.run.run_id}",
+                tags={"dagster_run_id": context.run.run_id, "corpus_content_sha256": corpus["content_sha256"], "tokenizer_sha256": tokenizer["sha256"]},
+            )
+        exports = {v: {**info.as_dict(), "path": s.final_path(info.path)} for v, info in report.exports.items()}
+        s.run.log_metrics(report.metrics)  # every figure to MLflow; the headline ones also to Dagster below
+        headline = {k: v for k, v in report.metrics.items() if k.rsplit("/", 1)[1] in ("weights_bytes", "load_speedup_vs_torch_load")}
+        return s.publish(
+            {"model": MAIN_MODEL, "exports": exports, "rows": report.rows, "registered_model": registered, "samples": report.samples,
+             "reload_ok": report.all_reloads_pass},
+            metrics=headline,
+            tables={"exports": _table(report.rows)},
+            texts={"report": report.markdown},
+            files={"exports": s.tmp / "exports"},
+            values={
+                "registered_model_name": registered.get("name", ""),
+                "registered_model_version": registered.get("version", ""),
+                "registered_model_uri": registered.get("uri", ""),
+                "reload_ok": report.all_reloads_pass,
+            },
+        )
+
+
+@dg.asset_check(asset=model_export, description="Every export folder, reloaded on its own, reproduces the exported model (float: bit-exact logits; quantized: the same evaluation).")
+def reload_reproduces_logits(model_export: dict) -> dg.AssetCheckResult:
+    rows = model_export["rows"]
+    return dg.AssetCheckResult(
+        passed=bool(model_export["reload_ok"]),
+        metadata={
+            r["variant"]: dg.MetadataValue.text(
+                f"{'ok' if r['reload_ok'] else 'FAILED'} ({r['criterion']}): max abs Δlogit {r['reload_logits_max_abs_diff']:.3g}, "
+                f"val loss {r['exported_val_loss']:.6f} → {r['reloaded_val_loss']:.6f}"
+            )
+            for r in rows
+        },
+    )
+
+
+@dg.asset(group_name=GROUP, kinds={"safetensors"})
+def weights_arithmetic(
+    context: dg.AssetExecutionContext,
+    config: WeightsArithmeticConfig,
+    model_export: dict,
+    quantized_models: dict,
+    mlflow: MlflowTracker,
+) -> dg.Output[dict]:
+    """Parameters × bytes per parameter at FP32/FP16/INT8/INT4 for our models and reference sizes up
+    to 70B ("70B ≈ 140 GB in FP16"), next to the measured bytes of the exported files, scales, code
+    books and headers included."""
+    with stage(context, mlflow, config.model_dump()) as s:
+        files = {model_export["model"]: {v: f"{e['path']}/model.safetensors" for v, e in model_export["exports"].items()}}
+        params = {r["model"]: int(r["params"]) for r in quantized_models["rows"] if r["variant"] == "fp32"}
+        reference = {_size_name(n): n for n in config.reference_params}
+        result = arithmetic_of(files, params, reference)
+        s.run.log_metrics(result.metrics)
+        headline = {k: v for k, v in result.metrics.items() if k.startswith("arith/70B/") or k.endswith("/bits_per_quantized_param")}
+        return s.publish(
+            {"reference": result.reference_rows, "measured": result.measured_rows},
+            metrics=headline,
+            tables={"reference_sizes": _table(result.reference_rows), "measured_files": _table(result.measured_rows)},
+            figures={"weights_arithmetic": result.figure},
+            texts={"report": result.markdown},
+        )
+
+
+def _size_name(n: float) -> str:
+    return f"{n / 1e9:g}B" if n >= 1e9 else f"{n / 1e6:g}M"
+

@@ -1,0 +1,71 @@
+"""Housekeeping of the state folder (PIPELINE_STATE_DIR, default .state/), one JSON report per call.
+
+    python -m pipelines.maintenance init                 # create the Dagster and MLflow stores once (safe when concurrent)
+    python -m pipelines.maintenance recover              # mark runs whose processes are gone failed; MLflow mirrors Dagster
+    python -m pipelines.maintenance prune [--keep N]     # keep the newest N run folders per asset (+ the latest materialization)
+
+The scripts in scripts/ run `init` (and `recover`) before launching Dagster or MLflow. Imports
+neither the asset graph nor torch, so it works while the pipeline code is broken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from components.orchestration.state import dagster_home, ensure_stores, local_tracking_uri
+
+
+def _instance():
+    from dagster import DagsterInstance
+
+    ensure_stores(dagster=True)
+    return DagsterInstance.from_config(str(dagster_home()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.maintenance", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the SQLite DB in the state folder)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("init", help="create the Dagster instance storage, dagster.yaml and the MLflow DB/experiment, once")
+    rec = sub.add_parser("recover", help="fail dead runs, end their MLflow runs, remove leftovers")
+    rec.add_argument("--grace", type=float, default=0.0, help="skip runs started less than this many seconds ago")
+    pr = sub.add_parser("prune", help="delete old run folders, dead leftovers and stale checkpoints")
+    pr.add_argument("--keep", type=int, default=int(os.environ.get("PIPELINE_KEEP_LAST", 3)),
+                    help="run folders kept per asset, newest first (default: $PIPELINE_KEEP_LAST or 3)")
+    pr.add_argument("--checkpoint-days", type=float, default=7.0, help="remove checkpoint scratch untouched this long (default 7)")
+    pr.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
+    args = parser.parse_args(argv)
+
+    # The scripts' layout: DAGSTER_HOME defaults to <state>/dagster (scripts/env.sh exports the same).
+    os.environ.setdefault("DAGSTER_HOME", str(dagster_home()))
+    uri = args.tracking_uri or local_tracking_uri()
+
+    if args.command == "init":
+        report = ensure_stores(uri, dagster=True)
+    elif args.command == "recover":
+        from components.orchestration.recovery import recover_dead_runs, sync_mlflow_parents
+
+        instance = _instance()
+        try:
+            ensure_stores(uri)
+            report = recover_dead_runs(instance, uri, grace_s=args.grace)
+            report["sync"] = sync_mlflow_parents(instance, uri)
+        finally:
+            instance.dispose()
+    else:
+        from components.orchestration.recovery import prune
+
+        instance = _instance()
+        try:
+            report = prune(args.keep, instance, checkpoint_max_age_days=args.checkpoint_days, dry_run=args.dry_run)
+        finally:
+            instance.dispose()
+    print(json.dumps(report, indent=1, default=str))
+    return 1 if report.get("errors") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

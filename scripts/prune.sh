@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Free disk in the state folder: keep the newest N run folders per asset (default 3) plus each
+# asset's latest materialization; remove leftovers of dead processes and checkpoints untouched for
+# 7 days. Prints a JSON report (bytes_freed). Extra arguments go to the CLI, e.g. --dry-run.
+#   bash scripts/prune.sh            # keep 3
+#   bash scripts/prune.sh 1 --dry-run
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+source scripts/env.sh
+keep=${1:-${PIPELINE_KEEP_LAST:-3}}
+shift || true
+exec .venv/bin/python -m pipelines.maintenance prune --keep "$keep" "$@"
