@@ -1,6 +1,7 @@
 """The code location: the assets and checks of `pipelines/defs/` (modules and component instances,
 autoloaded), the model comparison over every language model found there, one job per experiment
-file in `configs/`, the weekly schedule, declarative automation, and the resources."""
+file in `configs/`, the weekly schedule, declarative automation, the recovery sensor (marks runs
+whose processes died as failed and frees their pool slots), and the resources."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import dagster as dg
 
 from components.orchestration.io import ManifestIOManager
+from components.orchestration.recovery import recovery_sensor
 from components.orchestration.state import PROJECT_ROOT
 from components.orchestration.tracking import MlflowTracker
 
@@ -63,7 +65,7 @@ def build_defs() -> dg.Definitions:
             asset_checks=[ffn_check],
             jobs=config_jobs(),
             schedules=[weekly_rerun],
-            sensors=[automation],
+            sensors=[automation, recovery_sensor()],
             resources={"mlflow": MlflowTracker(), "io_manager": ManifestIOManager()},
         ),
     )

@@ -2,11 +2,11 @@
 export PIPELINE_STATE_DIR="${PIPELINE_STATE_DIR:-$(pwd)/.state}"
 export DAGSTER_HOME="${DAGSTER_HOME:-$PIPELINE_STATE_DIR/dagster}"
 mkdir -p "$DAGSTER_HOME"
+export VENV="${VENV:-.venv}"
 # Create the Dagster and MLflow stores (and dagster.yaml, when missing or empty) exactly once, under
 # a lock, whoever starts first; a no-op (≈30 ms) once done. Then mark runs whose processes are gone
-# as failed (frees their pool slots). Call after scripts/setup.sh.
+# as failed (frees their pool slots, which a new run's training step would otherwise wait for).
+# Call after scripts/setup.sh.
 state_init() {
-  "${VENV:-.venv}/bin/python" -m pipelines.maintenance init > /dev/null
-  "${VENV:-.venv}/bin/python" -m pipelines.maintenance recover > /dev/null \
-    || echo "note: python -m pipelines.maintenance recover reported problems (see its output)" >&2
+  "$VENV/bin/python" -m pipelines.maintenance init > /dev/null
 }

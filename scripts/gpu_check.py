@@ -20,6 +20,11 @@ every section, so a timeout still leaves the finished ones):
               (components.core.studies.attention_cost; on CUDA torch.cuda.max_memory_allocated).
 5. bnb        bitsandbytes Linear8bitLt (INT8) and Linear4bit (NF4) forward vs the fp16 layer:
               relative error, weight bytes, allocated bytes, time.
+6. bnb_generate  the pipeline's quantization path (components.core.studies.quantization
+              .cuda_bnb_check) on a GPT-2-medium-sized Transformer (24 layers, width 1024): per
+              variant FP32/FP16/BF16/INT8/NF4, GPU bytes of the weights, peak GPU memory while
+              generating, generation tokens/s (greedy, batch 1, KV cache where the model has one) and
+              the max-abs logit difference from FP32.
 
 --dry-run runs the same functions on the CPU at tiny sizes (float32, no compile; peak memory from
 torch's CPU allocator records), so the test suite exercises this script; CUDA-only measurements are
@@ -66,6 +71,7 @@ FULL = {
     "compile": True,
     "sweep": dict(heads=12, head_dim=64, n_start=512, n_max=1 << 18, reps=3, time_cap_s=120.0),
     "bnb": dict(in_features=4096, out_features=4096, tokens=4096, reps=20),
+    "bnb_generate": dict(n_layer=24, n_embd=1024, n_head=16, vocab_size=32000, block_size=1024, prompt_tokens=32, gen_tokens=64, repeats=3),
 }
 DRY = {
     "model": dict(n_layer=2, n_head=2, n_embd=64, block_size=128, dropout=0.0, bias=False,
@@ -79,6 +85,7 @@ DRY = {
     "compile": False,
     "sweep": dict(heads=2, head_dim=32, n_start=64, n_max=512, reps=2, time_cap_s=20.0),
     "bnb": dict(in_features=256, out_features=512, tokens=64, reps=3),
+    "bnb_generate": dict(n_layer=1, n_embd=64, n_head=2, vocab_size=300, block_size=32, prompt_tokens=4, gen_tokens=3, repeats=1),
 }
 
 
@@ -324,6 +331,12 @@ def bnb_check(cfg: dict, device: torch.device) -> dict:
     return out
 
 
+def bnb_generate_check(cfg: dict, device: torch.device) -> dict:
+    from components.core.studies.quantization import cuda_bnb_check
+
+    return cuda_bnb_check(device, **cfg["bnb_generate"])
+
+
 # --------------------------------------------------------------------------------------------------
 
 
@@ -334,7 +347,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--steps", type=int, help="training steps (default 60; dry run 6)")
     ap.add_argument("--batch-size", type=int, help="training batch size (default 32; dry run 4)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (faster start, lower MFU)")
-    ap.add_argument("--skip", default="", help="comma-separated sections to skip: sdpa,train,sweep,bnb")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip: sdpa,train,sweep,bnb,bnb_generate")
     args = ap.parse_args(argv)
 
     cfg = json.loads(json.dumps(DRY if args.dry_run else FULL))
@@ -367,6 +380,8 @@ def main(argv: list[str] | None = None) -> dict:
         section(summary, "sweep", out, sweep_check, cfg, device, dtype)
     if "bnb" not in skip:
         section(summary, "bnb", out, bnb_check, cfg, device)
+    if "bnb_generate" not in skip:
+        section(summary, "bnb_generate", out, bnb_generate_check, cfg, device)
     train_res = summary.get("train", {})
     summary["headline"] = {
         "gpu": summary["env"].get("gpu"),
@@ -377,6 +392,7 @@ def main(argv: list[str] | None = None) -> dict:
         "flash_verified": summary.get("sdpa", {}).get("flash_verified"),
         "longest_n_reference": summary.get("sweep", {}).get("reference", {}).get("longest_n"),
         "longest_n_fused": summary.get("sweep", {}).get("fused", {}).get("longest_n"),
+        "gen_tokens_per_s": {v: r.get("gen_tokens_per_s") for v, r in summary.get("bnb_generate", {}).get("variants", {}).items()},
         "errors": [k for k, v in summary.items() if isinstance(v, dict) and v.get("error")],
     }
     summary["wall_s"] = round(time.perf_counter() - t0, 1)

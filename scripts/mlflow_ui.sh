@@ -8,6 +8,6 @@ bash scripts/setup.sh
 source scripts/env.sh
 state_init
 export MLFLOW_SERVER_ENABLE_JOB_EXECUTION="${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false}"
-exec .venv/bin/mlflow ui --backend-store-uri "sqlite:///$PIPELINE_STATE_DIR/mlflow/mlflow.db" \
+exec "$VENV/bin/mlflow" ui --backend-store-uri "sqlite:///$PIPELINE_STATE_DIR/mlflow/mlflow.db" \
   --default-artifact-root "$PIPELINE_STATE_DIR/mlflow/artifacts" --host 127.0.0.1 --port "${PORT:-5000}" \
   --workers "${MLFLOW_WORKERS:-2}"

@@ -10,4 +10,4 @@ bash scripts/setup.sh
 source scripts/env.sh
 keep=${1:-${PIPELINE_KEEP_LAST:-3}}
 shift || true
-exec .venv/bin/python -m pipelines.maintenance prune --keep "$keep" "$@"
+exec "$VENV/bin/python" -m pipelines.maintenance prune --keep "$keep" "$@"

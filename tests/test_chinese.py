@@ -116,3 +116,34 @@ def test_byte_level_bpe_roundtrips_chinese_exactly(chinese_corpus):
     for text in list(dd["validation"]["text"]) + ["苹果公司发布了新手机，它的市值大涨。", "我爱你", "你爱我", "混合 text 和 English！"]:
         assert roundtrip_ok(tok, text), text
     assert evaluate_tokenizer(tok, dd["validation"]["text"]).unk_rate == 0.0
+
+
+def test_chinese_corpus_through_the_graph(chinese_corpus, tmp_path, monkeypatch):
+    """The assets, in process, on the Chinese files: word tokenizer and word vectors hold jieba's words."""
+    import dagster as dg
+
+    from components.core.embeddings import load_embeddings
+    from cli import manifest, step_errors
+    from test_pipeline import materialize
+
+    folder, _ = chinese_corpus
+    monkeypatch.setenv("PIPELINE_STATE_DIR", str(tmp_path / "state"))
+    cfg = {"ops": {
+        "corpus": {"config": {"source": "files", "path": str(folder / "docs"), "validation_fraction": 0.2}},
+        "tokenizer": {"config": {"kind": "word", "vocab_size": 500, "min_count": 2}},
+        "labels": {"config": {"block_size": 16}},
+        "word_embeddings": {"config": {"vector_size": 16, "epochs": 1, "min_count": 2}},
+    }}
+    inst = dg.DagsterInstance.ephemeral()
+    result = materialize(cfg, selection=["corpus", "tokenizer", "labels", "word_embeddings"], inst=inst)
+    assert result.success, "\n".join(step_errors(inst, result.run_id))
+    tok = load_tokenizer(manifest(inst, result.run_id, "tokenizer")["path"])
+    assert segments_chinese(tok) and {"苹果公司", "博物馆", "人工智能"} <= set(tok.get_vocab())
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    # 500 words asked for, a few dozen learned: flagged by the warning check, not a failure.
+    assert not checks["tokenizer_is_healthy"].passed and checks["tokenizer_is_healthy"].severity == dg.AssetCheckSeverity.WARN
+    emb = manifest(inst, result.run_id, "word_embeddings")
+    vectors = load_embeddings(emb["path"])
+    words = vectors.vocab.words
+    assert {"苹果公司", "科学家", "上海"} <= set(words) and not any(w.endswith("。") for w in words)
+    assert vectors.vectors.shape == (len(words), 16)

@@ -59,6 +59,13 @@ def test_dry_run_writes_every_section(tmp_path):
     assert bnb["int8"]["rel_error_vs_fp16"] < 0.02
     assert bnb["nf4"]["rel_error_vs_fp16"] < 0.2
 
+    # the pipeline's own quantization path, generating at every precision (CUDA: GPT-2-medium sized)
+    gen = summary["bnb_generate"]["variants"]
+    assert set(gen) == {"fp32", "fp16", "bf16", "int8", "nf4"} and not [v for v, r in gen.items() if "error" in r]
+    assert all(r["gen_tokens_per_s"] > 0 for r in gen.values()) and gen["fp32"]["logits_max_abs_diff"] == 0
+    assert gen["nf4"]["weight_bytes_vs_fp16"] < gen["int8"]["weight_bytes_vs_fp16"] < 1  # (embeddings stay 16-bit: tiny model)
+    assert summary["headline"]["gen_tokens_per_s"]["int8"] == gen["int8"]["gen_tokens_per_s"]
+
 
 def _dry_model():
     sys.path.insert(0, str(ROOT / "scripts"))

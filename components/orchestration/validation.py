@@ -24,6 +24,8 @@ def config_classes(assets_defs: Iterable[dg.AssetsDefinition]) -> dict[str, type
     """Op name → the config class its asset function takes (`config: ...`)."""
     out: dict[str, type] = {}
     for a in assets_defs:
+        if a.computation is None:  # an upstream outside the run's selection, seen as a spec
+            continue
         fn = getattr(a.op.compute_fn, "decorated_fn", None)
         if fn is None:
             continue
@@ -80,7 +82,11 @@ def _recorded_labels_block_size(instance: dg.DagsterInstance) -> int | None:
 
 def validate_run_config(context: dg.AssetExecutionContext) -> None:
     """Raise ConfigError listing every problem of this run's config (see `check_run_config`)."""
-    classes = config_classes(context.job_def.asset_layer.asset_graph.assets_defs)  # the assets of this run
+    selected = context.run.asset_selection  # None or empty: the job's whole graph
+    classes = config_classes(
+        a for a in context.job_def.asset_layer.asset_graph.assets_defs
+        if not selected or set(a.keys) & selected
+    )  # the assets this run executes
     ops = (context.run.run_config or {}).get("ops", {})
     labels_block = None if LABELS in classes else _recorded_labels_block_size(context.instance)
     problems = check_run_config(ops, classes, labels_block)

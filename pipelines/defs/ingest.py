@@ -8,7 +8,7 @@ import dagster as dg
 from components.core.artifacts import sha256_file
 from components.core.corpus import CorpusSettings, build_corpus, load_corpus
 from components.core.labels import LabelSettings, build_labels, check_blocks, load_labels
-from components.core.tokenizer import TokenizerSettings, evaluate_tokenizer, roundtrip_ok, train_tokenizer
+from components.core.tokenizer import TokenizerSettings, encode, evaluate_tokenizer, roundtrip_ok, train_tokenizer
 from components.orchestration.stage import stage
 from components.orchestration.state import state_root
 from components.orchestration.tracking import MlflowTracker
@@ -64,7 +64,7 @@ def tokenizer(context: dg.AssetExecutionContext, config: TokenizerConfig, corpus
         tok.save(str(path))
         report = evaluate_tokenizer(tok, dd["validation"]["text"], requested_vocab_size=config.vocab_size)
         roundtrip = [
-            {"text": t.replace("\n", "⏎").replace("\t", "⇥"), "tokens": len(tok.encode(t, add_special_tokens=False).ids), "exact_roundtrip": roundtrip_ok(tok, t)}
+            {"text": t.replace("\n", "⏎").replace("\t", "⇥"), "tokens": len(encode(tok, t)), "exact_roundtrip": roundtrip_ok(tok, t)}
             for t in ROUNDTRIP_PROBES
         ]
         metrics = {**report.metrics(), "roundtrip_ok": float(all(r["exact_roundtrip"] for r in roundtrip))}

@@ -57,6 +57,16 @@ NF4_PPL_LIMIT_PCT = 5.0
 BLOCKSIZES = (64, 128, 256, 512, 1024, 2048, 4096)
 
 
+
+def check_variants(v: list[str]) -> list[str]:
+    """A non-empty list of known precision variants without repeats (else ValueError naming them)."""
+    unknown = [x for x in v if x not in VARIANTS]
+    if unknown:
+        raise ValueError(f"variants: {unknown} unknown; use some of: {', '.join(VARIANTS)}")
+    if not v or len(set(v)) != len(v):
+        raise ValueError(f"variants must be a non-empty list without repeats, got {v}")
+    return v
+
 class QuantizationSettings(BaseModel):
     """Which precisions, and how each is measured."""
 
@@ -86,13 +96,9 @@ class QuantizationSettings(BaseModel):
     @field_validator("variants")
     @classmethod
     def _variants(cls, v: list[str]) -> list[str]:
-        unknown = [x for x in v if x not in VARIANTS]
-        if unknown:
-            raise ValueError(f"variants: {unknown} unknown; use some of: {', '.join(VARIANTS)}")
+        check_variants(v)
         if BASELINE not in v:
             raise ValueError(f"variants must include {BASELINE!r}: every change is measured against it (got {v})")
-        if len(set(v)) != len(v):
-            raise ValueError(f"variants lists a precision twice: {v}")
         return [BASELINE, *[x for x in v if x != BASELINE]]
 
     @field_validator("blocksize")
@@ -385,12 +391,7 @@ class ExportSettings(BaseModel):
     @field_validator("variants")
     @classmethod
     def _variants(cls, v: list[str]) -> list[str]:
-        unknown = [x for x in v if x not in VARIANTS]
-        if unknown:
-            raise ValueError(f"variants: {unknown} unknown; use some of: {', '.join(VARIANTS)}")
-        if not v or len(set(v)) != len(v):
-            raise ValueError(f"variants must be a non-empty list without repeats, got {v}")
-        return v
+        return check_variants(v)
 
 
 @dataclass
