@@ -49,7 +49,7 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
                 m = models[row["model"]]
                 s.run.child(
                     row["model"],
-                    {"val/loss": row["val_loss"], "val/ppl": row["val_ppl"], "tokens_per_s": row["tokens_per_s"],
+                    {"val/loss": row["val_loss"], "val/ppl": row["val_ppl"], "train/tokens_per_s_mean": row["tokens_per_s_mean"],
                      "params": row["params"], "val/loss_at_matched_time": row["val_loss_at_matched_time"]},
                     params={"family": m["family"], **{f"model.{k}": v for k, v in m["model_config"].items()}},
                     series={"val/loss": [(h["step"], h["val/loss"]) for h in m["history"] if "val/loss" in h]},

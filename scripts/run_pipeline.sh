@@ -11,5 +11,5 @@ config=${1:-default}
 bash scripts/setup.sh
 source scripts/env.sh
 state_init
-"$VENV/bin/dagster" job execute -m pipelines.definitions -a defs -j "${config}_pipeline"
+"$VENV/bin/dg" launch --job "${config}_pipeline"
 echo "Done. Dagster UI: bash scripts/ui.sh   MLflow UI: bash scripts/mlflow_ui.sh   (state in $PIPELINE_STATE_DIR)"

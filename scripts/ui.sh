@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 source scripts/env.sh
 state_init
-exec "$VENV/bin/dagster" dev -w workspace.yaml -h 127.0.0.1 -p "${PORT:-3000}"
+exec "$VENV/bin/dg" dev -h 127.0.0.1 -p "${PORT:-3000}"

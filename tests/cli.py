@@ -45,14 +45,6 @@ def launch(state: Path, select: str, config: dict[str, Any], name: str = "run", 
     return subprocess.Popen(cmd, cwd=ROOT, env=env_for(state), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def launch_job(state: Path, job: str, name: str = "run") -> subprocess.Popen:
-    """`dagster job execute` of a job of the code location (its config comes with it), stores initialised first."""
-    state.mkdir(parents=True, exist_ok=True)
-    log = open(state.parent / f"{name}.log", "w")
-    cmd = f"{sys.executable} -m pipelines.maintenance init && exec {BIN / 'dagster'} job execute -m pipelines.definitions -a defs -j {job}"
-    return subprocess.Popen(["bash", "-c", cmd], cwd=ROOT, env=env_for(state), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
 def wait(proc: subprocess.Popen, timeout: float = 600) -> int:
     try:
         return proc.wait(timeout=timeout)

@@ -19,8 +19,8 @@ def test_training_time_counts_only_steps():
 def test_matched_wall_clock_favours_the_faster_model():
     # Same losses per step, but "fast" steps take half the time: at the matched time it is further along.
     models = {
-        "slow": {"metrics": {"params": 1000, "val/loss": 1.5, "val/ppl": math.exp(1.5), "tokens_per_s": 100.0}, "history": _history(100.0, [3.0, 2.0, 1.5])},
-        "fast": {"metrics": {"params": 1000, "val/loss": 1.5, "val/ppl": math.exp(1.5), "tokens_per_s": 200.0}, "history": _history(50.0, [3.0, 2.0, 1.5])},
+        "slow": {"metrics": {"params": 1000, "val/loss": 1.5, "val/ppl": math.exp(1.5), "train/tokens_per_s_mean": 100.0}, "history": _history(100.0, [3.0, 2.0, 1.5])},
+        "fast": {"metrics": {"params": 1000, "val/loss": 1.5, "val/ppl": math.exp(1.5), "train/tokens_per_s_mean": 200.0}, "history": _history(50.0, [3.0, 2.0, 1.5])},
     }
     result = compare_models(models)
     assert result.matched_time_s == 1.5  # the longest time both models reached

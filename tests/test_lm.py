@@ -63,7 +63,7 @@ def test_every_family_trains_saves_and_loads_through_the_same_functions(name, co
     assert res.config == resolve_settings(family, settings, vocab)
     m = res.metrics
     assert abs(m["params"] - settings["param_budget"]) / settings["param_budget"] < 0.25
-    assert {"train/loss", "val/loss", "val/ppl", "tokens_per_s", "step_ms", "params", "flops_per_token"} <= set(m)
+    assert {"train/loss", "val/loss", "val/ppl", "train/tokens_per_s_mean", "train/step_ms_mean", "params", "flops_per_token"} <= set(m)
     assert m["params_non_embedding"] == m["params"] - vocab * res.config.n_embd
     assert "mfu" not in m and [p[1] for p in progress] == [2, 4]
     assert len(res.samples) == 2 and all(s.startswith("The ") and len(s) == 4 + 6 for s in res.samples)

@@ -113,7 +113,7 @@ def test_comparison_children_line_up_in_mlflow(tiny_run):
     children = [r for r in all_runs if r.data.tags.get("mlflow.parentRunId") == comp.info.run_id]
     assert sorted(r.info.run_name for r in children) == ["lstm", "rnn", "transformer"]
     for r in children:
-        assert {"val/loss", "val/ppl", "tokens_per_s", "params"} <= set(r.data.metrics)
+        assert {"val/loss", "val/ppl", "train/tokens_per_s_mean", "params"} <= set(r.data.metrics)
     lm_runs = {r.data.tags["dagster.asset_key"]: r for r in all_runs if r.data.tags.get("dagster.asset_key", "").endswith("_lm")}
     for name in ("rnn_lm", "lstm_lm", "transformer_lm"):
         history = client.get_metric_history(lm_runs[name].info.run_id, "train/loss")

@@ -119,7 +119,7 @@ def test_trains_on_real_text_samples_and_reloads(corpus, tmp_path):
     m = result.metrics
     # uniform over the characters is ln(vocab) ≈ 4.4 nats; a unigram model ≈ 3.0: it learned more than that
     assert m["val/loss"] < 2.75, m
-    assert m["tokens_per_s"] > 0 and m["params"] == count_parameters(Transformer(result.config, vocab))
+    assert m["train/tokens_per_s_mean"] > 0 and m["params"] == count_parameters(Transformer(result.config, vocab))
     assert m["params_non_embedding"] == m["params"] - vocab * 48  # minus the (tied) token embedding
     assert m["flops_per_token"] == Transformer(result.config, vocab).flops_per_token(32)
     assert "mfu" not in m  # no GPU: no MFU

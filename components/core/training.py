@@ -30,7 +30,10 @@ Weight decay goes to every tensor with >= 2 dimensions (matmul weights and embed
 nanoGPT) and not to biases or norm gains, which only shift or scale and do not overfit.
 
 Metric names (shared across models so they line up in MLflow): train/loss, val/loss, val/ppl,
-tokens_per_s, grad_norm (before clipping), grad_norm_clipped (after), lr, step_ms.
+tokens_per_s and step_ms (over the interval since the previous log point), grad_norm (before
+clipping), grad_norm_clipped (after), lr. The run's own figures have their own names
+(`TrainResult.metrics`): train/tokens_per_s_mean, train/step_ms_mean (mean step time after the first
+step), val/best_loss, wall_s, params, steps.
 
 Files under `out_dir`:
     checkpoint/model.safetensors   weights + metadata (model_kind, model_config, tokenizer_sha256, step, ...)
@@ -181,8 +184,8 @@ class TrainResult:
             "val/loss": self.val_loss,
             "val/ppl": self.val_ppl,
             "val/best_loss": self.best_val_loss,
-            "tokens_per_s": self.tokens_per_s,
-            "step_ms": self.step_ms,
+            "train/tokens_per_s_mean": self.tokens_per_s,  # the run's figure; `tokens_per_s` is the per-interval series
+            "train/step_ms_mean": self.step_ms,  # likewise; `step_ms` is the per-interval series
             "wall_s": self.wall_s,
             "params": float(self.params),
             "steps": float(self.steps),

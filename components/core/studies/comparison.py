@@ -43,7 +43,7 @@ class ComparisonResult:
     figures: dict[str, Figure] = field(default_factory=dict)
 
     def markdown(self) -> str:
-        cols = ["model", "params", "val_loss", "val_ppl", "tokens_per_s", "train_time_s", "val_loss_at_matched_time"]
+        cols = ["model", "params", "val_loss", "val_ppl", "tokens_per_s_mean", "train_time_s", "val_loss_at_matched_time"]
         head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
 
         def fmt(v: Any) -> str:
@@ -55,7 +55,7 @@ class ComparisonResult:
     def metrics(self) -> dict[str, float]:
         out = {"matched_time_s": self.matched_time_s}
         for r in self.rows:
-            for k in ("val_loss", "val_ppl", "tokens_per_s", "params", "val_loss_at_matched_time"):
+            for k in ("val_loss", "val_ppl", "tokens_per_s_mean", "params", "val_loss_at_matched_time"):
                 out[f"{r['model']}/{k}"] = float(r[k])
         return out
 
@@ -74,7 +74,7 @@ def compare_models(models: dict[str, dict[str, Any]]) -> ComparisonResult:
                 "params": int(met["params"]),
                 "val_loss": float(met["val/loss"]),
                 "val_ppl": float(met["val/ppl"]),
-                "tokens_per_s": float(met["tokens_per_s"]),
+                "tokens_per_s_mean": float(met["train/tokens_per_s_mean"]),
                 "train_time_s": curves[name][-1][0] if curves[name] else float("nan"),
                 "val_loss_at_matched_time": loss_at_time(curves[name], matched),
             }
@@ -97,7 +97,7 @@ def plot_comparison(curves: dict[str, list[tuple[float, float]]], rows: list[dic
     ax1.set_title("Loss vs wall-clock")
     ax1.legend()
     names = [r["model"] for r in rows]
-    ax2.bar(names, [r["tokens_per_s"] for r in rows], color=["C0", "C1", "C2", "C3"][: len(rows)])
+    ax2.bar(names, [r["tokens_per_s_mean"] for r in rows], color=["C0", "C1", "C2", "C3"][: len(rows)])
     ax2.set_ylabel("training tokens / s")
     ax2.set_title("Throughput (params: " + ", ".join(f"{r['model']} {r['params'] / 1e6:.2f}M" for r in rows) + ")", fontsize=8)
     return fig
