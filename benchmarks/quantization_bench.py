@@ -138,7 +138,7 @@ def main() -> None:
             "layer_ratio_vs_fp16: codes + scales of the quantized layers over the same layers in FP16 (the asset checks' figure); _all adds the fixed per-layer code books.",
             "Quantized variants keep the tied embedding/head, LayerNorms and biases in float32; the LSTM's matrices are rewritten as Linear layers and quantized.",
             "On a CPU bitsandbytes' 8/4-bit layers save memory, not time: they dequantize (4-bit) or quantize activations (LLM.int8) on every call.",
-            "Generation: greedy, batch 1, gen_tokens new tokens after a prompt from the validation split, median of repeats; the Transformer's generate has no KV cache yet (cache column).",
+            "Generation: greedy, batch 1, gen_tokens new tokens after a prompt from the validation split, median of repeats; the Transformer generates through its KV cache, the LSTM carries its recurrent state (cache column).",
         ],
     }
     text = json.dumps(report, indent=2, default=float)

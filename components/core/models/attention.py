@@ -12,6 +12,10 @@
 `sliding_window_attention` (local attention, each query sees the last `window` keys) is the third
 implementation the attention-cost study sweeps; the model does not use it.
 
+Generation. `KVCache` keeps each layer's keys and values of the positions seen so far, so a new
+token costs one query against the cached keys instead of recomputing the whole context: the new
+queries of a step see every cached key and, among themselves, the causal triangle.
+
 Padding. PAD (id 0) only ever sits at the *end* of a block (the labels pad the last, short block).
 Under the causal mask a real token at position t only attends to positions <= t, all of them real, so
 trailing padding can never leak into real positions, and pad targets are -100 (ignored by the loss).
@@ -115,6 +119,46 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     return torch.cat(outs, dim=-2)  # (B, nh, T, hs)
 
 
+class KVCache:
+    """Per layer, the keys and values (B, nh, t, hs) of the t positions generated so far."""
+
+    def __init__(self, n_layer: int):
+        self.k: list[torch.Tensor | None] = [None] * n_layer
+        self.v: list[torch.Tensor | None] = [None] * n_layer
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k[0] is None else self.k[0].shape[-2]
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append this step's keys and values (B, nh, T, hs); return the layer's whole (B, nh, t+T, hs)."""
+        if self.k[layer] is not None:
+            k, v = torch.cat([self.k[layer], k], dim=-2), torch.cat([self.v[layer], v], dim=-2)
+        self.k[layer], self.v[layer] = k, v
+        return k, v
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v) if t is not None)
+
+
+def cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, impl: str, backend: str = "auto") -> torch.Tensor:
+    """T new queries (B, nh, T, hs) against t ≥ T keys whose last T are the queries' own positions:
+    query i sees keys 0 … t-T+i. One new query needs no mask (it sees every key)."""
+    T, t = q.shape[-2], k.shape[-2]
+    mask = None
+    if T > 1:
+        mask = torch.arange(t, device=q.device)[None, :] <= torch.arange(t - T, t, device=q.device)[:, None]  # (T, t)
+    if impl == "reference":
+        att = (q @ k.transpose(-2, -1)) * scale  # (B, nh, T, t)
+        if mask is not None:
+            att = att.masked_fill(~mask, float("-inf"))
+        return F.softmax(att, dim=-1) @ v  # (B, nh, T, hs)
+    # A pinned kernel only without a mask tensor (FlashAttention takes none); with one, torch chooses.
+    pin = sdpa_kernel(SDPA_BACKENDS[backend]) if backend != "auto" and q.is_cuda and mask is None else nullcontext()
+    with pin:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)  # (B, nh, T, hs)
+
+
 class CausalSelfAttention(nn.Module):
     """Q, K, V projections → per-head attention → concatenated heads → output projection."""
 
@@ -154,18 +198,28 @@ class CausalSelfAttention(nn.Module):
         causal: bool = True,
         key_padding_mask: torch.Tensor | None = None,
         need_weights: bool = False,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        offset: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(output (B, T, C), weights (B, nh, T, T) or None). `need_weights` uses the reference math."""
+        """(output (B, T, C), weights (B, nh, T, T) or None). `need_weights` uses the reference math.
+
+        With `cache`, x holds the new positions offset … offset+T-1 (offset = the cache's length before
+        this step): their keys and values are appended to layer `layer` of the cache and the queries
+        attend to every cached position (causally among themselves)."""
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # (B, T, C) each
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
         if rope is not None:
-            q, k = rope(q, k)  # (B, nh, T, hs) rotated by position
+            q, k = rope(q, k, offset)  # (B, nh, T, hs) rotated by position
 
         weights = None
-        if self.impl == "reference" or need_weights:
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # (B, nh, offset+T, hs)
+            y = cached_attention(q, k, v, scale=self.scale, impl=self.impl, backend=self.sdpa_backend)
+        elif self.impl == "reference" or need_weights:
             y, weights = reference_attention(
                 q, k, v, scale=self.scale, causal=causal, key_padding_mask=key_padding_mask,
                 dropout=self.attn_dropout if self.training else None,

@@ -43,11 +43,12 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.n_embd, self.base = n_embd, base
         self.register_buffer("table", sinusoidal_table(block_size, n_embd, base), persistent=False)
 
-    def forward(self, T: int) -> torch.Tensor:
-        if T > self.table.shape[0]:
+    def forward(self, T: int, offset: int = 0) -> torch.Tensor:
+        """Rows offset … offset+T-1 (a KV-cached generation step starts at the cache's length)."""
+        if offset + T > self.table.shape[0]:
             # The formula extends to any length, so a longer context just grows the table.
-            self.table = sinusoidal_table(T, self.n_embd, self.base).to(self.table.device)
-        return self.table[:T]  # (T, C)
+            self.table = sinusoidal_table(offset + T, self.n_embd, self.base).to(self.table.device)
+        return self.table[offset : offset + T]  # (T, C)
 
 
 class LearnedPositionalEncoding(nn.Module):
@@ -58,13 +59,13 @@ class LearnedPositionalEncoding(nn.Module):
         self.block_size = block_size
         self.wpe = nn.Embedding(block_size, n_embd)
 
-    def forward(self, T: int) -> torch.Tensor:
-        if T > self.block_size:
+    def forward(self, T: int, offset: int = 0) -> torch.Tensor:
+        if offset + T > self.block_size:
             raise ConfigError(
-                f"sequence length {T} is longer than the learned positional table (block_size={self.block_size} rows); "
+                f"sequence length {offset + T} is longer than the learned positional table (block_size={self.block_size} rows); "
                 "raise the model's `block_size` or feed shorter blocks (the learned encoding cannot extrapolate)"
             )
-        pos = torch.arange(T, device=self.wpe.weight.device)  # (T,)
+        pos = torch.arange(offset, offset + T, device=self.wpe.weight.device)  # (T,)
         return self.wpe(pos)  # (T, C)
 
 
@@ -92,13 +93,14 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """q, k (B, nh, T, hs) at positions offset … offset+T-1, rotated."""
         T = q.shape[-2]
-        if T > self.cos.shape[0]:
+        if offset + T > self.cos.shape[0]:
             # Rotations are defined for any position, so extend the cache rather than fail.
-            self.cos, self.sin = _rope_cache(T, self.head_dim, self.base, self.cos.device)
+            self.cos, self.sin = _rope_cache(offset + T, self.head_dim, self.base, self.cos.device)
         # Cast to q's dtype: under bf16 autocast q, k are bf16 and SDPA needs q, k, v of one dtype.
-        cos, sin = self.cos[:T].to(q.dtype), self.sin[:T].to(q.dtype)  # (T, hs/2)
+        cos, sin = self.cos[offset : offset + T].to(q.dtype), self.sin[offset : offset + T].to(q.dtype)  # (T, hs/2)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # (B, nh, T, hs) each
 
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..data import IGNORE_INDEX, PAD_ID
 from ..errors import ConfigError
-from .attention import AttentionImpl, CausalSelfAttention, SdpaBackend
+from .attention import AttentionImpl, CausalSelfAttention, KVCache, SdpaBackend
 from .positional import PositionalEncoding, build_positional
 from .sizing import count_parameters
 from .sizing import size_for_budget as _size_for_budget
@@ -186,13 +186,16 @@ class Transformer(nn.Module):
         *,
         causal: bool = True,
         key_padding_mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """idx (B, T) token ids → (logits (B, T, V), mean cross-entropy over targets != -100, or None).
 
         `causal=False` lets every position see every other (used by the permutation-equivariance
-        check); `key_padding_mask` (B, T), True = real token, masks padded keys explicitly.
+        check); `key_padding_mask` (B, T), True = real token, masks padded keys explicitly. With
+        `cache` (generation), idx continues the positions the cache holds and is appended to it.
         """
-        x = self._trunk(idx, causal=causal, key_padding_mask=key_padding_mask)[0]  # (B, T, C)
+        kw = {"causal": causal, "key_padding_mask": key_padding_mask} if cache is None else {"cache": cache}
+        x = self._trunk(idx, **kw)[0]  # (B, T, C)
         logits = self.lm_head(x)  # (B, T, V)
         # [PAD] is never a target, so it is never predicted: -inf keeps its probability at 0 and, with
         # tied weights, keeps the gradient off the [PAD] embedding row (which so stays zero).
@@ -202,14 +205,17 @@ class Transformer(nn.Module):
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=IGNORE_INDEX)
         return logits, loss
 
-    def _trunk(self, idx: torch.Tensor, need_weights: bool = False, **attn_kw) -> tuple[torch.Tensor, list]:
+    def _trunk(self, idx: torch.Tensor, need_weights: bool = False, cache: KVCache | None = None, **attn_kw) -> tuple[torch.Tensor, list]:
         B, T = idx.shape
+        offset = cache.length if cache is not None else 0  # positions already in the cache
         x = self.wte(idx)  # (B, T, C)
         if self.pos is not None:
-            x = x + self.pos(T)  # (B, T, C) + (T, C)
+            x = x + self.pos(T, offset)  # (B, T, C) + (T, C)
         x = self.drop(x)
         weights = []
-        for block in self.h:
+        for i, block in enumerate(self.h):
+            if cache is not None:
+                attn_kw = {"cache": cache, "layer": i, "offset": offset}
             x, w = block(x, self.rope, need_weights=need_weights, **attn_kw)  # (B, T, C)
             weights.append(w)
         return self.ln_f(x), weights  # (B, T, C)
@@ -223,12 +229,25 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def generate(
-        self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None
+        self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+        use_cache: bool = True,
     ) -> torch.Tensor:
-        """Append `max_new_tokens` sampled tokens to idx (B, T). temperature <= 0 means greedy."""
-        for _ in range(max_new_tokens):
-            idx_cond = idx[:, -self.config.block_size :]  # (B, <=block_size) the context the model can see
-            logits = self(idx_cond)[0][:, -1, :]  # (B, V) next-token logits
+        """Append `max_new_tokens` sampled tokens to idx (B, T). temperature <= 0 means greedy.
+
+        With `use_cache` the prompt is run once and each new token costs one position against the
+        KV cache, for as long as the context fits in block_size; beyond it the window slides and
+        every token recomputes the last block_size positions, exactly as without the cache (whose
+        output this equals)."""
+        bs = self.config.block_size
+        cache = KVCache(len(self.h)) if use_cache and idx.size(1) <= bs else None
+        logits = self(idx[:, -bs:], cache=cache)[0][:, -1, :]  # (B, V) next-token logits
+        for i in range(max_new_tokens):
+            if i > 0:
+                if cache is not None and cache.length < bs:
+                    logits = self(idx[:, -1:], cache=cache)[0][:, -1, :]  # one new position
+                else:
+                    cache = None  # the context slides past block_size: recompute the window
+                    logits = self(idx[:, -bs:])[0][:, -1, :]
             if temperature <= 0:
                 idx_next = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
             else:
