@@ -1,9 +1,10 @@
 """Causal attention on the CPU as the sequence grows: reference vs fused (SDPA) vs sliding window.
 
-For N doubling from --n-start to --n-max, one forward+backward of causal self-attention over
-(1, heads, N, head_dim) float32 tensors, through `components.core.studies.attention_cost.attention_sweep`
-(its module doc says how time and peak memory are measured; on a CPU the peak is torch's allocator
-accounting from the profiler, not the process's RSS):
+For N doubling from --n-start to --n-max, one forward and one forward+backward of causal
+self-attention over (1, heads, N, head_dim) float32 tensors, through the `attention_cost` asset's own
+function (`components.core.studies.attention_cost.attention_cost`; its module doc says how time and
+peak memory are measured; on a CPU the peak is torch's allocator accounting from the profiler, not
+the process's RSS), with the fitted log-log exponents:
 
 - reference: QKᵀ → mask → softmax → ×V, materialising the (N, N) scores: O(N²) time and memory.
 - fused: torch SDPA with is_causal=True (the CPU flash kernel): O(N²) time, O(N) memory.
@@ -28,9 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from components.core.studies.attention_cost import (  # noqa: E402
-    IMPLS, attention_sweep, doubling, memory_accounting, ratio_by_n,
-)
+from components.core.studies.attention_cost import AttentionCostSettings, attention_cost, doubling  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -47,22 +46,19 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out")
     args = ap.parse_args(argv)
 
-    torch.set_num_threads(args.threads)
-    out: dict = {
-        "benchmark": "attention_sweep", "device": "cpu", "dtype": "float32", "pass": "forward+backward",
-        "heads": args.heads, "head_dim": args.head_dim, "window_size": args.window, "threads": args.threads,
-        "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
-        "memory": memory_accounting("cpu"), "loadavg_start": list(os.getloadavg()),
-    }
-    rows = attention_sweep(
-        doubling(args.n_start, args.n_max), IMPLS, n_head=args.heads, head_dim=args.head_dim, device="cpu",
-        repeats=args.reps, warmup=1, backward=True, window=args.window,
-        memory_ceiling_bytes=int(args.memory_ceiling_gib * 2**30), time_cap_s=args.time_cap_s,
+    settings = AttentionCostSettings(
+        seq_lens=doubling(args.n_start, args.n_max), n_head=args.heads, head_dim=args.head_dim, window=args.window, repeats=args.reps, warmup=1,
+        memory_ceiling_mib=args.memory_ceiling_gib * 1024, time_cap_s=args.time_cap_s, device="cpu", threads=args.threads,
     )
-    for impl in IMPLS:
-        out[impl] = [{k: v for k, v in r.items() if k != "impl"} for r in rows if r["impl"] == impl]
-    out["speedup_fused_vs_reference"] = ratio_by_n(rows, "ms", "reference", "fused")
-    out["memory_ratio_reference_vs_fused"] = ratio_by_n(rows, "peak_bytes", "reference", "fused")
+    out: dict = {
+        "benchmark": "attention_sweep", "cpu": platform.processor() or platform.machine(),
+        "settings": settings.model_dump(), "loadavg_start": list(os.getloadavg()),
+    }
+    result = attention_cost(settings)  # the attention_cost asset's code path
+    out.update(result.info)
+    out["rows"] = result.rows
+    out["fits"] = result.fits
+    out["reference_over_fused_at_max_n"] = result.ratios_at_max()
     out["loadavg_end"] = list(os.getloadavg())
     print(json.dumps(out, indent=2))
     if args.out:

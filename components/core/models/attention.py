@@ -137,6 +137,12 @@ class KVCache:
         self.k[layer], self.v[layer] = k, v
         return k, v
 
+    def fork(self) -> "KVCache":
+        """A cache that starts from this one's positions; growing it leaves this one as it is."""
+        other = KVCache(len(self.k))
+        other.k, other.v = list(self.k), list(self.v)
+        return other
+
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (*self.k, *self.v) if t is not None)
 
