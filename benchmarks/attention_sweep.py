@@ -8,8 +8,11 @@ the process's RSS), with the fitted log-log exponents:
 
 - reference: QKᵀ → mask → softmax → ×V, materialising the (N, N) scores: O(N²) time and memory.
 - fused: torch SDPA with is_causal=True (the CPU flash kernel): O(N²) time, O(N) memory.
-- window: sliding-window attention (each query sees the previous --window keys), computed block by
-  block with SDPA: O(N·W) time and memory — what local attention buys when N outgrows the budget.
+- window: sliding-window attention (each query sees the previous --window keys and the first
+  --n-global positions), computed block by block with SDPA: O(N·W) time and memory — what local
+  attention buys when N outgrows the budget.
+- flex (with --impls ...,flex): the same mask through compiled FlexAttention; on the CPU its forward
+  runs and its backward is refused (recorded as an error row).
 
 Prints one JSON object (and writes it with --out).
 
@@ -39,6 +42,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--n-start", type=int, default=256)
     ap.add_argument("--n-max", type=int, default=8192)
     ap.add_argument("--window", type=int, default=256)
+    ap.add_argument("--n-global", type=int, default=0, help="global tokens of the window and flex implementations")
+    ap.add_argument("--impls", default="reference,fused,window", help="comma-separated; flex = FlexAttention (compiled; forward only on the CPU)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--time-cap-s", type=float, default=20.0, help="stop an implementation once one point takes longer")
@@ -47,7 +52,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
 
     settings = AttentionCostSettings(
-        seq_lens=doubling(args.n_start, args.n_max), n_head=args.heads, head_dim=args.head_dim, window=args.window, repeats=args.reps, warmup=1,
+        seq_lens=doubling(args.n_start, args.n_max), impls=args.impls.split(","), n_global=args.n_global,
+        n_head=args.heads, head_dim=args.head_dim, window=args.window, repeats=args.reps, warmup=1,
         memory_ceiling_mib=args.memory_ceiling_gib * 1024, time_cap_s=args.time_cap_s, device="cpu", threads=args.threads,
     )
     out: dict = {

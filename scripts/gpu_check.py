@@ -50,11 +50,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.core.data import TokenBlocks  # noqa: E402
-from components.core.device import autocast_context, estimate_mfu, peak_flops, synchronize  # noqa: E402
+from components.core.device import autocast_context, estimate_mfu, median_seconds, peak_flops, synchronize  # noqa: E402
 from components.core.models import count_parameters  # noqa: E402
 from components.core.models.attention import SDPA_OPS, detect_sdpa_backend  # noqa: E402
 from components.core.models.transformer import Transformer, TransformerSettings  # noqa: E402
-from components.core.studies.attention_cost import attention_sweep, doubling, memory_accounting, ratio_by_n  # noqa: E402
+from components.core.studies.attention_cost import attention_sweep, doubling, fit_rows, memory_accounting, ratio_by_n  # noqa: E402
 from components.core.training import TrainSettings, train  # noqa: E402
 
 MFU_GOAL = 0.45
@@ -69,7 +69,7 @@ FULL = {
     "device": "cuda",
     "dtype": "bfloat16",
     "compile": True,
-    "sweep": dict(heads=12, head_dim=64, n_start=512, n_max=1 << 18, reps=3, time_cap_s=120.0),
+    "sweep": dict(heads=12, head_dim=64, n_start=512, n_max=1 << 18, reps=3, time_cap_s=120.0, window=512, n_global=16, matmul_n=8192),
     "bnb": dict(in_features=4096, out_features=4096, tokens=4096, reps=20),
     "bnb_generate": dict(n_layer=24, n_embd=1024, n_head=16, vocab_size=32000, block_size=1024, prompt_tokens=32, gen_tokens=64, repeats=3),
 }
@@ -83,7 +83,7 @@ DRY = {
     "device": "cpu",
     "dtype": "float32",
     "compile": False,
-    "sweep": dict(heads=2, head_dim=32, n_start=64, n_max=512, reps=2, time_cap_s=20.0),
+    "sweep": dict(heads=2, head_dim=32, n_start=64, n_max=512, reps=2, time_cap_s=20.0, window=32, n_global=2, matmul_n=256),
     "bnb": dict(in_features=256, out_features=512, tokens=64, reps=3),
     "bnb_generate": dict(n_layer=1, n_embd=64, n_head=2, vocab_size=300, block_size=32, prompt_tokens=4, gen_tokens=3, repeats=1),
 }
@@ -232,23 +232,46 @@ def train_check(cfg: dict, device: torch.device, dtype: torch.dtype) -> dict:
 # 4. attention sweep: reference vs fused, N doubling
 
 
+def matmul_peak_tflops(device: torch.device, dtype: torch.dtype, n: int) -> float:
+    """Measured dense matmul throughput (n×n @ n×n, median of 5 after warm-up), TFLOP/s: the ceiling the
+    fused attention kernel is compared with."""
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    s = median_seconds(lambda: a @ b, device, warmup=2, repeats=5)
+    return 2 * n**3 / s / 1e12
+
+
+def attention_flops(n: int, heads: int, head_dim: int, batch: int = 1, backward: bool = True) -> float:
+    """Causal attention FLOPs as FlashAttention's papers count them: forward 4·B·H·N²·D halved by the
+    causal mask; forward+backward 3.5× the forward (the backward does 2.5× the forward's matmuls)."""
+    fwd = 4 * batch * heads * n * n * head_dim / 2
+    return fwd * 3.5 if backward else fwd
+
+
 def sweep_check(cfg: dict, device: torch.device, dtype: torch.dtype) -> dict:
     sw = cfg["sweep"]
+    impls = ("reference", "fused", "window", "flex") if device.type == "cuda" else ("reference", "fused", "window")
     rows = attention_sweep(
-        doubling(sw["n_start"], sw["n_max"]), ("reference", "fused"), batch=1, n_head=sw["heads"], head_dim=sw["head_dim"],
-        device=device, dtype=dtype, repeats=sw["reps"], warmup=1, backward=True,
+        doubling(sw["n_start"], sw["n_max"]), impls, batch=1, n_head=sw["heads"], head_dim=sw["head_dim"],
+        device=device, dtype=dtype, repeats=sw["reps"], warmup=1, backward=True, window=sw["window"], n_global=sw["n_global"],
         sdpa_backend="flash" if device.type == "cuda" else "auto", time_cap_s=sw["time_cap_s"],
     )
+    peak = matmul_peak_tflops(device, dtype, sw["matmul_n"])
     results: dict = {"heads": sw["heads"], "head_dim": sw["head_dim"], "batch": 1, "dtype": str(dtype).removeprefix("torch."),
                      "pass": "forward+backward", "fused_backend": "flash (pinned)" if device.type == "cuda" else "auto (cpu)",
-                     "peak_memory": memory_accounting(device)}
-    for impl in ("reference", "fused"):
+                     "window": sw["window"], "n_global": sw["n_global"], "peak_memory": memory_accounting(device),
+                     "matmul_tflops_measured": peak}
+    for impl in impls:
         mine = [r for r in rows if r["impl"] == impl]
         ok = [{"n": r["n"], "ms": r["ms"], "peak_mib": r["peak_mib"]} for r in mine if "error" not in r]
+        if impl == "fused":
+            for r in ok:
+                r["tflops"] = attention_flops(r["n"], sw["heads"], sw["head_dim"]) / (r["ms"] / 1000) / 1e12
+                r["fraction_of_matmul_peak"] = r["tflops"] / peak
         last = mine[-1] if mine else {}
         stopped = (f"failed at N={last['n']}: {last['error']}" if "error" in last
                    else last.get("stop") or f"n_max={sw['n_max']} reached")
         results[impl] = {"rows": ok, "longest_n": ok[-1]["n"] if ok else None, "stopped": stopped}
+    results["fits"] = fit_rows([{"pass": "forward_backward", **r} for r in rows], sw["n_start"] * 8)
     results["speedup"] = ratio_by_n(rows, "ms", "reference", "fused")
     results["memory_ratio"] = ratio_by_n(rows, "peak_bytes", "reference", "fused")
     return results
@@ -392,6 +415,9 @@ def main(argv: list[str] | None = None) -> dict:
         "flash_verified": summary.get("sdpa", {}).get("flash_verified"),
         "longest_n_reference": summary.get("sweep", {}).get("reference", {}).get("longest_n"),
         "longest_n_fused": summary.get("sweep", {}).get("fused", {}).get("longest_n"),
+        "fused_best_fraction_of_matmul_peak": max(
+            (r.get("fraction_of_matmul_peak", 0) for r in summary.get("sweep", {}).get("fused", {}).get("rows", [])), default=None
+        ),
         "gen_tokens_per_s": {v: r.get("gen_tokens_per_s") for v, r in summary.get("bnb_generate", {}).get("variants", {}).items()},
         "errors": [k for k, v in summary.items() if isinstance(v, dict) and v.get("error")],
     }

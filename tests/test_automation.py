@@ -30,6 +30,12 @@ def test_downstream_follows_an_upstream_update():
     instance.report_runless_asset_event(dg.AssetMaterialization("corpus"))
     second = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor)
     requested = {k for k in ALL if second.get_num_requested(dg.AssetKey(k))}
-    # Everything downstream of it, which is every other asset of the graph (all read the corpus).
-    downstream = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()} - {"corpus"}
-    assert requested == downstream and {"tokenizer", "labels", "model_comparison"} <= requested
+    # Exactly what lies downstream of it in the asset graph, but for what also reads `attention_cost`:
+    # that root reads no upstream (it times attention on random q, k, v), so a corpus update does not
+    # rerun it, and eager waits for a parent that was never materialized (long_context_cost).
+    graph = defs.resolve_asset_graph()
+    below = dg.AssetSelection.assets("corpus").downstream(include_self=False).resolve(graph)
+    waiting = dg.AssetSelection.assets("attention_cost").downstream().resolve(graph)
+    downstream = {k.to_user_string() for k in below - waiting}
+    assert requested == downstream and {"tokenizer", "labels", "model_comparison", "context_usage"} <= requested
+    assert not {"attention_cost", "long_context_cost"} & requested

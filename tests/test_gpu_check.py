@@ -50,6 +50,9 @@ def test_dry_run_writes_every_section(tmp_path):
     ref, fused = ({r["n"]: r["peak_mib"] for r in sw[impl]["rows"]} for impl in ("reference", "fused"))
     assert ref[512] >= 2 * 512 * 512 * 4 / 2**20 and sw["memory_ratio"]["512"] > 3
     assert fused[512] < 2 * fused[256] + 0.1  # linear in N, not quadratic
+    assert [r["n"] for r in sw["window"]["rows"]] == [64, 128, 256, 512] and sw["matmul_tflops_measured"] > 0
+    assert all(0 < r["fraction_of_matmul_peak"] for r in sw["fused"]["rows"])
+    assert {f["impl"] for f in sw["fits"]} == {"reference", "fused", "window"}
 
     # bitsandbytes INT8 / NF4: about half and a quarter of the fp16 bytes, small error
     bnb = summary["bnb"]

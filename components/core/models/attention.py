@@ -9,8 +9,15 @@
   `torch.nn.attention.sdpa_kernel` (setting `sdpa_backend`), and `detect_sdpa_backend` verifies
   which kernel actually runs, so "FlashAttention" is observed, not assumed.
 
-`sliding_window_attention` (local attention, each query sees the last `window` keys) is the third
-implementation the attention-cost study sweeps; the model does not use it.
+Sparse attention. `sliding_window_attention` is local attention: each query sees the last `window`
+keys, plus the first `n_global` positions, which every later query sees (Longformer/BigBird-style
+global tokens; causally, a global query sees everything before it anyway). It runs one block of
+`window` queries at a time, so memory grows as N·(window + n_global), not N². The model trains with
+it under `attention: sliding_window`. `flex_window_attention` is the same mask through PyTorch's
+FlexAttention (`BlockMask`, compiled): on CUDA forward and backward; on the CPU torch 2.13 runs the
+forward only (compiled through inductor's CPU template; eager it materialises the scores) and
+refuses the backward ("FlexAttention does not support backward on CPU"). All of them equal the
+reference under `allowed_keys(..., window, n_global)`.
 
 Generation. `KVCache` keeps each layer's keys and values of the positions seen so far, so a new
 token costs one query against the cached keys instead of recomputing the whole context: the new
@@ -37,7 +44,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import ConfigError
 
-AttentionImpl = Literal["fused", "reference"]
+AttentionImpl = Literal["fused", "reference", "sliding_window"]
 ATTENTION_IMPLS = get_args(AttentionImpl)
 SdpaKernel = Literal["flash", "efficient", "cudnn", "math"]
 SdpaBackend = Literal["auto", SdpaKernel]  # "auto" lets torch's dispatcher choose
@@ -48,11 +55,22 @@ SDPA_BACKENDS: dict[str, SDPBackend] = dict(zip(
 ))
 
 
-def allowed_keys(T: int, device, causal: bool = True, key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Boolean mask of the keys each query may attend to: (T, T), or (B, 1, T, T) with a padding mask."""
+def window_mask(n_query: int, n_key: int, window: int, n_global: int = 0, device=None) -> torch.Tensor:
+    """(n_query, n_key) bool: the queries are the last n_query of n_key positions; query i sees key j
+    when j <= i and (i - j < window or j < n_global)."""
+    qi = torch.arange(n_key - n_query, n_key, device=device)[:, None]  # absolute query positions
+    kj = torch.arange(n_key, device=device)[None, :]
+    return (kj <= qi) & ((qi - kj < window) | (kj < n_global))
+
+
+def allowed_keys(
+    T: int, device, causal: bool = True, key_padding_mask: torch.Tensor | None = None, window: int | None = None, n_global: int = 0
+) -> torch.Tensor:
+    """Boolean mask of the keys each query may attend to: (T, T), or (B, 1, T, T) with a padding mask.
+    `window` (causal only) keeps the last `window` keys and the first `n_global` positions."""
     allowed = torch.ones(T, T, dtype=torch.bool, device=device)  # (T, T)
     if causal:
-        allowed = allowed.tril()  # query t sees keys 0..t
+        allowed = allowed.tril() if window is None else window_mask(T, T, window, n_global, device)  # query t sees keys 0..t
     if key_padding_mask is not None:
         allowed = allowed[None, None] & key_padding_mask[:, None, None, :].bool()  # (B, 1, T, T)
         # A query always sees itself, so a row of only padding (a pad query) stays finite instead of
@@ -70,12 +88,14 @@ def reference_attention(
     causal: bool = True,
     key_padding_mask: torch.Tensor | None = None,
     dropout: nn.Module | None = None,
+    window: int | None = None,
+    n_global: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Explicit attention; returns (output (B, nh, T, hs), weights (B, nh, T, T))."""
     T = q.shape[-2]
     att = (q @ k.transpose(-2, -1)) * scale  # (B, nh, T, T) raw scores
     if causal or key_padding_mask is not None:
-        att = att.masked_fill(~allowed_keys(T, q.device, causal, key_padding_mask), float("-inf"))
+        att = att.masked_fill(~allowed_keys(T, q.device, causal, key_padding_mask, window, n_global), float("-inf"))
     att = F.softmax(att, dim=-1)  # (B, nh, T, T) each query's weights sum to 1
     weights = att
     if dropout is not None:
@@ -104,19 +124,51 @@ def fused_attention(
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
 
 
-def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: float) -> torch.Tensor:
-    """Causal local attention: query t sees keys (t - window, t]. Computed one block of `window` queries
-    at a time with SDPA, so time and memory are O(T·window) instead of O(T²). Returns (B, nh, T, hs)."""
+def sliding_window_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: float, n_global: int = 0, dropout_p: float = 0.0
+) -> torch.Tensor:
+    """Causal local attention: query t sees keys (t - window, t] and the first `n_global` positions.
+    Computed one block of `window` queries at a time with SDPA, each against at most n_global + 2·window
+    keys, so time and memory are O(T·(window + n_global)) instead of O(T²). Returns (B, nh, T, hs)."""
     T = q.shape[-2]
     outs = []
     for s in range(0, T, window):
         e = min(s + window, T)
-        k0 = max(0, s - window + 1)  # the oldest key any query of this block sees
+        k0 = max(0, s - window + 1)  # the oldest key any query of this block sees through the window
+        g = min(n_global, k0)  # global keys that lie before the window's keys
         qi = torch.arange(s, e, device=q.device)[:, None]  # (bq, 1) absolute query positions
-        kj = torch.arange(k0, e, device=q.device)[None, :]  # (1, bk) absolute key positions
-        allowed = (kj <= qi) & (kj > qi - window)  # (bq, bk)
-        outs.append(F.scaled_dot_product_attention(q[..., s:e, :], k[..., k0:e, :], v[..., k0:e, :], attn_mask=allowed, scale=scale))
+        kj = torch.cat([torch.arange(g, device=q.device), torch.arange(k0, e, device=q.device)])[None, :]  # (1, bk)
+        allowed = (kj <= qi) & ((qi - kj < window) | (kj < n_global))  # (bq, bk)
+        ks, vs = k[..., k0:e, :], v[..., k0:e, :]
+        if g:
+            ks, vs = torch.cat([k[..., :g, :], ks], dim=-2), torch.cat([v[..., :g, :], vs], dim=-2)
+        outs.append(F.scaled_dot_product_attention(q[..., s:e, :], ks, vs, attn_mask=allowed, dropout_p=dropout_p, scale=scale))
     return torch.cat(outs, dim=-2)  # (B, nh, T, hs)
+
+
+_FLEX = {}
+
+
+def flex_window_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: float, n_global: int = 0, *, compiled: bool = True
+) -> torch.Tensor:
+    """The sliding-window (+ global tokens) mask through FlexAttention: a `BlockMask` built once per
+    (N, window, n_global, device) skips the key blocks the mask rules out. `compiled=False` runs
+    FlexAttention's eager reference (it materialises the scores: for tests). (B, nh, T, hs)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    T = q.shape[-2]
+    key = (T, window, n_global, str(q.device))
+    if key not in _FLEX:
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            return (kv_idx <= q_idx) & ((q_idx - kv_idx < window) | (kv_idx < n_global))
+
+        _FLEX[key] = create_block_mask(mask_mod, None, None, T, T, device=q.device)
+    fn = flex_attention
+    if compiled:
+        fn = _FLEX.setdefault("compiled", torch.compile(flex_attention, dynamic=False))
+    return fn(q, k, v, block_mask=_FLEX[key], scale=scale)
 
 
 class KVCache:
@@ -147,13 +199,19 @@ class KVCache:
         return sum(t.numel() * t.element_size() for t in (*self.k, *self.v) if t is not None)
 
 
-def cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, impl: str, backend: str = "auto") -> torch.Tensor:
+def cached_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, impl: str, backend: str = "auto",
+    window: int | None = None, n_global: int = 0,
+) -> torch.Tensor:
     """T new queries (B, nh, T, hs) against t ≥ T keys whose last T are the queries' own positions:
-    query i sees keys 0 … t-T+i. One new query needs no mask (it sees every key)."""
+    query i sees keys 0 … t-T+i (within the window and the global positions when `window` is set).
+    One new query without a window needs no mask (it sees every key)."""
     T, t = q.shape[-2], k.shape[-2]
     mask = None
-    if T > 1:
-        mask = torch.arange(t, device=q.device)[None, :] <= torch.arange(t - T, t, device=q.device)[:, None]  # (T, t)
+    if window is not None:
+        mask = window_mask(T, t, window, n_global, q.device)  # (T, t)
+    elif T > 1:
+        mask = window_mask(T, t, t, 0, q.device)  # (T, t) causal
     if impl == "reference":
         att = (q @ k.transpose(-2, -1)) * scale  # (B, nh, T, t)
         if mask is not None:
@@ -178,6 +236,8 @@ class CausalSelfAttention(nn.Module):
         impl: str = "fused",
         scale_scores: bool = True,
         sdpa_backend: str = "auto",
+        window: int = 256,
+        n_global: int = 0,
     ):
         super().__init__()
         if n_embd % n_head:
@@ -188,6 +248,8 @@ class CausalSelfAttention(nn.Module):
             raise ConfigError(f"sdpa_backend={sdpa_backend!r} is unknown; use auto or one of {', '.join(SDPA_BACKENDS)}")
         self.n_head, self.n_embd, self.head_dim = n_head, n_embd, n_embd // n_head
         self.impl, self.sdpa_backend, self.dropout = impl, sdpa_backend, dropout
+        # Local attention (impl sliding_window): the last `window` keys and the first `n_global` positions.
+        self.window, self.n_global = (window, n_global) if impl == "sliding_window" else (None, 0)
         # 1/√d_head keeps the scores' variance ~1 whatever the head size; the ablation turns it off.
         self.scale = 1.0 / math.sqrt(self.head_dim) if scale_scores else 1.0
         # Q, K and V for all heads in one matmul (one (C, 3C) weight = three (C, C) projections).
@@ -224,11 +286,17 @@ class CausalSelfAttention(nn.Module):
         weights = None
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, nh, offset+T, hs)
-            y = cached_attention(q, k, v, scale=self.scale, impl=self.impl, backend=self.sdpa_backend)
-        elif self.impl == "reference" or need_weights:
+            y = cached_attention(
+                q, k, v, scale=self.scale, impl=self.impl, backend=self.sdpa_backend, window=self.window, n_global=self.n_global
+            )
+        elif self.impl == "sliding_window" and causal and key_padding_mask is None and not need_weights:
+            y = sliding_window_attention(
+                q, k, v, self.window, self.scale, self.n_global, dropout_p=self.dropout if self.training else 0.0
+            )  # (B, nh, T, hs)
+        elif self.impl == "reference" or need_weights or self.window is not None:
             y, weights = reference_attention(
                 q, k, v, scale=self.scale, causal=causal, key_padding_mask=key_padding_mask,
-                dropout=self.attn_dropout if self.training else None,
+                dropout=self.attn_dropout if self.training else None, window=self.window, n_global=self.n_global,
             )  # (B, nh, T, hs)
         else:
             y = fused_attention(

@@ -47,8 +47,12 @@ class TransformerSettings(BaseModel):
         "sinusoidal, or none (the ablation).",
     )
     attention: AttentionImpl = Field(
-        "fused", description="fused: torch SDPA (FlashAttention-class kernels); reference: explicit QKᵀ→mask→softmax→×V."
+        "fused",
+        description="fused: torch SDPA (FlashAttention-class kernels); reference: explicit QKᵀ→mask→softmax→×V; "
+        "sliding_window: each query sees the last `window` keys and the first `n_global` positions (memory N·window).",
     )
+    window: int = Field(64, ge=1, description="Keys each query sees under attention: sliding_window (at most block_size).")
+    n_global: int = Field(0, ge=0, description="Leading positions every query sees under attention: sliding_window (global tokens; fewer than block_size).")
     norm: Norm = Field("pre", description="LayerNorm before each sublayer (pre, GPT-2) or after the residual add (post, original Transformer).")
     residual: bool = Field(True, description="Residual connections around attention and FFN (False is the ablation).")
     scale_scores: bool = Field(True, description="Scale attention scores by 1/sqrt(d_head) (False is the ablation).")
@@ -77,6 +81,12 @@ class TransformerSettings(BaseModel):
             raise ValueError(
                 f"n_embd={self.n_embd} must be divisible by n_head={self.n_head} (each head gets n_embd/n_head channels)"
             )
+        if self.attention == "sliding_window" and self.window > self.block_size:
+            raise ValueError(
+                f"window={self.window} is larger than block_size={self.block_size}: the sliding window would be full attention"
+            )
+        if self.attention == "sliding_window" and self.n_global >= self.block_size:
+            raise ValueError(f"n_global={self.n_global} global tokens must be fewer than block_size={self.block_size}")
         if self.param_budget is None and self.pos_encoding == "rope" and (self.n_embd // self.n_head) % 2:
             raise ValueError(
                 f"pos_encoding='rope' needs an even head size, but n_embd/n_head = {self.n_embd}/{self.n_head} is odd"
@@ -110,7 +120,7 @@ class Block(nn.Module):
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.attn = CausalSelfAttention(
             cfg.n_embd, cfg.n_head, dropout=cfg.dropout, bias=cfg.bias, impl=cfg.attention,
-            scale_scores=cfg.scale_scores, sdpa_backend=cfg.sdpa_backend,
+            scale_scores=cfg.scale_scores, sdpa_backend=cfg.sdpa_backend, window=cfg.window, n_global=cfg.n_global,
         )
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
