@@ -95,13 +95,22 @@ def test_studies_report_measured_findings(tiny_run):
     cost = manifest(inst, run_id, "recurrent_cost")
     assert {r["model"] for r in cost["rows"]} == {"rnn", "lstm"}
     comparison = manifest(inst, run_id, "model_comparison")
-    assert {r["model"] for r in comparison["rows"]} == {"rnn", "lstm", "transformer"}
+    assert {r["model"] for r in comparison["rows"]} == {"rnn", "lstm", "transformer", "transformer_window"}  # every defs.yaml model
     params = [r["params"] for r in comparison["rows"]]
     assert max(params) / min(params) < 1.1  # sized to one parameter budget
     assert comparison["matched_time_s"] > 0
     assert abs(comparison["accounting"]["transformer"]["ffn_share"] - 2 / 3) < 0.05
     ev = manifest(inst, run_id, "embedding_eval")["metrics"]
     assert 0 < ev["analogy/coverage"] <= 1 and "wordsim353/oov" in ev
+    # The long-context summary times the Transformer at the recurrent sweep's lengths and checks the
+    # KV-cache formula against generation_cost's measured bytes; context_usage covers the three models.
+    lc = manifest(inst, run_id, "long_context_cost")
+    assert [r["seq_len"] for r in lc["train_rows"] if r["model"] == "transformer"] == [16, 32, 64]
+    assert {c["recurrent"] for c in lc["crossovers"]} == {"rnn", "lstm"}
+    assert lc["kv_check"] and all(r["measured_over_predicted"] == 1 for r in lc["kv_check"])
+    usage = manifest(inst, run_id, "context_usage")
+    assert {s["model"] for s in usage["summaries"]} == {"transformer", "transformer_window", "lstm"}
+    assert all(len(c) == 32 for c in usage["curves"].values()) and usage["window_gaps"][0]["window"] == 8
     # Tables are sortable Dagster tables.
     assert isinstance(materializations(inst, run_id)["gradient_study"].metadata["factors"], dg.TableMetadataValue)
 
@@ -111,7 +120,7 @@ def test_comparison_children_line_up_in_mlflow(tiny_run):
     client, all_runs = mlflow_runs(state)
     comp = next(r for r in all_runs if r.data.tags.get("dagster.asset_key") == "model_comparison" and r.info.run_name == "model_comparison")
     children = [r for r in all_runs if r.data.tags.get("mlflow.parentRunId") == comp.info.run_id]
-    assert sorted(r.info.run_name for r in children) == ["lstm", "rnn", "transformer"]
+    assert sorted(r.info.run_name for r in children) == ["lstm", "rnn", "transformer", "transformer_window"]
     for r in children:
         assert {"val/loss", "val/ppl", "train/tokens_per_s_mean", "params"} <= set(r.data.metrics)
     lm_runs = {r.data.tags["dagster.asset_key"]: r for r in all_runs if r.data.tags.get("dagster.asset_key", "").endswith("_lm")}

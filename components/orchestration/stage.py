@@ -51,14 +51,21 @@ def table_metadata(rows: list[dict]) -> dg.MetadataValue:
         return "string"
 
     kinds = {c: kind(c) for c in cols}
+    # Dagster wants every record to carry every column: a missing number is NaN (its column then
+    # float), anything else missing an empty string.
+    for c in cols:
+        if any(r.get(c) is None for r in rows):
+            kinds[c] = "float" if kinds[c] in ("int", "float") else "string"
 
     def cell(c: str, v: Any) -> Any:
         if v is None:
-            return None
+            return float("nan") if kinds[c] == "float" else ""
+        if kinds[c] == "float":
+            return float(v)
         return str(v) if kinds[c] == "string" else v
 
     return dg.MetadataValue.table(
-        records=[dg.TableRecord({c: cell(c, r.get(c)) for c in cols if r.get(c) is not None}) for r in rows],
+        records=[dg.TableRecord({c: cell(c, r.get(c)) for c in cols}) for r in rows],
         schema=dg.TableSchema(columns=[dg.TableColumn(c, kinds[c]) for c in cols]),
     )
 

@@ -2,15 +2,20 @@
 kernel and the sliding window), and what one generated token costs as the context grows (the
 Transformer with and without its KV cache, against the RNN and LSTM).
 
-    (q, k, v at each N) ──► attention_cost
-    transformer_lm, rnn_lm, lstm_lm ──► generation_cost
+    (q, k, v at each N) ──► attention_cost ─┐
+    transformer_lm, rnn_lm, lstm_lm ──► generation_cost ─┼─► long_context_cost ◄── transformer_lm
+                                         recurrent_cost ─┘
+    transformer_lm, transformer_window_lm, lstm_lm, labels ──► context_usage
 """
 
 import dagster as dg
 
+from components.core.labels import load_labels
 from components.core.lm import load_lm
 from components.core.studies.attention_cost import AttentionCostSettings, attention_cost as run_attention_cost
+from components.core.studies.context_usage import ContextUsageSettings, context_usage as run_context_usage
 from components.core.studies.generation_cost import GenerationCostSettings, generation_cost as run_generation_cost
+from components.core.studies.long_context import LongContextSettings, long_context_cost as run_long_context_cost
 from components.orchestration.language_model import TRAINING_POOL
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
@@ -24,6 +29,14 @@ class AttentionCostConfig(dg.Config, AttentionCostSettings):
 
 class GenerationCostConfig(dg.Config, GenerationCostSettings):
     """Context lengths and tokens generated per point."""
+
+
+class LongContextConfig(dg.Config, LongContextSettings):
+    """Context lengths of the arithmetic (for the 7B/8B/70B-class shapes); timing of the Transformer's training step."""
+
+
+class ContextUsageConfig(dg.Config, ContextUsageSettings):
+    """Validation blocks and buckets of the loss-by-position curves."""
 
 
 # Both assets time things: in the training pool, so no training shares the cores while they measure.
@@ -117,3 +130,86 @@ def kv_cache_pays(generation_cost: dict) -> dg.AssetCheckResult:
     }
     figures = {f"{m}_{k}": x[k] for m, x in f.items() for k in ("time_exponent", "max_over_min", "bytes_per_sequence_at_max")}
     return dg.AssetCheckResult(passed=all(checks.values()), metadata={**checks, **figures})
+
+
+@dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
+def long_context_cost(
+    context: dg.AssetExecutionContext, config: LongContextConfig, attention_cost: dict, generation_cost: dict, recurrent_cost: dict,
+    transformer_lm: dict, mlflow: MlflowTracker,
+) -> dg.Output[dict]:
+    """The long-context figures in one place: every fitted exponent with its R² and cost(2N)/cost(N);
+    the length where the Transformer's per-token training cost overtakes the RNN's and LSTM's (its
+    training step timed at recurrent_cost's lengths); the KV-cache, score-matrix and FLOP arithmetic
+    of 7B/8B/70B-class shapes at 4k…1M tokens, with the same formulas checked against our measurements."""
+    with stage(context, mlflow, config.model_dump()) as s:
+        result = run_long_context_cost(
+            load_lm(transformer_lm["weights"]), attention=attention_cost, generation=generation_cost, recurrent=recurrent_cost, settings=config
+        )
+        metrics = result.metrics()
+        return s.publish(
+            {"exponents": result.exponents, "crossovers": result.crossovers, "arithmetic": result.arithmetic, "train_rows": result.train_rows,
+             "kv_check": result.kv_check, "scores_check": result.scores_check, "summary": result.summary(), "metrics": metrics},
+            metrics=metrics,
+            tables={"exponents": result.exponents, "crossovers": result.crossovers, "arithmetic": result.arithmetic,
+                    "training_steps": result.train_rows, "kv_cache_check": result.kv_check, "scores_check": result.scores_check},
+            figures=result.figures,
+            texts={"report": result.markdown()},
+        )
+
+
+@dg.asset_check(
+    asset=long_context_cost,
+    description="The arithmetic holds on our own runs: the KV cache measured in generation_cost equals 2·n_layer·n_head·head_dim·L·4 bytes "
+    "at every L; the reference attention's peak memory is a constant multiple of its N×N score matrix (max/min of the ratio ≤ 1.25 over the "
+    "fitted N) and doubling N multiplies it by 3.6–4.4 (the article's ×4).",
+)
+def arithmetic_matches_measurement(long_context_cost: dict) -> dg.AssetCheckResult:
+    s = long_context_cost["summary"]
+    checks = {"kv_cache_equals_formula": bool(long_context_cost["kv_check"]) and all(
+        abs(r["measured_over_predicted"] - 1) < 1e-9 for r in long_context_cost["kv_check"])}
+    for p in ("forward", "forward_backward"):
+        lo, hi = s.get(f"reference_{p}_peak_over_scores_min"), s.get(f"reference_{p}_peak_over_scores_max")
+        if lo is not None:
+            checks[f"reference_{p}_memory_tracks_n_squared"] = hi / lo <= 1.25
+        r = s.get(f"reference_{p}_memory_ratio_last_doubling")
+        if r is not None:
+            checks[f"reference_{p}_memory_x4_per_doubling"] = 3.6 <= r <= 4.4
+    return dg.AssetCheckResult(passed=all(checks.values()), metadata={**checks, **{k: float(v) for k, v in s.items() if v is not None}})
+
+
+@dg.asset(group_name=GROUP, kinds={"pytorch"})
+def context_usage(
+    context: dg.AssetExecutionContext, config: ContextUsageConfig, transformer_lm: dict, transformer_window_lm: dict, lstm_lm: dict,
+    labels: dict, mlflow: MlflowTracker,
+) -> dg.Output[dict]:
+    """Validation loss by position within the context window for the full-attention Transformer, the
+    sliding-window Transformer trained on the same data and steps, and the LSTM: how much later
+    context helps each, and where the window's limit shows."""
+    with stage(context, mlflow, config.model_dump()) as s:
+        _, val, _ = load_labels(labels["path"])
+        models = {name: load_lm(m["weights"]) for name, m in
+                  (("transformer", transformer_lm), ("transformer_window", transformer_window_lm), ("lstm", lstm_lm))}
+        result = run_context_usage(models, val, config)
+        metrics = result.metrics()
+        return s.publish(
+            {"curves": result.curves, "summaries": result.summaries, "window_gaps": result.window_gaps, "metrics": metrics},
+            metrics=metrics,
+            tables={"summaries": result.summaries, "by_position": result.buckets, "window_gaps": result.window_gaps},
+            figures=result.figures,
+        )
+
+
+@dg.asset_check(
+    asset=context_usage,
+    description="Later context helps: every model's loss falls from the first positions to the last (gain > 0); the windowed "
+    "Transformer saturates no later than its receptive field and is no better than full attention after its window.",
+)
+def later_context_helps(context_usage: dict) -> dg.AssetCheckResult:
+    checks = {f"{s['model']}_gains_from_context": s["gain_from_context"] > 0 for s in context_usage["summaries"]}
+    for s in context_usage["summaries"]:
+        if s["receptive_field"]:
+            checks[f"{s['model']}_saturates_within_receptive_field"] = s["saturation_position"] <= s["receptive_field"]
+    for g in context_usage["window_gaps"]:
+        checks[f"{g['model']}_not_better_after_window"] = not g["gap_after_window"] < 0
+    figures = {k.replace("/", "_"): v for k, v in context_usage["metrics"].items()}
+    return dg.AssetCheckResult(passed=all(checks.values()), severity=dg.AssetCheckSeverity.WARN, metadata={**checks, **figures})

@@ -6,8 +6,12 @@ attention over (batch, n_head, N, head_dim) tensors:
 - reference: QKᵀ → mask → softmax → ×V, materialising the (N, N) scores: O(N²) time and memory.
 - fused: torch SDPA with is_causal=True (FlashAttention-class kernels; the CPU flash kernel on a CPU):
   O(N²) time, O(N) memory.
-- window: sliding-window attention (each query sees the previous `window` keys): O(N·window) time and
-  memory — what local attention buys when N outgrows the budget.
+- window: sliding-window attention (each query sees the previous `window` keys and the first
+  `n_global` positions), block by block: O(N·window) time and memory — what local attention buys
+  when N outgrows the budget.
+- flex: the same mask through FlexAttention (compiled, a BlockMask skipping masked key blocks). Not in
+  the CPU default: torch 2.13 runs its forward on the CPU but not its backward (that point is then
+  recorded as an error), and each N compiles anew (tens of seconds on 2 cores). The GPU config runs it.
 
 Time: the median of `repeats` timed passes after `warmup` untimed ones (synchronized on CUDA).
 
@@ -32,10 +36,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from torch.profiler import ProfilerActivity, profile
 
 from ..device import DeviceSetting, median_seconds, resolve_device, synchronize
-from ..models.attention import SdpaBackend, detect_sdpa_backend, fused_attention, reference_attention, sliding_window_attention
+from ..models.attention import (
+    SdpaBackend, detect_sdpa_backend, flex_window_attention, fused_attention, reference_attention, sliding_window_attention,
+)
 
-AttentionCostImpl = Literal["reference", "fused", "window"]
+AttentionCostImpl = Literal["reference", "fused", "window", "flex"]
 IMPLS = get_args(AttentionCostImpl)
+DEFAULT_IMPLS = ("reference", "fused", "window")
 AttentionPass = Literal["forward", "forward_backward"]
 PASSES = get_args(AttentionPass)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -81,13 +88,15 @@ def doubling(n_start: int, n_max: int) -> list[int]:
     return ns
 
 
-def _pass(impl: str, q, k, v, grad, *, scale: float, window: int, sdpa_backend: str) -> None:
+def _pass(impl: str, q, k, v, grad, *, scale: float, window: int, sdpa_backend: str, n_global: int = 0) -> None:
     if impl == "reference":
         y = reference_attention(q, k, v, scale=scale)[0]
     elif impl == "fused":
         y = fused_attention(q, k, v, scale=scale, backend=sdpa_backend)
+    elif impl == "flex":
+        y = flex_window_attention(q, k, v, window, scale, n_global)  # (B, nh, N, hs)
     else:
-        y = sliding_window_attention(q, k, v, window, scale)  # (B, nh, N, hs)
+        y = sliding_window_attention(q, k, v, window, scale, n_global)  # (B, nh, N, hs)
     if grad is not None:
         y.backward(grad)
         q.grad = k.grad = v.grad = None
@@ -95,7 +104,7 @@ def _pass(impl: str, q, k, v, grad, *, scale: float, window: int, sdpa_backend: 
 
 def attention_sweep(
     seq_lens: Iterable[int],
-    impls: Iterable[str] = IMPLS,
+    impls: Iterable[str] = DEFAULT_IMPLS,
     *,
     batch: int = 1,
     n_head: int,
@@ -106,6 +115,7 @@ def attention_sweep(
     warmup: int = 1,
     backward: bool = True,
     window: int = 256,
+    n_global: int = 0,
     sdpa_backend: str = "auto",
     memory_ceiling_bytes: int | None = None,
     time_cap_s: float | None = None,
@@ -133,8 +143,10 @@ def attention_sweep(
                 grad = torch.randn(shape, device=device, dtype=dtype, generator=gen) if backward else None
 
                 def run() -> None:
-                    _pass(impl, q, k, v, grad, scale=scale, window=window, sdpa_backend=sdpa_backend)
+                    _pass(impl, q, k, v, grad, scale=scale, window=window, sdpa_backend=sdpa_backend, n_global=n_global)
 
+                if impl == "flex":
+                    run()  # compiles: kept out of the memory measurement
                 peak = peak_memory_bytes(run, device)  # also the first run: where an allocation fails
                 ms = 1000 * median_seconds(run, device, warmup=warmup, repeats=repeats)
             except RuntimeError as e:  # torch.OutOfMemoryError is one
@@ -173,12 +185,13 @@ class AttentionCostSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     seq_lens: list[int] = Field([256, 512, 1024, 2048, 4096, 8192], description="Sequence lengths N, increasing (the CPU default doubles 256 … 8192; the GPU config goes to 64k and more).")
-    impls: list[str] = Field(list(IMPLS), description="Implementations: reference (materialises N×N), fused (SDPA), window (blocked sliding window).")
+    impls: list[str] = Field(list(DEFAULT_IMPLS), description="Implementations: reference (materialises N×N), fused (SDPA), window (blocked sliding window), flex (the window's mask through compiled FlexAttention; forward only on the CPU).")
     passes: list[str] = Field(list(PASSES), description="Passes to time: inference, and training.")
     batch: int = Field(1, ge=1, description="Sequences per pass.")
     n_head: int = Field(4, ge=1, description="Attention heads.")
     head_dim: int = Field(32, ge=1, description="Dimensions per head.")
     window: int = Field(256, ge=1, description="Keys each query sees in the sliding window (itself and the previous window-1); at most the smallest N.")
+    n_global: int = Field(0, ge=0, description="Global tokens of the window and flex implementations: the first n_global positions every query sees; fewer than the smallest N.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Tensor dtype (bfloat16 on the GPU).")
     repeats: int = Field(3, ge=1, description="Timed passes per point (the median is reported).")
     warmup: int = Field(1, ge=0, description="Untimed passes before timing each point.")
@@ -214,11 +227,13 @@ class AttentionCostSettings(BaseModel):
 
     @model_validator(mode="after")
     def _window_and_ceiling(self) -> "AttentionCostSettings":
-        if "window" in self.impls and self.window > self.seq_lens[0]:
+        if {"window", "flex"} & set(self.impls) and self.window > self.seq_lens[0]:
             raise ValueError(
                 f"window={self.window} is larger than the smallest N ({self.seq_lens[0]}) in seq_lens: there the window "
                 "would be full attention; lower the window or drop the small N"
             )
+        if self.n_global >= self.seq_lens[0]:
+            raise ValueError(f"n_global={self.n_global} global tokens is not fewer than the smallest N ({self.seq_lens[0]}) in seq_lens")
         # Every pass allocates at least its output (batch, n_head, N, head_dim) at the smallest N.
         smallest = self.batch * self.n_head * self.seq_lens[0] * self.head_dim * DTYPES[self.dtype].itemsize
         if self.memory_ceiling_mib * 2**20 < smallest:
@@ -341,7 +356,7 @@ def attention_cost(settings: AttentionCostSettings) -> AttentionCostResult:
     for p in s.passes:
         for r in attention_sweep(
             s.seq_lens, s.impls, batch=s.batch, n_head=s.n_head, head_dim=s.head_dim, device=device, dtype=dtype,
-            repeats=s.repeats, warmup=s.warmup, backward=p == "forward_backward", window=s.window,
+            repeats=s.repeats, warmup=s.warmup, backward=p == "forward_backward", window=s.window, n_global=s.n_global,
             sdpa_backend=s.sdpa_backend, memory_ceiling_bytes=int(s.memory_ceiling_mib * 2**20), time_cap_s=s.time_cap_s,
             seed=s.seed,
         ):
@@ -350,6 +365,7 @@ def attention_cost(settings: AttentionCostSettings) -> AttentionCostResult:
         "device": str(device), "dtype": s.dtype, "threads": torch.get_num_threads(), "torch": torch.__version__,
         "memory_accounting": memory_accounting(device),
         "fused_kernel": _observed_kernel(device, dtype, s),
+        "settings": s.model_dump(),
     }
     return AttentionCostResult(rows=rows, fits=fit_rows(rows, s.fit_from), info=info, figures={"attention_cost": plot_attention_cost(rows)})
 

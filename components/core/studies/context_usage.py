@@ -1,0 +1,166 @@
+"""Does later context help? Validation loss by position within the context window.
+
+Each validation block is read from its first token, so the target at position t is predicted from
+t + 1 tokens of context (a recurrent model starts from a zero state at every block, as it trains).
+The loss at each position, averaged over the same validation blocks for every model, shows how
+much a model gains from seeing more of the past:
+
+- a full-attention Transformer sees every earlier position of the block: its curve keeps falling
+  as long as more context is informative;
+- a sliding-window Transformer (trained on the same data for the same steps) sees only the last
+  `window` keys per layer; with n_layer layers its receptive field is n_layer · (window − 1) + 1
+  positions, so beyond that its curve can no longer fall, and beyond `window` it falls only through
+  stacking: where its curve parts from the full model's is where the window's limit shows;
+- an LSTM carries everything in a fixed-size state: its curve flattens where the state stops
+  keeping more of the past.
+
+Per model: the loss curve (and in buckets of `bucket` positions), the gain from context (the first
+bucket's loss minus the last's), and the position where the curve saturates (the first bucket whose
+loss is within `saturation` of the total gain from the last bucket's). For each windowed model, the
+gap to a full-attention model after the window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from matplotlib.figure import Figure
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..data import IGNORE_INDEX, TokenBlocks
+from ..device import DeviceSetting, resolve_device
+
+
+class ContextUsageSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_blocks: int = Field(256, ge=1, description="Validation blocks evaluated (the first ones; the same for every model).")
+    batch_size: int = Field(32, ge=1, description="Blocks per forward pass.")
+    bucket: int = Field(8, ge=1, description="Positions per bucket in the table and the saturation test.")
+    saturation: float = Field(0.1, gt=0, lt=1, description="A curve has saturated once its loss is within this share of its total gain of the last bucket's.")
+    device: DeviceSetting = Field("auto", description="Where to evaluate: 'auto' = CUDA if present, else CPU.")
+
+
+def loss_by_position(model: nn.Module, blocks: TokenBlocks, *, max_blocks: int, batch_size: int, device: torch.device) -> tuple[np.ndarray, np.ndarray]:
+    """Mean cross-entropy (nats) of the targets at each position of the block, and their counts (T,)."""
+    was = model.training
+    model.eval()
+    n = min(blocks.n_blocks, max_blocks)
+    T = blocks.block_size
+    total = torch.zeros(T, dtype=torch.float64)
+    count = torch.zeros(T, dtype=torch.float64)
+    with torch.no_grad():
+        for start in range(0, n, batch_size):
+            x, y = blocks.batch(np.arange(start, min(start + batch_size, n)), device)  # (B, T) each
+            logits, _ = model(x)  # (B, T, V)
+            ce = F.cross_entropy(logits.float().transpose(1, 2), y, ignore_index=IGNORE_INDEX, reduction="none")  # (B, T)
+            keep = (y != IGNORE_INDEX).double().cpu()
+            total += (ce.double().cpu() * keep).sum(0)
+            count += keep.sum(0)
+    model.train(was)
+    return (total / count.clamp(min=1)).numpy(), count.numpy()
+
+
+def receptive_field(model: nn.Module) -> int | None:
+    """Positions a sliding-window Transformer's last query can reach through its stack (None: unbounded)."""
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "attention", None) != "sliding_window":
+        return None
+    return cfg.n_layer * (cfg.window - 1) + 1
+
+
+def summarize_curve(loss: np.ndarray, bucket: int, saturation: float) -> dict:
+    T = len(loss)
+    buckets = [float(loss[s:s + bucket].mean()) for s in range(0, T, bucket)]
+    gain = buckets[0] - buckets[-1]
+    sat = next((i * bucket for i, b in enumerate(buckets) if b - buckets[-1] <= saturation * max(gain, 0.0)), 0)
+    return {"loss_first_position": float(loss[0]), "loss_first_bucket": buckets[0], "loss_last_bucket": buckets[-1],
+            "gain_from_context": gain, "saturation_position": sat, "mean_loss": float(loss.mean())}
+
+
+def plot_context_usage(curves: dict[str, np.ndarray], windows: dict[str, int]) -> Figure:
+    fig = Figure(figsize=(11, 4.4), layout="constrained")
+    ax, ax_gap = fig.subplots(1, 2)
+    for name, c in curves.items():
+        ax.plot(np.arange(1, len(c) + 1), c, label=name, lw=1.2)
+    for name, w in windows.items():
+        ax.axvline(w, ls=":", color="grey")
+        ax.text(w, ax.get_ylim()[1], f" {name} window", fontsize=8, va="top")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("tokens of context (position + 1)")
+    ax.set_ylabel("validation loss (nats)")
+    ax.set_title("loss by position in the context window")
+    full = [n for n, c in curves.items() if n not in windows and n.startswith("transformer")]
+    if full:
+        ref = curves[full[0]]
+        for name, c in curves.items():
+            if name != full[0]:
+                ax_gap.plot(np.arange(1, len(c) + 1), c - ref, label=f"{name} − {full[0]}", lw=1.2)
+        for name, w in windows.items():
+            ax_gap.axvline(w, ls=":", color="grey")
+        ax_gap.axhline(0, color="black", lw=0.6)
+        ax_gap.set_xscale("log", base=2)
+    ax_gap.set_xlabel("tokens of context (position + 1)")
+    ax_gap.set_ylabel("loss difference (nats)")
+    ax_gap.set_title("against the full-attention Transformer")
+    for a in (ax, ax_gap):
+        a.grid(True, which="both", alpha=0.3)
+        a.legend(fontsize=8)
+    return fig
+
+
+@dataclass
+class ContextUsageResult:
+    curves: dict[str, list[float]]
+    summaries: list[dict]
+    buckets: list[dict]
+    window_gaps: list[dict]
+    figures: dict[str, Figure] = field(default_factory=dict)
+
+    def metrics(self) -> dict[str, float]:
+        out = {}
+        for s in self.summaries:
+            for k in ("gain_from_context", "saturation_position", "loss_first_bucket", "loss_last_bucket", "mean_loss"):
+                out[f"context/{s['model']}/{k}"] = float(s[k])
+        for g in self.window_gaps:
+            out[f"context/{g['model']}/gap_after_window"] = g["gap_after_window"]
+            out[f"context/{g['model']}/gap_within_window"] = g["gap_within_window"]
+        return out
+
+
+def context_usage(models: dict[str, nn.Module], val: TokenBlocks, settings: ContextUsageSettings) -> ContextUsageResult:
+    """Loss by position for each model on the same validation blocks (cropped to the shortest context
+    any model was built for)."""
+    s = settings
+    device, _ = resolve_device(s.device)
+    T = min([val.block_size] + [m.config.block_size for m in models.values() if hasattr(m.config, "block_size")])
+    blocks = val.crop(T)
+    curves, windows = {}, {}
+    for name, m in models.items():
+        loss, _ = loss_by_position(m.to(device), blocks, max_blocks=s.max_blocks, batch_size=s.batch_size, device=device)
+        m.to("cpu")
+        curves[name] = loss
+        if receptive_field(m) is not None:
+            windows[name] = m.config.window
+    summaries = []
+    for name, c in curves.items():
+        rf = receptive_field(models[name])
+        summaries.append({"model": name, "positions": len(c), "window": windows.get(name), "receptive_field": rf,
+                          **summarize_curve(c, s.bucket, s.saturation)})
+    buckets = [{"from": b, "to": min(b + s.bucket, T) - 1, **{n: float(c[b:b + s.bucket].mean()) for n, c in curves.items()}}
+               for b in range(0, T, s.bucket)]
+    gaps = []
+    full = next((n for n, m in models.items() if n not in windows and getattr(m.config, "attention", None) in ("fused", "reference")), None)
+    if full is not None:
+        for name, w in windows.items():
+            d = curves[name] - curves[full]
+            gaps.append({"model": name, "versus": full, "window": w, "gap_within_window": float(d[:w].mean()),
+                         "gap_after_window": float(d[w:].mean()) if w < T else float("nan")})
+    return ContextUsageResult(
+        curves={n: c.tolist() for n, c in curves.items()}, summaries=summaries, buckets=buckets, window_gaps=gaps,
+        figures={"context_usage": plot_context_usage(curves, windows)},
+    )
