@@ -43,7 +43,12 @@ def test_tiny_graph_materializes_everything(tiny_run):
     assert set(materializations(inst, run_id)) == keys
     checks = {name: ev.passed for name, ev in check_evaluations(inst, run_id).items()}
     expected = {k.name for k in defs.resolve_asset_graph().asset_check_keys}
-    assert set(checks) == expected and all(checks.values()), checks
+    # Findings that need a trained model of some size (warnings): evaluated, with figures, but at
+    # 30 steps on 24 articles they may go either way. Every other check passes.
+    size_dependent = {"heads_differ", "fact_neurons_matter", "later_context_helps"}
+    assert set(checks) == expected and all(v for k, v in checks.items() if k not in size_dependent), checks
+    evs = check_evaluations(inst, run_id)
+    assert all(evs[k].metadata for k in size_dependent)
     assert inst.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS
 
 
@@ -95,7 +100,7 @@ def test_studies_report_measured_findings(tiny_run):
     cost = manifest(inst, run_id, "recurrent_cost")
     assert {r["model"] for r in cost["rows"]} == {"rnn", "lstm"}
     comparison = manifest(inst, run_id, "model_comparison")
-    assert {r["model"] for r in comparison["rows"]} == {"rnn", "lstm", "transformer", "transformer_window"}  # every defs.yaml model
+    assert {r["model"] for r in comparison["rows"]} == {"rnn", "lstm", "transformer", "transformer_window", "transformer_1head"}  # every defs.yaml model
     params = [r["params"] for r in comparison["rows"]]
     assert max(params) / min(params) < 1.1  # sized to one parameter budget
     assert comparison["matched_time_s"] > 0
@@ -111,6 +116,10 @@ def test_studies_report_measured_findings(tiny_run):
     usage = manifest(inst, run_id, "context_usage")
     assert {s["model"] for s in usage["summaries"]} == {"transformer", "transformer_window", "lstm"}
     assert all(len(c) == 32 for c in usage["curves"].values()) and usage["window_gaps"][0]["window"] == 8
+    heads = manifest(inst, run_id, "attention_heads")
+    assert len(heads["heads"]) == 2 * 4 and heads["one_head_loss"] > 0 and heads["metrics"]["heads/max_row_sum_error"] < 1e-5
+    memories = manifest(inst, run_id, "ffn_memories")
+    assert len(memories["neurons"]) == 3 and all(n["value_tokens"] for n in memories["neurons"])
     # Tables are sortable Dagster tables.
     assert isinstance(materializations(inst, run_id)["gradient_study"].metadata["factors"], dg.TableMetadataValue)
 
@@ -120,7 +129,7 @@ def test_comparison_children_line_up_in_mlflow(tiny_run):
     client, all_runs = mlflow_runs(state)
     comp = next(r for r in all_runs if r.data.tags.get("dagster.asset_key") == "model_comparison" and r.info.run_name == "model_comparison")
     children = [r for r in all_runs if r.data.tags.get("mlflow.parentRunId") == comp.info.run_id]
-    assert sorted(r.info.run_name for r in children) == ["lstm", "rnn", "transformer", "transformer_window"]
+    assert sorted(r.info.run_name for r in children) == ["lstm", "rnn", "transformer", "transformer_1head", "transformer_window"]
     for r in children:
         assert {"val/loss", "val/ppl", "train/tokens_per_s_mean", "params"} <= set(r.data.metrics)
     lm_runs = {r.data.tags["dagster.asset_key"]: r for r in all_runs if r.data.tags.get("dagster.asset_key", "").endswith("_lm")}
