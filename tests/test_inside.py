@@ -137,3 +137,16 @@ def test_both_studies_end_to_end_on_a_trained_small_model():
     assert len(mem.probe) == 4 and all(r["p_answer"] >= 0.2 for r in mem.probe)
     assert {"ffn/p_top_k_zeroed_mean", "ffn/p_random_k_zeroed_mean"} <= set(mem.metrics())
     assert mem.gap == []  # these token "words" have no capitalised entity to replace
+
+
+def test_marked_context_shows_whole_characters_of_byte_level_tokens():
+    from tokenizers import ByteLevelBPETokenizer
+
+    from components.core.studies.inside import marked
+
+    tok = ByteLevelBPETokenizer()
+    tok.train_from_iterator(["plain english words only"] * 20, vocab_size=300, min_frequency=1)
+    ids = tok.encode("the λ").ids  # λ is two bytes, two tokens here
+    decode = tok.decode
+    assert "\ufffd" in decode(ids[-1:])  # the last byte alone is no character
+    assert marked(ids, decode) == "the [[λ]]" and marked(ids[:3], decode) == "th[[e]]"

@@ -63,7 +63,10 @@ def test_concurrent_runs_with_different_configs_never_mix_data(set_up_state):
     state = set_up_state
     select = INGEST + ",lstm_lm"
     vocab = {"a": 512, "b": 700}
-    procs = {k: launch(state, select, tiny(**{"tokenizer.config.vocab_size": v}), name=f"mix_{k}") for k, v in vocab.items()}
+    # Each run executes its steps in its own process (in_process executor: what the config jobs use);
+    # the two runs still share the state folder and the stores at the same time.
+    configs = {k: {**tiny(**{"tokenizer.config.vocab_size": v}), "execution": {"config": {"in_process": {}}}} for k, v in vocab.items()}
+    procs = {k: launch(state, select, configs[k], name=f"mix_{k}") for k in vocab}
     codes = {k: wait(p, timeout=600) for k, p in procs.items()}
     assert codes == {"a": 0, "b": 0}, {k: log_of(state, f"mix_{k}")[-3000:] for k in procs}
     inst = instance(state)

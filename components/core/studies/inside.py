@@ -61,7 +61,7 @@ class InsideSettings(BaseModel):
     sentences: list[str] = Field([], description="Sentences whose attention maps are drawn (empty: the start of the first validation blocks).")
     map_sentences: int = Field(2, ge=1, description="Validation excerpts drawn when `sentences` is empty.")
     map_tokens: int = Field(20, ge=2, description="Tokens per attention map (readable at that size).")
-    stat_blocks: int = Field(64, ge=1, description="Validation blocks for head statistics, head ablation and neuron activations.")
+    stat_blocks: int = Field(128, ge=1, description="Validation blocks for head statistics, head ablation, neuron activations and fact prompts.")
     prev_threshold: float = Field(0.4, gt=0, le=1, description="Previous-token head: at least this share of attention on t − 1.")
     first_threshold: float = Field(0.4, gt=0, le=1, description="Sink head: at least this share on the first position.")
     self_threshold: float = Field(0.4, gt=0, le=1, description="Self head: at least this share on the query's own position.")
@@ -72,7 +72,7 @@ class InsideSettings(BaseModel):
     value_tokens: int = Field(5, ge=1, description="Tokens each shown neuron's output promotes most.")
     n_facts: int = Field(16, ge=1, description="Fact prompts probed (confident, correct next-word predictions from validation).")
     fact_context: int = Field(16, ge=2, description="Tokens of each fact prompt.")
-    min_confidence: float = Field(0.3, gt=0, lt=1, description="A fact prompt's answer probability at least this.")
+    min_confidence: float = Field(0.15, gt=0, lt=1, description="A fact prompt's answer probability at least this.")
     ablate_k: int = Field(8, ge=1, description="Neurons zeroed per fact prompt (top by attribution, and as many random ones).")
     random_draws: int = Field(5, ge=1, description="Random draws of k neurons for the control.")
     batch_size: int = Field(16, ge=1, description="Blocks per forward pass.")
@@ -249,10 +249,21 @@ def neuron_memories(model: nn.Module, blocks: TokenBlocks, s: InsideSettings, de
         for flat_idx in top:
             b, t = divmod(flat_idx, T)
             ids = [int(v) for v in blocks.x[b, max(0, t - s.context_tokens):t + 1]]
-            contexts.append(f"{decode(ids[:-1])}[[{decode(ids[-1:])}]] ({a[flat_idx]:.2f})")
+            contexts.append(f"{marked(ids, decode)} ({a[flat_idx]:.2f})")
         promoted = torch.topk(values[r["layer"]][:, r["neuron"]], s.value_tokens + 1).indices.tolist()
         shown.append({**r, "key_contexts": contexts, "value_tokens": [decode([t]) for t in promoted if t != 0][: s.value_tokens]})
     return shown
+
+
+def marked(ids: list[int], decode: Decode) -> str:
+    """The text of `ids` with the last token's text in [[ ]]. A byte-level token that ends a character
+    alone decodes to a replacement mark; then the tokens holding the character's first bytes are
+    marked with it, so the mark shows the character."""
+    for j in range(1, min(4, len(ids)) + 1):  # a UTF-8 character spans at most 4 byte tokens
+        tail = decode(ids[-j:])
+        if "\ufffd" not in tail:
+            return f"{decode(ids[:-j])}[[{tail}]]"
+    return f"{decode(ids[:-1])}[[{decode(ids[-1:])}]]"
 
 
 def _is_word(text: str) -> bool:
