@@ -150,3 +150,4 @@ def test_marked_context_shows_whole_characters_of_byte_level_tokens():
     decode = tok.decode
     assert "\ufffd" in decode(ids[-1:])  # the last byte alone is no character
     assert marked(ids, decode) == "the [[λ]]" and marked(ids[:3], decode) == "th[[e]]"
+    assert marked(ids[:-1], decode, after=ids[-1:]) == "the [[λ]]"  # the token that starts λ, finished by the next

@@ -249,21 +249,30 @@ def neuron_memories(model: nn.Module, blocks: TokenBlocks, s: InsideSettings, de
         for flat_idx in top:
             b, t = divmod(flat_idx, T)
             ids = [int(v) for v in blocks.x[b, max(0, t - s.context_tokens):t + 1]]
-            contexts.append(f"{marked(ids, decode)} ({a[flat_idx]:.2f})")
+            after = [int(v) for v in blocks.x[b, t + 1:t + 4]]
+            contexts.append(f"{marked(ids, decode, after)} ({a[flat_idx]:.2f})")
         promoted = torch.topk(values[r["layer"]][:, r["neuron"]], s.value_tokens + 1).indices.tolist()
-        shown.append({**r, "key_contexts": contexts, "value_tokens": [decode([t]) for t in promoted if t != 0][: s.value_tokens]})
+        shown.append({**r, "key_contexts": contexts, "value_tokens": [token_text(t, decode) for t in promoted if t != 0][: s.value_tokens]})
     return shown
 
 
-def marked(ids: list[int], decode: Decode) -> str:
-    """The text of `ids` with the last token's text in [[ ]]. A byte-level token that ends a character
-    alone decodes to a replacement mark; then the tokens holding the character's first bytes are
-    marked with it, so the mark shows the character."""
+def marked(ids: list[int], decode: Decode, after: list[int] = ()) -> str:
+    """The text of `ids` with the last token's text in [[ ]]. A byte-level token that is only part of a
+    character decodes to a replacement mark alone; then the mark takes in the tokens before it that
+    start the character, or the tokens `after` it that finish it, so it shows the character."""
+    after = list(after)
     for j in range(1, min(4, len(ids)) + 1):  # a UTF-8 character spans at most 4 byte tokens
-        tail = decode(ids[-j:])
-        if "\ufffd" not in tail:
-            return f"{decode(ids[:-j])}[[{tail}]]"
+        for k in range(0, min(3, len(after)) + 1):
+            tail = decode(ids[-j:] + after[:k])
+            if "\ufffd" not in tail:
+                return f"{decode(ids[:-j])}[[{tail}]]"
     return f"{decode(ids[:-1])}[[{decode(ids[-1:])}]]"
+
+
+def token_text(t: int, decode: Decode) -> str:
+    """A token's text, or `<byte #id>` for a byte-level token that is no character alone."""
+    text = decode([t])
+    return f"<byte #{t}>" if "\ufffd" in text else text
 
 
 def _is_word(text: str) -> bool:
