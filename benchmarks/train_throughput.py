@@ -41,6 +41,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.profiler import record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -273,7 +274,7 @@ class NanoGPTRun:
         self.train_data = torch.from_numpy(data.train_ids.astype(np.int64))
         # Its own generator: nanoGPT draws batches from the global RNG, which our loop reseeds on resume.
         self.gen = torch.Generator().manual_seed(train_cfg.seed)
-        self.it, self.step_times, self.losses, self.wall_s = 0, [], [], 0.0
+        self.it, self.step_times, self.losses, self.wall_s, self.cpu_s, self.loop_s = 0, [], [], 0.0, 0.0, 0.0
 
     def get_batch(self):
         T, B = self.c.block_size, self.s.batch_size
@@ -283,7 +284,7 @@ class NanoGPTRun:
         return x.to(self.device), y.to(self.device)
 
     def steps(self, n: int) -> None:
-        t_start = time.perf_counter()
+        t_start, c_start = time.perf_counter(), time.process_time()
         self.model.train()
         for _ in range(min(n, self.s.max_steps - self.it)):
             if self.device.type == "cuda":
@@ -292,18 +293,24 @@ class NanoGPTRun:
             lr = lr_at(self.it, self.s)  # the same warmup + cosine formula as nanoGPT's get_lr
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
-            X, Y = self.get_batch()
-            with self.ctx:
+            with record_function("phase/batch"):
+                X, Y = self.get_batch()
+            with record_function("phase/forward"), self.ctx:
                 _, loss = self.fwd(X, Y)
-            loss.backward()
+            with record_function("phase/backward"):
+                loss.backward()
             if self.s.grad_clip != 0.0:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.s.grad_clip)
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
+                with record_function("phase/clip"):  # nanoGPT: norm and clip in one call
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.s.grad_clip)
+            with record_function("phase/optimizer"):
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
             self.losses.append(loss.item())  # nanoGPT syncs here at every log_interval (1 in the CPU recipe)
             self.step_times.append(time.perf_counter() - t0)
             self.it += 1
         self.wall_s += time.perf_counter() - t_start
+        self.loop_s += time.perf_counter() - t_start
+        self.cpu_s += time.process_time() - c_start
 
     def stats(self) -> dict:
         step_s = float(np.mean(self.step_times[1:] or self.step_times))
@@ -313,6 +320,8 @@ class NanoGPTRun:
             "step_ms": 1000 * step_s,
             "train_loss": float(np.mean(self.losses[-50:])),
             "wall_s": self.wall_s,
+            "cpu_ms_per_step": 1000 * self.cpu_s / max(self.it, 1),
+            "cpu_utilisation": self.cpu_s / max(self.loop_s * torch.get_num_threads(), 1e-9),
             "params": sum(p.numel() for p in self.model.parameters()),
             "flops_per_token": 6 * self.model.get_num_params() + 12 * c.n_layer * c.n_head * (c.n_embd // c.n_head) * T,
         }
@@ -328,11 +337,14 @@ class OursRun:
         self.train_blocks = windows(data.train_ids, cfg.block_size, stride)
         self.val = val_blocks(data.val_ids, cfg.block_size)
         self.done, self.timed_s, self.timed_steps, self.wall_s, self.result = 0, 0.0, 0, 0.0, None
+        self.cpu_s = 0.0
 
     def steps(self, n: int) -> None:
         if self.done >= self.ts.max_steps:
             return
+        c0 = time.process_time()
         res = train(self.model, self.train_blocks, self.val, self.ts, self.out_dir, resume=True, stop_after_steps=n)
+        self.cpu_s += time.process_time() - c0
         k = res.steps - self.done
         timed = max(k - 1, 1)  # the loop leaves each call's first step out of its mean
         self.timed_s += res.step_ms / 1000 * timed
@@ -429,11 +441,13 @@ def main(argv: list[str] | None = None) -> dict:
     if "nanogpt" in models:
         nano = NanoGPTRun(data, model_cfg, ts, device, dtype, args.compile_nanogpt)
     # Alternate chunks of iterations, so a machine whose load changes slows both alike.
+    loads = []
     for start in range(0, iters, chunk):
         for run in (ours, nano):
             if run is not None:
                 run.steps(chunk)
-        print(f"[train_throughput] {min(start + chunk, iters)}/{iters} iterations, load {os.getloadavg()[0]:.2f}", file=sys.stderr)
+        loads.append(os.getloadavg()[0])
+        print(f"[train_throughput] {min(start + chunk, iters)}/{iters} iterations, load {loads[-1]:.2f}", file=sys.stderr)
 
     if ours is not None:
         model, res = ours.model, ours.result
@@ -448,6 +462,8 @@ def main(argv: list[str] | None = None) -> dict:
             "train_loss": res.train_loss,
             "params": res.params,
             "wall_s": ours.wall_s,
+            "cpu_ms_per_step": 1000 * ours.cpu_s / max(ours.done, 1),
+            "cpu_utilisation": ours.cpu_s / max(ours.wall_s * torch.get_num_threads(), 1e-9),
             "device": res.device,
             "dtype": res.dtype,
             "compile": args.compile,
@@ -473,6 +489,20 @@ def main(argv: list[str] | None = None) -> dict:
     tmp.cleanup()
     out["loadavg_end"] = list(os.getloadavg())
     out["interleave"] = chunk
+    # A quiet machine runs only this process: its own threads make the load average ≈ threads, and
+    # the process gets the CPU time it asks for (utilisation near 1). More load, or less CPU time
+    # per wall second, means something else competed for the cores: the result is marked.
+    out["loadavg_per_chunk"] = loads
+    utils = [out[k]["cpu_utilisation"] for k in ("ours", "nanogpt") if k in out]
+    reasons = []
+    if max(loads) > args.threads + 0.75:
+        reasons.append(f"1-min load average reached {max(loads):.2f} with {args.threads} threads of ours")
+    if utils and min(utils) < 0.8:
+        reasons.append(f"CPU utilisation {min(utils):.2f} < 0.8 of {args.threads} threads")
+    out["machine_loaded"] = bool(reasons)
+    if reasons:
+        out["warning"] = "machine was loaded: " + "; ".join(reasons) + " — the ratio may not hold on a quiet machine"
+        print(f"[train_throughput] WARNING {out['warning']}", file=sys.stderr)
 
     if "ours" in out:
         for key in ("tokens_per_s", "step_ms", "val_loss", "params", "device", "attention_backend", "mfu"):

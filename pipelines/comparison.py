@@ -54,12 +54,18 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
                     params={"family": m["family"], **{f"model.{k}": v for k, v in m["model_config"].items()}},
                     series={"val/loss": [(h["step"], h["val/loss"]) for h in m["history"] if "val/loss" in h]},
                 )
+            st = result.settledness
             return s.publish(
-                {"rows": result.rows, "matched_time_s": result.matched_time_s, "accounting": accounting},
+                {"rows": result.rows, "matched_time_s": result.matched_time_s, "accounting": accounting, "settledness": st},
                 metrics=metrics,
                 tables={"comparison": result.rows},
                 figures=result.figures,
-                texts={f"parameter_accounting_{n}": accounting_markdown(a) for n, a in accounting.items()},
+                texts={"summary": result.markdown(), **{f"parameter_accounting_{n}": accounting_markdown(a) for n, a in accounting.items()}},
+                values={"ranking": " < ".join(st.get("ranking_last_eval", [])), "ranking_settled": bool(st.get("ranking_settled"))},
+                warnings=[] if st.get("ranking_settled") else [
+                    f"the ranking by validation loss still changes between the last two evaluations "
+                    f"({' < '.join(st.get('ranking_previous_eval', []))} → {' < '.join(st.get('ranking_last_eval', []))}): "
+                    "train longer before trusting it"],
             )
 
     @dg.asset_check(asset=model_comparison, description="The FFN holds about two thirds of each Transformer's non-embedding parameters (measured from the module).")

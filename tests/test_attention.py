@@ -217,6 +217,21 @@ def test_rope_scores_depend_only_on_relative_position():
     assert apply_rotary(seq_q, rope.cos[:32] * 0 + 1, rope.sin[:32] * 0).equal(seq_q)  # angle 0 = identity
 
 
+@pytest.mark.parametrize("offset", [0, 5, 40])
+def test_rope_on_the_projection_layout_equals_the_per_tensor_rotation(offset):
+    # The training path rotates q and k inside the (B, T, 3, nh, hs) projection in one pass; the
+    # values pass through untouched. Same numbers as rotating q and k apart (also past the cache).
+    rope = RotaryEmbedding(head_dim=8, block_size=32)
+    g = torch.Generator().manual_seed(1)
+    qkv = torch.randn(2, 12, 3, 4, 8, generator=g)  # (B, T, 3, nh, hs)
+    q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # (B, nh, T, hs)
+    want_q, want_k = rope(q, k, offset)
+    got_q, got_k, got_v = (t.transpose(1, 2) for t in rope.rotate_qkv(qkv, offset).unbind(2))
+    torch.testing.assert_close(got_q, want_q)
+    torch.testing.assert_close(got_k, want_k)
+    assert torch.equal(got_v, v)
+
+
 def test_sliding_window_is_local_causal_attention():
     """Each query sees exactly the last `window` keys: the reference math with that band as the mask."""
     g = torch.Generator().manual_seed(0)

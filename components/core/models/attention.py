@@ -276,12 +276,10 @@ class CausalSelfAttention(nn.Module):
         this step): their keys and values are appended to layer `layer` of the cache and the queries
         attend to every cached position (causally among themselves)."""
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)  # (B, T, C) each
-        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
-        v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        qkv = self.c_attn(x).view(B, T, 3, self.n_head, self.head_dim)  # q, k, v side by side, per head
         if rope is not None:
-            q, k = rope(q, k, offset)  # (B, nh, T, hs) rotated by position
+            qkv = rope.rotate_qkv(qkv, offset)  # queries and keys rotated by position, in one pass
+        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # (B, nh, T, hs) each
 
         weights = None
         if cache is not None:

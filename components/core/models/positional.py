@@ -103,6 +103,27 @@ class RotaryEmbedding(nn.Module):
         cos, sin = self.cos[offset : offset + T].to(q.dtype), self.sin[offset : offset + T].to(q.dtype)  # (T, hs/2)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # (B, nh, T, hs) each
 
+    def rotate_qkv(self, qkv: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Queries and keys rotated in the projection's own layout, values passed through: qkv
+        (B, T, 3, nh, hs) → the same numbers as `forward` for q and k. The half-layout rotation is
+        x·[cos, cos] + swap(x)·[−sin, sin], swap exchanging the two halves of each head; with cos 1
+        and sin 0 on the values it is four whole-tensor ops per layer, and no slice of the projection
+        whose backward would zero-fill and copy it: the training step's hot path."""
+        T, hs = qkv.shape[1], self.head_dim
+        if offset + T > self.cos.shape[0]:
+            self.cos, self.sin = _rope_cache(offset + T, hs, self.base, self.cos.device)
+        key = (offset, T, qkv.dtype, qkv.device)
+        if getattr(self, "_full_key", None) != key:
+            cos, sin = self.cos[offset : offset + T], self.sin[offset : offset + T]  # (T, hs/2)
+            c = torch.cat([cos, cos], -1)  # (T, hs)
+            s = torch.cat([-sin, sin], -1)
+            self._full = (torch.stack([c, c, torch.ones_like(c)], 1).to(qkv.dtype)[:, :, None, :],  # (T, 3, 1, hs)
+                          torch.stack([s, s, torch.zeros_like(s)], 1).to(qkv.dtype)[:, :, None, :])
+            self._full_key = key
+        c, s = self._full
+        swapped = qkv.unflatten(-1, (2, hs // 2)).flip(-2).flatten(-2)  # (B, T, 3, nh, hs) halves exchanged
+        return qkv * c + swapped * s
+
 
 def build_positional(
     kind: str, n_embd: int, n_head: int, block_size: int, base: float = 10000.0
