@@ -33,9 +33,9 @@ import torch.nn as nn
 from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..device import DeviceSetting, median_seconds, resolve_device, seed_everything
+from ..device import DeviceSetting, resolve_device, seed_everything
 from .attention_cost import fit_exponent
-from .recurrent_cost import linear_fit
+from .recurrent_cost import linear_fit, timing_optimizer, train_step_seconds
 
 
 class ModelShape(BaseModel):
@@ -121,20 +121,13 @@ def transformer_train_rows(model: nn.Module, seq_lens: list[int], batch_size: in
     if cfg.pos_encoding == "learned":
         seq_lens = [T for T in seq_lens if T <= cfg.block_size]
     vocab = m.lm_head.out_features
-    opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4, fused=device.type == "cuda")
+    opt = timing_optimizer(m, device)
     gen = torch.Generator().manual_seed(s.seed)
     rows = []
     for T in seq_lens:
         x = torch.randint(1, vocab, (batch_size, T), generator=gen).to(device)  # (B, T)
         y = torch.randint(1, vocab, (batch_size, T), generator=gen).to(device)  # (B, T)
-
-        def step() -> None:
-            _, loss = m(x, y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
-        sec = median_seconds(step, device, warmup=s.warmup, repeats=s.repeats)
+        sec = train_step_seconds(m, opt, x, y, device, warmup=s.warmup, repeats=s.repeats)
         rows.append({"model": "transformer", "seq_len": T, "batch_size": batch_size, "train_step_ms": 1000 * sec,
                      "tokens_per_s": batch_size * T / sec, "device": str(device)})
     return rows

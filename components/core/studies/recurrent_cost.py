@@ -48,6 +48,26 @@ class RecurrentCostSettings(BaseModel):
         return sorted(set(v))
 
 
+def timing_optimizer(model: nn.Module, device: torch.device) -> torch.optim.Optimizer:
+    """The AdamW that `train_step_seconds` steps (a small lr: the timed steps barely move the weights)."""
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, fused=device.type == "cuda")
+
+
+def train_step_seconds(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, device: torch.device,
+                       *, warmup: int, repeats: int) -> float:
+    """Median seconds of one training step (forward, backward, optimizer) of a model with the
+    forward(idx, targets) -> (logits, loss) contract: the same measurement for every family."""
+    model.train()
+
+    def step() -> None:
+        _, loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return median_seconds(step, device, warmup=warmup, repeats=repeats)
+
+
 def measure_recurrent_cost(
     models: dict[str, nn.Module] | dict[str, RecurrentSettings],
     settings: RecurrentCostSettings,
@@ -74,21 +94,12 @@ def measure_recurrent_cost(
             m = copy.deepcopy(m)
         m = m.to(device)
         vocab = getattr(m, "vocab_size", vocab_size)
-        params = [p for p in m.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=1e-4, fused=device.type == "cuda")
+        opt = timing_optimizer(m, device)
         gen = torch.Generator(device="cpu").manual_seed(s.seed)
         for T in s.seq_lens:
             x = torch.randint(1, vocab, (s.batch_size, T), generator=gen).to(device)  # (B, T)
             y = torch.randint(1, vocab, (s.batch_size, T), generator=gen).to(device)  # (B, T)
-
-            def train_step() -> None:
-                _, loss = m(x, y)
-                loss.backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-
-            m.train()
-            step_s = median_seconds(train_step, device, warmup=s.warmup, repeats=s.repeats)
+            step_s = train_step_seconds(m, opt, x, y, device, warmup=s.warmup, repeats=s.repeats)
 
             m.eval()
             with torch.no_grad():
