@@ -63,15 +63,16 @@ PRESETS = {
         "model": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0, bias=False),
         "train": dict(max_steps=2000, batch_size=12, lr=1e-3, min_lr=1e-4, warmup_steps=100, lr_decay_steps=2000,
                       weight_decay=0.1, beta1=0.9, beta2=0.99, grad_clip=1.0),
-        "reference": {"tokens_per_s": 25_000, "val_loss": 1.88,
-                      "source": "val_loss: nanoGPT README (shakespeare_char, CPU); tokens_per_s: the issue's estimate of nanoGPT on this 2-core CPU"},
+        # The goal: ≥ 1.2× the tokens/s of nanoGPT's loop measured side by side in the same run, at a
+        # validation loss ≤ 1.80 after 2000 iterations (nanoGPT's README: 1.88 on tiny-shakespeare).
+        "goal": {"ratio_tokens_per_s": 1.2, "val_loss": 1.80, "nanogpt_readme_val_loss": 1.88},
     },
     # A smaller, quicker sanity run of the same recipe.
     "tiny": {
         "model": dict(n_layer=2, n_head=2, n_embd=64, block_size=32, dropout=0.0, bias=False),
         "train": dict(max_steps=100, batch_size=8, lr=1e-3, min_lr=1e-4, warmup_steps=10, lr_decay_steps=100,
                       weight_decay=0.1, beta1=0.9, beta2=0.99, grad_clip=1.0),
-        "reference": None,
+        "goal": None,
     },
 }
 
@@ -270,7 +271,9 @@ class NanoGPTRun:
         self.model = NanoGPT(c).to(device)
         self.optimizer = self.model.configure_optimizers(train_cfg.weight_decay, train_cfg.lr, (train_cfg.beta1, train_cfg.beta2), device.type)
         self.fwd = torch.compile(self.model) if compile_model else self.model
-        self.ctx = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32)
+        # nanoGPT's train.py: `nullcontext() if device_type == 'cpu' else torch.amp.autocast(...)`; on the CPU
+        # its recipe always runs in float32, whatever precision ours is given.
+        self.ctx = torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32 and device.type != "cpu")
         self.train_data = torch.from_numpy(data.train_ids.astype(np.int64))
         # Its own generator: nanoGPT draws batches from the global RNG, which our loop reseeds on resume.
         self.gen = torch.Generator().manual_seed(train_cfg.seed)
@@ -404,6 +407,7 @@ def main(argv: list[str] | None = None) -> dict:
                        device=args.device, dtype=args.dtype, compile=args.compile, threads=args.threads)
     device, _ = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
+    nano_dtype = torch.float32 if device.type == "cpu" else dtype  # nanoGPT never autocasts on the CPU
 
     if args.text:
         text, source = Path(args.text).read_text(encoding="utf-8")[: args.max_chars], str(Path(args.text).resolve())
@@ -439,7 +443,7 @@ def main(argv: list[str] | None = None) -> dict:
         cfg = TransformerSettings(**model_cfg)
         ours = OursRun(cfg, data, ts, args.stride, Path(tmp.name) / "ours")
     if "nanogpt" in models:
-        nano = NanoGPTRun(data, model_cfg, ts, device, dtype, args.compile_nanogpt)
+        nano = NanoGPTRun(data, model_cfg, ts, device, nano_dtype, args.compile_nanogpt)
     # Alternate chunks of iterations, so a machine whose load changes slows both alike.
     loads = []
     for start in range(0, iters, chunk):
@@ -477,11 +481,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     if nano is not None:
         stats = nano.stats()
-        stats["val_loss"] = evaluate(nano.model, val, batch_size=64, max_batches=None, device=device, dtype=dtype)
+        stats["val_loss"] = evaluate(nano.model, val, batch_size=64, max_batches=None, device=device, dtype=nano_dtype)
         stats.update({
             "device": str(device),
             "compile": args.compile_nanogpt,
-            "attention_backend": detect_sdpa_backend(device, dtype, (ts.batch_size, model_cfg["n_head"], T, model_cfg["n_embd"] // model_cfg["n_head"]))["observed"],
+            "dtype": str(nano_dtype).removeprefix("torch."),
+            "attention_backend": detect_sdpa_backend(device, nano_dtype, (ts.batch_size, model_cfg["n_head"], T, model_cfg["n_embd"] // model_cfg["n_head"]))["observed"],
             "mfu": estimate_mfu(stats["flops_per_token"], stats["tokens_per_s"], device),
         })
         out["nanogpt"] = stats
@@ -510,14 +515,14 @@ def main(argv: list[str] | None = None) -> dict:
     if "ours" in out and "nanogpt" in out:
         out["ratio_tokens_per_s"] = out["ours"]["tokens_per_s"] / out["nanogpt"]["tokens_per_s"]
         out["delta_val_loss"] = out["ours"]["val_loss"] - out["nanogpt"]["val_loss"]
-    if preset["reference"] and "ours" in out:
-        ref_numbers = preset["reference"]
+    if preset["goal"] and "ours" in out:
+        goal = preset["goal"]
         out["goal"] = {
-            **ref_numbers,
-            "tokens_per_s_met": out["ours"]["tokens_per_s"] >= ref_numbers["tokens_per_s"],
-            "val_loss_met": out["ours"]["val_loss"] <= ref_numbers["val_loss"],
-            "note": "nanoGPT's 1.88 is on tiny-shakespeare; this text differs, so the like-for-like quality "
-                    "comparison is `delta_val_loss` against the nanoGPT reimplementation on the same text.",
+            **goal,
+            "ratio_met": out.get("ratio_tokens_per_s", 0.0) >= goal["ratio_tokens_per_s"] and not out["machine_loaded"],
+            "val_loss_met": out["ours"]["val_loss"] <= goal["val_loss"],
+            "note": "the ratio is against the nanoGPT loop run side by side on the same text (its CPU recipe: "
+                    "float32, no autocast); the val-loss goal assumes tiny-shakespeare (--text).",
         }
     print(json.dumps(out, indent=2))
     if args.out:

@@ -278,3 +278,40 @@ def test_attention_sweep_measures_time_and_memory_per_implementation():
     assert len(capped) == 1 and "memory ceiling" in capped[0]["stop"]
     with pytest.raises(ValueError, match="unknown attention implementation"):
         attention_sweep([64], ("sparse",), n_head=H, head_dim=D)
+
+
+def test_bf16_autocast_on_the_cpu_runs_attention_in_float32():
+    """Under CPU bf16 autocast the projections run in bfloat16 and SDPA in float32 (the CPU flash kernel is
+    slow in bf16): the kernel sees float32 inputs, the output is bf16 and equals float32 attention of the
+    same bf16 q, k, v, rounded."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from components.core.models.attention import fused_attention
+
+    class KernelDtypes(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if "scaled_dot_product" in func.name():
+                self.seen.append((func.name(), args[0].dtype))
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 8, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    with KernelDtypes() as mode:
+        out = fused_attention(q, k, v, scale=8**-0.5)
+        out.float().sum().backward()
+    assert mode.seen and {dt for _, dt in mode.seen} == {torch.float32}, mode.seen  # forward and backward kernels
+    expected = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, scale=8**-0.5)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, expected.to(torch.bfloat16))
+    assert q.grad is not None and q.grad.dtype == torch.bfloat16 and torch.isfinite(q.grad).all()
+
+    # The whole model under autocast: bf16 matmuls, float32 attention, a loss close to float32's.
+    model = Transformer(TransformerSettings(n_layer=2, n_head=2, n_embd=32, block_size=16), V)
+    idx = torch.randint(1, V, (2, 16))
+    _, loss32 = model(idx, idx)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, loss16 = model(idx, idx)
+    assert logits.dtype == torch.bfloat16 and abs(loss16.item() - loss32.item()) < 0.05

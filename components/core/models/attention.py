@@ -115,6 +115,13 @@ def fused_attention(
     backend: str = "auto",
 ) -> torch.Tensor:
     """SDPA; returns the output (B, nh, T, hs). `backend` pins the kernel on CUDA ("auto" lets torch pick)."""
+    if q.dtype == torch.bfloat16 and q.device.type == "cpu":
+        # torch's CPU flash kernel is slow in bfloat16 (its backward ~8× the float32 one at head size 32,
+        # torch 2.13): under CPU autocast the projections run in bf16 and attention in float32.
+        with torch.autocast("cpu", enabled=False):
+            out = fused_attention(q.float(), k.float(), v.float(), scale=scale, causal=causal,
+                                  key_padding_mask=key_padding_mask, dropout_p=dropout_p, backend=backend)
+        return out.to(q.dtype)
     pin = sdpa_kernel(SDPA_BACKENDS[backend]) if backend != "auto" and q.is_cuda else nullcontext()
     with pin:
         if key_padding_mask is None:
