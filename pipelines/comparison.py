@@ -3,14 +3,17 @@
 `defs.yaml` joins the comparison with no code change."""
 
 
+import shutil
 from typing import Any
 
 import dagster as dg
+from pydantic import Field
 
+from components.core.labels import load_labels
 from components.core.lm import load_lm
 from components.core.studies.ablations import accounting_markdown, parameter_accounting
-from components.core.studies.comparison import compare_models
-from components.orchestration.language_model import LM_TAG
+from components.core.studies.comparison import compare_models, tiers_text, train_other_seeds
+from components.orchestration.language_model import LM_TAG, TRAINING_POOL
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
 
@@ -27,20 +30,51 @@ def language_model_keys(defs: dg.Definitions) -> list[dg.AssetKey]:
     return sorted((spec.key for spec in specs if LM_TAG in spec.tags), key=lambda k: k.to_user_string())
 
 
+class ModelComparisonConfig(dg.Config):
+    """Seeds: the same models trained again with other seeds give the seed-to-seed spread of their
+    validation loss, against which the differences between models are judged."""
+
+    extra_seeds: list[int] = Field(
+        [], description="Train the `seed_models` again with each of these seeds (same settings, data and steps) and report "
+        "the spread of their final validation loss; empty = one seed, no spread.",
+    )
+    seed_models: list[str] = Field(
+        ["rnn", "lstm", "transformer"], description="Models (asset name without `_lm`) retrained with `extra_seeds`; empty = all.",
+    )
+
+
 def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinition, dg.AssetChecksDefinition]:
     ins = {k.path[-1]: dg.AssetIn(k) for k in lm_keys}
+    ins["labels"] = dg.AssetIn(dg.AssetKey("labels"))
 
-    @dg.asset(name="model_comparison", group_name=GROUP, kinds={"pytorch"}, ins=ins)
-    def model_comparison(context: dg.AssetExecutionContext, mlflow: MlflowTracker, **lms: dict) -> dg.Output[dict]:
+    # In the training pool: with extra seeds it trains, and it must not share the cores with another training.
+    @dg.asset(name="model_comparison", group_name=GROUP, kinds={"pytorch"}, ins=ins, pool=TRAINING_POOL)
+    def model_comparison(context: dg.AssetExecutionContext, config: ModelComparisonConfig, mlflow: MlflowTracker,
+                         labels: dict, **lms: dict) -> dg.Output[dict]:
         """Every language model of the graph on the same labels at matched parameter budgets and
-        matched wall-clock: val loss, perplexity, tokens/s, parameters; plus each Transformer's
-        parameter accounting per component and its FFN share."""
+        matched wall-clock: val loss, perplexity, tokens/s, parameters, with the seed-to-seed spread
+        when `extra_seeds` is set; plus each Transformer's parameter accounting per component and its
+        FFN share."""
         models = {model_name(k): m for k, m in lms.items()}
         hashes = {m["tokenizer_sha256"] for m in models.values()}
         if len(hashes) != 1:
             raise dg.Failure("the models were trained on labels of different tokenizers; re-materialize them together")
-        with stage(context, mlflow, {"models": sorted(models)}) as s:
-            result = compare_models(models)
+        unknown = sorted(set(config.seed_models) - set(models))
+        if unknown:
+            raise dg.Failure(f"model_comparison.seed_models names {unknown}, which are not language models of the graph; "
+                             f"valid: {sorted(models)}")
+        with stage(context, mlflow, {"models": sorted(models), **config.model_dump()}) as s:
+            seed_losses = None
+            if config.extra_seeds:
+                if labels["tokenizer_sha256"] not in hashes:
+                    raise dg.Failure("`labels` were built with another tokenizer than the models were trained with: "
+                                     "re-materialize the models (or the whole graph) before retraining them with other seeds")
+                train, val, meta = load_labels(labels["path"])
+                chosen = {n: m for n, m in models.items() if n in (config.seed_models or models)}
+                seed_losses = train_other_seeds(chosen, config.extra_seeds, train, val, int(meta["vocab_size"]), s.tmp / "seeds",
+                                                model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]}, log=context.log.info)
+                shutil.rmtree(s.tmp / "seeds")  # scratch checkpoints: only the losses are kept
+            result = compare_models(models, seed_losses)
             accounting = {n: parameter_accounting(load_lm(m["weights"])) for n, m in models.items() if m["family"] == "transformer"}
             metrics: dict[str, Any] = dict(result.metrics())
             metrics.update({f"{n}/ffn_share": a["ffn_share"] for n, a in accounting.items()})
@@ -55,16 +89,24 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
                     series={"val/loss": [(h["step"], h["val/loss"]) for h in m["history"] if "val/loss" in h]},
                 )
             st = result.settledness
+            # With seeds, a ranking is judged beyond seed noise; without, exactly.
+            settled = st.get("ranking_settled_beyond_spread", st.get("ranking_settled"))
+            values = {"ranking": " < ".join(st.get("ranking_last_eval", [])), "ranking_settled": bool(st.get("ranking_settled"))}
+            if "tiers_last_eval" in st:
+                values.update({"ranking_beyond_spread": tiers_text(st["tiers_last_eval"]),
+                               "ranking_settled_beyond_spread": bool(st["ranking_settled_beyond_spread"])})
             return s.publish(
-                {"rows": result.rows, "matched_time_s": result.matched_time_s, "accounting": accounting, "settledness": st},
+                {"rows": result.rows, "matched_time_s": result.matched_time_s, "accounting": accounting, "settledness": st,
+                 "seeds": result.seeds},
                 metrics=metrics,
                 tables={"comparison": result.rows},
                 figures=result.figures,
                 texts={"summary": result.markdown(), **{f"parameter_accounting_{n}": accounting_markdown(a) for n, a in accounting.items()}},
-                values={"ranking": " < ".join(st.get("ranking_last_eval", [])), "ranking_settled": bool(st.get("ranking_settled"))},
-                warnings=[] if st.get("ranking_settled") else [
-                    f"the ranking by validation loss still changes between the last two evaluations "
-                    f"({' < '.join(st.get('ranking_previous_eval', []))} → {' < '.join(st.get('ranking_last_eval', []))}): "
+                values=values,
+                warnings=[] if settled else [
+                    "the ranking by validation loss still changes between the last two evaluations"
+                    + (" beyond the seed-to-seed spread" if "tiers_last_eval" in st else "")
+                    + f" ({' < '.join(st.get('ranking_previous_eval', []))} → {' < '.join(st.get('ranking_last_eval', []))}): "
                     "train longer before trusting it"],
             )
 

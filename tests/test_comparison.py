@@ -1,4 +1,5 @@
 import math
+import pytest
 
 from components.core.studies.comparison import compare_models, loss_at_time, training_time_axis
 
@@ -44,3 +45,46 @@ def test_tokens_axis_and_ranking_settledness():
                   "history": [{"step": 10 * i, "step_ms": 10.0, "val/loss": v} for i, (_, v) in enumerate(c, 1)]} for n, c in crossing.items()}
     r = compare_models(models)
     assert r.metrics()["ranking_settled"] == 0.0 and "still changing" in r.markdown()
+
+
+def test_models_closer_than_their_seed_spread_are_tied():
+    from components.core.studies.comparison import ranked_tiers, ranking_settledness, seed_spread, tiers_text
+
+    assert ranked_tiers({"a": 2.0, "b": 2.05, "c": 2.5}) == [["a"], ["b"], ["c"]]  # no spread: exact order
+    assert ranked_tiers({"a": 2.0, "b": 2.05, "c": 2.5}, {"a": 0.1, "b": 0.02, "c": 0.1}) == [["a", "b"], ["c"]]
+    assert tiers_text([["b", "a"], ["c"]]) == "{a, b} < c"
+    assert seed_spread({"a": [2.0, 2.1, 2.05]})["a"] == {"seeds": 3, "mean": 2.05, "min": 2.0, "max": 2.1, "spread": pytest.approx(0.1)}
+    # a and b swap between the last two evaluations, by less than their spread: settled beyond noise, not exactly.
+    curves = {"a": [(1, 3.0), (2, 2.00)], "b": [(1, 2.99), (2, 2.02)], "c": [(1, 3.5), (2, 2.6)]}
+    st = ranking_settledness(curves, {"a": 0.05, "b": 0.05, "c": 0.05})
+    assert not st["ranking_settled"] and st["ranking_settled_beyond_spread"]
+    assert ranking_settledness(curves, {"a": 0.001, "b": 0.001, "c": 0.001})["ranking_settled_beyond_spread"] is False
+
+
+def test_other_seeds_retrain_the_recorded_settings(tmp_path, one_thread):
+    """Two tiny LSTMs of the same settings differ only by seed; the model's own seed is not trained again."""
+    import numpy as np
+    from gensim.test.utils import datapath
+
+    from components.core.data import TokenBlocks
+    from components.core.lm import train_lm
+    from components.core.studies.comparison import train_other_seeds
+    from components.core.training import TrainSettings
+
+    text = open(datapath("lee_background.cor"), encoding="utf-8").read()[:8_000]
+    chars = sorted(set(text))
+    ids = np.array([chars.index(c) + 1 for c in text], dtype=np.uint16)
+    n = (len(ids) - 1) // 17 * 17
+    x, y = ids[:n].reshape(-1, 17)[:, :16], ids[1 : n + 1].reshape(-1, 17)[:, 1:].astype(np.int32)
+    train, val = TokenBlocks(x[:-8].copy(), y[:-8].copy()), TokenBlocks(x[-8:].copy(), y[-8:].copy())
+    V = len(chars) + 1
+    ts = TrainSettings(max_steps=8, batch_size=4, eval_interval=0, eval_batches=2, seed=1, device="cpu", dtype="float32")
+    model = {"cell": "lstm", "n_embd": 8, "hidden_size": 8}
+    own = train_lm("recurrent", model, ts, train, val, V, tmp_path / "own")
+    manifest = {"family": "recurrent", "model_config": own.config.model_dump(), "train_settings": ts.model_dump(), "metrics": own.metrics}
+    lines = []
+    losses = train_other_seeds({"lstm": manifest}, [1, 2], train, val, V, tmp_path / "seeds", log=lines.append)
+    assert len(losses["lstm"]) == 2 and losses["lstm"][0] == own.metrics["val/loss"]  # seed 1 is its own: skipped
+    assert losses["lstm"][1] != losses["lstm"][0] and len(lines) == 1
+    again = train_other_seeds({"lstm": manifest}, [2], train, val, V, tmp_path / "again")
+    assert again["lstm"][1] == losses["lstm"][1]  # a seed is a seed: the same run twice gives the same loss

@@ -189,6 +189,7 @@ def language_model_asset(
                     "vocab_size": labels["vocab_size"],
                     "metrics": metrics,
                     "model_config": result.config.model_dump(),
+                    "train_settings": config.train.model_dump(),
                     "attention_backend": result.attention_backend,
                     "resumed_from_step": result.resumed_from_step,
                     "inputs": {"labels": labels["dagster_run_id"], "tokenizer": tokenizer["dagster_run_id"]},

@@ -36,13 +36,53 @@ def tokens_axis(history: list[dict]) -> list[tuple[float, float]]:
     return [(h["step"] * per_step, float(h["val/loss"])) for h in history if "val/loss" in h]
 
 
-def ranking_settledness(curves: dict[str, list[tuple[float, float]]]) -> dict[str, Any]:
+def ranked_tiers(losses: dict[str, float], tolerance: dict[str, float] | None = None) -> list[list[str]]:
+    """Models sorted by loss, in tiers: a model joins the tier of the one before it when their losses
+    differ by no more than the larger of the two models' tolerance (their seed-to-seed spread), so an
+    order inside a tier is noise, not a finding. Without tolerances every model is its own tier."""
+    tolerance = tolerance or {}
+    tiers: list[list[str]] = []
+    prev = None
+    for name in sorted(losses, key=losses.get):
+        tol = max(tolerance.get(name, 0.0), tolerance.get(prev, 0.0)) if prev is not None else 0.0
+        if prev is not None and losses[name] - losses[prev] <= tol:
+            tiers[-1].append(name)
+        else:
+            tiers.append([name])
+        prev = name
+    return tiers
+
+
+def tiers_text(tiers: list[list[str]]) -> str:
+    return " < ".join(t[0] if len(t) == 1 else "{" + ", ".join(sorted(t)) + "}" for t in tiers)
+
+
+def ranking_settledness(curves: dict[str, list[tuple[float, float]]], spread: dict[str, float] | None = None) -> dict[str, Any]:
     """The models ranked by validation loss at their last and at their second-to-last evaluation:
-    a ranking that still changes between the two is not settled by this budget."""
+    a ranking that still changes between the two is not settled by this budget. With the models'
+    seed-to-seed `spread`, models closer than it are tied (a tier), and the ranking is settled when
+    the tiers no longer change (`ranking_settled_beyond_spread`)."""
     ok = {n: c for n, c in curves.items() if len(c) >= 2}
     last = sorted(ok, key=lambda n: ok[n][-1][1])
     previous = sorted(ok, key=lambda n: ok[n][-2][1])
-    return {"ranking_last_eval": last, "ranking_previous_eval": previous, "ranking_settled": bool(ok) and last == previous}
+    out: dict[str, Any] = {"ranking_last_eval": last, "ranking_previous_eval": previous, "ranking_settled": bool(ok) and last == previous}
+    if spread:
+        t_last = ranked_tiers({n: ok[n][-1][1] for n in ok}, spread)
+        t_prev = ranked_tiers({n: ok[n][-2][1] for n in ok}, spread)
+        norm = lambda tiers: [sorted(t) for t in tiers]  # noqa: E731
+        out.update({
+            "tiers_last_eval": t_last, "tiers_previous_eval": t_prev,
+            "ranking_settled_beyond_spread": bool(ok) and norm(t_last) == norm(t_prev),
+        })
+    return out
+
+
+def seed_spread(val_losses: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Per model, its final validation loss over seeds: mean, min, max and spread (max − min)."""
+    return {
+        n: {"seeds": len(v), "mean": float(np.mean(v)), "min": float(min(v)), "max": float(max(v)), "spread": float(max(v) - min(v))}
+        for n, v in val_losses.items() if v
+    }
 
 
 def loss_at_time(points: list[tuple[float, float]], t: float) -> float:
@@ -59,32 +99,46 @@ class ComparisonResult:
     rows: list[dict[str, Any]]
     matched_time_s: float
     settledness: dict[str, Any] = field(default_factory=dict)
+    seeds: dict[str, dict[str, float]] = field(default_factory=dict)  # seed_spread of the models retrained with other seeds
     figures: dict[str, Figure] = field(default_factory=dict)
 
     def markdown(self) -> str:
         cols = ["model", "params", "val_loss", "val_ppl", "tokens_per_s_mean", "train_time_s", "val_loss_at_matched_time"]
+        cols += [c for c in ("val_loss_seed_mean", "val_loss_seed_spread") if any(c in r for r in self.rows)]
         head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
 
         def fmt(v: Any) -> str:
             return f"{v:,.0f}" if isinstance(v, (int, float)) and abs(v) >= 1000 else (f"{v:.4g}" if isinstance(v, float) else str(v))
 
-        body = "\n".join("| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in self.rows)
+        body = "\n".join("| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in self.rows)
         st = self.settledness
         settled = (f"\n\nRanking by validation loss at the last evaluation: {' < '.join(st.get('ranking_last_eval', []))}; at the one "
                    f"before: {' < '.join(st.get('ranking_previous_eval', []))} — "
                    + ("settled." if st.get("ranking_settled") else "**still changing: train longer before trusting the order**."))
+        if "tiers_last_eval" in st:
+            spread = ", ".join(f"{n} {v['spread']:.3f}" for n, v in self.seeds.items())
+            settled += (f"\n\nSeed-to-seed spread of the final validation loss ({next(iter(self.seeds.values()))['seeds']} seeds): "
+                        f"{spread}. Models closer than their spread are tied: {tiers_text(st['tiers_last_eval'])} at the last "
+                        f"evaluation, {tiers_text(st['tiers_previous_eval'])} at the one before — "
+                        + ("settled beyond seed noise." if st["ranking_settled_beyond_spread"] else "**still changing beyond seed noise**."))
         return head + body + f"\n\nMatched wall-clock: validation loss after {self.matched_time_s:.1f} s of training each." + settled
 
     def metrics(self) -> dict[str, float]:
         out = {"matched_time_s": self.matched_time_s, "ranking_settled": float(bool(self.settledness.get("ranking_settled")))}
+        if "ranking_settled_beyond_spread" in self.settledness:
+            out["ranking_settled_beyond_spread"] = float(self.settledness["ranking_settled_beyond_spread"])
         for r in self.rows:
-            for k in ("val_loss", "val_ppl", "tokens_per_s_mean", "params", "val_loss_at_matched_time"):
-                out[f"{r['model']}/{k}"] = float(r[k])
+            for k in ("val_loss", "val_ppl", "tokens_per_s_mean", "params", "val_loss_at_matched_time", "val_loss_seed_mean", "val_loss_seed_spread"):
+                if k in r:
+                    out[f"{r['model']}/{k}"] = float(r[k])
         return out
 
 
-def compare_models(models: dict[str, dict[str, Any]]) -> ComparisonResult:
-    """`models`: name -> {"metrics": the shared training metrics, "history": the eval history}."""
+def compare_models(models: dict[str, dict[str, Any]], seed_losses: dict[str, list[float]] | None = None) -> ComparisonResult:
+    """`models`: name -> {"metrics": the shared training metrics, "history": the eval history}.
+    `seed_losses`: name -> final validation losses of the same model trained with other seeds (the
+    model's own run included); their spread decides which differences are beyond seed noise."""
+    spreads = seed_spread(seed_losses or {})
     curves = {name: training_time_axis(m["history"]) for name, m in models.items()}
     # The longest time every model reached: the fair budget for "who is better per second".
     matched = min((c[-1][0] for c in curves.values() if c), default=0.0)
@@ -100,9 +154,12 @@ def compare_models(models: dict[str, dict[str, Any]]) -> ComparisonResult:
                 "tokens_per_s_mean": float(met["train/tokens_per_s_mean"]),
                 "train_time_s": curves[name][-1][0] if curves[name] else float("nan"),
                 "val_loss_at_matched_time": loss_at_time(curves[name], matched),
+                **({"seeds": spreads[name]["seeds"], "val_loss_seed_mean": spreads[name]["mean"],
+                    "val_loss_seed_spread": spreads[name]["spread"]} if name in spreads else {}),
             }
         )
-    result = ComparisonResult(rows=rows, matched_time_s=matched, settledness=ranking_settledness(curves))
+    settledness = ranking_settledness(curves, {n: v["spread"] for n, v in spreads.items()} or None)
+    result = ComparisonResult(rows=rows, matched_time_s=matched, settledness=settledness, seeds=spreads)
     tokens = {name: tokens_axis(m["history"]) for name, m in models.items()}
     result.figures["comparison"] = plot_comparison(curves, rows, matched, tokens)
     return result
@@ -137,3 +194,42 @@ def plot_comparison(curves: dict[str, list[tuple[float, float]]], rows: list[dic
     ax2.set_ylabel("training tokens / s")
     ax2.set_title("Throughput (params: " + ", ".join(f"{r['model']} {r['params'] / 1e6:.2f}M" for r in rows) + ")", fontsize=8)
     return fig
+
+
+def train_other_seeds(
+    models: dict[str, dict[str, Any]],
+    seeds: list[int],
+    train_data,
+    val_data,
+    vocab_size: int,
+    out_dir,
+    *,
+    model_meta: dict | None = None,
+    log=None,
+) -> dict[str, list[float]]:
+    """Each model trained again with each of `seeds` (its own seed skipped): the same family, resolved
+    model settings, training settings and data, only the seed (initialisation and batch order)
+    differs. Returns name -> final validation losses, the model's own run first.
+
+    `models`: name -> a language-model manifest ({"family", "model_config", "train_settings",
+    "metrics"}); `log(str)` gets a line per run."""
+    from pathlib import Path
+
+    from ..lm import SamplingSettings, train_lm
+    from ..training import TrainSettings
+
+    out: dict[str, list[float]] = {}
+    for name, m in models.items():
+        own = TrainSettings(**m["train_settings"])
+        losses = [float(m["metrics"]["val/loss"])]
+        for seed in seeds:
+            if seed == own.seed:
+                continue
+            ts = own.model_copy(update={"seed": seed})
+            res = train_lm(m["family"], m["model_config"], ts, train_data, val_data, vocab_size, Path(out_dir) / name / str(seed),
+                           sampling=SamplingSettings(num_samples=0), resume=False, model_meta=model_meta)
+            losses.append(float(res.metrics["val/loss"]))
+            if log:
+                log(f"{name} seed {seed}: val loss {losses[-1]:.4f} (seed {own.seed}: {losses[0]:.4f})")
+        out[name] = losses
+    return out
