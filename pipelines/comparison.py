@@ -13,6 +13,7 @@ from components.core.labels import load_labels
 from components.core.lm import load_lm
 from components.core.studies.ablations import accounting_markdown, parameter_accounting
 from components.core.studies.comparison import compare_models, tiers_text, train_other_seeds
+from components.orchestration.checks import claim_check
 from components.orchestration.language_model import LM_TAG, TRAINING_POOL
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
@@ -110,12 +111,6 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
                     "train longer before trusting it"],
             )
 
-    @dg.asset_check(asset=model_comparison, description="The FFN holds about two thirds of each Transformer's non-embedding parameters (measured from the module).")
-    def ffn_holds_two_thirds(model_comparison: dict) -> dg.AssetCheckResult:
-        shares = {n: a["ffn_share"] for n, a in model_comparison["accounting"].items()}
-        return dg.AssetCheckResult(
-            passed=bool(shares) and all(abs(v - 2 / 3) < 0.05 for v in shares.values()),
-            metadata={f"{n}_ffn_share": v for n, v in shares.items()},
-        )
+    ffn_holds_two_thirds = claim_check("ffn_holds_two_thirds", model_comparison)
 
     return model_comparison, ffn_holds_two_thirds

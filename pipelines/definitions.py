@@ -1,5 +1,6 @@
 """The code location: the assets and checks of `pipelines/defs/` (modules and component instances,
-autoloaded), the model comparison over every language model found there, one job per experiment
+autoloaded), the model comparison over every language model found there, the run's report over
+every asset, one job per experiment
 file in `configs/`, the weekly schedule, declarative automation, the recovery sensor (marks runs
 whose processes died as failed and frees their pool slots), and the resources."""
 
@@ -16,6 +17,7 @@ from components.orchestration.state import PROJECT_ROOT
 from components.orchestration.tracking import MlflowTracker
 
 from .comparison import language_model_keys, model_comparison_asset
+from .report import asset_specs, report_asset
 
 CONFIG_DIR = PROJECT_ROOT / "configs"
 
@@ -57,11 +59,14 @@ automation = dg.AutomationConditionSensorDefinition(
 
 def build_defs() -> dg.Definitions:
     loaded = dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
-    comparison, ffn_check = model_comparison_asset(language_model_keys(loaded))
+    lm_keys = language_model_keys(loaded)
+    comparison, ffn_check = model_comparison_asset(lm_keys)
+    upstream = [a for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition)] + [comparison]
+    report = report_asset(asset_specs(upstream), lm_keys)  # everything ──► report
     merged = dg.Definitions.merge(
         loaded,
         dg.Definitions(
-            assets=[comparison],
+            assets=[comparison, report],
             asset_checks=[ffn_check],
             jobs=config_jobs(),
             schedules=[weekly_rerun],

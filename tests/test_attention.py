@@ -14,7 +14,8 @@ from torch.profiler import ProfilerActivity, profile
 from components.core.data import PAD_ID
 from components.core.errors import ConfigError
 from components.core.models.attention import (
-    CausalSelfAttention, allowed_keys, detect_sdpa_backend, reference_attention, sliding_window_attention,
+    CausalSelfAttention, allowed_keys, detect_sdpa_backend, keep_top_k, reference_attention, sliding_window_attention,
+    top_k_attention,
 )
 from components.core.models.positional import RotaryEmbedding, apply_rotary, sinusoidal_table
 from components.core.models.transformer import Transformer, TransformerSettings
@@ -315,3 +316,44 @@ def test_bf16_autocast_on_the_cpu_runs_attention_in_float32():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits, loss16 = model(idx, idx)
     assert logits.dtype == torch.bfloat16 and abs(loss16.item() - loss32.item()) < 0.05
+
+
+def test_top_k_attention_keeps_k_keys_per_query_renormalised():
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 12, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    full, w_full = reference_attention(q, k, v, scale=8**-0.5)
+    for kk in (1, 2, 4):
+        y, w = reference_attention(q, k, v, scale=8**-0.5, top_k=kk)
+        kept = (w > 0).sum(-1)  # (B, nh, T)
+        # Query t sees t + 1 keys: it keeps min(k, t + 1) of them, the highest-weighted under full softmax.
+        assert torch.equal(kept, torch.arange(12).clamp(max=kk - 1).add(1).expand_as(kept))
+        torch.testing.assert_close(w.sum(-1), torch.ones_like(kept, dtype=w.dtype))
+        top = w_full.topk(kk, dim=-1).indices
+        assert torch.equal(torch.gather(w, -1, top).gt(0).sum(-1), kept)  # the kept keys are full softmax's top ones
+        assert bool((w.tril() == w).all())  # still causal
+    y1, w1 = reference_attention(q, k, v, scale=8**-0.5, top_k=1)
+    # Top-1 is "ordering one dish": each query's output is exactly the value of its best-scoring key.
+    best = w_full.argmax(-1, keepdim=True)
+    torch.testing.assert_close(y1, torch.gather(v, -2, best.expand(-1, -1, -1, 8)))
+    # k at least the number of keys is full softmax.
+    y12, _ = reference_attention(q, k, v, scale=8**-0.5, top_k=12)
+    torch.testing.assert_close(y12, full)
+    with pytest.raises(ConfigError, match="top_k=0"):
+        keep_top_k(torch.zeros(2, 2), 0)
+
+
+def test_top_k_attention_switches_a_model_for_a_block_only():
+    ref, fused = model_pair()
+    x = tokens()
+    base, _ = fused(x)
+    with top_k_attention(fused, 2):
+        restricted, _ = fused(x)
+        weights = fused.attention_weights(x)
+    with top_k_attention(ref, 2):
+        ref_restricted, _ = ref(x)
+    assert not torch.allclose(restricted, base)  # top-2 of up to 16 keys changes the prediction
+    torch.testing.assert_close(restricted, ref_restricted, atol=1e-5, rtol=1e-5)  # same on either implementation
+    assert all(int((w > 0).sum(-1).max()) == 2 for w in weights)
+    after, _ = fused(x)
+    torch.testing.assert_close(after, base, atol=0, rtol=0)  # restored: the fused path again
+    assert all(m.top_k is None for m in fused.modules() if isinstance(m, CausalSelfAttention))

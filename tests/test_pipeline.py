@@ -10,6 +10,13 @@ import pytest
 from cli import TINY, check_evaluations, manifest, materializations, mlflow_runs, step_errors
 
 
+def check_records(inst, run_id):
+    """(check name, asset) → its evaluation in run `run_id`."""
+    recs = inst.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION).records
+    evs = [r.event_log_entry.dagster_event.event_specific_data for r in recs]
+    return {(ev.check_name, ev.asset_key.to_user_string()): ev for ev in evs}
+
+
 def materialize(cfg, selection=None, inst=None):
     from pipelines.definitions import defs
 
@@ -44,11 +51,13 @@ def test_tiny_graph_materializes_everything(tiny_run):
     checks = {name: ev.passed for name, ev in check_evaluations(inst, run_id).items()}
     expected = {k.name for k in defs.resolve_asset_graph().asset_check_keys}
     # Findings that need a trained model of some size (warnings): evaluated, with figures, but at
-    # 30 steps on 24 articles they may go either way. Every other check passes.
-    size_dependent = {"heads_differ", "fact_neurons_matter", "later_context_helps"}
-    assert set(checks) == expected and all(v for k, v in checks.items() if k not in size_dependent), checks
+    # 30 steps on 24 articles they may go either way. Wall-time scaling measured on a shared CPU
+    # (warnings too) bends under load. Every other check passes.
+    size_dependent = {"heads_differ", "fact_neurons_matter", "later_context_helps", "soft_attention_beats_topk"}
+    timing = {"attention_time_scales_as_claimed", "kv_cache_pays"}
+    assert set(checks) == expected and all(v for k, v in checks.items() if k not in size_dependent | timing), checks
     evs = check_evaluations(inst, run_id)
-    assert all(evs[k].metadata for k in size_dependent)
+    assert all(evs[k].metadata and evs[k].severity == dg.AssetCheckSeverity.WARN for k in size_dependent | timing)
     assert inst.get_run_by_id(run_id).status == dg.DagsterRunStatus.SUCCESS
 
 
@@ -62,7 +71,7 @@ def test_manifests_point_at_their_own_run_files(tiny_run):
     assert tok["sha256"] == tok["files"]["tokenizer"]["sha256"] == labels["tokenizer_sha256"]
     lm = manifest(inst, run_id, "lstm_lm")
     # The final folder holds the weights (config in their header), not the optimizer state.
-    assert sorted(p.name for p in Path(lm["weights"]).parent.iterdir()) == ["manifest.json", "model.safetensors", "samples.txt"]
+    assert sorted(p.name for p in Path(lm["weights"]).parent.iterdir()) == ["figures", "manifest.json", "model.safetensors", "samples.txt"]
     assert lm["inputs"] == {"labels": run_id, "tokenizer": run_id} and lm["resumed_from_step"] == 0
     # No half-written folders, no checkpoint scratch and no leases are left behind.
     assert not list((state / "artifacts").rglob(".*partial*"))
@@ -122,6 +131,66 @@ def test_studies_report_measured_findings(tiny_run):
     assert len(memories["neurons"]) == 3 and all(n["value_tokens"] for n in memories["neurons"])
     # Tables are sortable Dagster tables.
     assert isinstance(materializations(inst, run_id)["gradient_study"].metadata["factors"], dg.TableMetadataValue)
+
+
+def test_new_claims_are_checks_with_their_figures(tiny_run):
+    state, inst, run_id = tiny_run
+    evs = check_records(inst, run_id)
+    for lm in ("rnn_lm", "lstm_lm", "transformer_lm", "transformer_window_lm", "transformer_1head_lm"):
+        m = evs[("clipping_bounds_gradient", lm)].metadata
+        assert m["max_grad_norm_clipped"].value <= m["grad_clip"].value * (1 + 1e-4) and m["log_points"].value == 6
+        assert "points_over_clip" in m and "max_grad_norm" in m
+    # At 30 steps the Transformer's gradient norm exceeds grad_clip at some log point: the bound was needed.
+    assert evs[("clipping_bounds_gradient", "transformer_lm")].metadata["points_over_clip"].value > 0
+    m = evs[("onehot_equidistant_learned_not", "embedding_eval")].metadata
+    assert m["onehot_min"].value == m["onehot_max"].value == pytest.approx(2**0.5) and m["learned_cv"].value > m["random_cv"].value
+    m = evs[("pad_excluded_from_similarity", "word_embeddings")].metadata
+    assert m["pad_in_neighbours"].value == 0 and m["words_probed"].value == 200 and m["pad_row_norm"].value == 0
+    assert evs[("attention_rows_sum_to_one", "attention_heads")].metadata["max_row_sum_error"].value < 1e-5
+    m = evs[("soft_attention_beats_topk", "attention_topk")].metadata
+    assert {"top1_val_loss", "top2_val_loss", "top4_val_loss", "full_val_loss", "top1_weight_share"} <= set(m)
+    assert evs[("clipping_tames_exploding_gradients", "gradient_study")].metadata["unclipped_diverges"].value
+    m = evs[("attention_scales_as_claimed", "attention_cost")].metadata
+    assert 3.6 <= m["reference_memory_ratio_last_doubling"].value <= 4.4
+    assert evs[("kv_cache_grows_recurrent_state_does_not", "generation_cost")].passed
+
+
+def test_report_names_every_stage_and_claim_and_sits_on_the_mlflow_parent(tiny_run):
+    state, inst, run_id = tiny_run
+    from pipelines.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    report = manifest(inst, run_id, "report")
+    page = Path(report["path"]).read_text(encoding="utf-8")
+    assert Path(report["path"]).parent.name == run_id
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        if key.to_user_string() != "report":
+            assert f'id="stage-{node.group_name}"' in page and f'id="asset-{key.to_user_string()}"' in page
+    assert page.count("data:image/png;base64,") >= 20  # the stages' plots, in the page itself
+    # Every check of the run that judges a claim is in the report, with the same verdict.
+    evs = check_records(inst, run_id)
+    data_checks = {"tokenizer_is_healthy", "labels_are_shifted_inputs"}
+    claims = {(c["claim"], c["asset"]): c["status"] for c in report["claims"]}
+    assert set(claims) == {k for k in evs if k[0] not in data_checks}
+    for (name, asset), status in claims.items():
+        assert (status == "passed") == evs[(name, asset)].passed, (name, asset, status)
+        assert f'id="claim-{name}-{asset}"' in page
+        assert f'<tr class="{status.replace(" ", "_")}" id="claim-{name}-{asset}">' in page
+    assert all(name in page for name in data_checks)  # as Dagster recorded them
+    # On the MLflow parent run: the page, the headline metrics, the summary as its description.
+    client, all_runs = mlflow_runs(state)
+    parent = next(r for r in all_runs if r.data.tags.get("dagster.role") == "dagster_run")
+    assert report["mlflow_parent_run_id"] == parent.info.run_id
+    assert "report.html" in [a.path for a in client.list_artifacts(parent.info.run_id)]
+    assert parent.data.metrics["claims/passed"] == report["counts"]["passed"] > 20
+    assert parent.data.metrics["transformer_lm/val/loss"] == manifest(inst, run_id, "transformer_lm")["metrics"]["val/loss"]
+    note = parent.data.tags["mlflow.note.content"]
+    assert "`soft_attention_beats_topk`" in note and "report.html" in note
+    # Linked from Dagster: the file and its view in the MLflow UI.
+    meta = materializations(inst, run_id)["report"].metadata
+    assert meta["report_path"].value == report["path"]
+    assert meta["report_url"].value.endswith(f"/runs/{parent.info.run_id}/artifacts/report.html")
 
 
 def test_comparison_children_line_up_in_mlflow(tiny_run):

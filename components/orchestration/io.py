@@ -34,8 +34,9 @@ def manifest_path(key: dg.AssetKey, run_id: str, partition: str | None = None) -
 
 
 def verify_files(manifest: dict[str, Any], asset: str) -> None:
-    """Check every file the manifest records: present, same size, same hash (when affordable)."""
-    for name, rec in manifest.get("files", {}).items():
+    """Check every file the manifest records (outputs and figures): present, same size, same hash (when affordable)."""
+    recorded = {**manifest.get("files", {}), **{f"figure {k}": v for k, v in manifest.get("figures", {}).items()}}
+    for name, rec in recorded.items():
         p = Path(rec["path"])
         if not p.exists():
             raise PipelineInputError(

@@ -15,7 +15,6 @@ not the optimizer state.
 
 
 import fcntl
-import math
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,12 +32,14 @@ from components.core.models.transformer import TransformerSettings
 from components.core.tokenizer import load_tokenizer
 from components.core.training import WEIGHTS_FILE, TrainSettings
 
+from .checks import claim_spec, judged
 from .stage import stage
 from .state import state_root
 from .tracking import MlflowTracker, config_hash
 
 LM_TAG = "pipeline/language_model"  # tag key every language-model asset carries (value: family)
 TRAINING_POOL = "training"  # one training at a time per device (pool limit in dagster.yaml)
+LM_CLAIMS = ("better_than_uniform", "clipping_bounds_gradient")  # judged on every language model by its own step
 
 
 class RecurrentModelConfig(dg.Config, RecurrentSettings):
@@ -111,7 +112,7 @@ def exclusive(path: Path) -> Iterator[None]:
 
 
 def _history_summary(history: list[dict]) -> list[dict]:
-    keep = ("step", "step_ms", "train/loss", "val/loss", "val/ppl", "tokens_per_s", "lr", "grad_norm")
+    keep = ("step", "step_ms", "train/loss", "val/loss", "val/ppl", "tokens_per_s", "lr", "grad_norm", "grad_norm_clipped")
     return [{k: h[k] for k in keep if k in h} for h in history]
 
 
@@ -142,7 +143,7 @@ def language_model_asset(
         kinds={"pytorch", "safetensors"},
         tags={LM_TAG: family},
         pool=TRAINING_POOL,
-        check_specs=[dg.AssetCheckSpec("better_than_uniform", asset=name, description="Validation loss below ln(vocabulary size), the loss of guessing uniformly.")],
+        check_specs=[claim_spec(c, name) for c in LM_CLAIMS],
     )
     def _lm(context: dg.AssetExecutionContext, config: config_cls, labels: dict, tokenizer: dict, mlflow: MlflowTracker):
         check_same_tokenizer(labels, tokenizer)
@@ -153,7 +154,8 @@ def language_model_asset(
             output = _train_and_publish(context, mlflow, config, labels, tokenizer, scratch)
             shutil.rmtree(scratch, ignore_errors=True)  # under the lock: a waiting run starts clean
         yield output
-        yield uniform_check(output.value)
+        for c in LM_CLAIMS:
+            yield judged(c, output.value)
 
     def _train_and_publish(context, mlflow, config, labels, tokenizer, scratch) -> dg.Output[dict]:
         settings = config.model_dump()
@@ -210,18 +212,6 @@ def language_model_asset(
         return output
 
     return _lm
-
-
-def uniform_check(manifest: dict) -> dg.AssetCheckResult:
-    """A model worse than uniform guessing learned nothing (or diverged): a warning, with the figures."""
-    uniform = math.log(int(manifest["vocab_size"]))
-    val = float(manifest["metrics"]["val/loss"])
-    return dg.AssetCheckResult(
-        check_name="better_than_uniform",
-        passed=bool(val < uniform),
-        severity=dg.AssetCheckSeverity.WARN,
-        metadata={"val_loss": val, "uniform_loss": uniform, "margin": uniform - val},
-    )
 
 
 class LanguageModel(dg.Component, dg.Model, dg.Resolvable):

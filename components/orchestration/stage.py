@@ -8,7 +8,9 @@ anything trains), and a run-scoped output folder that appears only when the step
 `Stage.publish(...)` is the one epilogue: it takes headline metrics, tables, figures, texts and
 files, logs them to the nested MLflow run (metrics, tables, figures, artifacts) and returns the
 `dg.Output` whose manifest names every file with its size and hash and whose metadata carries the
-same numbers, sortable tables, inline figures and a link to the MLflow run.
+same numbers, sortable tables, inline figures and a link to the MLflow run. The manifest also keeps
+what was published (metrics, the first rows of each table, texts, the figures as PNG files beside
+the outputs) for the run's report.
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ from components.core.artifacts import atomic_dir, file_info
 
 from .recovery import prune, recover_dead_runs, run_lease
 from .state import artifacts_root
-from .tracking import AssetRun, MlflowTracker, figure_markdown
+from .tracking import AssetRun, MlflowTracker, figure_markdown, finite_metrics
 from .validation import validate_run_config
 
 RETENTION_ENV = "PIPELINE_KEEP_LAST"
 DEFAULT_KEEP_LAST = 3
+REPORT_TABLE_ROWS = 50  # rows of each table kept in the manifest for the report (MLflow has them all)
+FIGURE_DPI = 100
 
 
 def metric_key(name: str) -> str:
@@ -120,8 +124,13 @@ class Stage:
             if rows:
                 self.run.log_table(rows, name)
                 metadata[name] = table_metadata(rows)
+        figure_files = {}
         for name, fig in (figures or {}).items():
-            self.run.log_figure(fig, f"{name}.png")
+            png = self.tmp / "figures" / f"{name}.png"  # beside the outputs, for the report; `<name>.png` in MLflow
+            png.parent.mkdir(exist_ok=True)
+            fig.savefig(png, format="png", dpi=FIGURE_DPI, bbox_inches="tight")
+            self.run.log_artifact(png)
+            figure_files[name] = {**file_info(png), "path": self.final_path(png)}
             metadata[name] = figure_markdown(fig)
             plt.close(fig)
         for name, text in (texts or {}).items():
@@ -145,6 +154,15 @@ class Stage:
         out = {
             **manifest,
             "files": recorded,
+            "figures": figure_files,
+            "published": {
+                "metrics": finite_metrics(metrics or {}),
+                "tables": {name: rows[:REPORT_TABLE_ROWS] for name, rows in (tables or {}).items() if rows},
+                "table_rows": {name: len(rows) for name, rows in (tables or {}).items() if rows},
+                "texts": dict(texts or {}),
+                "warnings": all_warnings,
+                "mlflow_url": self.run.url,
+            },
             "asset": self.context.asset_key.to_user_string(),
             "dagster_run_id": self.context.run.run_id,
             "mlflow_run_id": self.run.run_id,

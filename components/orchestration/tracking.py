@@ -35,6 +35,7 @@ PARENT_ROLE = "dagster_run"
 EXPERIMENT = "wordvec-to-transformer"
 UI_URL_ENV = "MLFLOW_UI_URL"
 DEFAULT_UI_URL = "http://127.0.0.1:5000"
+MAX_NOTE_CHARS = 8000  # MLflow's limit on a tag value
 
 
 def config_hash(params: dict[str, Any]) -> str:
@@ -133,6 +134,20 @@ class AssetRun:
 
     def metadata(self) -> dict[str, Any]:
         return {"mlflow_run_id": self.run_id, "mlflow_url": dg.MetadataValue.url(self.url)}
+
+    def artifact_url(self, path: str) -> str:
+        """The MLflow UI's view of one of this run's artifacts."""
+        return f"{self.url}/artifacts/{path}"
+
+    def parent(self) -> "AssetRun":
+        """The run this one is nested in (for an asset's run: the Dagster run's parent run, which holds
+        the run's summary)."""
+        parent_id = self.client.get_run(self.run_id).data.tags["mlflow.parentRunId"]
+        return AssetRun(self.client, parent_id, self.experiment_id, self.ui_base)
+
+    def set_note(self, markdown: str) -> None:
+        """The run's description in the MLflow UI (`mlflow.note.content`, at most 8000 characters)."""
+        self.client.set_tag(self.run_id, "mlflow.note.content", markdown[:MAX_NOTE_CHARS])
 
 
 class MlflowTracker(dg.ConfigurableResource):

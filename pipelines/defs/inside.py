@@ -1,8 +1,10 @@
-"""Inside the trained Transformer: what each head attends to (and whether several heads matter), and
-the FFN's neurons as key-value memories, probed on facts and on made-up entities.
+"""Inside the trained Transformer: what each head attends to (and whether several heads matter), the
+FFN's neurons as key-value memories, probed on facts and on made-up entities, and what attending to
+only the top-scoring keys costs.
 
     transformer_lm, transformer_1head_lm, labels, tokenizer ──► attention_heads
     transformer_lm, labels, tokenizer, corpus ──► ffn_memories
+    transformer_lm, labels ──► attention_topk (top-k keys per query against the full softmax)
 """
 
 import dagster as dg
@@ -10,8 +12,10 @@ import dagster as dg
 from components.core.corpus import load_corpus
 from components.core.labels import load_labels
 from components.core.lm import load_lm
+from components.core.studies.attention_topk import AttentionTopKSettings, attention_topk as run_attention_topk
 from components.core.studies.inside import InsideSettings, attention_heads as run_attention_heads, ffn_memories as run_ffn_memories, known_words
 from components.core.tokenizer import load_tokenizer
+from components.orchestration.checks import claim_check
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
 
@@ -20,6 +24,10 @@ GROUP = "inside"
 
 class InsideConfig(dg.Config, InsideSettings):
     """Sentences, thresholds and sizes of the look inside the Transformer."""
+
+
+class AttentionTopKConfig(dg.Config, AttentionTopKSettings):
+    """Keys kept per query and validation blocks of the top-k attention evaluation."""
 
 
 def _codec(tokenizer: dict):
@@ -52,18 +60,8 @@ def attention_heads(
         )
 
 
-@dg.asset_check(
-    asset=attention_heads,
-    description="Attention weights are a distribution per query (each row sums to 1 within 1e-5), and the heads do not all do one "
-    "thing: at least two head classes, and zeroing some head costs more than 0.01 nats.",
-)
-def heads_differ(attention_heads: dict) -> dg.AssetCheckResult:
-    m = attention_heads["metrics"]
-    kinds = {h["kind"] for h in attention_heads["heads"]}
-    checks = {"rows_sum_to_one": m["heads/max_row_sum_error"] < 1e-5, "several_head_classes": len(kinds) >= 2,
-              "some_head_matters": m["heads/max_ablation_increase"] > 0.01}
-    return dg.AssetCheckResult(passed=all(checks.values()), severity=dg.AssetCheckSeverity.WARN,
-                               metadata={**checks, "classes": ", ".join(sorted(kinds)), **{k.replace("/", "_"): v for k, v in m.items()}})
+attention_rows_sum_to_one = claim_check("attention_rows_sum_to_one", attention_heads)
+heads_differ = claim_check("heads_differ", attention_heads)
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"})
@@ -91,12 +89,26 @@ def ffn_memories(
         )
 
 
-@dg.asset_check(
-    asset=ffn_memories,
-    description="The attributed neurons carry the facts: zeroing the top-k lowers the answers' mean probability more than zeroing "
-    "k random neurons of the same layers (figures reported whatever they are).",
-)
-def fact_neurons_matter(ffn_memories: dict) -> dg.AssetCheckResult:
-    m = ffn_memories["metrics"]
-    ok = bool(ffn_memories["probe"]) and m["ffn/p_top_k_zeroed_mean"] < m["ffn/p_random_k_zeroed_mean"]
-    return dg.AssetCheckResult(passed=ok, severity=dg.AssetCheckSeverity.WARN, metadata={k.replace("/", "_"): v for k, v in m.items()})
+fact_neurons_matter = claim_check("fact_neurons_matter", ffn_memories)
+
+
+@dg.asset(group_name=GROUP, kinds={"pytorch"})
+def attention_topk(
+    context: dg.AssetExecutionContext, config: AttentionTopKConfig, transformer_lm: dict, labels: dict, mlflow: MlflowTracker
+) -> dg.Output[dict]:
+    """Soft attention against picking only the top-scoring keys: the trained Transformer's validation
+    loss with each query restricted to its top-k keys (renormalised), for each k, against the full
+    softmax; and the share of the softmax's weight those k keys carry."""
+    with stage(context, mlflow, config.model_dump()) as s:
+        _, val, _ = load_labels(labels["path"])
+        r = run_attention_topk(load_lm(transformer_lm["weights"]), val, config)
+        metrics = r.metrics()
+        return s.publish(
+            {"rows": r.rows, "block_size": r.block_size, "blocks": r.blocks, "metrics": metrics},
+            metrics=metrics,
+            tables={"topk": r.rows},
+            figures=r.figures,
+        )
+
+
+soft_attention_beats_topk = claim_check("soft_attention_beats_topk", attention_topk)

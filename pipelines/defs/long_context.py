@@ -16,6 +16,7 @@ from components.core.studies.attention_cost import AttentionCostSettings, attent
 from components.core.studies.context_usage import ContextUsageSettings, context_usage as run_context_usage
 from components.core.studies.generation_cost import GenerationCostSettings, generation_cost as run_generation_cost
 from components.core.studies.long_context import LongContextSettings, long_context_cost as run_long_context_cost
+from components.orchestration.checks import claim_check
 from components.orchestration.language_model import TRAINING_POOL
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
@@ -62,28 +63,8 @@ def attention_cost(context: dg.AssetExecutionContext, config: AttentionCostConfi
         )
 
 
-@dg.asset_check(
-    asset=attention_cost,
-    description="Double the length, four times the cost: the reference's time and memory grow as N² (exponents 1.5–2.8 and 1.8–2.2), "
-    "the fused kernel's memory as N (exponent ≤ 1.1), the sliding window's time about as N (0.6–1.5, and below the reference's by 0.3 "
-    "or more), in the training pass. Time on a CPU is noisier than memory: cache effects push the reference above 2 at some N.",
-)
-def attention_scales_as_claimed(attention_cost: dict) -> dg.AssetCheckResult:
-    f = {(x["pass"], x["impl"]): x for x in attention_cost["fits"]}
-    p = "forward_backward" if any(k[0] == "forward_backward" for k in f) else "forward"
-    ref, fused, window = f.get((p, "reference")), f.get((p, "fused")), f.get((p, "window"))
-    checks = {}
-    if ref:
-        checks["reference_time_quadratic"] = 1.5 <= ref["time_exponent"] <= 2.8
-        checks["reference_memory_quadratic"] = 1.8 <= ref["memory_exponent"] <= 2.2
-    if fused:
-        checks["fused_memory_linear"] = fused["memory_exponent"] <= 1.1
-    if window:
-        checks["window_time_linear"] = 0.6 <= window["time_exponent"] <= 1.5 and (
-            ref is None or window["time_exponent"] <= ref["time_exponent"] - 0.3
-        )
-    figures = {f"{impl}_{k}": x[k] for (q, impl), x in f.items() if q == p for k in ("time_exponent", "memory_exponent", "time_ratio_last_doubling")}
-    return dg.AssetCheckResult(passed=bool(checks) and all(checks.values()), metadata={"pass": p, **checks, **figures})
+attention_scales_as_claimed = claim_check("attention_scales_as_claimed", attention_cost)
+attention_time_scales_as_claimed = claim_check("attention_time_scales_as_claimed", attention_cost)
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
@@ -108,28 +89,8 @@ def generation_cost(
         )
 
 
-@dg.asset_check(
-    asset=generation_cost,
-    description="With the KV cache a token's time grows at most linearly with the context (exponent ≤ 1.1) and grows less than without "
-    "it (which reruns the context); the cache holds 2·n_layer·L·n_embd values, growing with L, while the RNN's and LSTM's state stays one size.",
-)
-def kv_cache_pays(generation_cost: dict) -> dg.AssetCheckResult:
-    f = {x["model"]: x for x in generation_cost["fits"]}
-    kv, nc = f["transformer_kv_cache"], f["transformer_no_cache"]
-    rows = generation_cost["rows"]
-
-    def held(model: str) -> list[int]:
-        return [r["bytes_per_sequence"] for r in rows if r["model"] == model and "skipped" not in r]
-
-    kv_bytes = held("transformer_kv_cache")
-    checks = {
-        "cached_at_most_linear": kv["time_exponent"] <= 1.1,
-        "uncached_grows_faster": nc["max_over_min"] > kv["max_over_min"] and nc["time_exponent"] > kv["time_exponent"],
-        "cache_grows_with_context": all(b > a for a, b in zip(kv_bytes, kv_bytes[1:])),
-        "recurrent_state_constant": all(len(set(held(m))) == 1 for m in ("rnn", "lstm")),
-    }
-    figures = {f"{m}_{k}": x[k] for m, x in f.items() for k in ("time_exponent", "max_over_min", "bytes_per_sequence_at_max")}
-    return dg.AssetCheckResult(passed=all(checks.values()), metadata={**checks, **figures})
+kv_cache_grows_recurrent_state_does_not = claim_check("kv_cache_grows_recurrent_state_does_not", generation_cost)
+kv_cache_pays = claim_check("kv_cache_pays", generation_cost)
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
@@ -157,24 +118,7 @@ def long_context_cost(
         )
 
 
-@dg.asset_check(
-    asset=long_context_cost,
-    description="The arithmetic holds on our own runs: the KV cache measured in generation_cost equals 2·n_layer·n_head·head_dim·L·4 bytes "
-    "at every L; the reference attention's peak memory is a constant multiple of its N×N score matrix (max/min of the ratio ≤ 1.25 over the "
-    "fitted N) and doubling N multiplies it by 3.6–4.4 (the article's ×4).",
-)
-def arithmetic_matches_measurement(long_context_cost: dict) -> dg.AssetCheckResult:
-    s = long_context_cost["summary"]
-    checks = {"kv_cache_equals_formula": bool(long_context_cost["kv_check"]) and all(
-        abs(r["measured_over_predicted"] - 1) < 1e-9 for r in long_context_cost["kv_check"])}
-    for p in ("forward", "forward_backward"):
-        lo, hi = s.get(f"reference_{p}_peak_over_scores_min"), s.get(f"reference_{p}_peak_over_scores_max")
-        if lo is not None:
-            checks[f"reference_{p}_memory_tracks_n_squared"] = hi / lo <= 1.25
-        r = s.get(f"reference_{p}_memory_ratio_last_doubling")
-        if r is not None:
-            checks[f"reference_{p}_memory_x4_per_doubling"] = 3.6 <= r <= 4.4
-    return dg.AssetCheckResult(passed=all(checks.values()), metadata={**checks, **{k: float(v) for k, v in s.items() if v is not None}})
+arithmetic_matches_measurement = claim_check("arithmetic_matches_measurement", long_context_cost)
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"})
@@ -199,17 +143,4 @@ def context_usage(
         )
 
 
-@dg.asset_check(
-    asset=context_usage,
-    description="Later context helps: every model's loss falls from the first positions to the last (gain > 0); the windowed "
-    "Transformer saturates no later than its receptive field and is no better than full attention after its window.",
-)
-def later_context_helps(context_usage: dict) -> dg.AssetCheckResult:
-    checks = {f"{s['model']}_gains_from_context": s["gain_from_context"] > 0 for s in context_usage["summaries"]}
-    for s in context_usage["summaries"]:
-        if s["receptive_field"]:
-            checks[f"{s['model']}_saturates_within_receptive_field"] = s["saturation_position"] <= s["receptive_field"]
-    for g in context_usage["window_gaps"]:
-        checks[f"{g['model']}_not_better_after_window"] = not g["gap_after_window"] < 0
-    figures = {k.replace("/", "_"): v for k, v in context_usage["metrics"].items()}
-    return dg.AssetCheckResult(passed=all(checks.values()), severity=dg.AssetCheckSeverity.WARN, metadata={**checks, **figures})
+later_context_helps = claim_check("later_context_helps", context_usage)

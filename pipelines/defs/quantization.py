@@ -18,6 +18,7 @@ from components.core.studies.quantization import (
 )
 from components.core.studies.quantization import weights_arithmetic as arithmetic_of
 from components.core.training import read_metadata
+from components.orchestration.checks import claim_check
 from components.orchestration.language_model import check_same_tokenizer
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
@@ -111,48 +112,10 @@ def quantized_models(
         )
 
 
-def _size_check(manifest: dict, key: str, what: str) -> dg.AssetCheckResult:
-    c = manifest["checks"][key]
-    if c["value"] is None:
-        return dg.AssetCheckResult(passed=True, metadata={"note": f"{what} was not among quantized_models' variants: nothing to check"})
-    return dg.AssetCheckResult(
-        passed=bool(c["value"] <= c["limit"]),
-        metadata={
-            "ratio_codes_and_scales": c["value"], "limit": c["limit"], "ratio_with_code_books": c["all_in"],
-            "model": manifest["main_model"],
-        },
-    )
-
-
-def _ppl_check(manifest: dict, key: str, what: str) -> dg.AssetCheckResult:
-    c = manifest["checks"][key]
-    if c["value"] is None:
-        return dg.AssetCheckResult(passed=True, severity=dg.AssetCheckSeverity.WARN, metadata={"note": f"{what} was not measured"})
-    return dg.AssetCheckResult(
-        passed=bool(c["value"] <= c["limit"]),
-        severity=dg.AssetCheckSeverity.WARN,
-        metadata={"perplexity_increase_pct": c["value"], "limit_pct": c["limit"], "model": manifest["main_model"]},
-    )
-
-
-@dg.asset_check(asset=quantized_models, description="INT8 (codes + per-row scales) of the Transformer's quantized layers ≤ 0.55× their FP16 bytes.")
-def int8_weights_size(quantized_models: dict) -> dg.AssetCheckResult:
-    return _size_check(quantized_models, "int8_size", "int8")
-
-
-@dg.asset_check(asset=quantized_models, description="NF4 (4-bit codes + absmax blocks) of the Transformer's quantized layers ≤ 0.30× their FP16 bytes.")
-def nf4_weights_size(quantized_models: dict) -> dg.AssetCheckResult:
-    return _size_check(quantized_models, "nf4_size", "nf4")
-
-
-@dg.asset_check(asset=quantized_models, description="INT8 raises the Transformer's validation perplexity by at most 1 % (a warning: the figure is reported either way).")
-def int8_perplexity_cost(quantized_models: dict) -> dg.AssetCheckResult:
-    return _ppl_check(quantized_models, "int8_ppl", "int8")
-
-
-@dg.asset_check(asset=quantized_models, description="NF4 raises the Transformer's validation perplexity by at most 5 % (a warning: the figure is reported either way).")
-def nf4_perplexity_cost(quantized_models: dict) -> dg.AssetCheckResult:
-    return _ppl_check(quantized_models, "nf4_ppl", "nf4")
+int8_weights_size = claim_check("int8_weights_size", quantized_models)
+nf4_weights_size = claim_check("nf4_weights_size", quantized_models)
+int8_perplexity_cost = claim_check("int8_perplexity_cost", quantized_models)
+nf4_perplexity_cost = claim_check("nf4_perplexity_cost", quantized_models)
 
 
 def _train_settings(source: dict, client: Any) -> dict:
@@ -268,19 +231,7 @@ def model_export(
         )
 
 
-@dg.asset_check(asset=model_export, description="Every export folder, reloaded on its own, reproduces the exported model (float: bit-exact logits; quantized: the same evaluation).")
-def reload_reproduces_logits(model_export: dict) -> dg.AssetCheckResult:
-    rows = model_export["rows"]
-    return dg.AssetCheckResult(
-        passed=bool(model_export["reload_ok"]),
-        metadata={
-            r["variant"]: dg.MetadataValue.text(
-                f"{'ok' if r['reload_ok'] else 'FAILED'} ({r['criterion']}): max abs Δlogit {r['reload_logits_max_abs_diff']:.3g}, "
-                f"val loss {r['exported_val_loss']:.6f} → {r['reloaded_val_loss']:.6f}"
-            )
-            for r in rows
-        },
-    )
+reload_reproduces_logits = claim_check("reload_reproduces_logits", model_export)
 
 
 @dg.asset(group_name=GROUP, kinds={"safetensors"})

@@ -9,6 +9,7 @@ from components.core.labels import load_labels
 from components.core.models.transformer import TransformerSettings
 from components.core.studies.ablations import AblationSettings, run_ablations
 from components.core.training import TrainSettings
+from components.orchestration.checks import claim_check
 from components.orchestration.language_model import TRAINING_POOL, TrainConfig, TransformerModelConfig, check_same_tokenizer
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
@@ -74,11 +75,4 @@ def transformer_ablations(
         )
 
 
-@dg.asset_check(asset=transformer_ablations, description="Without positional encoding the model (bidirectional attention) is permutation-equivariant; with it, it is not.")
-def position_breaks_order_symmetry(transformer_ablations: dict) -> dg.AssetCheckResult:
-    m = transformer_ablations["metrics"]
-    no_pe, with_pe = m["permutation/no_pe_rel_err"], m["permutation/with_pe_rel_err"]
-    # Without PE the outputs permute with the inputs up to float32 rounding (~1e-7); with PE the
-    # error must stand well clear of that noise (small models at init are only mildly position-aware).
-    passed = bool(no_pe < 1e-5 and with_pe > 100 * max(no_pe, 1e-7))
-    return dg.AssetCheckResult(passed=passed, metadata={"no_pe_rel_err": no_pe, "with_pe_rel_err": with_pe})
+position_breaks_order_symmetry = claim_check("position_breaks_order_symmetry", transformer_ablations)

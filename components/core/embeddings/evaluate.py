@@ -1,4 +1,5 @@
-"""Evaluate word vectors: analogies, word similarity, neighbours, one-hot versus learned, a PCA plot.
+"""Evaluate word vectors: analogies, word similarity, neighbours, one-hot versus learned (cosines of
+probe pairs, pairwise distances), a PCA plot.
 
 Every evaluator takes plain `(words, vectors)` with row i ↔ words[i], so it runs on our vectors and
 on gensim's (`kv.index_to_key, kv.vectors`) alike, and reproduces gensim's own numbers
@@ -70,6 +71,9 @@ class EmbeddingEvalSettings(BaseModel):
     )
     min_similarity_pairs: int = Field(
         20, ge=1, description="Fewer in-vocabulary word pairs than this: report the OOV share only, no Spearman."
+    )
+    distance_words: int = Field(
+        500, ge=3, description="Pairwise distances (one-hot, learned, random) among this many most frequent words."
     )
 
     @field_validator("probe_triples")
@@ -372,6 +376,47 @@ def onehot_versus_learned(
     }
 
 
+def distance_spread(index: WordIndex, n: int = 500, seed: int = 0) -> dict:
+    """Euclidean distances between every pair of the `n` most frequent searchable words as unit vectors:
+    one-hot (each word its own axis: every distinct pair √2 apart, whatever the words), the learned
+    vectors, and random Gaussian directions of the same dimension (what "no structure" gives there).
+    Per set: min, max, mean, std and cv = std / mean of the pairwise distances."""
+    import scipy.sparse as sp
+
+    n = min(n, len(index))
+    if n < 3:
+        raise PipelineInputError(f"only {n} searchable words: too few for pairwise distances")
+    iu = np.triu_indices(n, 1)
+
+    def distances(gram: np.ndarray) -> np.ndarray:
+        sq = np.diag(gram)[:, None] + np.diag(gram)[None, :] - 2 * gram  # (n, n) squared distances
+        return np.sqrt(np.clip(sq[iu], 0, None))
+
+    def stats(d: np.ndarray) -> dict[str, float]:
+        mean = float(d.mean())
+        return {"min": float(d.min()), "max": float(d.max()), "mean": mean, "std": float(d.std()), "cv": float(d.std() / mean)}
+
+    onehot = sp.identity(int(index.rows.max()) + 1, dtype=np.float64, format="csr")[index.rows[:n]]  # (n, V) one-hot rows
+    learned = index.unit[:n].astype(np.float64)  # (n, D)
+    rand = np.random.default_rng(seed).standard_normal(learned.shape)
+    rand /= np.linalg.norm(rand, axis=1, keepdims=True)
+    return {
+        "words": n,
+        "pairs": int(len(iu[0])),
+        "onehot": stats(distances((onehot @ onehot.T).toarray())),
+        "learned": stats(distances(learned @ learned.T)),
+        "random": stats(distances(rand @ rand.T)),
+    }
+
+
+def spread_metrics(spread: dict) -> dict[str, float]:
+    """`distance_spread` under metric names: distance/words, distance/<onehot|learned|random>_<min|max|mean|std|cv>."""
+    m = {"distance/words": float(spread["words"])}
+    for kind in ("onehot", "learned", "random"):
+        m.update({f"distance/{kind}_{k}": v for k, v in spread[kind].items()})
+    return m
+
+
 def pca_figure(index: WordIndex, probe_words: Sequence[str], title: str = "PCA of probe word vectors"):
     """2-D PCA (SVD of the centred unit vectors) of the in-vocabulary probe words, as a matplotlib Figure."""
     from matplotlib.figure import Figure
@@ -415,6 +460,7 @@ class EmbeddingReport:
     king_man_woman: list[tuple[str, float]]  # empty when a word is missing
     onehot: dict
     figure: object  # matplotlib.figure.Figure
+    spread: dict = field(default_factory=dict)  # `distance_spread`
     notes: list[str] = field(default_factory=list)
 
     def metrics(self) -> dict[str, float]:
@@ -437,6 +483,8 @@ class EmbeddingReport:
                 m[f"{name}/spearman"] = r.spearman
         if self.onehot["triples_scored"]:
             m["probe/related_higher_share"] = self.onehot["related_higher"] / self.onehot["triples_scored"]
+        if self.spread:
+            m.update(spread_metrics(self.spread))
         return m
 
     def tables(self) -> dict[str, str]:
@@ -465,6 +513,13 @@ class EmbeddingReport:
             f"Vocabulary {o['vocab_size']} words, {o['dim']} dimensions. One-hot dense {o['onehot_dense_bytes'] * mb:.1f} MiB, "
             f"one-hot sparse (CSR) {o['onehot_sparse_bytes'] * mb:.2f} MiB, learned dense {o['embedding_dense_bytes'] * mb:.2f} MiB. "
             f"Largest cosine between distinct one-hot vectors: {o['onehot_max_offdiag_cosine']:.1f}.",
+            *([
+                "",
+                f"Pairwise distances among the {self.spread['words']} most frequent words (unit vectors): one-hot "
+                f"{self.spread['onehot']['min']:.6f} … {self.spread['onehot']['max']:.6f} (every pair √2); learned "
+                f"{self.spread['learned']['min']:.3f} … {self.spread['learned']['max']:.3f} (std/mean {self.spread['learned']['cv']:.3f}); "
+                f"random directions of the same dimension: std/mean {self.spread['random']['cv']:.3f}.",
+            ] if self.spread else []),
             "",
             "| anchor | related | unrelated | one-hot cos (related) | one-hot cos (unrelated) | learned cos (related) | learned cos (unrelated) |",
             "|---|---|---|---:|---:|---:|---:|",
@@ -494,6 +549,7 @@ def evaluate_embeddings(
     topn: int = 5,
     min_analogy_questions: int = 100,
     min_similarity_pairs: int = 20,
+    distance_words: int = 500,
 ) -> EmbeddingReport:
     """All evaluations of one set of word vectors (row i ↔ words[i]); paths default to gensim's test data."""
     words = list(words)
@@ -526,6 +582,7 @@ def evaluate_embeddings(
         king_man_woman=king,
         onehot=onehot_versus_learned(words, vectors, index, probe_triples),
         figure=pca_figure(index, probe_words),
+        spread=distance_spread(index, distance_words) if len(index) >= 3 else {},
         notes=notes,
     )
 
@@ -544,4 +601,5 @@ def evaluate_with_settings(words: Sequence[str], vectors: np.ndarray, settings: 
         topn=settings.topn,
         min_analogy_questions=settings.min_analogy_questions,
         min_similarity_pairs=settings.min_similarity_pairs,
+        distance_words=settings.distance_words,
     )

@@ -19,6 +19,11 @@ forward only (compiled through inductor's CPU template; eager it materialises th
 refuses the backward ("FlexAttention does not support backward on CPU"). All of them equal the
 reference under `allowed_keys(..., window, n_global)`.
 
+Top-k attention (evaluation only). `reference_attention(..., top_k=k)` keeps each query's k highest
+scores among the keys it may see and renormalises the softmax over them (top-1 is "ordering one
+dish": the single best key's value, no blend). `top_k_attention(model, k)` switches every attention
+module of a model to it for the duration of a `with` block (the training path never takes it).
+
 Generation. `KVCache` keeps each layer's keys and values of the positions seen so far, so a new
 token costs one query against the cached keys instead of recomputing the whole context: the new
 queries of a step see every cached key and, among themselves, the causal triangle.
@@ -34,8 +39,8 @@ is for tests and analysis, not the training hot path.
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
-from typing import Literal, get_args
+from contextlib import contextmanager, nullcontext
+from typing import Iterator, Literal, get_args
 
 import torch
 import torch.nn as nn
@@ -90,17 +95,50 @@ def reference_attention(
     dropout: nn.Module | None = None,
     window: int | None = None,
     n_global: int = 0,
+    top_k: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Explicit attention; returns (output (B, nh, T, hs), weights (B, nh, T, T))."""
+    """Explicit attention; returns (output (B, nh, T, hs), weights (B, nh, T, T)). `top_k`: each query
+    keeps only its k highest-scoring allowed keys (evaluation-time; see `keep_top_k`)."""
     T = q.shape[-2]
     att = (q @ k.transpose(-2, -1)) * scale  # (B, nh, T, T) raw scores
     if causal or key_padding_mask is not None:
         att = att.masked_fill(~allowed_keys(T, q.device, causal, key_padding_mask, window, n_global), float("-inf"))
+    if top_k is not None:
+        att = keep_top_k(att, top_k)
     att = F.softmax(att, dim=-1)  # (B, nh, T, T) each query's weights sum to 1
     weights = att
     if dropout is not None:
         att = dropout(att)
     return att @ v, weights  # (B, nh, T, hs), (B, nh, T, T)
+
+
+def keep_top_k(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Scores (..., T_q, T_k) with each query's all but k highest set to -inf, so a softmax afterwards
+    renormalises over the kept keys. Masked (-inf) keys are never kept over allowed ones; a query with
+    fewer than k allowed keys keeps them all. Ties at the k-th score are broken by position (exactly k kept)."""
+    if k < 1:
+        raise ConfigError(f"top_k={k} must be at least 1")
+    if k >= scores.shape[-1]:
+        return scores
+    keep = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, scores.topk(k, dim=-1).indices, True)
+    return scores.masked_fill(~keep, float("-inf"))
+
+
+@contextmanager
+def top_k_attention(model: nn.Module, k: int | None) -> Iterator[None]:
+    """Every `CausalSelfAttention` of `model` attends to each query's top-k keys only (renormalised)
+    inside the block; k None restores full softmax. For evaluation: the KV-cache path ignores it."""
+    mods = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
+    if not mods:
+        raise ConfigError(f"{type(model).__name__} has no attention modules to restrict to top-k keys")
+    before = [m.top_k for m in mods]
+    for m in mods:
+        m.top_k = k
+    try:
+        yield
+    finally:
+        for m, b in zip(mods, before):
+            m.top_k = b
 
 
 def fused_attention(
@@ -259,6 +297,7 @@ class CausalSelfAttention(nn.Module):
         self.window, self.n_global = (window, n_global) if impl == "sliding_window" else (None, 0)
         # 1/√d_head keeps the scores' variance ~1 whatever the head size; the ablation turns it off.
         self.scale = 1.0 / math.sqrt(self.head_dim) if scale_scores else 1.0
+        self.top_k: int | None = None  # evaluation-time top-k keys per query (`top_k_attention`); None = full softmax
         # Q, K and V for all heads in one matmul (one (C, 3C) weight = three (C, C) projections).
         self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
@@ -294,14 +333,15 @@ class CausalSelfAttention(nn.Module):
             y = cached_attention(
                 q, k, v, scale=self.scale, impl=self.impl, backend=self.sdpa_backend, window=self.window, n_global=self.n_global
             )
-        elif self.impl == "sliding_window" and causal and key_padding_mask is None and not need_weights:
+        elif self.impl == "sliding_window" and causal and key_padding_mask is None and not need_weights and self.top_k is None:
             y = sliding_window_attention(
                 q, k, v, self.window, self.scale, self.n_global, dropout_p=self.dropout if self.training else 0.0
             )  # (B, nh, T, hs)
-        elif self.impl == "reference" or need_weights or self.window is not None:
+        elif self.impl == "reference" or need_weights or self.window is not None or self.top_k is not None:
             y, weights = reference_attention(
                 q, k, v, scale=self.scale, causal=causal, key_padding_mask=key_padding_mask,
                 dropout=self.attn_dropout if self.training else None, window=self.window, n_global=self.n_global,
+                top_k=self.top_k,
             )  # (B, nh, T, hs)
         else:
             y = fused_attention(

@@ -235,6 +235,7 @@ class GradientStudyResult:
             out["clip/clipped_diverged"] = float(self.clipping.clipped_diverged)
             out["clip/clipped_trained"] = float(self.clipping.clipped_trained)
             out["clip/max_grad_norm_unclipped"] = self.clipping.max_grad_norm_unclipped
+            out["clip/max_grad_norm_clipped"] = self.clipping.max_grad_norm_clipped_after_clip
         return out
 
 

@@ -1,0 +1,500 @@
+"""The article's claims, each judged on a run's own artifacts.
+
+One function per claim. It takes the manifest (the plain JSON dict an asset hands downstream) of the
+asset whose output it judges, reads the files that manifest names when it needs them, and returns a
+`Verdict`: whether the claim held, its sub-checks and the measured figures. The asset checks call
+these functions and so does the run's report, so a check and the report never disagree.
+
+`CLAIMS` lists every claim with the asset it judges (`LANGUAGE_MODELS`: each language-model asset),
+its statement (the check's description), whether a failure blocks downstream steps, and whether it is
+a finding that needs a trained model of some size or a quiet machine (a warning when it fails) rather
+than a property that must hold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+LANGUAGE_MODELS = "*language models*"  # a claim judged on every language-model asset
+SQRT2 = math.sqrt(2.0)
+ONEHOT_TOLERANCE = 1e-9  # one-hot distances are √2 up to float rounding
+SPREAD_OVER_RANDOM = 1.5  # learned distances' std/mean at least this × that of random directions
+ROW_SUM_TOLERANCE = 1e-5
+CLIP_TOLERANCE = 1e-4  # relative: clipping scales by clip / (norm + 1e-6), then float32 rounding
+TOPK_MARGIN = 1e-4  # nats: a loss "rises" by more than float rounding between attention paths
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    checks: dict[str, bool]
+    figures: dict[str, Any]  # numbers, short strings
+    note: str = ""
+
+
+def verdict(checks: dict[str, bool], figures: dict[str, Any] | None = None, note: str = "") -> Verdict:
+    checks = {k: bool(v) for k, v in checks.items()}
+    return Verdict(passed=bool(checks) and all(checks.values()), checks=checks, figures=dict(figures or {}), note=note)
+
+
+def not_measured(note: str, figures: dict[str, Any] | None = None) -> Verdict:
+    """Nothing to judge (the stage did not measure it in this configuration): passes, and says so."""
+    return Verdict(passed=True, checks={}, figures=dict(figures or {}), note=note)
+
+
+@dataclass(frozen=True)
+class Claim:
+    name: str  # the asset check's name
+    asset: str  # the asset whose manifest is judged, or LANGUAGE_MODELS
+    statement: str
+    judge: Callable[[dict], Verdict] = field(repr=False)
+    blocking: bool = False
+    warn: bool = False  # a finding of a trained model or a timing: a warning, not an error, when it fails
+
+
+# --------------------------------------------------------------------------------------------------
+# Embeddings
+
+
+def pad_row_is_zero(word_embeddings: dict) -> Verdict:
+    from .embeddings import load_embeddings
+
+    emb = load_embeddings(word_embeddings["path"])
+    return verdict(
+        {"pad_row_is_zero": (emb.vectors[0] == 0).all(), "all_finite": np.isfinite(emb.vectors).all()},
+        {"pad_row_norm": float(np.linalg.norm(emb.vectors[0]))},
+    )
+
+
+def pad_excluded_from_similarity(word_embeddings: dict, n_words: int = 200, topn: int = 5) -> Verdict:
+    """[PAD]'s row is zero (no direction, so no cosine with anything), the similarity search leaves it
+    out, and it is never among the nearest neighbours of the `n_words` most frequent words."""
+    from .data import PAD_ID
+    from .embeddings import WordIndex, load_embeddings
+    from .embeddings.evaluate import nearest_neighbours
+    from .embeddings.vocab import PAD
+
+    emb = load_embeddings(word_embeddings["path"])
+    words = emb.vocab.words
+    index = WordIndex(words, emb.vectors)
+    probes = index.words[:n_words]
+    neighbours = nearest_neighbours(index, probes, topn)
+    hits = sum(w == PAD for nb in neighbours.values() for w, _ in nb)
+    return verdict(
+        {
+            "pad_row_is_zero": (emb.vectors[PAD_ID] == 0).all(),
+            "pad_not_searchable": PAD_ID not in set(index.rows.tolist()),
+            "pad_never_a_neighbour": hits == 0,
+        },
+        {"pad_token": words[PAD_ID], "pad_row_norm": float(np.linalg.norm(emb.vectors[PAD_ID])), "words_probed": len(neighbours),
+         "neighbours_listed": sum(len(nb) for nb in neighbours.values()), "pad_in_neighbours": hits},
+    )
+
+
+def onehot_equidistant_learned_not(embedding_eval: dict) -> Verdict:
+    m = embedding_eval["metrics"]
+    if "distance/learned_cv" not in m:
+        return not_measured("embedding_eval measured no pairwise distances (fewer than 3 searchable words)")
+    figures = {k.removeprefix("distance/"): m[k] for k in sorted(m) if k.startswith("distance/")}
+    return verdict(
+        {
+            "onehot_all_sqrt2": max(abs(m["distance/onehot_min"] - SQRT2), abs(m["distance/onehot_max"] - SQRT2)) <= ONEHOT_TOLERANCE,
+            "learned_spread_beyond_random": m["distance/learned_cv"] >= SPREAD_OVER_RANDOM * m["distance/random_cv"],
+        },
+        {**figures, "sqrt2": SQRT2, "spread_over_random_needed": SPREAD_OVER_RANDOM},
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Language models
+
+
+def better_than_uniform(lm: dict) -> Verdict:
+    """A model worse than uniform guessing learned nothing (or diverged)."""
+    uniform = math.log(int(lm["vocab_size"]))
+    val = float(lm["metrics"]["val/loss"])
+    return verdict({"below_uniform": val < uniform}, {"val_loss": val, "uniform_loss": uniform, "margin": uniform - val})
+
+
+def clipping_bounds_gradient(lm: dict) -> Verdict:
+    """At every log point the gradient norm after clipping is at most `grad_clip` (float tolerance);
+    how often the norm before clipping exceeded it says whether the bound was ever needed."""
+    clip = float((lm.get("train_settings") or {}).get("grad_clip", math.nan))
+    points = [h for h in lm.get("history", []) if "grad_norm_clipped" in h]
+    if not math.isfinite(clip):
+        return not_measured("the manifest records no training settings (grad_clip)")
+    if clip == 0:
+        return not_measured("clipping is off (grad_clip 0)", {"grad_clip": 0.0})
+    if not points:
+        return verdict({"gradient_norms_logged": False}, {"grad_clip": clip}, "no log point recorded grad_norm_clipped")
+    before = [float(h["grad_norm"]) for h in points]
+    after = [float(h["grad_norm_clipped"]) for h in points]
+    over = sum(b > clip for b in before)
+    return verdict(
+        {"clipped_norm_within_bound": max(after) <= clip * (1 + CLIP_TOLERANCE)},
+        {"grad_clip": clip, "log_points": len(points), "max_grad_norm": max(before), "max_grad_norm_clipped": max(after),
+         "points_over_clip": over},
+        "" if over else "the gradient norm never exceeded grad_clip at a log point: the bound held without being needed",
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Recurrent
+
+
+def gradients_vanish_and_explode(gradient_study: dict) -> Verdict:
+    f = {(r["model"], r["variant"]): r["step_factor"] for r in gradient_study["rows"]}
+    return verdict(
+        {
+            "rnn_contractive_decays": f[("rnn", "contractive")] < 1.0,
+            "rnn_expansive_grows": f[("rnn", "expansive")] > 1.0,
+            "lstm_fresh_decays_slower_than_rnn": f[("lstm", "fresh")] > f[("rnn", "fresh")],
+        },
+        {f"{m}_{v}": x for (m, v), x in f.items()},
+    )
+
+
+def clipping_tames_exploding_gradients(gradient_study: dict) -> Verdict:
+    m = gradient_study["metrics"]
+    if "clip/unclipped_diverged" not in m:
+        return not_measured("the gradient study ran without its clipping experiment")
+    clip = gradient_study.get("clip_grad")
+    checks = {
+        "unclipped_diverges": m["clip/unclipped_diverged"] == 1.0,
+        "clipped_does_not_diverge": m["clip/clipped_diverged"] == 0.0,
+        "clipped_trains": m["clip/clipped_trained"] == 1.0,
+    }
+    figures = {k.removeprefix("clip/"): v for k, v in m.items() if k.startswith("clip/")}
+    if clip is not None and "clip/max_grad_norm_clipped" in m:
+        checks["clipped_norm_within_bound"] = m["clip/max_grad_norm_clipped"] <= clip * (1 + CLIP_TOLERANCE)
+        figures["clip_grad"] = clip
+    return verdict(checks, figures)
+
+
+# --------------------------------------------------------------------------------------------------
+# Transformer
+
+
+def position_breaks_order_symmetry(transformer_ablations: dict) -> Verdict:
+    m = transformer_ablations["metrics"]
+    no_pe, with_pe = m["permutation/no_pe_rel_err"], m["permutation/with_pe_rel_err"]
+    # Without PE the outputs permute with the inputs up to float32 rounding (~1e-7); with PE the
+    # error must stand well clear of that noise (small models at init are only mildly position-aware).
+    return verdict(
+        {"no_pe_equivariant": no_pe < 1e-5, "with_pe_not_equivariant": with_pe > 100 * max(no_pe, 1e-7)},
+        {"no_pe_rel_err": no_pe, "with_pe_rel_err": with_pe},
+    )
+
+
+def ffn_holds_two_thirds(model_comparison: dict) -> Verdict:
+    shares = {n: a["ffn_share"] for n, a in model_comparison["accounting"].items()}
+    return verdict(
+        {f"{n}_ffn_share_two_thirds": abs(v - 2 / 3) < 0.05 for n, v in shares.items()} or {"some_transformer_measured": False},
+        {f"{n}_ffn_share": v for n, v in shares.items()},
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Long context
+
+
+def _attention_fits(attention_cost: dict) -> tuple[str, dict]:
+    f = {(x["pass"], x["impl"]): x for x in attention_cost["fits"]}
+    p = "forward_backward" if any(k[0] == "forward_backward" for k in f) else "forward"
+    return p, {impl: x for (q, impl), x in f.items() if q == p}
+
+
+def attention_scales_as_claimed(attention_cost: dict) -> Verdict:
+    """Memory, which the score matrix fixes whatever the machine's load: the reference's ×4 per doubling."""
+    p, f = _attention_fits(attention_cost)
+    ref, fused = f.get("reference"), f.get("fused")
+    checks = {}
+    if ref:
+        checks["reference_memory_quadratic"] = 1.8 <= ref["memory_exponent"] <= 2.2
+        checks["reference_memory_x4_per_doubling"] = 3.6 <= ref["memory_ratio_last_doubling"] <= 4.4
+    if fused:
+        checks["fused_memory_linear"] = fused["memory_exponent"] <= 1.1
+    figures = {f"{impl}_{k}": x[k] for impl, x in f.items() for k in ("memory_exponent", "memory_ratio_last_doubling")}
+    return verdict(checks, {"pass": p, **figures})
+
+
+def attention_time_scales_as_claimed(attention_cost: dict) -> Verdict:
+    p, f = _attention_fits(attention_cost)
+    ref, window = f.get("reference"), f.get("window")
+    checks = {}
+    if ref:
+        checks["reference_time_quadratic"] = 1.5 <= ref["time_exponent"] <= 2.8
+    if window:
+        checks["window_time_linear"] = 0.6 <= window["time_exponent"] <= 1.5 and (ref is None or window["time_exponent"] <= ref["time_exponent"] - 0.3)
+    figures = {f"{impl}_{k}": x[k] for impl, x in f.items() for k in ("time_exponent", "time_r2", "time_ratio_last_doubling")}
+    return verdict(checks, {"pass": p, **figures})
+
+
+def _generation_fits(generation_cost: dict) -> dict:
+    return {x["model"]: x for x in generation_cost["fits"]}
+
+
+def kv_cache_grows_recurrent_state_does_not(generation_cost: dict) -> Verdict:
+    rows = generation_cost["rows"]
+
+    def held(model: str) -> list[int]:
+        return [r["bytes_per_sequence"] for r in rows if r["model"] == model and "skipped" not in r]
+
+    kv = held("transformer_kv_cache")
+    return verdict(
+        {"cache_grows_with_context": len(kv) >= 2 and all(b > a for a, b in zip(kv, kv[1:])),
+         "recurrent_state_constant": all(len(set(held(m))) == 1 for m in ("rnn", "lstm"))},
+        {f"{m}_bytes_per_sequence_at_max": x["bytes_per_sequence_at_max"] for m, x in _generation_fits(generation_cost).items()},
+    )
+
+
+def kv_cache_pays(generation_cost: dict) -> Verdict:
+    f = _generation_fits(generation_cost)
+    kv, nc = f["transformer_kv_cache"], f["transformer_no_cache"]
+    return verdict(
+        {"cached_at_most_linear": kv["time_exponent"] <= 1.1,
+         "uncached_grows_faster": nc["max_over_min"] > kv["max_over_min"] and nc["time_exponent"] > kv["time_exponent"]},
+        {f"{m}_{k}": x[k] for m, x in f.items() for k in ("time_exponent", "max_over_min", "ms_per_token_at_max")},
+    )
+
+
+def arithmetic_matches_measurement(long_context_cost: dict) -> Verdict:
+    s = long_context_cost["summary"]
+    checks = {"kv_cache_equals_formula": bool(long_context_cost["kv_check"]) and all(
+        abs(r["measured_over_predicted"] - 1) < 1e-9 for r in long_context_cost["kv_check"])}
+    for p in ("forward", "forward_backward"):
+        lo, hi = s.get(f"reference_{p}_peak_over_scores_min"), s.get(f"reference_{p}_peak_over_scores_max")
+        if lo is not None:
+            checks[f"reference_{p}_memory_tracks_n_squared"] = hi / lo <= 1.25
+        r = s.get(f"reference_{p}_memory_ratio_last_doubling")
+        if r is not None:
+            checks[f"reference_{p}_memory_x4_per_doubling"] = 3.6 <= r <= 4.4
+    return verdict(checks, {k: float(v) for k, v in s.items() if v is not None})
+
+
+def later_context_helps(context_usage: dict) -> Verdict:
+    checks = {f"{s['model']}_gains_from_context": s["gain_from_context"] > 0 for s in context_usage["summaries"]}
+    for s in context_usage["summaries"]:
+        if s["receptive_field"]:
+            checks[f"{s['model']}_saturates_within_receptive_field"] = s["saturation_position"] <= s["receptive_field"]
+    for g in context_usage["window_gaps"]:
+        checks[f"{g['model']}_not_better_after_window"] = not g["gap_after_window"] < 0
+    return verdict(checks, {k.replace("/", "_"): v for k, v in context_usage["metrics"].items()})
+
+
+# --------------------------------------------------------------------------------------------------
+# Inside the Transformer
+
+
+def attention_rows_sum_to_one(attention_heads: dict) -> Verdict:
+    m = attention_heads["metrics"]
+    err = m["heads/max_row_sum_error"]
+    return verdict({"rows_sum_to_one": err <= ROW_SUM_TOLERANCE},
+                   {"max_row_sum_error": err, "tolerance": ROW_SUM_TOLERANCE, "heads": len(attention_heads["heads"])})
+
+
+def heads_differ(attention_heads: dict) -> Verdict:
+    m = attention_heads["metrics"]
+    kinds = {h["kind"] for h in attention_heads["heads"]}
+    return verdict(
+        {"several_head_classes": len(kinds) >= 2, "some_head_matters": m["heads/max_ablation_increase"] > 0.01},
+        {"classes": ", ".join(sorted(kinds)), **{k.replace("/", "_"): v for k, v in m.items()}},
+    )
+
+
+def fact_neurons_matter(ffn_memories: dict) -> Verdict:
+    m = ffn_memories["metrics"]
+    return verdict(
+        {"fact_prompts_found": bool(ffn_memories["probe"]),
+         "top_k_zeroed_hurts_more_than_random": bool(ffn_memories["probe"]) and m["ffn/p_top_k_zeroed_mean"] < m["ffn/p_random_k_zeroed_mean"]},
+        {k.replace("/", "_"): v for k, v in m.items()},
+    )
+
+
+def soft_attention_beats_topk(attention_topk: dict) -> Verdict:
+    """The full softmax beats every top-k restriction, and the loss rises as k falls (each by more than
+    TOPK_MARGIN: k at least the block size is the full softmax, up to float rounding)."""
+    rows = sorted((r for r in attention_topk["rows"] if r["k"] is not None), key=lambda r: r["k"])
+    full = next(r for r in attention_topk["rows"] if r["k"] is None)["val_loss"]
+    if not rows:
+        return verdict({"some_k_measured": False}, {"full_val_loss": full})
+    checks = {f"full_beats_top{rows[-1]['k']}": rows[-1]["val_loss"] - full > TOPK_MARGIN}
+    for a, b in zip(rows, rows[1:]):
+        checks[f"top{a['k']}_worse_than_top{b['k']}"] = a["val_loss"] - b["val_loss"] > TOPK_MARGIN
+    figures = {"full_val_loss": full, "margin": TOPK_MARGIN}
+    for r in rows:
+        figures.update({f"top{r['k']}_val_loss": r["val_loss"], f"top{r['k']}_loss_increase": r["loss_increase"],
+                        f"top{r['k']}_weight_share": r["weight_share"]})
+    return verdict(checks, figures)
+
+
+# --------------------------------------------------------------------------------------------------
+# Quantization and export
+
+
+def _size(quantized_models: dict, key: str, what: str) -> Verdict:
+    c = quantized_models["checks"][key]
+    if c["value"] is None:
+        return not_measured(f"{what} was not among quantized_models' variants: nothing to check")
+    return verdict({f"{what}_within_limit": c["value"] <= c["limit"]},
+                   {"ratio_codes_and_scales": c["value"], "limit": c["limit"], "ratio_with_code_books": c["all_in"],
+                    "model": quantized_models["main_model"]})
+
+
+def _perplexity(quantized_models: dict, key: str, what: str) -> Verdict:
+    c = quantized_models["checks"][key]
+    if c["value"] is None:
+        return not_measured(f"{what} was not measured")
+    return verdict({f"{what}_within_limit": c["value"] <= c["limit"]},
+                   {"perplexity_increase_pct": c["value"], "limit_pct": c["limit"], "model": quantized_models["main_model"]})
+
+
+def int8_weights_size(quantized_models: dict) -> Verdict:
+    return _size(quantized_models, "int8_size", "int8")
+
+
+def nf4_weights_size(quantized_models: dict) -> Verdict:
+    return _size(quantized_models, "nf4_size", "nf4")
+
+
+def int8_perplexity_cost(quantized_models: dict) -> Verdict:
+    return _perplexity(quantized_models, "int8_ppl", "int8")
+
+
+def nf4_perplexity_cost(quantized_models: dict) -> Verdict:
+    return _perplexity(quantized_models, "nf4_ppl", "nf4")
+
+
+def reload_reproduces_logits(model_export: dict) -> Verdict:
+    rows = model_export["rows"]
+    return verdict(
+        {f"{r['variant']}_reloads": r["reload_ok"] for r in rows} or {"some_export": False},
+        {
+            r["variant"]: f"{'ok' if r['reload_ok'] else 'FAILED'} ({r['criterion']}): max abs Δlogit {r['reload_logits_max_abs_diff']:.3g}, "
+            f"val loss {r['exported_val_loss']:.6f} → {r['reloaded_val_loss']:.6f}"
+            for r in rows
+        },
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# The registry
+
+
+CLAIMS: list[Claim] = [
+    Claim("pad_row_is_zero", "word_embeddings", "The [PAD] row is exactly the zero vector and no vector is NaN/inf.",
+          pad_row_is_zero, blocking=True),
+    Claim("pad_excluded_from_similarity", "word_embeddings",
+          "[PAD]'s vector is excluded from similarity: its row is zero (no direction), the similarity search leaves it out, and it "
+          "is never among the nearest neighbours of the 200 most frequent words.", pad_excluded_from_similarity, blocking=True),
+    Claim("onehot_equidistant_learned_not", "embedding_eval",
+          "Distinct one-hot vectors are equidistant (every pair √2 apart, so they carry no similarity) while learned word vectors are "
+          f"not: the spread (std/mean) of their pairwise distances is at least {SPREAD_OVER_RANDOM}× that of random directions of the "
+          "same dimension.", onehot_equidistant_learned_not),
+    Claim("better_than_uniform", LANGUAGE_MODELS, "Validation loss below ln(vocabulary size), the loss of guessing uniformly.",
+          better_than_uniform, warn=True),
+    Claim("clipping_bounds_gradient", LANGUAGE_MODELS,
+          "Clipping bounds the gradient norm: after clipping it is at most grad_clip at every log point (the norm before clipping, and "
+          "how often it exceeded grad_clip, reported beside it).", clipping_bounds_gradient),
+    Claim("gradients_vanish_and_explode", "gradient_study",
+          "Vanishing and exploding both show: the contractive RNN decays (< 1), the expansive one grows (> 1), and the LSTM forgets "
+          "more slowly than the RNN.", gradients_vanish_and_explode),
+    Claim("clipping_tames_exploding_gradients", "gradient_study",
+          "At a learning rate where plain SGD on an RNN diverges, the same run with its gradient norm clipped stays finite, trains, and "
+          "its clipped norm never exceeds the threshold.", clipping_tames_exploding_gradients),
+    Claim("position_breaks_order_symmetry", "transformer_ablations",
+          "Without positional encoding the model (bidirectional attention) is permutation-equivariant; with it, it is not.",
+          position_breaks_order_symmetry),
+    Claim("ffn_holds_two_thirds", "model_comparison",
+          "The FFN holds about two thirds of each Transformer's non-embedding parameters (measured from the module).", ffn_holds_two_thirds),
+    Claim("attention_scales_as_claimed", "attention_cost",
+          "Double the length, four times the memory: the reference's peak memory grows as N² (exponent 1.8–2.2, ×3.6–4.4 at the last "
+          "doubling), the fused kernel's as N (exponent ≤ 1.1), in the training pass.", attention_scales_as_claimed),
+    Claim("attention_time_scales_as_claimed", "attention_cost",
+          "Double the length, about four times the time: the reference's time grows as N² (exponent 1.5–2.8), the sliding window's "
+          "about as N (0.6–1.5, and below the reference's by 0.3 or more), in the training pass. Wall time on a shared CPU: a warning "
+          "when load or cache effects bend it.", attention_time_scales_as_claimed, warn=True),
+    Claim("kv_cache_grows_recurrent_state_does_not", "generation_cost",
+          "The KV cache carried between generated tokens grows with the context (2·n_layer·L·n_embd values) while the RNN's and "
+          "LSTM's state stays one size.", kv_cache_grows_recurrent_state_does_not),
+    Claim("kv_cache_pays", "generation_cost",
+          "With the KV cache a token's time grows at most linearly with the context (exponent ≤ 1.1) and grows less than without it "
+          "(which reruns the context). Wall time on a shared CPU: a warning when load bends it.", kv_cache_pays, warn=True),
+    Claim("arithmetic_matches_measurement", "long_context_cost",
+          "The arithmetic holds on our own runs: the KV cache measured in generation_cost equals 2·n_layer·n_head·head_dim·L·4 bytes "
+          "at every L; the reference attention's peak memory is a constant multiple of its N×N score matrix (max/min of the ratio ≤ "
+          "1.25 over the fitted N) and doubling N multiplies it by 3.6–4.4 (the article's ×4).", arithmetic_matches_measurement),
+    Claim("later_context_helps", "context_usage",
+          "Later context helps: every model's loss falls from the first positions to the last (gain > 0); the windowed Transformer "
+          "saturates no later than its receptive field and is no better than full attention after its window.",
+          later_context_helps, warn=True),
+    Claim("attention_rows_sum_to_one", "attention_heads",
+          f"Attention weights are a distribution per query: on validation text every row of every head of the trained Transformer "
+          f"sums to 1 (within {ROW_SUM_TOLERANCE:g}).", attention_rows_sum_to_one),
+    Claim("heads_differ", "attention_heads",
+          "The heads do not all do one thing: at least two head classes, and zeroing some head costs more than 0.01 nats.",
+          heads_differ, warn=True),
+    Claim("fact_neurons_matter", "ffn_memories",
+          "The attributed neurons carry the facts: zeroing the top-k lowers the answers' mean probability more than zeroing k random "
+          "neurons of the same layers (figures reported whatever they are).", fact_neurons_matter, warn=True),
+    Claim("soft_attention_beats_topk", "attention_topk",
+          "Soft attention beats picking only the top-scoring keys (blending the juice against ordering one dish): restricted to its "
+          "top-k keys per query (renormalised) the trained Transformer's validation loss is higher than with the full softmax, and "
+          "rises as k falls.", soft_attention_beats_topk, warn=True),
+    Claim("int8_weights_size", "quantized_models",
+          "INT8 (codes + per-row scales) of the Transformer's quantized layers ≤ 0.55× their FP16 bytes.", int8_weights_size),
+    Claim("nf4_weights_size", "quantized_models",
+          "NF4 (4-bit codes + absmax blocks) of the Transformer's quantized layers ≤ 0.30× their FP16 bytes.", nf4_weights_size),
+    Claim("int8_perplexity_cost", "quantized_models",
+          "INT8 raises the Transformer's validation perplexity by at most 1 % (a warning: the figure is reported either way).",
+          int8_perplexity_cost, warn=True),
+    Claim("nf4_perplexity_cost", "quantized_models",
+          "NF4 raises the Transformer's validation perplexity by at most 5 % (a warning: the figure is reported either way).",
+          nf4_perplexity_cost, warn=True),
+    Claim("reload_reproduces_logits", "model_export",
+          "Every export folder, reloaded on its own, reproduces the exported model (float: bit-exact logits; quantized: the same "
+          "evaluation).", reload_reproduces_logits),
+]
+
+BY_NAME = {c.name: c for c in CLAIMS}
+
+
+def claim(name: str) -> Claim:
+    return BY_NAME[name]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    claim: Claim
+    asset: str
+    verdict: Verdict | None  # None: the asset's manifest is not there to judge
+    error: str = ""
+
+    @property
+    def status(self) -> str:
+        """passed, failed (an error), warning (a failed finding), not judged."""
+        if self.verdict is None:
+            return "not judged"
+        if self.verdict.passed:
+            return "passed"
+        return "warning" if self.claim.warn else "failed"
+
+
+def judge_all(manifests: dict[str, dict], language_models: list[str], claims: list[Claim] | None = None) -> list[Judgement]:
+    """Every claim on the manifests at hand (asset name → manifest); LANGUAGE_MODELS claims once per
+    language model. A claim whose asset is missing, or whose judge raises, is reported as not judged."""
+    out = []
+    for c in claims if claims is not None else CLAIMS:
+        for asset in (language_models if c.asset == LANGUAGE_MODELS else [c.asset]):
+            if asset not in manifests:
+                out.append(Judgement(c, asset, None, f"`{asset}` is not among the report's inputs"))
+                continue
+            try:
+                out.append(Judgement(c, asset, c.judge(manifests[asset])))
+            except Exception as e:  # noqa: BLE001 - a report shows what it could not judge instead of failing
+                out.append(Judgement(c, asset, None, f"{type(e).__name__}: {e}"))
+    return out

@@ -1,0 +1,248 @@
+"""One HTML page for a whole run: the article's claims with their measured verdicts, then every
+stage's headline figures, tables, plots and notes, as each asset published them.
+
+Everything comes from the run's manifests: what `Stage.publish` keeps in each (`published`: headline
+metrics, the first rows of each table, texts; `figures`: PNG files beside the outputs) and the
+claims judged on them by `components.core.claims`, the same functions the asset checks call. The
+page is one self-contained file (plots embedded as data URIs, no scripts, no external resources), so
+it opens as it is from disk or in MLflow's artifact viewer. Text is escaped with the standard
+library's `html`; the stages' markdown notes are rendered with markdown-it with raw HTML off.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from .claims import Judgement
+
+STATUS_ORDER = ("failed", "warning", "not judged", "passed")
+STATUS_MARK = {"passed": "✔ passed", "failed": "✘ failed", "warning": "⚠ warning", "not judged": "– not judged"}
+
+
+@dataclass
+class Section:
+    """One asset's part of the report."""
+
+    asset: str
+    group: str
+    description: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)
+    tables: dict[str, list[dict]] = field(default_factory=dict)
+    table_rows: dict[str, int] = field(default_factory=dict)  # full row counts (the manifest keeps the first rows)
+    figures: dict[str, Path] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    link: str = ""  # the asset's MLflow run
+
+
+def section_from_manifest(asset: str, group: str, manifest: dict, description: str = "") -> Section:
+    """What the asset published, as its manifest keeps it."""
+    pub = manifest.get("published") or {}
+    return Section(
+        asset=asset,
+        group=group,
+        description=description,
+        metrics=dict(pub.get("metrics") or {}),
+        tables=dict(pub.get("tables") or {}),
+        table_rows=dict(pub.get("table_rows") or {}),
+        figures={name: Path(rec["path"]) for name, rec in (manifest.get("figures") or {}).items()},
+        texts=dict(pub.get("texts") or {}),
+        warnings=list(pub.get("warnings") or []),
+        link=pub.get("mlflow_url", ""),
+    )
+
+
+def headline_metrics(sections: Iterable[Section]) -> dict[str, float]:
+    """Every stage's headline metrics under `<asset>/<metric>`: the run's summary on its parent run."""
+    return {f"{s.asset}/{k}": float(v) for s in sections for k, v in s.metrics.items()}
+
+
+def claim_counts(judgements: list[Judgement]) -> dict[str, int]:
+    return {status: sum(j.status == status for j in judgements) for status in STATUS_ORDER}
+
+
+# --------------------------------------------------------------------------------------------------
+# Formatting
+
+
+def fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        if math.isnan(v) or math.isinf(v):
+            return str(v)
+        if v == int(v) and abs(v) < 1e15:
+            return f"{int(v):,}"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def esc(v: Any) -> str:
+    return html.escape(fmt(v))
+
+
+def anchor(*parts: str) -> str:
+    return "-".join("".join(c if c.isalnum() else "_" for c in p) for p in parts)
+
+
+def markdown_html(text: str) -> str:
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+
+
+def data_uri(path: Path) -> str | None:
+    try:
+        return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode()
+    except OSError:
+        return None
+
+
+def table_html(rows: list[dict], total: int | None = None, cls: str = "data") -> str:
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{esc(r.get(c, ''))}</td>" for c in cols) + "</tr>" for r in rows)
+    more = f'<p class="more">first {len(rows)} of {total} rows (all in the MLflow run\'s tables/)</p>' if total and total > len(rows) else ""
+    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}'
+
+
+def figures_html(v: dict[str, Any], limit: int = 12) -> str:
+    items = list(v.items())
+    shown = "; ".join(f"{html.escape(k)} {esc(x)}" for k, x in items[:limit])
+    return shown + (f"; … {len(items) - limit} more" if len(items) > limit else "")
+
+
+# --------------------------------------------------------------------------------------------------
+# The page
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1200px;padding:1em 2em;color:#222;line-height:1.4}
+h1{margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:1.6em}h3{margin-top:1.4em}
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}
+th{background:#f4f4f4}table.metrics td:nth-child(2){text-align:right;font-variant-numeric:tabular-nums}
+tr.passed td.verdict{color:#176b2c}tr.failed td.verdict{color:#b00020;font-weight:bold}tr.warning td.verdict{color:#9a6700;font-weight:bold}
+tr.not_judged td.verdict{color:#666}td.verdict{white-space:nowrap}.figures{font-size:.85em;color:#444}
+.summary span{display:inline-block;margin-right:1.2em;font-weight:bold}.warn{color:#9a6700}.fail{color:#b00020}
+img{max-width:100%;border:1px solid #eee;margin:.3em 0}figure{margin:.6em 0}figcaption{font-size:.85em;color:#555}
+details{margin:.4em 0}summary{cursor:pointer;color:#0b5394}nav a{margin-right:1em}.more{font-size:.8em;color:#666}
+.desc{color:#444}ul.warnings{color:#9a6700}
+"""
+
+
+def claims_html(judgements: list[Judgement], with_asset: bool = True) -> str:
+    head = "<th>verdict</th><th>claim</th>" + ("<th>asset</th>" if with_asset else "") + "<th>statement</th><th>measured</th>"
+    rows = []
+    for j in judgements:
+        v = j.verdict
+        measured = j.error if v is None else figures_html({**v.checks, **v.figures}) + (f"<br><em>{html.escape(v.note)}</em>" if v.note else "")
+        if v is None:
+            measured = html.escape(measured)
+        asset = f'<td><a href="#{anchor("asset", j.asset)}">{html.escape(j.asset)}</a></td>' if with_asset else ""
+        rows.append(
+            f'<tr class="{j.status.replace(" ", "_")}" id="{anchor("claim", j.claim.name, j.asset)}"><td class="verdict">{STATUS_MARK[j.status]}</td>'
+            f"<td><code>{html.escape(j.claim.name)}</code></td>{asset}<td>{html.escape(j.claim.statement)}</td>"
+            f'<td class="figures">{measured}</td></tr>'
+        )
+    return f'<table class="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def section_html(s: Section, judgements: list[Judgement]) -> str:
+    parts = [f'<h3 id="{anchor("asset", s.asset)}">{html.escape(s.asset)}</h3>']
+    if s.description:
+        parts.append(f'<p class="desc">{html.escape(s.description)}</p>')
+    if s.link:
+        parts.append(f'<p><a href="{html.escape(s.link, quote=True)}">MLflow run</a></p>')
+    mine = [j for j in judgements if j.asset == s.asset]
+    if mine:
+        parts.append(claims_html(mine, with_asset=False))
+    if s.warnings:
+        parts.append('<ul class="warnings">' + "".join(f"<li>{html.escape(w)}</li>" for w in s.warnings) + "</ul>")
+    if s.metrics:
+        rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{esc(v)}</td></tr>" for k, v in sorted(s.metrics.items()))
+        parts.append(f'<table class="metrics"><thead><tr><th>metric</th><th>value</th></tr></thead><tbody>{rows}</tbody></table>')
+    for name, path in s.figures.items():
+        uri = data_uri(path)
+        img = f'<img src="{uri}" alt="{html.escape(name)}">' if uri else f"<em>{html.escape(str(path))} is missing</em>"
+        parts.append(f"<figure>{img}<figcaption>{html.escape(name)}</figcaption></figure>")
+    for name, rows in s.tables.items():
+        parts.append(f"<details><summary>table: {html.escape(name)}</summary>{table_html(rows, s.table_rows.get(name))}</details>")
+    for name, text in s.texts.items():
+        parts.append(f"<details><summary>{html.escape(name)}</summary>{markdown_html(text)}</details>")
+    return "\n".join(parts)
+
+
+def render_report(
+    title: str,
+    run_info: dict[str, Any],
+    sections: list[Section],
+    judgements: list[Judgement],
+    data_checks: list[dict] | None = None,
+) -> str:
+    """The whole page. `sections` in stage order (their `group`s are the stages); `run_info` name →
+    value shown at the top (values starting with http are links); `data_checks`: further checks of
+    the run as Dagster recorded them ({name, asset, passed, severity}), shown after the claims."""
+    groups = list(dict.fromkeys(s.group for s in sections))
+    counts = claim_counts(judgements)
+    info = "".join(
+        f"<tr><th>{html.escape(k)}</th><td>"
+        + (f'<a href="{html.escape(str(v), quote=True)}">{html.escape(str(v))}</a>' if str(v).startswith("http") else esc(v))
+        + "</td></tr>"
+        for k, v in run_info.items()
+    )
+    summary = (
+        f'<p class="summary"><span>{counts["passed"]} passed</span><span class="fail">{counts["failed"]} failed</span>'
+        f'<span class="warn">{counts["warning"]} warnings</span><span>{counts["not judged"]} not judged</span></p>'
+    )
+    ordered = sorted(judgements, key=lambda j: STATUS_ORDER.index(j.status))
+    body = [
+        f"<h1>{html.escape(title)}</h1>",
+        f"<table>{info}</table>",
+        "<nav>" + '<a href="#claims">claims</a>' + "".join(f'<a href="#{anchor("stage", g)}">{html.escape(g)}</a>' for g in groups) + "</nav>",
+        '<h2 id="claims">The article\'s claims, measured on this run</h2>',
+        summary,
+        claims_html(ordered),
+    ]
+    if data_checks:
+        rows = [{"check": c["name"], "asset": c["asset"], "passed": c["passed"], "severity": c.get("severity", "")} for c in data_checks]
+        body += ["<h3>Data checks recorded in this run</h3>", table_html(rows)]
+    for g in groups:
+        body.append(f'<h2 id="{anchor("stage", g)}">Stage: {html.escape(g)}</h2>')
+        body += [section_html(s, judgements) for s in sections if s.group == g]
+    return (
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+
+
+def summary_markdown(title: str, judgements: list[Judgement], headline: dict[str, float], report_name: str, limit: int = 7000) -> str:
+    """The run's summary as markdown (MLflow's run description): claim counts, each claim's verdict,
+    then headline figures while the text stays under `limit` characters."""
+    counts = claim_counts(judgements)
+    lines = [
+        f"### {title}",
+        "",
+        f"Claims: **{counts['passed']} passed**, {counts['failed']} failed, {counts['warning']} warnings, {counts['not judged']} not judged. "
+        f"The whole report, with every stage's figures and plots: artifact `{report_name}`.",
+        "",
+        "| verdict | claim | asset |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {STATUS_MARK[j.status]} | `{j.claim.name}` | {j.asset} |" for j in sorted(judgements, key=lambda j: STATUS_ORDER.index(j.status))]
+    lines += ["", "| headline metric | value |", "|---|---:|"]
+    more = "| … | (all metrics on this run) |"
+    size = sum(len(x) + 1 for x in lines)
+    for k, v in headline.items():
+        line = f"| {k} | {fmt(v)} |"
+        if size + len(line) + 1 + len(more) > limit:
+            lines.append(more)
+            break
+        lines.append(line)
+        size += len(line) + 1
+    return "\n".join(lines)

@@ -1,0 +1,109 @@
+"""`report`: one HTML page for the whole run, downstream of every other asset. Built after the defs
+folder is loaded (like `model_comparison`), so a new asset or `defs.yaml` model joins the report with
+no code change.
+
+The page (`components.core.report`) shows the article's claims judged on this run's manifests by the
+same functions the asset checks call, then each stage's headline figures, tables and plots. It is
+logged on the Dagster run's MLflow parent run, with the headline metrics as the parent's metrics
+(`<asset>/<metric>`, plus `claims/passed` …) and the claims' summary as its description, and linked
+from Dagster (the file's path, and its view in the MLflow UI).
+"""
+
+
+from typing import Any
+
+import dagster as dg
+
+from components.core.claims import BY_NAME, judge_all
+from components.core.report import claim_counts, headline_metrics, render_report, section_from_manifest, summary_markdown
+from components.orchestration.stage import stage
+from components.orchestration.tracking import MlflowTracker
+
+GROUP = "report"
+REPORT_FILE = "report.html"
+# The article's order of the stages (asset groups); a group not listed follows them.
+STAGES = ("ingest", "embeddings", "recurrent", "transformer", "long_context", "inside", "quantization")
+
+
+def asset_specs(defs: list[dg.AssetsDefinition]) -> list[dg.AssetSpec]:
+    """Every asset's spec, stage by stage (`STAGES`), and within a stage in dependency order
+    (upstream first; ties in definition order)."""
+    specs = {spec.key: spec for a in defs for spec in a.specs}
+    order: list[dg.AssetKey] = []
+    done: set[dg.AssetKey] = set()
+
+    def visit(key: dg.AssetKey) -> None:
+        if key in done or key not in specs:
+            return
+        done.add(key)
+        for dep in specs[key].deps:
+            visit(dep.asset_key)
+        order.append(key)
+
+    for key in specs:
+        visit(key)
+    groups = list(dict.fromkeys(specs[k].group_name for k in order))
+    rank = {g: (STAGES.index(g) if g in STAGES else len(STAGES) + groups.index(g)) for g in groups}
+    return sorted((specs[k] for k in order), key=lambda s: rank[s.group_name])
+
+
+def recorded_checks(context: dg.AssetExecutionContext, skip: set[str]) -> list[dict[str, Any]]:
+    """The run's check evaluations recorded so far whose names are not among `skip` (the claims, which
+    the report judges itself): the data checks, which run before anything downstream of them."""
+    records = context.instance.get_records_for_run(context.run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION).records
+    out = []
+    for r in records:
+        ev = r.event_log_entry.dagster_event.event_specific_data
+        if ev.check_name not in skip:
+            out.append({"name": ev.check_name, "asset": ev.asset_key.to_user_string(), "passed": bool(ev.passed),
+                        "severity": ev.severity.value if ev.severity else ""})
+    return out
+
+
+def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.AssetsDefinition:
+    names = [s.key.path[-1] for s in specs]
+    group_of = {s.key.path[-1]: s.group_name or "default" for s in specs}
+    description_of = {s.key.path[-1]: (s.description or "").strip().split("\n\n")[0] for s in specs}
+    language_models = [k.path[-1] for k in lm_keys]
+
+    @dg.asset(name="report", group_name=GROUP, kinds={"html"}, ins={n: dg.AssetIn(s.key) for n, s in zip(names, specs)})
+    def report(context: dg.AssetExecutionContext, mlflow: MlflowTracker, **manifests: dict) -> dg.Output[dict]:
+        """One HTML page for the whole run: the article's claims with their verdicts on this run
+        (judged as the asset checks judge them), then every stage's headline figures, tables and
+        plots; logged on the run's MLflow parent run, whose description and metrics it fills."""
+        with stage(context, mlflow, {"assets": names}) as s:
+            sections = [section_from_manifest(n, group_of[n], manifests[n], description_of[n]) for n in names]
+            judgements = judge_all(manifests, language_models)
+            parent = s.run.parent()
+            run = context.run
+            title = f"Run report: {run.job_name} · {run.run_id[:8]}"
+            info = {"Dagster run": run.run_id, "job": run.job_name, "MLflow parent run": parent.url,
+                    "assets": len(sections), "claims judged": len(judgements)}
+            page = render_report(title, info, sections, judgements, recorded_checks(context, set(BY_NAME)))
+            path = s.tmp / REPORT_FILE
+            path.write_text(page, encoding="utf-8")
+            counts = claim_counts(judgements)
+            count_metrics = {f"claims/{k.replace(' ', '_')}": float(v) for k, v in counts.items()}
+            headline = headline_metrics(sections)
+            summary = summary_markdown(title, judgements, headline, REPORT_FILE)
+            # The run's summary on its parent run: the page, the headline metrics, the description.
+            parent.log_artifact(path)
+            parent.log_metrics({**headline, **count_metrics})
+            parent.set_note(summary)
+            claims = [{"claim": j.claim.name, "asset": j.asset, "status": j.status,
+                       **({"error": j.error} if j.verdict is None else {})} for j in judgements]
+            failed = [f"{c['claim']} on {c['asset']}: {c['status']}" for c in claims if c["status"] in ("failed", "not judged")]
+            return s.publish(
+                {"path": s.final_path(path), "claims": claims, "counts": counts, "mlflow_parent_run_id": parent.run_id},
+                metrics=count_metrics,
+                files={"report": path},
+                artifacts=[path],
+                values={
+                    "report_url": dg.MetadataValue.url(parent.artifact_url(REPORT_FILE)),
+                    "mlflow_parent_url": dg.MetadataValue.url(parent.url),
+                    "claims": dg.MetadataValue.md("\n".join(f"- {c['status']}: `{c['claim']}` ({c['asset']})" for c in claims)),
+                },
+                warnings=failed,
+            )
+
+    return report

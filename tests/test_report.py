@@ -1,0 +1,71 @@
+"""The run report's page (`components.core.report`): claims with their verdicts, each stage's figures,
+tables and plots embedded, text escaped, and the run's summary for MLflow's run description."""
+
+from __future__ import annotations
+
+import base64
+import html
+
+from matplotlib.figure import Figure
+
+from components.core import claims as C
+from components.core.report import Section, headline_metrics, render_report, section_from_manifest, summary_markdown
+
+
+def judgements():
+    lm = {"vocab_size": 100, "metrics": {"val/loss": 4.0}, "history": [{"grad_norm": 2.0, "grad_norm_clipped": 1.0}],
+          "train_settings": {"grad_clip": 1.0}}
+    bad_lm = {**lm, "metrics": {"val/loss": 9.0}, "history": [{"grad_norm": 2.0, "grad_norm_clipped": 2.0}]}
+    return C.judge_all({"rnn_lm": lm, "lstm_lm": bad_lm}, ["rnn_lm", "lstm_lm"],
+                       [C.claim("better_than_uniform"), C.claim("clipping_bounds_gradient"), C.claim("heads_differ")])
+
+
+def test_the_page_holds_every_stage_claim_and_plot_and_escapes_text(tmp_path):
+    fig = Figure(figsize=(2, 2))
+    fig.add_subplot().plot([0, 1], [1, 0])
+    png = tmp_path / "loss.png"
+    fig.savefig(png)
+    manifest = {
+        "figures": {"loss": {"path": str(png)}},
+        "published": {
+            "metrics": {"val/loss": 4.0, "params": 60000.0},
+            "tables": {"rows": [{"step": i, "loss": 1 / (i + 1)} for i in range(50)]},
+            "table_rows": {"rows": 120},
+            "texts": {"notes": "| a | b |\n|---|---|\n| <script>alert(1)</script> | **x** |"},
+            "warnings": ["ranking not settled"],
+            "mlflow_url": "http://127.0.0.1:5000/#/experiments/1/runs/abc",
+        },
+    }
+    sections = [section_from_manifest("rnn_lm", "recurrent", manifest, "An RNN."),
+                Section("lstm_lm", "recurrent"), Section("corpus", "ingest", metrics={"documents": 24.0})]
+    js = judgements()
+    page = render_report("Run report: tiny", {"Dagster run": "r1", "MLflow parent run": "http://x/parent"}, sections, js,
+                         [{"name": "labels_are_shifted_inputs", "asset": "labels", "passed": True, "severity": "ERROR"}])
+    for stage in ("recurrent", "ingest"):
+        assert f'id="stage-{stage}"' in page
+    for asset in ("rnn_lm", "lstm_lm", "corpus"):
+        assert f'id="asset-{asset}"' in page
+    # Every claim with its verdict, on every model it judges.
+    assert {(j.claim.name, j.asset, j.status) for j in js} == {
+        ("better_than_uniform", "rnn_lm", "passed"), ("better_than_uniform", "lstm_lm", "warning"),
+        ("clipping_bounds_gradient", "rnn_lm", "passed"), ("clipping_bounds_gradient", "lstm_lm", "failed"),
+        ("heads_differ", "attention_heads", "not judged")}
+    for j in js:
+        assert f'<tr class="{j.status.replace(" ", "_")}" id="claim-{j.claim.name}-{j.asset}">' in page
+        assert html.escape(j.claim.statement) in page
+    assert "2 passed" in page and "1 failed" in page and "1 warnings" in page and "1 not judged" in page
+    assert "labels_are_shifted_inputs" in page
+    # The plot is in the page itself; text is escaped; markdown tables are tables; long tables say so.
+    assert "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode() in page
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<td><strong>x</strong></td>" in page
+    assert "first 50 of 120 rows" in page and "ranking not settled" in page and "60,000" in page
+
+
+def test_summary_for_the_parent_run_fits_mlflows_description():
+    js = judgements()
+    headline = headline_metrics([Section("rnn_lm", "recurrent", metrics={f"m{i}": float(i) for i in range(2000)})])
+    assert headline["rnn_lm/m7"] == 7.0 and len(headline) == 2000
+    text = summary_markdown("Run report", js, headline, "report.html")
+    assert len(text) <= 7000 and "`clipping_bounds_gradient`" in text and "✘ failed" in text and "report.html" in text
+    assert "rnn_lm/m0" in text and "rnn_lm/m1999" not in text and "(all metrics on this run)" in text
