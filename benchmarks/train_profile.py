@@ -25,7 +25,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from components.core.device import resolve_device  # noqa: E402
+from components.core.device import resolve_device, resolve_dtype  # noqa: E402
 from components.core.models.transformer import Transformer, TransformerSettings  # noqa: E402
 from components.core.training import Parallel, TrainState, TrainSettings, make_optimizer, optimizer_step  # noqa: E402
 from train_throughput import PRESETS, NanoGPTRun, char_data, wiki_sample_text, windows  # noqa: E402
@@ -38,6 +38,7 @@ GROUPS = [
     ("matmul / linear", ("addmm", "aten::mm", "bmm", "linear", "matmul")),
     ("gelu", ("gelu",)),
     ("embedding", ("embedding",)),
+    ("dtype casts (autocast)", ("_to_copy",)),
     ("elementwise (RoPE, residual, masks, views)", ("mul", "add", "sub", "cat", "chunk", "neg", "masked_fill", "fill_", "slice",
                                                      "split", "transpose", "view", "reshape", "clone", "copy", "expand", "contiguous",
                                                      "where", "sum", "index", "select", "unsqueeze", "stack", "narrow", "permute",
@@ -110,7 +111,9 @@ def main(argv: list[str] | None = None) -> dict:
     over = dict(kv.split("=", 1) for kv in args.set)
     ts = TrainSettings(**{**preset["train"], **over}, eval_interval=0, eval_batches=1, threads=args.threads)
     device, _ = resolve_device("cpu")
-    out: dict = {"benchmark": "train_profile", "threads": args.threads, "torch": torch.__version__, "loadavg_start": list(os.getloadavg())}
+    dtype = resolve_dtype(ts.dtype, device)  # ours as the pipeline trains ('auto': bf16 on a CPU with AMX); nanoGPT float32
+    out: dict = {"benchmark": "train_profile", "threads": args.threads, "torch": torch.__version__, "dtype_ours": str(dtype),
+                 "loadavg_start": list(os.getloadavg())}
 
     # ours: the loop's own step function on the pipeline's Transformer
     torch.manual_seed(0)
@@ -120,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
                        scaler=torch.amp.GradScaler("cpu", enabled=False), sampler=np.random.default_rng(0))
 
     def ours_step(log: bool) -> None:
-        optimizer_step(state, model, blocks, ts, device=device, dtype=torch.float32, parallel=Parallel(), measure_clipped=log)
+        optimizer_step(state, model, blocks, ts, device=device, dtype=dtype, parallel=Parallel(), measure_clipped=log)
 
     for _ in range(args.warmup):
         ours_step(False)

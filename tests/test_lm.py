@@ -10,6 +10,7 @@ from gensim.test.utils import datapath
 from matplotlib.figure import Figure
 
 from components.core.data import IGNORE_INDEX, TokenBlocks
+from components.core.device import resolve_dtype
 from components.core.errors import ConfigError
 from components.core.lm import (
     FAMILIES, SamplingSettings, build_model, load_lm, resolve_settings, sample_texts, save_lm, train_lm,
@@ -89,7 +90,8 @@ def test_every_family_trains_saves_and_loads_through_the_same_functions(name, co
         model = load_lm(path)
         assert isinstance(model, RecurrentLM if family == "recurrent" else Transformer) and model.config == res.config
         # the reloaded weights are the trained ones: the same validation loss, exactly
-        assert evaluate(model, val_data, batch_size=4, max_batches=4, device="cpu") == m["val/loss"]
+        dtype = resolve_dtype(ts.dtype, torch.device("cpu"))  # as it trained ('auto': bf16 on a CPU with AMX)
+        assert evaluate(model, val_data, batch_size=4, max_batches=4, device="cpu", dtype=dtype) == m["val/loss"]
     with pytest.raises(AssertionError, match="sizing ran"):
         resolve_settings(family, settings, vocab)  # (the patch is live)
 

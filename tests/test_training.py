@@ -113,7 +113,9 @@ def test_training_reduces_loss_and_logs_shared_names(tmp_path, blocks):
     assert {"train/loss", "val/loss", "val/ppl", "tokens_per_s", "grad_norm", "lr"} <= names
     assert set(r.metrics()) >= {"train/loss", "val/loss", "val/ppl", "train/tokens_per_s_mean"} and "tokens_per_s" not in r.metrics()
     assert json.loads((tmp_path / "history.json").read_text()) == r.history
-    assert r.device == "cpu" and r.dtype == "float32"
+    from components.core.device import cpu_has_native_bf16
+
+    assert r.device == "cpu" and r.dtype == ("bfloat16" if cpu_has_native_bf16() else "float32")  # auto
 
 
 def test_evaluate_is_the_mean_over_real_targets(blocks):

@@ -157,7 +157,23 @@ def test_gpu_settings_on_a_machine_without_cuda(corpus, tmp_path):
     )
     assert any("no CUDA GPU found, training on the CPU" in w for w in res.warnings)  # fell back, and says so
     assert any("pinned on CUDA only" in w for w in res.warnings)
-    assert res.attention_backend["dtype"] == "float32" and res.samples == []  # 'auto' is float32 on a CPU
+    # 'auto' on a CPU: bfloat16 where it multiplies bf16 in hardware (AMX), else float32.
+    from components.core.device import cpu_has_native_bf16
+
+    assert res.attention_backend["dtype"] == ("bfloat16" if cpu_has_native_bf16() else "float32") and res.samples == []
+
+
+def test_auto_dtype_follows_the_hardware(monkeypatch):
+    from components.core import device as dev
+
+    cpu = torch.device("cpu")
+    assert dev.resolve_dtype("float32", cpu) == torch.float32 and dev.resolve_dtype("bfloat16", cpu) == torch.bfloat16
+    monkeypatch.setattr(dev, "cpu_has_native_bf16", lambda: True)
+    assert dev.resolve_dtype("auto", cpu) == torch.bfloat16
+    monkeypatch.setattr(dev, "cpu_has_native_bf16", lambda: False)
+    assert dev.resolve_dtype("auto", cpu) == torch.float32
+    with pytest.raises(ConfigError, match="float16' needs a CUDA device"):
+        dev.resolve_dtype("float16", cpu)
 
 
 def test_save_load_roundtrip_and_bad_files(tmp_path):

@@ -42,10 +42,23 @@ def resolve_device(setting: str) -> tuple[torch.device, str | None]:
     raise ConfigError(f"device={setting!r} is unknown; use one of: {', '.join(get_args(DeviceSetting))}")
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices in hardware (Intel AMX-BF16 tiles, Sapphire Rapids
+    and later): there bf16 matmuls run 4–6× faster than float32 (768×128×384: 56 vs 219 µs on 2 cores,
+    torch 2.13). Without AMX, bf16 on the CPU is emulated and no faster."""
+    try:
+        return bool(torch.cpu._is_amx_tile_supported()) and torch.backends.mkldnn.is_available()
+    except (AttributeError, RuntimeError):  # a torch without the probe
+        return False
+
+
 def resolve_dtype(setting: str, device: torch.device) -> torch.dtype:
-    """The autocast dtype: 'auto' = bfloat16 on a GPU that supports it, else float32."""
+    """The autocast dtype: 'auto' = bfloat16 where the hardware multiplies it natively (a GPU that
+    supports it; a CPU with AMX-BF16), else float32. Weights and optimizer state stay float32."""
     if setting == "auto":
         if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        if device.type == "cpu" and cpu_has_native_bf16():
             return torch.bfloat16
         return torch.float32
     if setting == "float16" and device.type != "cuda":

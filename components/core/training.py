@@ -7,7 +7,8 @@ a resume refuses a checkpoint whose kind, config, vocabulary size or tokenizer h
 
 The loop (nanoGPT-like):
     AdamW (fused on CUDA), linear warmup then cosine decay to min_lr, gradient accumulation,
-    global grad-norm clipping (grad_clip=0 turns it off), bf16 autocast on CUDA, periodic
+    global grad-norm clipping (grad_clip=0 turns it off), bf16 autocast where the hardware multiplies
+    bf16 natively (CUDA; a CPU with AMX: `device.resolve_dtype`), periodic
     evaluation on the first validation blocks, tokens/s, and checkpoints from which a resumed run
     continues *exactly* as if it had never stopped (same weights, optimizer moments, batch sampler
     and dropout RNG state, and the partial log-interval sums).
@@ -113,7 +114,8 @@ class TrainSettings(BaseModel):
         "auto", description="'cuda' demands a GPU; 'auto' uses one if present, else the CPU (with a warning)."
     )
     dtype: DtypeSetting = Field(
-        "auto", description="Autocast dtype; 'auto' = bfloat16 on a GPU that supports it, else float32."
+        "auto", description="Autocast dtype; 'auto' = bfloat16 where the hardware multiplies it natively (a GPU that "
+        "supports it, a CPU with AMX-BF16), else float32. Weights and optimizer state stay float32."
     )
     compile: bool = Field(False, description="torch.compile the model.")
     threads: int = Field(0, ge=0, description="torch.set_num_threads when > 0 (CPU).")
