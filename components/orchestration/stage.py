@@ -24,7 +24,7 @@ from components.core.artifacts import atomic_dir, file_info
 
 from .recovery import prune, recover_dead_runs, run_lease
 from .state import artifacts_root
-from .tracking import AssetRun, MlflowTracker, figure_markdown
+from .tracking import AssetRun, MlflowTracker, figure_png, png_markdown
 from .validation import validate_run_config
 
 RETENTION_ENV = "PIPELINE_KEEP_LAST"
@@ -121,8 +121,9 @@ class Stage:
                 self.run.log_table(rows, name)
                 metadata[name] = table_metadata(rows)
         for name, fig in (figures or {}).items():
-            self.run.log_figure(fig, f"{name}.png")
-            metadata[name] = figure_markdown(fig)
+            png = figure_png(fig)  # rendered once for both
+            self.run.log_png(png, f"{name}.png")
+            metadata[name] = png_markdown(png)
             plt.close(fig)
         for name, text in (texts or {}).items():
             self.run.log_text(text, f"{name}.md")
