@@ -68,7 +68,7 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
                     "train longer before trusting it"],
             )
 
-    @dg.asset_check(asset=model_comparison, description="The FFN holds about two thirds of each Transformer's non-embedding parameters (measured from the module).")
+    @dg.asset_check(asset=model_comparison, description="The FFN holds about two thirds of each Transformer's block parameters (attention + FFN + norms; measured from the module).")
     def ffn_holds_two_thirds(model_comparison: dict) -> dg.AssetCheckResult:
         shares = {n: a["ffn_share"] for n, a in model_comparison["accounting"].items()}
         return dg.AssetCheckResult(
