@@ -231,7 +231,8 @@ def test_every_language_model_is_registered_with_links_back(tiny_run):
         (mv,) = client.search_model_versions(f"name = '{name}'")
         assert mv.run_id == nested[name].info.run_id and mv.tags["dagster.run_id"] == run_id
         assert mv.tags["dagster.run_url"] == f"{DAGSTER_UI}/runs/{run_id}" and mv.tags["dagster.asset_url"] == f"{DAGSTER_UI}/assets/{name}"
-        logged = client.get_logged_model(mv.model_id)
+        assert mv.source.startswith("models:/m-")  # the logged model of the run, as MLflow's log_model registers
+        logged = client.get_logged_model(mv.source.removeprefix("models:/"))
         assert str(logged.status) in ("READY", "LoggedModelStatus.READY") and logged.source_run_id == mv.run_id
         assert manifest(inst, run_id, name)["registered_model"]["uri"] == f"models:/{name}/{mv.version}"
     mlflow.set_tracking_uri(f"sqlite:///{state / 'mlflow' / 'mlflow.db'}")

@@ -98,12 +98,16 @@ def _log_and_register(run: AssetRun, folder: Path, registered_name: str, descrip
         raise
     client.finalize_logged_model(logged.model_id, "READY")
     _ensure_registered_model(client, registered_name, description)
-    # The source is the logged model's artifact location (a `models:/<id>` source would make the
-    # registry look the model up through the default tracking URI, not this client's).
-    mv = client.create_model_version(
-        registered_name, source=logged.artifact_location, run_id=run.run_id, tags=tags,
-        description=model_description, model_id=logged.model_id,
-    )
+    # Source `models:/<model id>`, as MLflow's own log_model registers: the version then links to the
+    # logged model. The SQL registry resolves that URI through the process's default tracking URI,
+    # so it is pointed at this client's store for the call (and restored after).
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    with _use_tracking_uri(client.tracking_uri):
+        mv = client.create_model_version(
+            registered_name, source=f"models:/{logged.model_id}", run_id=run.run_id, tags=tags,
+            description=model_description, model_id=logged.model_id,
+        )
     return {
         "name": mv.name, "version": str(mv.version), "model_id": logged.model_id,
         "source": mv.source, "uri": f"models:/{mv.name}/{mv.version}",
