@@ -6,15 +6,18 @@ whose processes died as failed and frees their pool slots), and the resources.""
 
 from __future__ import annotations
 
+import datetime as dt
 import warnings
 from pathlib import Path
 
 import dagster as dg
 
 from components.orchestration.io import ManifestIOManager
+from components.orchestration.language_model import LM_TAG
 from components.orchestration.recovery import recovery_sensor
 from components.orchestration.state import PROJECT_ROOT
 from components.orchestration.tracking import MlflowTracker
+from components.orchestration.versions import asset_code_version
 
 from .comparison import language_model_keys, model_comparison_asset
 from .report import asset_specs, report_asset
@@ -25,6 +28,13 @@ CONFIG_DIR = PROJECT_ROOT / "configs"
 # re-materialized on its own (say `corpus` with a new config from the UI), everything downstream
 # follows, once its parents are all present.
 AUTOMATION = dg.AutomationCondition.eager()
+
+OWNERS = ["team:ml"]
+
+# The language models are retrained by the weekly schedule (Monday 03:00 UTC): a model older than
+# 7½ days means that run was missed or failed (warning), older than 8 days is stale (failing).
+# Evaluated by the daemon's freshness loop (`dg dev`) and shown on each model's asset page.
+LM_FRESHNESS = dg.FreshnessPolicy.time_window(fail_window=dt.timedelta(days=8), warn_window=dt.timedelta(days=7, hours=12))
 
 
 def config_jobs() -> list[dg.UnresolvedAssetJobDefinition]:
@@ -74,9 +84,33 @@ def build_defs() -> dg.Definitions:
             resources={"mlflow": MlflowTracker(), "io_manager": ManifestIOManager()},
         ),
     )
+    versions = {spec.key: asset_code_version(a) for a in merged.assets or [] if isinstance(a, dg.AssetsDefinition) for spec in a.specs}
     with warnings.catch_warnings():  # map_asset_specs is marked preview in 1.13; it is the one-place way to set this
         warnings.simplefilter("ignore", dg.PreviewWarning)
-        return merged.map_asset_specs(func=lambda spec: spec.replace_attributes(automation_condition=AUTOMATION))
+        return merged.map_asset_specs(func=lambda spec: with_metadata(spec, versions[spec.key]))
+
+
+# Assets whose output is trained or exported weights, besides every language model (tag LM_TAG).
+WEIGHTS_ASSETS = {"word_embeddings", "quantized_models", "model_export"}
+
+
+def role(spec: dg.AssetSpec) -> str:
+    """Tag `role`: data (ingest), model (weights), or study (measurements over them)."""
+    if spec.group_name == "ingest":
+        return "data"
+    return "model" if LM_TAG in spec.tags or spec.key.to_user_string() in WEIGHTS_ASSETS else "study"
+
+
+def with_metadata(spec: dg.AssetSpec, code_version: str) -> dg.AssetSpec:
+    """What every asset carries, set here once: the automation condition, its code version (see
+    components/orchestration/versions.py), owners, tags, and for language models the freshness policy."""
+    spec = spec.replace_attributes(
+        automation_condition=AUTOMATION,
+        code_version=code_version,
+        owners=OWNERS,
+        freshness_policy=LM_FRESHNESS if LM_TAG in spec.tags else spec.freshness_policy,
+    )
+    return spec.merge_attributes(tags={"project": "wordvec-to-transformer", "role": role(spec)})
 
 
 defs = build_defs()

@@ -17,7 +17,7 @@ import dagster as dg
 from components.core.claims import BY_NAME, judge_all
 from components.core.report import claim_counts, headline_metrics, render_report, section_from_manifest, summary_markdown
 from components.orchestration.stage import stage
-from components.orchestration.tracking import MlflowTracker
+from components.orchestration.tracking import MlflowTracker, dagster_run_url
 
 GROUP = "report"
 REPORT_FILE = "report.html"
@@ -89,7 +89,8 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
             # The run's summary on its parent run: the page, the headline metrics, the description.
             parent.log_artifact(path)
             parent.log_metrics({**headline, **count_metrics})
-            parent.set_note(summary)
+            # The parent's description keeps its link back to the Dagster run above the summary.
+            parent.set_note(f"Dagster run [{run.run_id[:8]}]({dagster_run_url(run.run_id)}) of `{run.job_name}`.\n\n{summary}")
             claims = [{"claim": j.claim.name, "asset": j.asset, "status": j.status,
                        **({"error": j.error} if j.verdict is None else {})} for j in judgements]
             failed = [f"{c['claim']} on {c['asset']}: {c['status']}" for c in claims if c["status"] in ("failed", "not judged")]

@@ -101,6 +101,21 @@ def step_errors(inst, run_id: str) -> list[str]:
     return [r.event_log_entry.dagster_event.event_specific_data.error.to_string() for r in recs]
 
 
+def step_intervals(inst, run_id: str) -> dict[str, tuple[float, float]]:
+    """Step key → (start, end) timestamps of run `run_id`'s executed steps (from its event log)."""
+    from dagster import DagsterEventType
+
+    start, end = {}, {}
+    for kind, into in ((DagsterEventType.STEP_START, start), (DagsterEventType.STEP_SUCCESS, end), (DagsterEventType.STEP_FAILURE, end)):
+        for r in inst.get_records_for_run(run_id, of_type=kind).records:
+            into[r.event_log_entry.step_key] = r.event_log_entry.timestamp
+    return {k: (start[k], end[k]) for k in start if k in end}
+
+
+def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    return a[0] < b[1] and b[0] < a[1]
+
+
 def mlflow_runs(state: Path):
     from mlflow.tracking import MlflowClient
 

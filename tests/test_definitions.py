@@ -34,3 +34,44 @@ def test_core_imports_no_dagster_or_mlflow():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert int(out.stdout.split()[0]) >= 5
+
+
+def test_assets_carry_code_versions_owners_tags_and_freshness(monkeypatch):
+    """Set in one place (pipelines/definitions.py): every asset has a code version, owners and tags;
+    the language models, retrained weekly, a freshness policy. A code version moves with the asset's
+    own module, the core modules it reaches and its config defaults, not with shared plumbing."""
+    import datetime as dt
+
+    import dagster as dg
+
+    from components.orchestration import versions
+    from components.orchestration.language_model import LM_TAG
+    from pipelines.definitions import build_defs, defs
+
+    graph = defs.resolve_asset_graph()
+    nodes = {k.to_user_string(): graph.get(k) for k in graph.get_all_asset_keys()}
+    lms = {k for k, n in nodes.items() if LM_TAG in n.tags}
+    assert {"rnn_lm", "lstm_lm", "transformer_lm"} <= lms
+    for key, n in nodes.items():
+        assert n.code_version and len(n.code_version) == 16, key
+        assert n.owners == ["team:ml"] and n.tags["project"] == "wordvec-to-transformer", key
+        assert n.tags["role"] == ("data" if key in ("corpus", "tokenizer", "labels") else "model" if key in lms | {"word_embeddings", "quantized_models", "model_export"} else "study"), key
+        if key in lms:
+            policy = n.freshness_policy
+            assert policy is not None and policy.fail_window.to_timedelta() == dt.timedelta(days=8), key
+            assert policy.warn_window.to_timedelta() == dt.timedelta(days=7, hours=12)
+        else:
+            assert n.freshness_policy is None, key
+    # Same module, different defs.yaml defaults: different versions.
+    assert nodes["rnn_lm"].code_version != nodes["lstm_lm"].code_version
+    # What a language model's version covers: the training loop and the models, not the tracking.
+    lm_module = versions.PROJECT_ROOT / "components/orchestration/language_model.py"
+    covered = {str(p.relative_to(versions.PROJECT_ROOT)) for p in versions.core_closure(lm_module)}
+    assert {"components/core/training.py", "components/core/lm.py", "components/core/models/transformer.py"} <= covered
+    assert not {p for p in covered if not p.startswith("components/core/")}
+    # Editing the training loop changes every language model's version and not the corpus's.
+    real = versions._file_digest
+    monkeypatch.setattr(versions, "_file_digest", lambda p: "edited" if p.name == "training.py" and p.parent.name == "core" else real(p))
+    edited = {k.to_user_string(): build_defs().resolve_asset_graph().get(k).code_version for k in graph.get_all_asset_keys()}
+    assert all(edited[k] != nodes[k].code_version for k in lms)
+    assert edited["corpus"] == nodes["corpus"].code_version

@@ -134,3 +134,26 @@ def test_sample_prompts_come_from_validation_blocks_without_padding(corpus):
                          decode=lambda ids: ",".join(map(str, ids)))
     assert texts[0].startswith("5,6,7,") and len(texts[0].split(",")) == 6
     assert texts[1].startswith("0,") and len(texts[1].split(",")) == 4
+
+
+@pytest.mark.parametrize("family,settings", [
+    ("recurrent", {"cell": "rnn", "n_embd": 16, "hidden_size": 32, "tie_weights": False}),
+    ("recurrent", {"cell": "lstm", "n_embd": 16, "hidden_size": 24, "tie_weights": True}),
+    ("transformer", {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": T, "pos_encoding": "rope"}),
+    ("transformer", {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": T, "pos_encoding": "learned", "tie_weights": False}),
+])
+def test_params_non_embedding_is_params_minus_the_embedding_tables(family, settings):
+    """One definition for every family and for model_comparison's accounting: params_non_embedding is
+    params minus exactly the token table (V×E) and a learned position table (block_size×E); a tied
+    output head is the token table, an untied one counts."""
+    from components.core.studies.ablations import parameter_accounting
+
+    vocab = 97
+    model = build_model(family, settings, vocab)
+    E = settings["n_embd"]
+    tables = vocab * E + (T * E if settings.get("pos_encoding") == "learned" else 0)
+    assert count_parameters(model, non_embedding=True) == count_parameters(model) - tables
+    if family == "transformer":
+        a = parameter_accounting(model)
+        assert a["non_embedding"] == count_parameters(model, non_embedding=True)
+        assert a["non_embedding"] == a["blocks"] + a["components"]["head"]

@@ -9,6 +9,9 @@ import pytest
 
 from cli import TINY, check_evaluations, manifest, materializations, mlflow_runs, step_errors
 
+MLFLOW_UI = "http://127.0.0.1:5999"
+DAGSTER_UI = "http://127.0.0.1:3999"
+
 
 def check_records(inst, run_id):
     """(check name, asset) → its evaluation in run `run_id`."""
@@ -35,6 +38,9 @@ def tiny_run(tmp_path_factory):
     state = tmp_path_factory.mktemp("tiny") / "state"
     mp = pytest.MonkeyPatch()
     mp.setenv("PIPELINE_STATE_DIR", str(state))
+    # Both UIs on ports other than the defaults: the links follow the two settings.
+    mp.setenv("MLFLOW_UI_URL", MLFLOW_UI)
+    mp.setenv("DAGSTER_UI_URL", DAGSTER_UI)
     inst = dg.DagsterInstance.ephemeral()
     result = materialize(TINY, inst=inst)
     assert result.success, "\n".join(step_errors(inst, result.run_id))
@@ -98,7 +104,9 @@ def test_mlflow_has_one_parent_and_a_nested_run_per_asset(tiny_run):
     # The run id and link go back into Dagster's metadata.
     mats = materializations(inst, run_id)
     assert mats["tokenizer"].metadata["mlflow_run_id"].value == tok.info.run_id
-    assert mats["tokenizer"].metadata["mlflow_url"].value.endswith(tok.info.run_id)
+    assert mats["tokenizer"].metadata["mlflow_url"].value == (
+        f"{MLFLOW_UI}/#/experiments/{tok.info.experiment_id}/runs/{tok.info.run_id}?workflowType=machine_learning"
+    )
 
 
 def test_studies_report_measured_findings(tiny_run):
@@ -228,3 +236,90 @@ def test_missing_upstream_fails_with_a_clear_message(state_dir):
     result = materialize({"ops": {"tokenizer": TINY["ops"]["tokenizer"]}}, selection="tokenizer")
     errors = [e.event_specific_data.error.to_string() for e in result.all_events if e.is_step_failure]
     assert not result.success and any("upstream asset `corpus` has never been materialized" in e for e in errors), errors
+
+
+def test_dagster_and_mlflow_link_both_ways(tiny_run):
+    """The Dagster run carries its MLflow parent's id and URL; every MLflow run carries its Dagster
+    run's URL (nested: also its asset page), MLflow's source fields, the git commit and the user."""
+    import re
+    import subprocess
+
+    from components.orchestration.state import PROJECT_ROOT
+
+    state, inst, run_id = tiny_run
+    _, all_runs = mlflow_runs(state)
+    parent = next(r for r in all_runs if r.data.tags.get("dagster.role") == "dagster_run")
+    exp = parent.info.experiment_id
+    tags = inst.get_run_by_id(run_id).tags
+    assert tags["mlflow/parent_run_id"] == parent.info.run_id
+    assert tags["mlflow/parent_run_url"] == f"{MLFLOW_UI}/#/experiments/{exp}/runs/{parent.info.run_id}?workflowType=machine_learning"
+    # A run of an asset selection (not a config job) is named after the selection and its start.
+    created = inst.get_run_record_by_id(run_id).create_timestamp
+    assert re.fullmatch(r"assets:\w+,\w+,\w+ \+\d+ @ \d{4}-\d\d-\d\d \d\d:\d\d UTC", parent.info.run_name), parent.info.run_name
+    assert parent.info.run_name.endswith(f"{created:%Y-%m-%d %H:%M} UTC")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True).stdout.strip()
+    for r in all_runs:
+        t = r.data.tags
+        assert t["dagster.run_url"] == f"{DAGSTER_UI}/runs/{run_id}"
+        assert t["mlflow.source.type"] == "JOB" and t["mlflow.user"] and r.info.user_id == t["mlflow.user"]
+        assert t.get("mlflow.source.git.commit") == (head if (PROJECT_ROOT / ".git").exists() else None)
+        if r is not parent:
+            asset = t["dagster.asset_key"]
+            assert t["dagster.asset_url"] == f"{DAGSTER_UI}/assets/{asset}"
+            module, name = t["mlflow.source.name"].split(":")
+            assert name == asset and module.startswith(("pipelines.", "components.orchestration."))
+            if t.get("dagster.role") != "comparison_child":  # (one per model under model_comparison's run)
+                assert f"]({DAGSTER_UI}/assets/{asset})" in t["mlflow.note.content"]
+    assert parent.data.tags["mlflow.source.name"] == f"pipelines.definitions:{inst.get_run_by_id(run_id).job_name}"
+
+
+def test_experiment_opens_in_the_model_training_view(tiny_run):
+    state, _, _ = tiny_run
+    client, _ = mlflow_runs(state)
+    exp = client.get_experiment_by_name("wordvec-to-transformer")
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert "one parent run per Dagster run" in exp.tags["mlflow.note.content"]
+
+
+def test_every_language_model_is_registered_with_links_back(tiny_run):
+    """One registered model per language-model asset, named after it; its version is the logged model
+    of this run's nested run, tagged with the Dagster run, and loads and generates through pyfunc."""
+    import mlflow
+
+    from components.orchestration.language_model import LM_TAG
+    from pipelines.definitions import defs
+
+    state, inst, run_id = tiny_run
+    client, all_runs = mlflow_runs(state)
+    lms = sorted(k.to_user_string() for k, n in ((k, defs.resolve_asset_graph().get(k)) for k in defs.resolve_asset_graph().get_all_asset_keys()) if LM_TAG in n.tags)
+    assert lms == ["lstm_lm", "rnn_lm", "transformer_1head_lm", "transformer_lm", "transformer_window_lm"]
+    nested = {r.data.tags["dagster.asset_key"]: r for r in all_runs if r.data.tags.get("dagster.role") != "comparison_child" and "dagster.asset_key" in r.data.tags}
+    registered = {m.name for m in client.search_registered_models()}
+    assert set(lms) | {"transformer_lm_fp16"} <= registered
+    for name in lms:
+        (mv,) = client.search_model_versions(f"name = '{name}'")
+        assert mv.run_id == nested[name].info.run_id and mv.tags["dagster.run_id"] == run_id
+        assert mv.tags["dagster.run_url"] == f"{DAGSTER_UI}/runs/{run_id}" and mv.tags["dagster.asset_url"] == f"{DAGSTER_UI}/assets/{name}"
+        assert mv.source.startswith("models:/m-")  # the logged model of the run, as MLflow's log_model registers
+        logged = client.get_logged_model(mv.source.removeprefix("models:/"))
+        assert str(logged.status) in ("READY", "LoggedModelStatus.READY") and logged.source_run_id == mv.run_id
+        assert manifest(inst, run_id, name)["registered_model"]["uri"] == f"models:/{name}/{mv.version}"
+    mlflow.set_tracking_uri(f"sqlite:///{state / 'mlflow' / 'mlflow.db'}")
+    try:
+        model = mlflow.pyfunc.load_model("models:/rnn_lm/1")
+        assert [c.name for c in model.metadata.signature.inputs] == ["prompt"]
+        out = model.predict({"prompt": ["The history of", "A"]}, params={"max_new_tokens": 4, "temperature": 0.0})
+        assert len(out) == 2 and all(isinstance(t, str) and t for t in out)
+    finally:
+        mlflow.set_tracking_uri("")
+
+
+def test_params_non_embedding_is_params_minus_the_embedding(tiny_run):
+    state, inst, run_id = tiny_run
+    comparison = manifest(inst, run_id, "model_comparison")
+    for name in ("rnn_lm", "lstm_lm", "transformer_lm", "transformer_window_lm", "transformer_1head_lm"):
+        lm = manifest(inst, run_id, name)
+        m = lm["metrics"]
+        assert m["params"] - m["params_non_embedding"] == lm["vocab_size"] * lm["model_config"]["n_embd"], name
+        if name.startswith("transformer"):
+            assert comparison["accounting"][name.removesuffix("_lm")]["non_embedding"] == m["params_non_embedding"]

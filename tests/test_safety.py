@@ -10,7 +10,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from cli import TINY, instance, launch, log_of, manifest, materializations, mlflow_runs, runs, step_errors, wait
+from cli import TINY, instance, launch, log_of, manifest, materializations, mlflow_runs, overlap, runs, step_errors, step_intervals, wait
 
 INGEST = "corpus,tokenizer,labels"
 
@@ -81,6 +81,9 @@ def test_concurrent_runs_with_different_configs_never_mix_data(set_up_state):
         assert labels["vocab_size"] == lm["vocab_size"] == tok["vocab_size"]
         seen.add(tok["vocab_size"])
     assert seen == set(vocab.values())
+    # The `training` pool (limit 1) holds across runs: the two runs' lstm_lm steps took turns.
+    a, b = (step_intervals(inst, run.run_id)["lstm_lm"] for run in new)
+    assert not overlap(a, b), (a, b)
 
 
 def test_killed_run_is_marked_failed_and_the_rerun_resumes(set_up_state, tmp_path):
@@ -100,13 +103,18 @@ def test_killed_run_is_marked_failed_and_the_rerun_resumes(set_up_state, tmp_pat
     killed = runs(inst)[-1].dagster_run
     assert killed.status == dg.DagsterRunStatus.STARTED  # nothing told Dagster yet
 
-    rerun = launch(state, "lstm_lm", cfg, name="rerun")
+    # The rerun is what the asset graph launches for a selection: the multiprocess executor, here with
+    # a second training asset that could run beside it.
+    rerun = launch(state, "rnn_lm,lstm_lm", cfg, name="rerun")
     assert wait(rerun, timeout=600) == 0, log_of(state, "rerun")[-3000:]
     inst = instance(state)
     assert inst.get_run_by_id(killed.run_id).status == dg.DagsterRunStatus.FAILURE
     rerun_id = runs(inst)[-1].dagster_run.run_id
     mat = materializations(inst, rerun_id)["lstm_lm"]
     assert mat.metadata["resumed_from_step"].value >= 10
+    # Two training steps in separate processes, yet one at a time (pool `training`, limit 1).
+    steps = step_intervals(inst, rerun_id)
+    assert not overlap(steps["rnn_lm"], steps["lstm_lm"]), steps
     _, all_runs = mlflow_runs(state)
     assert "RUNNING" not in {r.info.status for r in all_runs}
     killed_mlflow = [r for r in all_runs if r.data.tags.get("dagster.run_id") == killed.run_id]

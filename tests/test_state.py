@@ -84,6 +84,11 @@ def test_concurrent_ensure_stores_creates_each_store_once(stores, instance, clie
     assert instance.run_monitoring_enabled
     assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
     assert {p.name: p.limit for p in instance.event_log_storage.get_pool_limits()}["training"] == 1
+    # the legacy instance-wide auto-materialize flag is unpaused, so the UI's "Auto-materialize" badge
+    # agrees with the running automation sensor
+    from dagster._daemon.asset_daemon import get_auto_materialize_paused
+
+    assert not get_auto_materialize_paused(instance)
 
     # later calls are cheap no-ops, in a new process (marker) and in this one
     from components.orchestration import state as st

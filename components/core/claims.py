@@ -410,7 +410,7 @@ CLAIMS: list[Claim] = [
           "Without positional encoding the model (bidirectional attention) is permutation-equivariant; with it, it is not.",
           position_breaks_order_symmetry),
     Claim("ffn_holds_two_thirds", "model_comparison",
-          "The FFN holds about two thirds of each Transformer's non-embedding parameters (measured from the module).", ffn_holds_two_thirds),
+          "The FFN holds about two thirds of each Transformer's block parameters (attention + FFN + norms; measured from the module).", ffn_holds_two_thirds),
     Claim("attention_scales_as_claimed", "attention_cost",
           "Double the length, four times the memory: the reference's peak memory grows as N² (exponent 1.8–2.2, ×3.6–4.4 at the last "
           "doubling), the fused kernel's as N (exponent ≤ 1.1), in the training pass.", attention_scales_as_claimed),

@@ -45,24 +45,34 @@ def plot_lstm_gates(history: list[dict]) -> Figure:
     return fig
 
 
-@torch.no_grad()
-def plot_attention_maps(
-    model: nn.Module, idx: torch.Tensor, *, decode: Callable[[list[int]], str] | None = None, max_heads: int = 4
-) -> Figure:
-    """Attention weights of every layer (rows) and the first heads (columns) of a Transformer on one
-    sequence idx (1, t)."""
-    weights = model.attention_weights(idx)  # n_layer × (1, nh, t, t)
-    L, H = len(weights), min(max_heads, model.config.n_head)
-    labels = [decode([int(t)]) if decode else str(int(t)) for t in idx[0]]
-    fig = Figure(figsize=(2.6 * H, 2.6 * L), layout="constrained")
+def plot_head_maps(weights: list[torch.Tensor], labels: list[str], title: str) -> Figure:
+    """Attention weights of every layer (rows) and head (columns) on one sequence: weights[layer] is
+    (1, heads, t, t), labels the t tokens. Readable where it is shown at its pixel size (Dagster's
+    metadata, at 100 dpi): 8 pt tick labels (11 px) on cells of at least 0.2 in (20 px) per token, so
+    a panel grows with the tokens shown; keep t to about 16-24."""
+    L, H, T = len(weights), weights[0].shape[1], weights[0].shape[-1]
+    side = max(2.4, 0.2 * T + 0.6)
+    fig = Figure(figsize=(side * H, side * L + 0.4), layout="constrained")
     axes = fig.subplots(L, H, squeeze=False)
     for layer, w in enumerate(weights):
-        for head in range(H):
-            ax = axes[layer][head]
-            ax.imshow(w[0, head].float().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
-            ax.set_title(f"layer {layer} head {head}", fontsize=8)
-            ticks = range(len(labels))
-            ax.set_xticks(ticks, labels, fontsize=5, rotation=90)
-            ax.set_yticks(ticks, labels, fontsize=5)
-    fig.suptitle("attention weights (query rows → key columns)")
+        for h in range(H):
+            ax = axes[layer][h]
+            ax.imshow(w[0, h].float().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
+            ax.set_title(f"layer {layer} head {h}", fontsize=10)
+            ax.set_xticks(range(T), labels, fontsize=8, rotation=90)
+            ax.set_yticks(range(T), labels, fontsize=8)
+    fig.suptitle(title, fontsize=12)
     return fig
+
+
+@torch.no_grad()
+def plot_attention_maps(
+    model: nn.Module, idx: torch.Tensor, *, decode: Callable[[list[int]], str] | None = None, max_heads: int = 4,
+    max_tokens: int = 16,
+) -> Figure:
+    """Attention weights of every layer (rows) and the first heads (columns) of a Transformer on the
+    first `max_tokens` tokens of one sequence idx (1, t)."""
+    idx = idx[:, :max_tokens]
+    weights = [w[:, :max_heads] for w in model.attention_weights(idx)]  # n_layer × (1, heads, t, t)
+    labels = [decode([int(t)]) if decode else str(int(t)) for t in idx[0]]
+    return plot_head_maps(weights, labels, "attention weights (query rows → key columns)")

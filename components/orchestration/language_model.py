@@ -33,9 +33,10 @@ from components.core.tokenizer import load_tokenizer
 from components.core.training import WEIGHTS_FILE, TrainSettings
 
 from .checks import claim_spec, judged
+from .registry import log_and_register
 from .stage import stage
 from .state import state_root
-from .tracking import MlflowTracker, config_hash
+from .tracking import MlflowTracker, config_hash, dagster_asset_url, dagster_run_url
 
 LM_TAG = "pipeline/language_model"  # tag key every language-model asset carries (value: family)
 TRAINING_POOL = "training"  # one training at a time per device (pool limit in dagster.yaml)
@@ -180,8 +181,8 @@ def language_model_asset(
             weights = s.tmp / WEIGHTS_FILE
             shutil.copy2(result.weights_path, weights)  # weights and config only: no optimizer state
             (s.tmp / "samples.txt").write_text("\n\n----------\n\n".join(result.samples) + "\n", encoding="utf-8")
-            s.run.log_artifact(weights, "model")
             metrics = result.metrics
+            registered = register_model(context, s, weights, tokenizer, result, config, description)
             output = s.publish(
                 {
                     "name": name,
@@ -196,6 +197,7 @@ def language_model_asset(
                     "resumed_from_step": result.resumed_from_step,
                     "inputs": {"labels": labels["dagster_run_id"], "tokenizer": tokenizer["dagster_run_id"]},
                     "history": _history_summary(result.history),
+                    "registered_model": registered,
                 },
                 metrics=metrics,
                 figures=result.figures,
@@ -203,6 +205,7 @@ def language_model_asset(
                 files={"weights": weights, "samples": s.tmp / "samples.txt"},
                 artifacts=[s.tmp / "samples.txt"],
                 values={
+                    "registered_model": registered["uri"],
                     "params": int(metrics["params"]),
                     "resumed_from_step": result.resumed_from_step,
                     "attention_backend": str(result.attention_backend.get("observed", result.attention_backend)),
@@ -212,6 +215,40 @@ def language_model_asset(
         return output
 
     return _lm
+
+
+def register_model(context: dg.AssetExecutionContext, s: Any, weights: Path, tokenizer: dict, result: Any, config: Any,
+                   description: str) -> dict[str, str]:
+    """The trained model as an MLflow model (an FP32 export folder: weights, config, tokenizer) of the
+    asset's run, registered as a new version of the model named after the asset."""
+    import tempfile
+
+    from components.core.export.folder import export_model
+    from components.core.lm import load_lm
+
+    name = context.asset_key.to_user_string()
+    run_id = context.run.run_id
+    links = {
+        "dagster.run_id": run_id,
+        "dagster.run_url": dagster_run_url(run_id),
+        "dagster.asset_url": dagster_asset_url(context.asset_key),
+        "family": result.family,
+        "val_loss": f"{result.metrics['val/loss']:.4f}",
+        "params": str(int(result.metrics["params"])),
+        "tokenizer_sha256": tokenizer["sha256"],
+    }
+    provenance = {"asset": name, "dagster_run_id": run_id, "mlflow_run_id": s.run.run_id}
+    with tempfile.TemporaryDirectory(prefix=f"{name}-export-") as tmp:  # the run folder keeps only the weights
+        folder = Path(tmp) / "model"
+        export_model(load_lm(weights), "fp32", folder, tokenizer_path=tokenizer["path"], config=result.config.model_dump(),
+                     train_settings=config.train.model_dump(), provenance=provenance, tokenizer_sha256=tokenizer["sha256"])
+        return log_and_register(
+            s.run, folder, name,
+            description=f"{description} (asset `{name}`; one version per materialization).",
+            model_description=f"Dagster run {run_id} ({dagster_run_url(run_id)}): val loss {result.metrics['val/loss']:.4f}.",
+            tags=links,
+            params={"family": result.family, **{f"model.{k}": v for k, v in result.config.model_dump().items()}},
+        )
 
 
 class LanguageModel(dg.Component, dg.Model, dg.Resolvable):

@@ -26,15 +26,12 @@ from components.core.artifacts import atomic_dir, file_info
 
 from .recovery import prune, recover_dead_runs, run_lease
 from .state import artifacts_root
-from .tracking import AssetRun, MlflowTracker, figure_markdown, finite_metrics
+from .tracking import AssetRun, MlflowTracker, figure_png, finite_metrics, png_markdown
 from .validation import validate_run_config
 
 RETENTION_ENV = "PIPELINE_KEEP_LAST"
 DEFAULT_KEEP_LAST = 3
 REPORT_TABLE_ROWS = 50  # rows of each table kept in the manifest for the report (MLflow has them all)
-FIGURE_DPI = 100
-
-
 def metric_key(name: str) -> str:
     """MLflow names (`val/loss`) as Dagster metadata keys (`val_loss`)."""
     return name.replace("/", "_")
@@ -126,12 +123,13 @@ class Stage:
                 metadata[name] = table_metadata(rows)
         figure_files = {}
         for name, fig in (figures or {}).items():
-            png = self.tmp / "figures" / f"{name}.png"  # beside the outputs, for the report; `<name>.png` in MLflow
+            png_bytes = figure_png(fig)  # rendered once: the file (report, MLflow `<name>.png`) and Dagster's inline image
+            png = self.tmp / "figures" / f"{name}.png"
             png.parent.mkdir(exist_ok=True)
-            fig.savefig(png, format="png", dpi=FIGURE_DPI, bbox_inches="tight")
+            png.write_bytes(png_bytes)
             self.run.log_artifact(png)
             figure_files[name] = {**file_info(png), "path": self.final_path(png)}
-            metadata[name] = figure_markdown(fig)
+            metadata[name] = png_markdown(png_bytes)
             plt.close(fig)
         for name, text in (texts or {}).items():
             self.run.log_text(text, f"{name}.md")

@@ -276,8 +276,21 @@ def _init_dagster(home: Path) -> None:
             if storage.supports_global_concurrency_limits:
                 if not any(p.name == TRAINING_POOL for p in storage.get_pool_limits()):
                     storage.set_concurrency_slots(TRAINING_POOL, 1)
+            unpause_legacy_auto_materialize(instance)
         finally:
             instance.dispose()
+
+
+def unpause_legacy_auto_materialize(instance: Any) -> None:
+    """Clear the instance-wide "auto-materialize paused" flag of Dagster's pre-sensor automation
+    (unset means paused). With automation run by sensors (the default since 1.9, and here the
+    `downstream_automation` sensor) nothing reads it any more, but the UI's job and asset-group pages
+    still show it as the "Auto-materialize off/on" badge: unpaused, the badge agrees with the
+    sensor, which starts running. Whether automation runs is the sensor's switch (Automation page)."""
+    from dagster._daemon.asset_daemon import get_auto_materialize_paused, set_auto_materialize_paused
+
+    if get_auto_materialize_paused(instance):
+        set_auto_materialize_paused(instance, False)
 
 
 def _init_mlflow(uri: str) -> bool:

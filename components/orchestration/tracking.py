@@ -10,6 +10,14 @@ with its Dagster run id, creates one if there is none, then converges on the one
 MLflow run id, moving the children of any duplicate onto it and deleting the duplicate. Two steps
 that raced both end on the same parent whichever order their writes landed in.
 
+Links both ways: the Dagster run is tagged with its parent's id and URL (`mlflow/parent_run_id`,
+`mlflow/parent_run_url`); every MLflow run carries the URL of its Dagster run (`dagster.run_url`)
+and, nested, of its asset page (`dagster.asset_url`), also as clickable links in its description.
+The MLflow UI's address is MLFLOW_UI_URL, the Dagster UI's DAGSTER_UI_URL (scripts/env.sh exports
+both; scripts/mlflow_ui.sh and scripts/ui.sh listen on their ports). Runs carry MLflow's source
+fields (`mlflow.source.type` JOB, `mlflow.source.name` module:asset or module:job, the git commit
+when the project is a git checkout) and `mlflow.user`.
+
 Parent status mirrors the run: RUNNING while a step runs; after each step FAILED if any child failed,
 else FINISHED once no child is running. A step that fails before its child exists (or a killed run)
 is caught up by `recovery.sync_mlflow_parents`, which the next step of any run calls.
@@ -17,11 +25,15 @@ is caught up by `recovery.sync_mlflow_parents`, which the next step of any run c
 
 from __future__ import annotations
 
+import datetime as _dt
+import functools
+import getpass
 import hashlib
 import io
 import json
 import math
 import os
+import subprocess
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,13 +41,86 @@ from typing import Any, Iterator
 
 import dagster as dg
 
-from .state import ensure_stores, mlflow_root
+from .state import PROJECT_ROOT, ensure_stores, mlflow_root
 
 PARENT_ROLE = "dagster_run"
 EXPERIMENT = "wordvec-to-transformer"
 UI_URL_ENV = "MLFLOW_UI_URL"
 DEFAULT_UI_URL = "http://127.0.0.1:5000"
 MAX_NOTE_CHARS = 8000  # MLflow's limit on a tag value
+DAGSTER_UI_URL_ENV = "DAGSTER_UI_URL"
+DEFAULT_DAGSTER_UI_URL = "http://127.0.0.1:3000"
+# MLflow 3.17's UI has two views of an experiment, GenAI (traces) and machine learning (runs,
+# charts, models). Which one opens follows the `workflowType` URL parameter, else the sidebar switch
+# (stored in the browser, GenAI by default); the experiment tag below is what MLflow's API records
+# for the kind and what UIs that read it go by. Links into MLflow carry the parameter.
+ML_VIEW = "workflowType=machine_learning"
+EXPERIMENT_TAGS = {
+    "mlflow.experimentKind": "custom_model_development",
+    "mlflow.note.content": (
+        "From word vectors to Transformer: one parent run per Dagster run (its name is the job, or "
+        "`assets:<selection> @ <time>` for runs launched from the asset graph or by automation), one "
+        "nested run per asset materialization with its config as params, its headline numbers as "
+        "metrics and its files, tables and plots as artifacts. Language models share metric names "
+        "(`train/loss`, `val/loss`, `train/tokens_per_s_mean`, ...) so the compare view lines them up; "
+        "each is registered as a model under its asset name (Models). Every run links back to its "
+        "Dagster run (tag `dagster.run_url`)."
+    ),
+}
+
+
+def dagster_ui_url() -> str:
+    """The Dagster UI's address: DAGSTER_UI_URL, default http://127.0.0.1:3000."""
+    return (os.environ.get(DAGSTER_UI_URL_ENV) or DEFAULT_DAGSTER_UI_URL).rstrip("/")
+
+
+def dagster_run_url(run_id: str) -> str:
+    return f"{dagster_ui_url()}/runs/{run_id}"
+
+
+def dagster_asset_url(asset_key: dg.AssetKey) -> str:
+    from urllib.parse import quote
+
+    return f"{dagster_ui_url()}/assets/{'/'.join(quote(p, safe='') for p in asset_key.path)}"
+
+
+@functools.cache
+def git_commit() -> str | None:
+    """HEAD of the project's git checkout, once per process; None when it is not one (an installed copy)."""
+    if not (PROJECT_ROOT / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = out.stdout.strip()
+    return commit if out.returncode == 0 and len(commit) == 40 else None
+
+
+@functools.cache
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name for this uid (some containers)
+        return "unknown"
+
+
+def source_tags(name: str) -> dict[str, str]:
+    """MLflow's source fields for a run started by a Dagster step: type JOB, `name`, git commit, user."""
+    tags = {"mlflow.source.type": "JOB", "mlflow.source.name": name, "mlflow.user": _user()}
+    commit = git_commit()
+    if commit:
+        tags["mlflow.source.git.commit"] = commit
+    return tags
+
+
+def adhoc_run_name(asset_keys: Any, created: _dt.datetime | None) -> str:
+    """A readable parent name for a run launched from the asset graph or by automation:
+    `assets:rnn_lm,lstm_lm @ 2026-12-02 10:31 UTC` (the first three assets of a larger selection, then +N)."""
+    names = sorted(k.to_user_string() for k in asset_keys or [])
+    shown = ",".join(names[:3]) + (f" +{len(names) - 3}" if len(names) > 3 else "") if names else "all"
+    when = (created or _dt.datetime.now(_dt.timezone.utc)).astimezone(_dt.timezone.utc)
+    return f"assets:{shown} @ {when:%Y-%m-%d %H:%M} UTC"
 
 
 def config_hash(params: dict[str, Any]) -> str:
@@ -72,7 +157,11 @@ class AssetRun:
 
     @property
     def url(self) -> str:
-        return f"{self.ui_base}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        return self.page_url()
+
+    def page_url(self, page: str = "") -> str:
+        """A page of this run in the MLflow UI (`/artifacts/<path>`, …), in its machine-learning view."""
+        return f"{self.ui_base}/#/experiments/{self.experiment_id}/runs/{self.run_id}{page}?{ML_VIEW}"
 
     def log_params(self, params: dict[str, Any]) -> None:
         from mlflow.entities import Param
@@ -121,7 +210,7 @@ class AssetRun:
         """A finished run nested under this one (e.g. one per model in a comparison), so MLflow's
         compare view lines the children up by metric name."""
         parent = self.client.get_run(self.run_id).data.tags
-        tags = {"mlflow.parentRunId": self.run_id, **{k: v for k, v in parent.items() if k.startswith("dagster.")}}
+        tags = {"mlflow.parentRunId": self.run_id, **{k: v for k, v in parent.items() if k.startswith(("dagster.", "mlflow.source.", "mlflow.user"))}}
         tags["dagster.role"] = "comparison_child"
         run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
         child = AssetRun(self.client, run.info.run_id, self.experiment_id, self.ui_base)
@@ -137,7 +226,7 @@ class AssetRun:
 
     def artifact_url(self, path: str) -> str:
         """The MLflow UI's view of one of this run's artifacts."""
-        return f"{self.url}/artifacts/{path}"
+        return self.page_url(f"/artifacts/{path}")
 
     def parent(self) -> "AssetRun":
         """The run this one is nested in (for an asset's run: the Dagster run's parent run, which holds
@@ -176,34 +265,62 @@ class MlflowTracker(dg.ConfigurableResource):
         return MlflowClient(tracking_uri=uri)
 
     def experiment_id(self, client: Any) -> str:
+        """The experiment's id (created when missing), with its kind and description tags."""
         exp = client.get_experiment_by_name(self.experiment)
-        if exp is not None:
-            return exp.experiment_id
-        location = None if self.tracking_uri else (mlflow_root() / "artifacts").as_uri()
-        try:
-            return client.create_experiment(self.experiment, artifact_location=location)
-        except Exception:  # created meanwhile by another process
+        if exp is None:
+            location = None if self.tracking_uri else (mlflow_root() / "artifacts").as_uri()
+            try:
+                client.create_experiment(self.experiment, artifact_location=location, tags=EXPERIMENT_TAGS)
+            except Exception:  # created meanwhile by another process
+                pass
             exp = client.get_experiment_by_name(self.experiment)
             if exp is None:
-                raise
-            return exp.experiment_id
+                raise RuntimeError(f"MLflow experiment {self.experiment!r} could not be created at {self.resolved_uri()}")
+        for key, value in EXPERIMENT_TAGS.items():  # an experiment created elsewhere (e.g. by the store's init)
+            if exp.tags.get(key) != value:
+                client.set_experiment_tag(exp.experiment_id, key, value)
+        return exp.experiment_id
 
-    def parent_run(self, client: Any, experiment_id: str, dagster_run_id: str, job_name: str) -> str:
-        """The one parent run of this Dagster run (create, then converge; see the module docstring)."""
+    def parent_run(self, client: Any, experiment_id: str, dagster_run_id: str, job_name: str,
+                   asset_selection: Any = None, created: _dt.datetime | None = None) -> str:
+        """The one parent run of this Dagster run (create, then converge; see the module docstring).
+
+        Named after the job (`tiny_pipeline:1a2b3c4d`), or for a run of an asset selection launched
+        from the asset graph or by automation (job `__ASSET_JOB`) after the selection and its time."""
         query = f"tags.`dagster.run_id` = '{dagster_run_id}' and tags.`dagster.role` = '{PARENT_ROLE}'"
         found = client.search_runs([experiment_id], filter_string=query, max_results=50)
         if not found:
-            name = job_name if not job_name.startswith("__") else "adhoc"
+            adhoc = job_name.startswith("__")
+            name = adhoc_run_name(asset_selection, created) if adhoc else f"{job_name}:{dagster_run_id[:8]}"
+            run_url = dagster_run_url(dagster_run_id)
             client.create_run(
                 experiment_id,
-                run_name=f"{name}:{dagster_run_id[:8]}",
-                tags={"dagster.run_id": dagster_run_id, "dagster.role": PARENT_ROLE, "dagster.job": job_name},
+                run_name=name,
+                tags={
+                    "dagster.run_id": dagster_run_id,
+                    "dagster.role": PARENT_ROLE,
+                    "dagster.job": job_name,
+                    "dagster.run_url": run_url,
+                    "mlflow.note.content": f"Dagster run [{dagster_run_id[:8]}]({run_url}) of `{job_name}`.",
+                    **source_tags(f"pipelines.definitions:{job_name}"),
+                },
             )
             found = client.search_runs([experiment_id], filter_string=query, max_results=50)
         keep, *duplicates = sorted(r.info.run_id for r in found)
         for dup in duplicates:
             merge_parent(client, experiment_id, dup, keep)
         return keep
+
+    def parent_url(self, experiment_id: str, parent: str) -> str:
+        return f"{self.resolved_ui_url()}/#/experiments/{experiment_id}/runs/{parent}?{ML_VIEW}"
+
+    def tag_dagster_run(self, context: dg.AssetExecutionContext, experiment_id: str, parent: str) -> None:
+        """Tag the Dagster run with its MLflow parent's id and URL (each step re-checks: after two steps
+        raced to create the parent, the one they converged on wins)."""
+        tags = {"mlflow/parent_run_id": parent, "mlflow/parent_run_url": self.parent_url(experiment_id, parent)}
+        run = context.instance.get_run_by_id(context.run.run_id)
+        if run is not None and any(run.tags.get(k) != v for k, v in tags.items()):
+            context.instance.add_run_tags(context.run.run_id, tags)
 
     @contextmanager
     def asset_run(self, context: dg.AssetExecutionContext, params: dict[str, Any] | None = None) -> Iterator[AssetRun]:
@@ -212,16 +329,27 @@ class MlflowTracker(dg.ConfigurableResource):
         params = params or {}
         run_id = context.run.run_id
         experiment_id = self.experiment_id(client)
-        parent = self.parent_run(client, experiment_id, run_id, context.run.job_name)
+        record = context.instance.get_run_record_by_id(run_id)
+        selection = context.run.asset_selection or context.job_def.asset_layer.selected_asset_keys
+        parent = self.parent_run(client, experiment_id, run_id, context.run.job_name, selection,
+                                 record.create_timestamp if record else None)
         client.update_run(parent, "RUNNING")
+        self.tag_dagster_run(context, experiment_id, parent)
         asset_key = context.asset_key.to_user_string()
+        run_url, asset_url = dagster_run_url(run_id), dagster_asset_url(context.asset_key)
+        fn = context.op_def.compute_fn
+        module = getattr(getattr(fn, "decorated_fn", fn), "__module__", "pipelines")
         tags = {
             "mlflow.parentRunId": parent,
             "dagster.run_id": run_id,
             "dagster.asset_key": asset_key,
             "dagster.partition": context.partition_key if context.has_partition_key else "",
             "dagster.step_key": context.get_step_execution_context().step.key,
+            "dagster.run_url": run_url,
+            "dagster.asset_url": asset_url,
+            "mlflow.note.content": f"Asset [{asset_key}]({asset_url}) in Dagster run [{run_id[:8]}]({run_url}).",
             "config_hash": config_hash(params),
+            **source_tags(f"{module}:{asset_key}"),
         }
         run = client.create_run(experiment_id, run_name=asset_key, tags=tags)
         handle = AssetRun(client, run.info.run_id, experiment_id, self.resolved_ui_url())
@@ -263,11 +391,23 @@ def settle_parent(client: Any, experiment_id: str, parent: str) -> None:
         client.set_terminated(parent, "FINISHED")
 
 
-def figure_markdown(fig: Any, dpi: int = 80) -> dg.MetadataValue:
-    """A PNG of a matplotlib figure, inline in Dagster's metadata (it lives in the event log)."""
-    import base64
+# Dagster shows an inline image at its pixel size (in a dialog, scrolled when larger than the
+# window): at 100 dpi 8 pt labels are 11 px, the smallest that reads; at the former 80 dpi they were
+# 9 px, and 5 pt tick labels 5 px. Figures that hold many labels grow with them instead (see
+# components/core/plots.py: plot_head_maps), so the image stays readable without zooming.
+FIGURE_DPI = 100
 
+
+def figure_png(fig: Any, dpi: int = FIGURE_DPI) -> bytes:
+    """A matplotlib figure as PNG bytes (rendered once; the same bytes go to MLflow and Dagster)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
-    data = base64.b64encode(buf.getvalue()).decode()
-    return dg.MetadataValue.md(f"![figure](data:image/png;base64,{data})")
+    return buf.getvalue()
+
+
+def png_markdown(png: bytes) -> dg.MetadataValue:
+    """PNG bytes inline in Dagster's metadata (they live in the event log: keep figures sized to read, no larger)."""
+    import base64
+
+    return dg.MetadataValue.md(f"![figure](data:image/png;base64,{base64.b64encode(png).decode()})")
+

@@ -20,8 +20,9 @@ from components.core.studies.quantization import weights_arithmetic as arithmeti
 from components.core.training import read_metadata
 from components.orchestration.checks import claim_check
 from components.orchestration.language_model import check_same_tokenizer
+from components.orchestration.registry import log_and_register
 from components.orchestration.stage import stage
-from components.orchestration.tracking import MlflowTracker
+from components.orchestration.tracking import MlflowTracker, dagster_asset_url, dagster_run_url
 
 GROUP = "quantization"
 MAIN_MODEL = "transformer_lm"
@@ -137,22 +138,6 @@ def _train_settings(source: dict, client: Any) -> dict:
     return {"settings": settings, "metrics": source.get("metrics") or {}}
 
 
-def _register(run: Any, folder: str, name: str, variant: str, description: str, tags: dict[str, str]) -> dict[str, str]:
-    """Log an export folder to the run as the `model` artifact and register it as a new version of `name`."""
-    from mlflow.exceptions import MlflowException
-
-    client = run.client
-    run.log_artifact(folder, "model")
-    try:
-        client.create_registered_model(name, description="The trained Transformer LM, exported (safetensors, config.json, tokenizer.json).")
-    except MlflowException as e:
-        if "RESOURCE_ALREADY_EXISTS" not in str(e.error_code) and "already exists" not in str(e):
-            raise
-    source = f"{client.get_run(run.run_id).info.artifact_uri}/model"
-    mv = client.create_model_version(name, source=source, run_id=run.run_id, tags={"variant": variant, **tags}, description=description)
-    return {"name": mv.name, "version": str(mv.version), "source": source, "uri": f"models:/{mv.name}/{mv.version}"}
-
-
 @dg.asset(group_name=GROUP, kinds={"safetensors", "mlflow"})
 def model_export(
     context: dg.AssetExecutionContext,
@@ -207,10 +192,14 @@ def model_export(
         )
         registered: dict[str, str] = {}
         if config.register_variant:
-            registered = _register(
-                s.run, str(report.exports[config.register_variant].path), config.registered_model_name, config.register_variant,
-                description=f"{MAIN_MODEL} at {config.register_variant}, Dagster run {context.run.run_id}",
-                tags={"dagster_run_id": context.run.run_id, "corpus_content_sha256": corpus["content_sha256"], "tokenizer_sha256": tokenizer["sha256"]},
+            run_id = context.run.run_id
+            registered = log_and_register(
+                s.run, report.exports[config.register_variant].path, config.registered_model_name,
+                description=f"The trained {MAIN_MODEL}, exported at {config.register_variant} (safetensors, config.json, tokenizer.json).",
+                model_description=f"{MAIN_MODEL} at {config.register_variant}, Dagster run {run_id} ({dagster_run_url(run_id)})",
+                tags={"variant": config.register_variant, "dagster.run_id": run_id, "dagster.run_url": dagster_run_url(run_id),
+                      "dagster.asset_url": dagster_asset_url(context.asset_key), "corpus_content_sha256": corpus["content_sha256"],
+                      "tokenizer_sha256": tokenizer["sha256"]},
             )
         exports = {v: {**info.as_dict(), "path": s.final_path(info.path)} for v, info in report.exports.items()}
         s.run.log_metrics(report.metrics)  # every figure to MLflow; the headline ones also to Dagster below

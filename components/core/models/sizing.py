@@ -18,11 +18,19 @@ from ..errors import ConfigError
 S = TypeVar("S", bound=BaseModel)
 
 
+def embedding_parameters(model: nn.Module) -> int:
+    """Parameters of the model's lookup tables (every `nn.Embedding`: the token embedding, which is
+    also the output matrix when tied, and a learned position table), each distinct tensor once."""
+    tables = {id(p): p.numel() for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
+    return sum(tables.values())
+
+
 def count_parameters(model: nn.Module, *, non_embedding: bool = False) -> int:
-    """Distinct parameters (a tied matrix counts once). non_embedding: minus the token-embedding matrix
-    (`model.wte`), i.e. the parameters that do not grow with the vocabulary unless tied to the head."""
+    """Distinct parameters (a tied matrix counts once). non_embedding: minus the embedding tables
+    (`embedding_parameters`: tokens and learned positions), the one definition for every family and
+    for `model_comparison`'s accounting. An untied output head is a matmul on every token and counts."""
     n = sum(p.numel() for p in model.parameters())
-    return n - model.wte.weight.numel() if non_embedding else n
+    return n - embedding_parameters(model) if non_embedding else n
 
 
 def meta_parameter_count(build: Callable[[S, int], nn.Module], settings: S, vocab_size: int) -> int:

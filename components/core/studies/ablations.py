@@ -36,6 +36,7 @@ from ..data import TokenBlocks
 from ..device import seed_everything
 from ..lm import resolve_settings
 from ..models.attention import allowed_keys
+from ..models.sizing import count_parameters
 from ..models.transformer import Transformer, TransformerSettings
 from ..training import TrainSettings, train
 
@@ -377,20 +378,23 @@ def _component(name: str) -> str:
 
 def parameter_accounting(model: Transformer) -> dict:
     """Parameters per component, counted from the model's own tensors (a tied matrix once, as the
-    token embedding), and the FFN share of the non-embedding parameters (attention + FFN + norms)."""
+    token embedding); the non-embedding count (`count_parameters(non_embedding=True)`: all but the
+    token and learned position tables, what the language-model assets report as
+    `params_non_embedding`), and the FFN share of the blocks' parameters (attention + FFN + norms)."""
     counts = dict.fromkeys(COMPONENTS, 0)
     for name, p in model.named_parameters():  # named_parameters yields a shared tensor once
         counts[_component(name)] += p.numel()
-    non_embedding = counts["attention"] + counts["ffn"] + counts["norms"]
+    blocks = counts["attention"] + counts["ffn"] + counts["norms"]
     m = model.config.ffn_mult
     return {
         "components": counts,
         "total": sum(counts.values()),
-        "non_embedding": non_embedding,
-        "ffn_share": counts["ffn"] / non_embedding,
+        "non_embedding": count_parameters(model, non_embedding=True),
+        "blocks": blocks,
+        "ffn_share": counts["ffn"] / blocks,
         # per layer, matmul weights only: FFN 2·m·d², attention 4·d² → 2m / (2m + 4) = 2/3 for m = 4
         "ffn_share_formula": 2 * m / (2 * m + 4),
-        "about_two_thirds": abs(counts["ffn"] / non_embedding - 2 / 3) < 0.05,
+        "about_two_thirds": abs(counts["ffn"] / blocks - 2 / 3) < 0.05,
         "tied": model.config.tie_weights,
         "n_layer": model.config.n_layer,
         "n_embd": model.config.n_embd,
@@ -445,7 +449,8 @@ def accounting_markdown(a: dict) -> str:
         f"### Parameters per component ({a['n_layer']} layers, width {a['n_embd']}, vocab {a['vocab_size']}, tied={a['tied']})\n\n"
         "| component | parameters | share of total |\n|---|---:|---:|\n" + "\n".join(lines)
         + f"\n| **total** | {a['total']:,} | 100% |\n\n"
-        f"FFN share of the non-embedding parameters: **{a['ffn_share']:.1%}** "
+        f"Non-embedding parameters (all but the token and position tables): {a['non_embedding']:,}. "
+        f"FFN share of the blocks' parameters (attention + FFN + norms, {a['blocks']:,}): **{a['ffn_share']:.1%}** "
         f"(formula 2m/(2m+4) = {a['ffn_share_formula']:.1%}; the article's \"about two thirds\": {a['about_two_thirds']})."
     )
 

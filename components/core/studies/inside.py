@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..data import IGNORE_INDEX, TokenBlocks
 from ..device import DeviceSetting, resolve_device
 from ..errors import ConfigError
+from ..plots import plot_head_maps
 from ..training import evaluate
 
 Decode = Callable[[list[int]], str]
@@ -441,23 +442,6 @@ def confidence_gap(model: nn.Module, probe: list[dict], s: InsideSettings, encod
 
 # ----------------------------------------------------------------------------------------------
 # Figures and the study
-
-
-def plot_head_maps(weights: list[torch.Tensor], labels: list[str], title: str) -> Figure:
-    """Every layer (rows) and head (columns) on one sequence, labels readable: panel size grows with tokens."""
-    L, H, T = len(weights), weights[0].shape[1], weights[0].shape[-1]
-    side = max(3.0, 0.24 * T)
-    fig = Figure(figsize=(side * H, side * L), layout="constrained")
-    axes = fig.subplots(L, H, squeeze=False)
-    for layer, w in enumerate(weights):
-        for h in range(H):
-            ax = axes[layer][h]
-            ax.imshow(w[0, h].float().numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
-            ax.set_title(f"layer {layer} head {h}", fontsize=10)
-            ax.set_xticks(range(T), labels, fontsize=8, rotation=90)
-            ax.set_yticks(range(T), labels, fontsize=8)
-    fig.suptitle(title, fontsize=12)
-    return fig
 
 
 def plot_head_ablation(inc: np.ndarray, kinds: list[dict]) -> Figure:
