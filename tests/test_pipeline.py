@@ -194,11 +194,11 @@ def test_report_names_every_stage_and_claim_and_sits_on_the_mlflow_parent(tiny_r
     assert parent.data.metrics["claims/passed"] == report["counts"]["passed"] > 20
     assert parent.data.metrics["transformer_lm/val/loss"] == manifest(inst, run_id, "transformer_lm")["metrics"]["val/loss"]
     note = parent.data.tags["mlflow.note.content"]
-    assert "`soft_attention_beats_topk`" in note and "report.html" in note
+    assert "`soft_attention_beats_topk`" in note and "report.html" in note and note.startswith("Dagster run [")
     # Linked from Dagster: the file and its view in the MLflow UI.
     meta = materializations(inst, run_id)["report"].metadata
     assert meta["report_path"].value == report["path"]
-    assert meta["report_url"].value.endswith(f"/runs/{parent.info.run_id}/artifacts/report.html")
+    assert meta["report_url"].value.endswith(f"/runs/{parent.info.run_id}/artifacts/report.html?workflowType=machine_learning")
 
 
 def test_comparison_children_line_up_in_mlflow(tiny_run):
