@@ -1,0 +1,179 @@
+"""Data-parallel training in the core: 2 gloo processes under torchrun against 1 process at the same
+global batch, resume from a 2-process checkpoint into 1 process and from 1 process into 2, a world
+size that does not fit refused before anything launches. (tests/test_ddp_asset.py: the same through
+a Dagster asset, Pipes and MLflow, with a rank killed.)
+
+Tolerance: at the same global batch, on blocks that are all full (see `labels`), the trajectories
+differ only by float summation order (a batch of 4 per rank, averaged, against one of 8), which
+AdamW at lr 1e-2 amplifies over the steps; every logged loss agrees within 2e-3 nats (measured here:
+at most 7e-5 over the first 20 steps, 7e-4 at step 40), while another draw of the batches (another
+seed) moves the same losses by 0.006-0.05 nats."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from components.core.artifacts import sha256_file, write_json
+from components.core.data import IGNORE_INDEX
+from components.core.distributed import (
+    FAILURE_FILE, RESULT_FILE, LaunchSettings, WorkerSpec, check_world_size, cpu_cores, read_train_result,
+    run_worker, world_size_problems, write_spec,
+)
+from components.core.errors import ConfigError, PipelineInputError
+from components.core.labels import LabelSettings, build_labels
+from components.core.tokenizer import TokenizerSettings, train_tokenizer
+from components.core.training import CHECKPOINT_DIR, TrainSettings, read_metadata
+
+ROOT = Path(__file__).resolve().parents[1]
+TOL = 2e-3
+MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32}
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def labels(tmp_path_factory, wiki_texts):
+    """A labels folder as the `labels` asset writes it (Wikipedia articles, 512-token BPE, blocks of
+    32), less the train split's last block, the only one with padding: with it, a batch that draws it
+    weighs its few targets differently in one process (one mean over the batch) and in two (a mean
+    of the ranks' means) — a real difference, not rounding, which this comparison leaves out."""
+    d = tmp_path_factory.mktemp("labels")
+    tok = train_tokenizer(wiki_texts[:12], TokenizerSettings(vocab_size=512))
+    tok.save(str(d / "tokenizer.json"))
+    result = build_labels({"train": wiki_texts[:8], "validation": wiki_texts[20:22]}, d / "tokenizer.json",
+                          LabelSettings(block_size=32), d / "labels")
+    x, y = np.load(result.path / "train_x.npy"), np.load(result.path / "train_y.npy")
+    assert (y[-1] == IGNORE_INDEX).any() and not (y[:-1] == IGNORE_INDEX).any()
+    np.save(result.path / "train_x.npy", x[:-1])
+    np.save(result.path / "train_y.npy", y[:-1])
+    write_json(result.path / "meta.json", {**result.meta, "train_blocks": len(x) - 1})
+    return result.path, result.meta["tokenizer_sha256"]
+
+
+def settings(**kw) -> TrainSettings:
+    # lr_decay_steps fixed: a 20-step leg follows the schedule of the 40-step run it is part of.
+    base = dict(max_steps=40, lr_decay_steps=40, batch_size=8, lr=1e-2, min_lr=1e-3, warmup_steps=3,
+                eval_interval=20, eval_batches=2, log_interval=5, device="cpu", seed=7)
+    return TrainSettings(**{**base, **kw})
+
+
+def make_spec(labels, out_dir: Path, **train) -> WorkerSpec:
+    folder, tok_sha = labels
+    return WorkerSpec(
+        family="transformer", model=MODEL, train=settings(**train), labels=str(folder),
+        labels_sha256={p.name: sha256_file(p) for p in sorted(Path(folder).iterdir())},
+        tokenizer_sha256=tok_sha, out_dir=str(out_dir),
+    )
+
+
+def torchrun(spec: WorkerSpec, nproc: int = 2) -> subprocess.CompletedProcess:
+    path = write_spec(spec, Path(spec.out_dir).parent / f"{Path(spec.out_dir).name}.spec.json")
+    return subprocess.run(
+        [sys.executable, "-m", "components.core.distributed", "launch", f"--nproc-per-node={nproc}", str(path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+
+
+def losses(history: list[dict], key: str) -> dict[int, float]:
+    return {h["step"]: h[key] for h in history if key in h}
+
+
+def assert_close(a: dict[int, float], b: dict[int, float]) -> float:
+    assert a and set(a) == set(b), (sorted(a), sorted(b))
+    worst = max(abs(a[s] - b[s]) for s in a)
+    assert worst < TOL, {s: (a[s], b[s]) for s in a}
+    return worst
+
+
+@pytest.fixture(scope="module")
+def one_process(labels, tmp_path_factory):
+    """The reference: 40 steps in this process (world size 1), global batch 8."""
+    return run_worker(make_spec(labels, tmp_path_factory.mktemp("ref") / "run"))
+
+
+@pytest.fixture(scope="module")
+def two_processes(labels, tmp_path_factory):
+    """The first 20 of the same 40 steps in 2 gloo processes under torchrun, 4 blocks each."""
+    out = tmp_path_factory.mktemp("ddp") / "run"
+    proc = torchrun(make_spec(labels, out, max_steps=20))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return out
+
+
+def test_two_gloo_processes_match_one_process_at_the_same_global_batch(one_process, two_processes):
+    ddp, extra = read_train_result(two_processes / RESULT_FILE)
+    assert extra == {"world_size": 2, "backend": "gloo"} and ddp.steps == 20 and ddp.resumed_from == 0
+    ref = {k: v for k, v in losses(one_process.history, "train/loss").items() if k <= 20}
+    assert_close(losses(ddp.history, "train/loss"), ref)
+    assert_close(losses(ddp.history, "val/loss"), {20: losses(one_process.history, "val/loss")[20]})
+    # Throughput counts the global batch: 8 blocks of 32 tokens per step, whatever the world size.
+    point = ddp.history[-1]
+    assert point["tokens_per_s"] == pytest.approx(8 * 32 / (point["step_ms"] / 1000))
+    # Rank 0 alone wrote the files: one checkpoint at step 20, its history, no failure report.
+    assert read_metadata(two_processes / CHECKPOINT_DIR)["step"] == "20"
+    assert json.loads((two_processes / "history.json").read_text()) == ddp.history
+    assert not (two_processes / FAILURE_FILE).exists()
+
+
+def test_a_two_process_checkpoint_resumes_in_one_process(labels, one_process, two_processes, tmp_path):
+    """2 → 1: the same global batch of the same blocks, so the second half continues the reference."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(two_processes, out)
+    resumed = run_worker(make_spec(labels, out))
+    assert resumed.resumed_from == 20 and resumed.steps == 40
+    second_half = {k: v for k, v in losses(one_process.history, "train/loss").items() if k > 20}
+    assert_close({k: v for k, v in losses(resumed.history, "train/loss").items() if k > 20}, second_half)
+    assert abs(resumed.val_loss - one_process.val_loss) < TOL
+    assert resumed.warnings == []  # nothing that changes the trajectory changed
+
+
+def test_a_one_process_checkpoint_resumes_in_two_processes(labels, one_process, tmp_path):
+    """1 → 2, through torchrun; the history before the resume is the checkpoint's, after it the ranks'."""
+    out = tmp_path / "run"
+    first = run_worker(make_spec(labels, out, max_steps=20))
+    assert first.steps == 20
+    proc = torchrun(make_spec(labels, out))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    resumed, extra = read_train_result(out / RESULT_FILE)
+    assert extra["world_size"] == 2 and resumed.resumed_from == 20 and resumed.steps == 40
+    assert_close(losses(resumed.history, "train/loss"), losses(one_process.history, "train/loss"))
+    assert abs(resumed.val_loss - one_process.val_loss) < TOL
+
+
+def test_a_world_size_that_does_not_fit_is_refused_before_anything_launches(labels, tmp_path):
+    cores = cpu_cores()
+    too_many = LaunchSettings(launcher="torchrun", nproc_per_node=cores + 1)
+    cpu = settings(batch_size=8 * (cores + 1))
+    (problem,) = world_size_problems(too_many, cpu)
+    assert f"train.nproc_per_node={cores + 1} CPU processes do not fit" in problem and f"{cores} CPU core" in problem
+    # More GPU processes than GPUs (none here: device=cuda on this machine has 0), and a batch that does not split.
+    if not os.environ.get("CUDA_VISIBLE_DEVICES") and not __import__("torch").cuda.is_available():
+        (gpu_problem,) = world_size_problems(LaunchSettings(launcher="torchrun", nproc_per_node=2), settings(device="cuda"))
+        assert "train.nproc_per_node=2 GPU processes do not fit this machine: it has 0 GPU(s)" in gpu_problem
+    (odd,) = world_size_problems(LaunchSettings(launcher="torchrun", nproc_per_node=2), settings(batch_size=7))
+    assert "train.batch_size=7 is the global batch" in odd and "multiple of train.nproc_per_node=2" in odd
+    assert world_size_problems(LaunchSettings(launcher="inprocess", nproc_per_node=cores + 1), cpu) == []
+    with pytest.raises(ConfigError, match="nothing was launched"):
+        check_world_size(too_many, cpu)
+
+    # The launcher refuses before torchrun starts anything: no rank ran, nothing was written.
+    out = tmp_path / "run"
+    proc = torchrun(make_spec(labels, out, batch_size=8 * (cores + 1)), nproc=cores + 1)
+    assert proc.returncode == 2 and proc.stderr.startswith("ConfigError: train.nproc_per_node=") and "nothing was launched" in proc.stderr
+    assert not out.exists()
+
+
+def test_a_rank_refuses_labels_that_changed_since_the_launch(labels, tmp_path):
+    spec = make_spec(labels, tmp_path / "run")
+    name = next(iter(spec.labels_sha256))
+    spec.labels_sha256[name] = "0" * 64
+    with pytest.raises(PipelineInputError, match=rf"{name} has sha256 .* but the spec expects 000000000000"):
+        run_worker(spec)
+    assert not (tmp_path / "run").exists()
