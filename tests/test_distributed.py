@@ -1,6 +1,6 @@
 """Data-parallel training in the core: 2 gloo processes under torchrun against 1 process at the same
-global batch, resume from a 2-process checkpoint into 1 process and from 1 process into 2, a world
-size that does not fit refused before anything launches. (tests/test_ddp_asset.py: the same through
+global batch, resuming a 1-process checkpoint in 2 processes and a 2-process one in 1, a world size
+that does not fit refused before anything launches. (tests/test_ddp_asset.py: the same through
 a Dagster asset, Pipes and MLflow, with a rank killed.)
 
 Tolerance: at the same global batch, on blocks that are all full (see `labels`), the trajectories
@@ -58,7 +58,7 @@ def labels(tmp_path_factory, wiki_texts):
 def settings(**kw) -> TrainSettings:
     # lr_decay_steps fixed: a 20-step leg follows the schedule of the 40-step run it is part of.
     base = dict(max_steps=40, lr_decay_steps=40, batch_size=8, lr=1e-2, min_lr=1e-3, warmup_steps=3,
-                eval_interval=20, eval_batches=2, log_interval=5, device="cpu", seed=7)
+                eval_interval=10, eval_batches=2, log_interval=5, device="cpu", seed=7)
     return TrainSettings(**{**base, **kw})
 
 
@@ -97,54 +97,45 @@ def one_process(labels, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def two_processes(labels, tmp_path_factory):
-    """The first 20 of the same 40 steps in 2 gloo processes under torchrun, 4 blocks each."""
-    out = tmp_path_factory.mktemp("ddp") / "run"
-    proc = torchrun(make_spec(labels, out, max_steps=20))
+def legs(labels, tmp_path_factory):
+    """The same 40 steps in three legs: 1 process to step 20, 2 gloo processes under torchrun (4
+    blocks each) to step 30, 1 process to step 40, each resuming the previous leg's checkpoint."""
+    out = tmp_path_factory.mktemp("legs") / "run"
+    first = run_worker(make_spec(labels, out, max_steps=20))
+    proc = torchrun(make_spec(labels, out, max_steps=30))
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return out
+    ddp, extra = read_train_result(out / RESULT_FILE)
+    ddp_files = {"checkpoint_step": read_metadata(out / CHECKPOINT_DIR)["step"], "history": json.loads((out / "history.json").read_text())}
+    last = run_worker(make_spec(labels, out))
+    return first, (ddp, extra, ddp_files), last
 
 
-def test_two_gloo_processes_match_one_process_at_the_same_global_batch(one_process, two_processes):
-    ddp, extra = read_train_result(two_processes / RESULT_FILE)
-    assert extra == {"world_size": 2, "backend": "gloo"} and ddp.steps == 20 and ddp.resumed_from == 0
-    ref = {k: v for k, v in losses(one_process.history, "train/loss").items() if k <= 20}
-    assert_close(losses(ddp.history, "train/loss"), ref)
-    assert_close(losses(ddp.history, "val/loss"), {20: losses(one_process.history, "val/loss")[20]})
+def steps(history: list[dict], key: str, lo: int, hi: int) -> dict[int, float]:
+    return {k: v for k, v in losses(history, key).items() if lo < k <= hi}
+
+
+def test_two_gloo_processes_match_one_process_at_the_same_global_batch(one_process, legs):
+    """1 → 2: a one-process checkpoint resumes in two processes, which continue the reference."""
+    _, (ddp, extra, files), _ = legs
+    assert extra == {"world_size": 2, "backend": "gloo"} and ddp.resumed_from == 20 and ddp.steps == 30
+    for key in ("train/loss", "val/loss"):
+        assert_close(steps(ddp.history, key, 20, 30), steps(one_process.history, key, 20, 30))
+    # The history before the resume is the checkpoint's: the first leg's, as logged.
+    assert steps(ddp.history, "train/loss", 0, 20) == steps(legs[0].history, "train/loss", 0, 20)
     # Throughput counts the global batch: 8 blocks of 32 tokens per step, whatever the world size.
     point = ddp.history[-1]
     assert point["tokens_per_s"] == pytest.approx(8 * 32 / (point["step_ms"] / 1000))
-    # Rank 0 alone wrote the files: one checkpoint at step 20, its history, no failure report.
-    assert read_metadata(two_processes / CHECKPOINT_DIR)["step"] == "20"
-    assert json.loads((two_processes / "history.json").read_text()) == ddp.history
-    assert not (two_processes / FAILURE_FILE).exists()
+    # Rank 0 alone wrote the files: a checkpoint at step 30, its history.
+    assert files["checkpoint_step"] == "30" and files["history"] == ddp.history
 
 
-def test_a_two_process_checkpoint_resumes_in_one_process(labels, one_process, two_processes, tmp_path):
-    """2 → 1: the same global batch of the same blocks, so the second half continues the reference."""
-    import shutil
-
-    out = tmp_path / "run"
-    shutil.copytree(two_processes, out)
-    resumed = run_worker(make_spec(labels, out))
-    assert resumed.resumed_from == 20 and resumed.steps == 40
-    second_half = {k: v for k, v in losses(one_process.history, "train/loss").items() if k > 20}
-    assert_close({k: v for k, v in losses(resumed.history, "train/loss").items() if k > 20}, second_half)
-    assert abs(resumed.val_loss - one_process.val_loss) < TOL
-    assert resumed.warnings == []  # nothing that changes the trajectory changed
-
-
-def test_a_one_process_checkpoint_resumes_in_two_processes(labels, one_process, tmp_path):
-    """1 → 2, through torchrun; the history before the resume is the checkpoint's, after it the ranks'."""
-    out = tmp_path / "run"
-    first = run_worker(make_spec(labels, out, max_steps=20))
-    assert first.steps == 20
-    proc = torchrun(make_spec(labels, out))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    resumed, extra = read_train_result(out / RESULT_FILE)
-    assert extra["world_size"] == 2 and resumed.resumed_from == 20 and resumed.steps == 40
-    assert_close(losses(resumed.history, "train/loss"), losses(one_process.history, "train/loss"))
-    assert abs(resumed.val_loss - one_process.val_loss) < TOL
+def test_a_two_process_checkpoint_resumes_in_one_process(one_process, legs):
+    """2 → 1: the same global batch of the same blocks, so the last leg ends where the reference does."""
+    _, _, last = legs
+    assert last.resumed_from == 30 and last.steps == 40 and last.warnings == []  # nothing trajectory-changing changed
+    for key in ("train/loss", "val/loss"):
+        assert_close(steps(last.history, key, 30, 40), steps(one_process.history, key, 30, 40))
+    assert abs(last.val_loss - one_process.val_loss) < TOL
 
 
 def test_a_world_size_that_does_not_fit_is_refused_before_anything_launches(labels, tmp_path):

@@ -48,7 +48,7 @@ from .artifacts import read_json, sha256_file, write_json
 from .errors import ConfigError, PipelineInputError
 from .labels import load_labels
 from .lm import Family, prepare_lm
-from .training import Parallel, TrainResult, TrainSettings, train
+from .training import CHECKPOINT_DIR, WEIGHTS_FILE, Parallel, TrainResult, TrainSettings, read_metadata, train
 
 Launcher = Literal["inprocess", "torchrun"]
 RESULT_FILE = "train_result.json"
@@ -284,29 +284,32 @@ def torchrun_args(spec_path: str | Path, nproc_per_node: int, worker_module: str
 
 
 def failure_report(error: Any, out_dir: str | Path) -> dict[str, Any]:
-    """What a torchrun ChildFailedError says, as a sentence and per rank: which rank died and how,
-    and the last checkpoint the rerun resumes from."""
+    """What a torchrun ChildFailedError says, as a sentence and per rank: which rank failed and how
+    (a signal, an exit code, the exception it raised), and the last checkpoint a rerun resumes from."""
     ranks = []
     for rank, f in sorted(error.failures.items()):
-        how = f"was killed by {f.signal_name()}" if f.exitcode < 0 else f"exited with code {f.exitcode}"
-        raised = f.message if isinstance(f.message, str) and f.error_file_data else ""
-        ranks.append({"rank": rank, "pid": f.pid, "exitcode": f.exitcode, "signal": f.signal_name() if f.exitcode < 0 else None,
-                      "error": raised, "how": how})
-    # The cause first: a rank killed by a signal or that raised, before those that only lost their peer.
-    cause = sorted(ranks, key=lambda r: (r["signal"] is None, not r["error"] or "Connection" in r["error"], r["rank"]))[0]
-    from .training import CHECKPOINT_DIR, read_metadata
+        signal_name = f.signal_name() if f.exitcode < 0 else None
+        raised = f.message if f.exitcode > 0 and isinstance(f.message, str) and f.error_file_data.get("message") else ""
+        how = f"was killed by {signal_name}" if signal_name else f"exited with code {f.exitcode}" + (f": {raised}" if raised else "")
+        ranks.append({"rank": rank, "pid": f.pid, "exitcode": f.exitcode, "signal": signal_name, "error": raised, "how": how})
+    # The cause first: a rank killed by another signal than the launcher's SIGTERM, or one that raised
+    # anything but a lost connection to a peer that died.
+    def secondary(r: dict) -> bool:
+        return r["signal"] == "SIGTERM" or (r["signal"] is None and (not r["error"] or "Connection" in r["error"]))
 
+    cause = sorted(ranks, key=lambda r: (secondary(r), r["rank"]))[0]
     ckpt = Path(out_dir) / CHECKPOINT_DIR
-    step = read_metadata(ckpt).get("step") if (ckpt / "model.safetensors").is_file() else None
-    parts = [f"rank {cause['rank']} (pid {cause['pid']}) {cause['how']}" + (f": {cause['error']}" if cause["error"] else "")]
-    others = [r for r in ranks if r is not cause]
-    if others:
-        parts.append("then " + ", ".join(f"rank {r['rank']} {r['how']}" for r in others))
+    step = read_metadata(ckpt).get("step") if (ckpt / WEIGHTS_FILE).is_file() else None
+    parts = [f"rank {cause['rank']} (pid {cause['pid']}) {cause['how']}"]
+    parts += [
+        f"rank {r['rank']} was stopped by the launcher" if r["signal"] == "SIGTERM" else f"rank {r['rank']} {r['how']}"
+        for r in ranks if r is not cause
+    ]
     resume = (
-        f"the last checkpoint (step {step}) is kept in {ckpt}; a rerun resumes from it"
-        if step is not None else "no checkpoint was written yet; a rerun starts fresh"
+        f"The last checkpoint (step {step}) is kept in {ckpt}; a rerun resumes from it."
+        if step is not None else "No checkpoint was written yet; a rerun starts fresh."
     )
-    message = f"data-parallel training failed: {'; '.join(parts)}. {resume}"
+    message = f"data-parallel training failed: {'; then '.join(parts)}. {resume}"
     return {"message": message, "ranks": ranks, "cause_rank": cause["rank"], "checkpoint_step": int(step) if step else None}
 
 
