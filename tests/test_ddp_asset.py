@@ -137,7 +137,7 @@ def test_a_killed_rank_fails_the_asset_and_the_rerun_resumes(state):
     assert meta["resumed_from_step"].value == kept
     assert (meta["launcher"].value, meta["world_size"].value, meta["backend"].value) == ("torchrun", 2, "gloo")
     out = manifest(inst, rerun.run_id, LM)
-    assert out["launch"] == {"launcher": "torchrun", "world_size": 2, "backend": "gloo"} and out["metrics"]["steps"] == 200
+    assert out["launch"] == {"launcher": "torchrun", "world_size": 2, "backend": "gloo", "strategy": "ddp"} and out["metrics"]["steps"] == 200
     client, run = lm_mlflow_runs(state, rerun.run_id)
     assert run.info.status == "FINISHED"
     # rank 0's log points after the resume, once each (step 0: the headline figure the asset publishes)

@@ -100,8 +100,11 @@ def one_process(labels, tmp_path_factory):
 def legs(labels, tmp_path_factory):
     """The same 40 steps in three legs: 1 process to step 20, 2 gloo processes under torchrun (4
     blocks each) to step 30, 1 process to step 40, each resuming the previous leg's checkpoint."""
+    import shutil
+
     out = tmp_path_factory.mktemp("legs") / "run"
     first = run_worker(make_spec(labels, out, max_steps=20))
+    shutil.copytree(out / CHECKPOINT_DIR, out.parent / "step20")  # kept for the FSDP test
     proc = torchrun(make_spec(labels, out, max_steps=30))
     assert proc.returncode == 0, proc.stderr[-4000:]
     ddp, extra = read_train_result(out / RESULT_FILE)
@@ -117,7 +120,8 @@ def steps(history: list[dict], key: str, lo: int, hi: int) -> dict[int, float]:
 def test_two_gloo_processes_match_one_process_at_the_same_global_batch(one_process, legs):
     """1 → 2: a one-process checkpoint resumes in two processes, which continue the reference."""
     _, (ddp, extra, files), _ = legs
-    assert extra == {"world_size": 2, "backend": "gloo"} and ddp.resumed_from == 20 and ddp.steps == 30
+    assert extra == {"world_size": 2, "backend": "gloo", "strategy": "ddp", "rank0_params": ddp.params}
+    assert ddp.resumed_from == 20 and ddp.steps == 30
     for key in ("train/loss", "val/loss"):
         assert_close(steps(ddp.history, key, 20, 30), steps(one_process.history, key, 20, 30))
     # The history before the resume is the checkpoint's: the first leg's, as logged.
@@ -168,3 +172,23 @@ def test_a_rank_refuses_labels_that_changed_since_the_launch(labels, tmp_path):
     with pytest.raises(PipelineInputError, match=rf"{name} has sha256 .* but the spec expects 000000000000"):
         run_worker(spec)
     assert not (tmp_path / "run").exists()
+
+
+def test_fsdp_shards_the_model_and_checkpoints_in_the_one_format(labels, one_process, legs, tmp_path):
+    """FSDP2 (`strategy: fsdp`): rank 0 holds about half the parameters; the one-process checkpoint
+    of step 20 resumes sharded over 2 gloo processes, which continue the reference to step 30, and
+    their checkpoint is the unsharded format (it loads into a plain model and resumes in one process)."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(Path(legs[0].checkpoint_dir).parent.parent / "step20", out / CHECKPOINT_DIR)  # the first leg's
+    spec = make_spec(labels, out, max_steps=30)
+    proc = torchrun(spec.model_copy(update={"strategy": "fsdp"}))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    fsdp, extra = read_train_result(out / RESULT_FILE)
+    assert (extra["strategy"], extra["world_size"], fsdp.resumed_from, fsdp.steps) == ("fsdp", 2, 20, 30)
+    assert 0.45 * fsdp.params < extra["rank0_params"] < 0.55 * fsdp.params  # its shards only
+    for key in ("train/loss", "val/loss"):
+        assert_close(steps(fsdp.history, key, 20, 30), steps(one_process.history, key, 20, 30))
+    last = run_worker(make_spec(labels, out))  # the sharded run's checkpoint, in one process
+    assert last.resumed_from == 30 and abs(last.val_loss - one_process.val_loss) < TOL

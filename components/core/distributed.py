@@ -47,10 +47,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .artifacts import read_json, sha256_file, write_json
 from .errors import ConfigError, PipelineInputError
 from .labels import load_labels
-from .lm import Family, prepare_lm
+from .lm import Family, build_model, prepare_lm
 from .training import CHECKPOINT_DIR, WEIGHTS_FILE, Parallel, TrainResult, TrainSettings, read_metadata, train
 
 Launcher = Literal["inprocess", "torchrun"]
+Strategy = Literal["ddp", "fsdp"]
 RESULT_FILE = "train_result.json"
 FAILURE_FILE = "launch_failure.json"
 WORKER_MODULE = "components.core.distributed"
@@ -69,6 +70,11 @@ class LaunchSettings(BaseModel):
     nproc_per_node: int = Field(
         2, ge=1, description="Processes of a torchrun launch: at most the CPU cores (on the CPU) or the GPUs; must divide batch_size."
     )
+    strategy: Strategy = Field(
+        "ddp",
+        description="ddp: every rank holds the whole model (DistributedDataParallel); fsdp: parameters, gradients and "
+        "optimizer state sharded over the ranks (FSDP2 fully_shard), for a model that does not fit one device.",
+    )
 
 
 class WorkerSpec(BaseModel):
@@ -83,6 +89,7 @@ class WorkerSpec(BaseModel):
     labels_sha256: dict[str, str] = Field(description="File name in the labels folder -> its SHA-256; every one is checked.")
     tokenizer_sha256: str = Field(description="The tokenizer the labels were built with; recorded in the checkpoint.")
     out_dir: str = Field(description="checkpoint/, history.json, train_result.json go here.")
+    strategy: Strategy = "ddp"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -197,7 +204,7 @@ def write_train_result(result: TrainResult, path: str | Path, **extra: Any) -> P
 
 
 def read_train_result(path: str | Path) -> tuple[TrainResult, dict[str, Any]]:
-    """(the TrainResult, the extra fields: world_size, backend) of a train_result.json."""
+    """(the TrainResult, the extra fields: world_size, backend, strategy, rank0_params) of a train_result.json."""
     data = read_json(path)
     names = {f.name for f in dataclasses.fields(TrainResult)}
     result = TrainResult(**{k: v for k, v in data.items() if k in names})
@@ -250,16 +257,21 @@ def run_worker(
     model = prep.model.to(device)
     backend = backend_for(device)
     if world > 1:
-        from torch.nn.parallel import DistributedDataParallel
-
         dist.init_process_group(backend)
-        # Buffers (RoPE tables, masks) are constants: nothing to broadcast at every forward.
-        no_buffer_sync = (
-            {"forward_sync_buffers": False}
-            if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
-            else {"broadcast_buffers": False}  # torch < 2.13
-        )
-        model = DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda" else None, **no_buffer_sync)
+        if spec.strategy == "fsdp":
+            model = shard_model(model)
+            rebuild = lambda: build_model(spec.family, prep.settings, int(meta["vocab_size"]))  # noqa: E731
+            parallel = Parallel(rank, world, sharded=FullStateCheckpoints(rebuild, spec.train, rank))
+        else:
+            from torch.nn.parallel import DistributedDataParallel
+
+            # Buffers (RoPE tables, masks) are constants: nothing to broadcast at every forward.
+            no_buffer_sync = (
+                {"forward_sync_buffers": False}
+                if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+                else {"broadcast_buffers": False}  # torch < 2.13
+            )
+            model = DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda" else None, **no_buffer_sync)
     try:
         result = train(
             model, train_data, val_data, spec.train, spec.out_dir,
@@ -267,11 +279,73 @@ def run_worker(
             step_callback=prep.step_callback, parallel=parallel,
         )
         if parallel.is_main:
-            write_train_result(result, Path(spec.out_dir) / RESULT_FILE, world_size=world, backend=backend)
+            write_train_result(
+                result, Path(spec.out_dir) / RESULT_FILE, world_size=world, backend=backend,
+                strategy=spec.strategy if world > 1 else "single", rank0_params=local_parameters(model),
+            )
     finally:
         if world > 1:
             dist.destroy_process_group()
     return result
+
+
+def local_parameters(model: torch.nn.Module) -> int:
+    """Parameters this rank holds: all of them under DDP, its shards under FSDP."""
+    return sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in model.parameters())
+
+
+def shard_model(model: torch.nn.Module) -> torch.nn.Module:
+    """FSDP2: each Transformer block (`model.h`) its own shard group, then the rest (embeddings, head,
+    recurrent layers) at the root; parameters become DTensors sharded over the ranks, in place."""
+    from torch.distributed.fsdp import fully_shard
+
+    for block in getattr(model, "h", []):
+        fully_shard(block)
+    fully_shard(model)
+    return model
+
+
+class FullStateCheckpoints:
+    """Checkpoints of an FSDP2-sharded model in the format of an unsharded one, so they resume under
+    DDP, FSDP or in one process alike: saving gathers the full weights and optimizer state (every
+    rank takes part) into an unsharded copy of the model on rank 0's CPU, written by
+    `training.save_checkpoint`; loading reads the files into such a copy on every rank with
+    `training.load_checkpoint` (identity checks included) and hands each rank its shards."""
+
+    def __init__(self, build: Callable[[], torch.nn.Module], settings: TrainSettings, rank: int):
+        self.build, self.settings, self.rank = build, settings, rank
+
+    def _copy(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        from .training import make_optimizer
+
+        with torch.random.fork_rng(devices=[]):  # building draws initial weights: leave training's RNG as it was
+            model = self.build()
+        return model, make_optimizer(model, self.settings, torch.device("cpu"))
+
+    def save_checkpoint(self, ckpt_dir, model, *, step, optimizer, train_state=None, model_meta=None):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+
+        from .training import save_checkpoint
+
+        full = StateDictOptions(full_state_dict=True, cpu_offload=True)  # only rank 0 receives the tensors
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=full)
+        if self.rank == 0:
+            copy, copy_optimizer = self._copy()
+            set_state_dict(copy, copy_optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd, options=StateDictOptions(full_state_dict=True))
+            save_checkpoint(ckpt_dir, copy, step=step, optimizer=copy_optimizer, train_state=train_state, model_meta=model_meta)
+        return Path(ckpt_dir)
+
+    def load_checkpoint(self, ckpt_dir, model, optimizer=None, *, expected_meta=None):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+
+        from .training import load_checkpoint
+
+        copy, copy_optimizer = self._copy()
+        state = load_checkpoint(ckpt_dir, copy, copy_optimizer, expected_meta=expected_meta)
+        full = StateDictOptions(full_state_dict=True)
+        model_sd, optim_sd = get_state_dict(copy, copy_optimizer, options=full)
+        set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd, options=full)
+        return state
 
 
 # ----------------------------------------------------------------------------------------------

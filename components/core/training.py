@@ -57,7 +57,7 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 import numpy as np
 import torch
@@ -141,10 +141,16 @@ class TrainSettings(BaseModel):
 
 @dataclass(frozen=True)
 class Parallel:
-    """Where this process sits in data-parallel training: rank r of world_size (see the module doc)."""
+    """Where this process sits in data-parallel training: rank r of world_size (see the module doc).
+
+    `sharded`: for a model whose parameters are sharded over the ranks (FSDP2), what writes and reads
+    its checkpoints instead of `save_checkpoint` / `load_checkpoint` (same signatures; every rank
+    calls both), so they hold the full model in the one format (`distributed.FullStateCheckpoints`).
+    """
 
     rank: int = 0
     world_size: int = 1
+    sharded: Any = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:
@@ -429,6 +435,13 @@ def load_checkpoint(
     return state
 
 
+class _Unsharded:
+    """Checkpoints of a model every rank holds whole: the functions above."""
+
+    save_checkpoint = staticmethod(save_checkpoint)
+    load_checkpoint = staticmethod(load_checkpoint)
+
+
 # ----------------------------------------------------------------------------------------------
 # Evaluation
 
@@ -664,7 +677,7 @@ def train(
             raise ConfigError(
                 f"train.batch_size={s.batch_size} (the global batch) must be a multiple of the world size {parallel.world_size}"
             )
-        raw_model = model.module  # the DistributedDataParallel wrapper's module
+        raw_model = model if parallel.sharded else model.module  # FSDP2 shards in place; DDP wraps
 
     # Data: the model's vocabulary must cover the labels, and the context must fit in them.
     _check_vocab(raw_model, train_data, "train")
@@ -690,7 +703,7 @@ def train(
     meta = model_metadata(raw_model, model_meta)
     resumed_from = 0
     if resume and (ckpt_dir / STATE_FILE).is_file():
-        ckpt = load_checkpoint(ckpt_dir, raw_model, state.optimizer, expected_meta=meta)
+        ckpt = (parallel.sharded or _Unsharded).load_checkpoint(ckpt_dir, raw_model, state.optimizer, expected_meta=meta)
         state.restore(ckpt, device)
         resumed_from = state.step
         old = ckpt.get("train_settings", {})
@@ -759,8 +772,8 @@ def train(
             or is_last
             or state.step == stop_at
         )
-        if checkpoint_due and parallel.is_main:
-            save_checkpoint(
+        if checkpoint_due and (parallel.is_main or parallel.sharded):
+            (parallel.sharded or _Unsharded).save_checkpoint(
                 ckpt_dir, raw_model, step=state.step, optimizer=state.optimizer,
                 train_state=state.snapshot(s, device), model_meta=model_meta,
             )

@@ -28,13 +28,16 @@ MLFLOW_TRACKING_URI = "mlflow_tracking_uri"
 
 def materialization_metadata(out_dir: str | Path) -> dict[str, Any]:
     """What rank 0 reports through Pipes: headline numbers and the hashes of the files it wrote."""
+    from .tracking import finite_metrics  # (imports dagster: rank 0 only)
+
     out_dir = Path(out_dir)
     result, extra = read_train_result(out_dir / RESULT_FILE)
     return {
-        **{k: v for k, v in result.metrics().items()},
+        **finite_metrics(result.metrics()),
         "resumed_from_step": result.resumed_from,
         "world_size": int(extra["world_size"]),
         "backend": str(extra["backend"]),
+        "strategy": str(extra["strategy"]),
         "train_result_sha256": sha256_file(out_dir / RESULT_FILE),
         "weights_sha256": sha256_file(out_dir / CHECKPOINT_DIR / WEIGHTS_FILE),
     }

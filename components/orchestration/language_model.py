@@ -266,6 +266,7 @@ def language_model_asset(
             labels_sha256={Path(f["path"]).name: f["sha256"] for f in labels["files"].values()},
             tokenizer_sha256=labels["tokenizer_sha256"],
             out_dir=str(scratch),
+            strategy=launch.strategy,
         )
         spec_path = write_spec(spec, scratch / "spec.json")
         (scratch / RESULT_FILE).unlink(missing_ok=True)  # never read an earlier launch's result
@@ -274,7 +275,7 @@ def language_model_asset(
             f"--nproc-per-node={launch.nproc_per_node}", "--worker", DDP_WORKER, str(spec_path),
         ]
         extras = {MLFLOW_RUN_ID: s.run.run_id, MLFLOW_TRACKING_URI: mlflow.resolved_uri()}
-        context.log.info(f"launching torchrun: {launch.nproc_per_node} processes ({' '.join(command[1:])})")
+        context.log.info(f"launching torchrun: {launch.nproc_per_node} processes, {launch.strategy} ({' '.join(command[1:])})")
         try:
             invocation = dg.PipesSubprocessClient().run(
                 context=context, command=command, extras=extras, env=launch_env(launch, train_settings)
@@ -300,7 +301,7 @@ def language_model_asset(
         load_weights_into(prep.model, trained.checkpoint_dir)
         prep.model.to(prep.device)
         world = int(extra["world_size"])
-        launched = {"launcher": "torchrun", "world_size": world, "backend": str(extra["backend"])}
+        launched = {"launcher": "torchrun", "world_size": world, "backend": str(extra["backend"]), "strategy": str(extra["strategy"])}
         return finish_lm(prep, trained, val_data, world_size=world, **common), launched
 
     return _lm
