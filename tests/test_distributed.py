@@ -192,3 +192,42 @@ def test_fsdp_shards_the_model_and_checkpoints_in_the_one_format(labels, one_pro
         assert_close(steps(fsdp.history, key, 20, 30), steps(one_process.history, key, 20, 30))
     last = run_worker(make_spec(labels, out))  # the sharded run's checkpoint, in one process
     assert last.resumed_from == 30 and abs(last.val_loss - one_process.val_loss) < TOL
+
+
+def test_a_rank_or_launcher_whose_parent_dies_stops(tmp_path):
+    """What keeps a killed step from leaving processes that train on into the checkpoint folder:
+    a process under `exit_with_parent` (every rank, and the launcher, whose SIGTERM makes torchrun stop
+    its ranks) ends within a second of its parent's death. Here the parent is a shell killed -9."""
+    import signal
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    code = (
+        "import os, time; from components.core.distributed import exit_with_parent; exit_with_parent(0.1); "
+        f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    )
+    shell = subprocess.Popen(["bash", "-c", f'"{sys.executable}" -c "{code}"; sleep 120'], cwd=ROOT, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.time() < deadline and shell.poll() is None, "the child never started"
+            time.sleep(0.05)
+        child = int(pid_file.read_text())
+        os.kill(shell.pid, signal.SIGKILL)
+        shell.wait()
+        deadline = time.time() + 5
+        while alive(child):
+            assert time.time() < deadline, "the orphan kept running"
+            time.sleep(0.05)
+    finally:
+        try:
+            os.killpg(shell.pid, signal.SIGKILL)  # the shell's session: whatever is left of it
+        except ProcessLookupError:
+            pass
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except (OSError, IndexError):
+        return False
