@@ -124,6 +124,14 @@ def content_identity(labels: dict, tokenizer: dict) -> dict[str, str]:
     }
 
 
+def training_identity(asset: str, family: str, settings: dict[str, Any], labels: dict, tokenizer: dict) -> dict[str, Any]:
+    """What a training is, for its checkpoint's key: the asset, the settings and the data's content.
+    Not how it is launched: a rerun under the other launcher, with another process count or strategy,
+    resumes the same checkpoint (`batch_size` being the global batch)."""
+    settings = {**settings, "train": {k: v for k, v in settings["train"].items() if k not in LAUNCH_FIELDS}}
+    return {"asset": asset, "family": family, **settings, **content_identity(labels, tokenizer)}
+
+
 def scratch_dir(asset: str, identity: dict[str, Any]) -> Path:
     """Where an interrupted training of this exact (settings, data content) resumes from; removed on success."""
     return state_root() / "checkpoints" / asset / config_hash(identity)
@@ -177,11 +185,7 @@ def language_model_asset(
     )
     def _lm(context: dg.AssetExecutionContext, config: config_cls, labels: dict, tokenizer: dict, mlflow: MlflowTracker):
         check_same_tokenizer(labels, tokenizer)
-        settings = config.model_dump()
-        # How it is launched does not change what is trained: a rerun in another world size resumes.
-        settings["train"] = {k: v for k, v in settings["train"].items() if k not in LAUNCH_FIELDS}
-        identity = {"asset": name, "family": family, **settings, **content_identity(labels, tokenizer)}
-        scratch = scratch_dir(name, identity)
+        scratch = scratch_dir(name, training_identity(name, family, config.model_dump(), labels, tokenizer))
         with exclusive(scratch):
             output = _train_and_publish(context, mlflow, config, labels, tokenizer, scratch)
             shutil.rmtree(scratch, ignore_errors=True)  # under the lock: a waiting run starts clean
