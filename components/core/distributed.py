@@ -5,11 +5,14 @@
 
 The spec (`WorkerSpec`, JSON or YAML) names the model family and its settings, the training
 settings, the labels folder with the SHA-256 of each of its files (every rank checks them before
-reading), the tokenizer hash the checkpoint records, and the output folder. Every rank prepares the
-same model (`lm.prepare_lm`: same settings, same seed), wraps it in DistributedDataParallel (gloo on
-the CPU, NCCL on GPUs with one process per GPU, LOCAL_RANK's) and runs `training.train` with its
-`Parallel(rank, world_size)`. `train.batch_size` is the global batch: each rank trains
-batch_size / world_size blocks of it, so a run means the same whatever the number of processes.
+reading), the tokenizer hash the checkpoint records, the output folder and the strategy. Every rank
+prepares the same model (`lm.prepare_lm`: same settings, same seed) and runs `training.train` with
+its `Parallel(rank, world_size)`, the model wrapped by the strategy: `ddp`, DistributedDataParallel
+(gloo on the CPU, NCCL on GPUs with one process per GPU, LOCAL_RANK's), or `fsdp`, FSDP2's
+`fully_shard` (parameters, gradients and optimizer state sharded over the ranks; checkpoints gathered
+into the unsharded format by `FullStateCheckpoints`). `train.batch_size` is the global batch: each
+rank trains batch_size / world_size blocks of it, so a run means the same whatever the number of
+processes.
 Rank 0 writes out_dir/checkpoint (resumable in any world size that divides batch_size, or in one
 process: see `training`), history.json and train_result.json (`read_train_result`). Sampling text and
 drawing figures are left to whoever launched the ranks (`lm.finish_lm`), from the checkpoint.
@@ -45,6 +48,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .artifacts import read_json, sha256_file, write_json
+from .device import resolve_device
 from .errors import ConfigError, PipelineInputError
 from .labels import load_labels
 from .lm import Family, build_model, prepare_lm
@@ -247,13 +251,13 @@ def run_worker(
     parallel = Parallel(rank, world)
     verify_labels(spec)
     train_data, val_data, meta = load_labels(spec.labels)
+    if resolve_device(spec.train.device)[0].type == "cuda":
+        torch.cuda.set_device(local_rank)  # "cuda" is this rank's GPU from here on
     prep = prepare_lm(
         spec.family, spec.model, spec.train, train_data, int(meta["vocab_size"]),
         model_meta={"tokenizer_sha256": spec.tokenizer_sha256},
     )
     device = prep.device
-    if device.type == "cuda":
-        torch.cuda.set_device(local_rank)
     model = prep.model.to(device)
     backend = backend_for(device)
     if world > 1:

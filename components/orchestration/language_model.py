@@ -49,7 +49,7 @@ from components.core.lm import LMResult, SamplingSettings, finish_lm, prepare_lm
 from components.core.models.recurrent import RecurrentSettings
 from components.core.models.transformer import TransformerSettings
 from components.core.tokenizer import load_tokenizer
-from components.core.training import WEIGHTS_FILE, TrainSettings, load_weights_into
+from components.core.training import WEIGHTS_FILE, TrainSettings, load_weights_into, model_metadata
 
 from .ddp_worker import MLFLOW_RUN_ID, MLFLOW_TRACKING_URI
 from .stage import Stage, stage
@@ -296,17 +296,17 @@ def language_model_asset(
                 raise PipelineInputError(
                     f"{path} does not match the sha256 rank 0 reported through Pipes ({key}); it changed after training"
                 )
-        trained, extra = read_train_result(result_file)
+        trained, _ = read_train_result(result_file)
         train_data, val_data, meta = load_labels(labels["path"])
         prep = prepare_lm(
             family, FAMILY_SETTINGS[family](**config.model.model_dump()), train_settings, train_data,
             int(meta["vocab_size"]), model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
         )
-        load_weights_into(prep.model, trained.checkpoint_dir)
+        load_weights_into(prep.model, trained.checkpoint_dir, expected_meta=model_metadata(prep.model, prep.header))
         prep.model.to(prep.device)
-        world = int(extra["world_size"])
-        launched = {"launcher": "torchrun", "world_size": world, "backend": str(extra["backend"]), "strategy": str(extra["strategy"])}
-        return finish_lm(prep, trained, val_data, world_size=world, **common), launched
+        # What rank 0 reported through Pipes is what the materialization records.
+        launched = {"launcher": "torchrun", **{k: reported[k] for k in ("world_size", "backend", "strategy")}}
+        return finish_lm(prep, trained, val_data, world_size=int(reported["world_size"]), **common), launched
 
     return _lm
 
