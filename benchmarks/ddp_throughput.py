@@ -18,8 +18,9 @@ overlapping the backward pass) and of the loop's phases, per step, and their sha
 
     python benchmarks/ddp_throughput.py --out benchmarks/results/ddp_cpu.json
 
-A quiet machine runs only this: the 1-minute load average stays near the 2 busy threads of a case.
-Load above cores + 0.75 at any case marks the result `machine_loaded` (with the loads recorded).
+A quiet machine runs only this: the 1-minute load average stays near the 2 busy threads of a case,
+and rank 0 gets the CPU time it asks for (`cpu_utilisation` near 1). Load above cores + 0.75 at any
+case, or a case's utilisation below 0.8, marks the result `machine_loaded` (with the figures recorded).
 `measure` and `write_random_labels` are reused by scripts/gpu_check.py for its multi-GPU line.
 """
 
@@ -137,12 +138,12 @@ def rank_main(spec_path: str, times_path: str, window: tuple[int, int], profile:
 
     spec = load_spec(spec_path)
     rank = rank_from_env()[0]
-    points: dict[int, float] = {}
+    points: dict[int, tuple[float, float]] = {}
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
     prof = torch_profile(activities=activities) if profile and rank == 0 else None
 
     def progress(point: dict, step: int, max_steps: int, eta_s: float) -> None:
-        points[step] = time.perf_counter()
+        points[step] = (time.perf_counter(), time.process_time())
         if prof is not None and step == window[0]:
             prof.start()
         if prof is not None and step == window[1]:
@@ -151,12 +152,14 @@ def rank_main(spec_path: str, times_path: str, window: tuple[int, int], profile:
     result = run_worker(spec, progress=progress)
     if rank != 0:
         return
-    t0, t1 = points[window[0]], points[window[1]]
+    (t0, c0), (t1, c1) = points[window[0]], points[window[1]]
     steps = window[1] - window[0]
     point = next(h for h in result.history if "tokens_per_s" in h)
     tokens = round(point["tokens_per_s"] * point["step_ms"] / 1000) * steps  # the loop's global tokens per step
     out = {"tokens_per_s": tokens / (t1 - t0), "step_ms": 1000 * (t1 - t0) / steps, "loop_tokens_per_s_mean": result.tokens_per_s,
-           "final_train_loss": result.train_loss, "params": result.params, "device": result.device}
+           "final_train_loss": result.train_loss, "params": result.params, "device": result.device,
+           # CPU seconds this process got per wall second and thread: near 1 when nothing else competed
+           "cpu_utilisation": (c1 - c0) / ((t1 - t0) * torch.get_num_threads())}
     if prof is not None:
         out["profile"] = comm_summary(prof, steps, t1 - t0)
     Path(times_path).write_text(json.dumps(out))
@@ -238,10 +241,17 @@ def main(argv: list[str] | None = None) -> dict:
     loads = [r["loadavg_1min_after"] for rs in runs.values() for r in rs] + [r["loadavg_1min_before"] for rs in runs.values() for r in rs]
     out["loadavg_end"] = list(os.getloadavg())
     out["loadavg_max_seen"] = max(loads)
-    out["machine_loaded"] = max(loads) > cores + 0.75
-    if out["machine_loaded"]:
-        out["warning"] = (f"machine was loaded: the 1-minute load average reached {max(loads):.2f} on {cores} cores while the cases "
-                          "ran (other work shared the cores) — the figures may not hold on a quiet machine")
+    utils = [r["cpu_utilisation"] for rs in runs.values() for r in rs]
+    out["cpu_utilisation_min"] = min(utils)
+    reasons = []
+    if max(loads) > cores + 0.75:
+        reasons.append(f"the 1-minute load average reached {max(loads):.2f} on {cores} cores")
+    if min(utils) < 0.8:
+        reasons.append(f"a case got {min(utils):.2f} of the CPU time its threads asked for")
+    out["machine_loaded"] = bool(reasons)
+    if reasons:
+        out["warning"] = ("machine was loaded (other work shared the cores): " + "; ".join(reasons)
+                          + " — the figures may not hold on a quiet machine")
         print(f"[ddp_throughput] WARNING {out['warning']}", file=sys.stderr)
     text = json.dumps(out, indent=2)
     print(text)
