@@ -19,7 +19,7 @@ import pytest
 
 from components.core.distributed import cpu_cores
 
-from cli import TINY, init_state, instance, manifest, materializations, mlflow_runs, step_errors
+from cli import TINY, instance, manifest, materializations, mlflow_runs, step_errors
 
 LM = "transformer_lm"
 
@@ -42,7 +42,9 @@ def state(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("PIPELINE_STATE_DIR", str(state))
     mp.setenv("DAGSTER_HOME", str(state / "dagster"))
-    init_state(state)
+    from components.orchestration.state import ensure_stores
+
+    ensure_stores(dagster=True)  # what `pipelines.maintenance init` does first, in this process
     inst = instance(state)
     result = materialize(inst, ["corpus", "tokenizer", "labels"])
     assert result.success, "\n".join(step_errors(inst, result.run_id))
