@@ -41,7 +41,7 @@ from pydantic.fields import FieldInfo
 
 from components.core.artifacts import sha256_file
 from components.core.distributed import (
-    RESULT_FILE, LaunchSettings, WorkerSpec, check_world_size, launch_env, read_failure, read_train_result, write_spec,
+    FAILURE_FILE, RESULT_FILE, LaunchSettings, WorkerSpec, check_world_size, launch_env, read_failure, read_train_result, write_spec,
 )
 from components.core.errors import PipelineInputError
 from components.core.labels import load_labels
@@ -273,7 +273,8 @@ def language_model_asset(
             strategy=launch.strategy,
         )
         spec_path = write_spec(spec, scratch / "spec.json")
-        (scratch / RESULT_FILE).unlink(missing_ok=True)  # never read an earlier launch's result
+        for stale in (RESULT_FILE, FAILURE_FILE):  # never read an earlier launch's result or failure
+            (scratch / stale).unlink(missing_ok=True)
         command = [
             sys.executable, "-m", "components.core.distributed", "launch",
             f"--nproc-per-node={launch.nproc_per_node}", "--worker", DDP_WORKER, str(spec_path),
