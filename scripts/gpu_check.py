@@ -25,10 +25,15 @@ every section, so a timeout still leaves the finished ones):
               variant FP32/FP16/BF16/INT8/NF4, GPU bytes of the weights, peak GPU memory while
               generating, generation tokens/s (greedy, batch 1, KV cache where the model has one) and
               the max-abs logit difference from FP32.
+7. ddp        multi-GPU data parallelism through the pipeline's torchrun worker (DDP, NCCL) on
+              GPT-2 small (bf16, no compile): tokens/s on 1 GPU and on every GPU at the same batch per
+              GPU, the speedup and scaling efficiency, and the all-reduce share of a step from the
+              profiler (NCCL kernels; benchmarks/ddp_throughput.py's `measure`). Skipped, saying so,
+              on a machine with one GPU.
 
 --dry-run runs the same functions on the CPU at tiny sizes (float32, no compile; peak memory from
-torch's CPU allocator records), so the test suite exercises this script; CUDA-only measurements are
-recorded as skipped with a reason.
+torch's CPU allocator records; `ddp` as 2 gloo processes), so the test suite exercises this script;
+CUDA-only measurements are recorded as skipped with a reason.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from components.core.data import TokenBlocks  # noqa: E402
 from components.core.device import autocast_context, estimate_mfu, median_seconds, peak_flops, synchronize  # noqa: E402
@@ -72,6 +78,7 @@ FULL = {
     "sweep": dict(heads=12, head_dim=64, n_start=512, n_max=1 << 18, reps=3, time_cap_s=120.0, window=512, n_global=16, matmul_n=8192),
     "bnb": dict(in_features=4096, out_features=4096, tokens=4096, reps=20),
     "bnb_generate": dict(n_layer=24, n_embd=1024, n_head=16, vocab_size=32000, block_size=1024, prompt_tokens=32, gen_tokens=64, repeats=3),
+    "ddp": dict(batch_size_per_process=16, warmup=10, steps=30, log_interval=10, compile=False),
 }
 DRY = {
     "model": dict(n_layer=2, n_head=2, n_embd=64, block_size=128, dropout=0.0, bias=False,
@@ -86,6 +93,7 @@ DRY = {
     "sweep": dict(heads=2, head_dim=32, n_start=64, n_max=512, reps=2, time_cap_s=20.0, window=32, n_global=2, matmul_n=256),
     "bnb": dict(in_features=256, out_features=512, tokens=64, reps=3),
     "bnb_generate": dict(n_layer=1, n_embd=64, n_head=2, vocab_size=300, block_size=32, prompt_tokens=4, gen_tokens=3, repeats=1),
+    "ddp": dict(batch_size_per_process=4, warmup=2, steps=4, log_interval=2, compile=False),
 }
 
 
@@ -363,6 +371,54 @@ def bnb_generate_check(cfg: dict, device: torch.device) -> dict:
 # --------------------------------------------------------------------------------------------------
 
 
+# --------------------------------------------------------------------------------------------------
+# 7. multi-GPU data parallelism
+
+
+def ddp_check(cfg: dict, device: torch.device) -> dict:
+    """1 process against N (every GPU; 2 gloo processes in the dry run) at the same batch per process,
+    through the pipeline's worker under torchrun."""
+    from ddp_throughput import make_spec, measure, write_random_labels
+
+    n = torch.cuda.device_count() if device.type == "cuda" else 2
+    if device.type == "cuda" and n < 2:
+        return {"skipped": f"needs 2 or more GPUs; this machine has {n}", "gpus": n}
+    d = cfg["ddp"]
+    m = cfg["model"]
+    window = (d["warmup"], d["warmup"] + d["steps"])
+    per = d["batch_size_per_process"]
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        labels = write_random_labels(tmp / "labels", cfg["vocab_size"], m["block_size"], max(64 * per, 256))
+
+        def case(nproc: int, profile: bool) -> dict:
+            train = dict(max_steps=window[1] + d["log_interval"], batch_size=per * nproc, lr=6e-4, min_lr=6e-5, warmup_steps=5,
+                         grad_clip=1.0, eval_interval=0, eval_batches=1, log_interval=d["log_interval"], device=cfg["device"],
+                         dtype=cfg["dtype"], compile=d["compile"], seed=0, threads=1 if device.type == "cpu" else 0)
+            spec = make_spec(labels, "transformer", m, train, tmp / f"run{nproc}")
+            return measure(spec, nproc, 1, window, profile=profile)
+
+        one = case(1, False)
+        many = case(n, True)
+    prof = many.get("profile", {})
+    return {
+        "processes": n,
+        "backend": "nccl" if device.type == "cuda" else "gloo",
+        "batch_size_per_process": per,
+        "block_size": m["block_size"],
+        "tokens_per_s_1": one["tokens_per_s"],
+        "tokens_per_s_n": many["tokens_per_s"],
+        "speedup": many["tokens_per_s"] / one["tokens_per_s"],
+        "scaling_efficiency": many["tokens_per_s"] / (n * one["tokens_per_s"]),
+        "step_ms_1": one["step_ms"],
+        "step_ms_n": many["step_ms"],
+        "allreduce_ms_per_step": prof.get("allreduce_ms_per_step"),
+        "allreduce_share_of_step": prof.get("allreduce_share_of_step"),
+        "allreduce_timed_as": prof.get("allreduce_timed_as"),
+        "params": many["params"],
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes, seconds (what the tests run)")
@@ -370,7 +426,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--steps", type=int, help="training steps (default 60; dry run 6)")
     ap.add_argument("--batch-size", type=int, help="training batch size (default 32; dry run 4)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (faster start, lower MFU)")
-    ap.add_argument("--skip", default="", help="comma-separated sections to skip: sdpa,train,sweep,bnb,bnb_generate")
+    ap.add_argument("--skip", default="", help="comma-separated sections to skip: sdpa,train,sweep,bnb,bnb_generate,ddp")
     args = ap.parse_args(argv)
 
     cfg = json.loads(json.dumps(DRY if args.dry_run else FULL))
@@ -405,6 +461,8 @@ def main(argv: list[str] | None = None) -> dict:
         section(summary, "bnb", out, bnb_check, cfg, device)
     if "bnb_generate" not in skip:
         section(summary, "bnb_generate", out, bnb_generate_check, cfg, device)
+    if "ddp" not in skip:
+        section(summary, "ddp", out, ddp_check, cfg, device)
     train_res = summary.get("train", {})
     summary["headline"] = {
         "gpu": summary["env"].get("gpu"),
@@ -419,6 +477,8 @@ def main(argv: list[str] | None = None) -> dict:
             (r.get("fraction_of_matmul_peak", 0) for r in summary.get("sweep", {}).get("fused", {}).get("rows", [])), default=None
         ),
         "gen_tokens_per_s": {v: r.get("gen_tokens_per_s") for v, r in summary.get("bnb_generate", {}).get("variants", {}).items()},
+        "ddp_processes": summary.get("ddp", {}).get("processes"),
+        "ddp_scaling_efficiency": summary.get("ddp", {}).get("scaling_efficiency"),
         "errors": [k for k, v in summary.items() if isinstance(v, dict) and v.get("error")],
     }
     summary["wall_s"] = round(time.perf_counter() - t0, 1)

@@ -1,5 +1,5 @@
-"""The GPU check script: its CPU dry run exercises every section at tiny sizes and writes the summary;
-without a GPU the real run refuses clearly."""
+"""The GPU check script: its CPU dry run exercises every section at tiny sizes and writes the summary
+(the multi-GPU line as 2 gloo processes); without a GPU the real run refuses clearly."""
 
 from __future__ import annotations
 
@@ -68,6 +68,14 @@ def test_dry_run_writes_every_section(tmp_path):
     assert all(r["gen_tokens_per_s"] > 0 for r in gen.values()) and gen["fp32"]["logits_max_abs_diff"] == 0
     assert gen["nf4"]["weight_bytes_vs_fp16"] < gen["int8"]["weight_bytes_vs_fp16"] < 1  # (embeddings stay 16-bit: tiny model)
     assert summary["headline"]["gen_tokens_per_s"]["int8"] == gen["int8"]["gen_tokens_per_s"]
+
+    # multi-GPU data parallelism, dry: 2 gloo processes under torchrun against 1, same batch per process
+    ddp = summary["ddp"]
+    assert (ddp["processes"], ddp["backend"], ddp["batch_size_per_process"]) == (2, "gloo", 4)
+    assert ddp["tokens_per_s_1"] > 0 and ddp["tokens_per_s_n"] > 0
+    assert ddp["scaling_efficiency"] == pytest.approx(ddp["speedup"] / 2)
+    assert 0 < ddp["allreduce_share_of_step"] < 1 and ddp["params"] == tr["params"]
+    assert summary["headline"]["ddp_processes"] == 2
 
 
 def _dry_model():

@@ -300,11 +300,12 @@ def test_a_tampered_checkpoint_is_refused_naming_the_files(tmp_path, blocks):
 
 
 def test_ranks_split_one_global_batch():
-    """The data-parallel seam: every rank draws the same global batch and trains on its own slice."""
+    """The data-parallel seam: every rank draws the same global batch and trains on its own slice;
+    the draw does not depend on the world size, so a resume into another world size sees the same blocks."""
     world = 3
-    draws = [batch_indices(np.random.default_rng(7), 100, 4, Parallel(rank=r, world_size=world)) for r in range(world)]
-    glob = np.random.default_rng(7).integers(0, 100, size=4 * world)
-    assert np.array_equal(np.concatenate(draws), glob)
+    draws = [batch_indices(np.random.default_rng(7), 100, 12, Parallel(rank=r, world_size=world)) for r in range(world)]
+    glob = np.random.default_rng(7).integers(0, 100, size=12)
+    assert [len(d) for d in draws] == [4, 4, 4] and np.array_equal(np.concatenate(draws), glob)
     # One process draws exactly what the loop always drew: the trajectory of world_size 1 is unchanged.
     assert np.array_equal(batch_indices(np.random.default_rng(7), 100, 4, Parallel()), np.random.default_rng(7).integers(0, 100, size=4))
     assert Parallel().is_main and not Parallel(rank=1, world_size=2).is_main

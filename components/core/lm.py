@@ -5,9 +5,11 @@
     result = train_lm(family, model_settings, train_settings, ...)    # all of it, through the shared loop
     model = load_lm(result.weights_path)                              # any family, never re-sized
 
-`train_lm` builds the model, checks the attention kernel (Transformer), trains through
-`training.train` (logging the explicit LSTM's gates), then adds FLOPs per token, non-embedding
-parameters and MFU (GPU) to the loop's metrics, samples text and draws the figures. Weights files
+`train_lm` builds the model, checks the attention kernel (Transformer) (`prepare_lm`), trains
+through `training.train` (logging the explicit LSTM's gates), then adds FLOPs per token,
+non-embedding parameters and MFU (GPU) to the loop's metrics, samples text and draws the figures
+(`finish_lm`). Data-parallel training (`components.core.distributed`) runs the same two halves: the
+ranks prepare and train, the launching process prepares again, loads the weights and finishes. Weights files
 are safetensors with the model's identity in the header (family, model_kind, model_config — the
 resolved settings —, vocab_size), so `load_lm` rebuilds any of them without knowing the family.
 The models never import this module.
@@ -37,7 +39,7 @@ from .models.sizing import count_parameters
 from .models.transformer import Transformer, TransformerSettings
 from .plots import LSTM_GATES, plot_attention_maps, plot_history, plot_lstm_gates
 from .training import (
-    WEIGHTS_FILE, TrainSettings, check_compatible, load_weights_into, model_metadata, read_metadata, train,
+    WEIGHTS_FILE, TrainResult, TrainSettings, check_compatible, load_weights_into, model_metadata, read_metadata, train,
 )
 
 Family = Literal["recurrent", "transformer"]
@@ -184,6 +186,53 @@ def attention_backend_report(model: nn.Module, device: torch.device, dtype: torc
     return report
 
 
+@dataclass
+class PreparedLM:
+    """A family's model built from its settings, before training: what `train_lm` trains and what
+    `finish_lm` measures. The distributed worker prepares it in every rank, and the process that
+    launched the ranks prepares it again to load the trained weights into (same settings, same seed)."""
+
+    family: str
+    settings: ModelSettings  # resolved (param_budget None)
+    model: nn.Module
+    device: torch.device
+    dtype: torch.dtype
+    block_size: int  # the context trained on
+    backend: dict  # attention_backend_report
+    header: dict  # checkpoint metadata: family, param_budget, model_meta
+    step_callback: Callable[[int, nn.Module], dict[str, float] | None] | None
+
+
+def prepare_lm(
+    family: str,
+    model_settings: ModelSettings | dict,
+    train_settings: TrainSettings,
+    train_data: TokenBlocks,
+    vocab_size: int,
+    *,
+    model_meta: dict | None = None,
+) -> PreparedLM:
+    """Resolve the settings, build the model (seeded with train_settings.seed, so every run and every
+    rank starts from the same weights) and verify the attention kernel before anything trains."""
+    settings = resolve_settings(family, model_settings, vocab_size)
+    seed_everything(train_settings.seed)  # the same init on every run of these settings
+    model = build_model(family, settings, vocab_size)
+    device, _ = resolve_device(train_settings.device)
+    dtype = resolve_dtype(train_settings.dtype, device)
+    model_block = getattr(settings, "block_size", None)
+    T = min(train_settings.block_size or model_block or train_data.block_size, model_block or train_data.block_size, train_data.block_size)
+
+    # Verify the attention kernel before training: a pinned backend this GPU cannot run fails now, clearly.
+    backend = attention_backend_report(model, device, dtype, T)
+    if backend.get("error") and device.type == "cuda":
+        raise ConfigError(f"{backend['error']}; set sdpa_backend='auto' or pick one of {[k for k, ok in backend['available'].items() if ok]}")
+
+    explicit_lstm = isinstance(model, RecurrentLM) and settings.cell == "lstm" and settings.lstm_impl == "explicit"
+    budget = _as_settings(family, model_settings).param_budget
+    header = {"family": family, **({"param_budget": budget} if budget else {}), **(model_meta or {})}
+    return PreparedLM(family, settings, model, device, dtype, T, backend, header, lstm_gate_callback if explicit_lstm else None)
+
+
 def train_lm(
     family: str,
     model_settings: ModelSettings | dict,
@@ -208,42 +257,42 @@ def train_lm(
     are space-separated ids. `model_meta` goes into the checkpoint header (e.g. tokenizer_sha256).
     `progress(point, step, max_steps, eta_s)` is called at the loop's log points.
     """
-    settings = resolve_settings(family, model_settings, vocab_size)
-    sampling = sampling or SamplingSettings()
-    seed_everything(train_settings.seed)  # the same init on every run of these settings
-    model = build_model(family, settings, vocab_size)
-    device, _ = resolve_device(train_settings.device)
-    dtype = resolve_dtype(train_settings.dtype, device)
-    model_block = getattr(settings, "block_size", None)
-    T = min(train_settings.block_size or model_block or train_data.block_size, model_block or train_data.block_size, train_data.block_size)
-
-    # Verify the attention kernel before training: a pinned backend this GPU cannot run fails now, clearly.
-    backend = attention_backend_report(model, device, dtype, T)
-    if backend.get("error") and device.type == "cuda":
-        raise ConfigError(f"{backend['error']}; set sdpa_backend='auto' or pick one of {[k for k, ok in backend['available'].items() if ok]}")
-
-    explicit_lstm = isinstance(model, RecurrentLM) and settings.cell == "lstm" and settings.lstm_impl == "explicit"
-    budget = _as_settings(family, model_settings).param_budget
-    header = {"family": family, **({"param_budget": budget} if budget else {}), **(model_meta or {})}
+    prep = prepare_lm(family, model_settings, train_settings, train_data, vocab_size, model_meta=model_meta)
     result = train(
-        model, train_data, val_data, train_settings, out_dir,
-        log_metrics=log_metrics, progress=progress, resume=resume, model_meta=header,
-        step_callback=lstm_gate_callback if explicit_lstm else None,
+        prep.model, train_data, val_data, train_settings, out_dir,
+        log_metrics=log_metrics, progress=progress, resume=resume, model_meta=prep.header,
+        step_callback=prep.step_callback,
     )
+    return finish_lm(prep, result, val_data, sampling=sampling, decode=decode, encode=encode)
+
+
+def finish_lm(
+    prep: PreparedLM,
+    result: TrainResult,
+    val_data: TokenBlocks,
+    *,
+    sampling: SamplingSettings | None = None,
+    decode: Callable[[list[int]], str] | None = None,
+    encode: Callable[[str], list[int]] | None = None,
+    world_size: int = 1,
+) -> LMResult:
+    """After training (`prep.model` holds the trained weights): FLOPs per token, non-embedding
+    parameters, MFU (GPU; per device when `world_size` devices trained), samples and figures."""
+    model, device, dtype, T = prep.model, prep.device, prep.dtype, prep.block_size
     notes = list(result.warnings)
-    if backend.get("note"):
-        notes.append(backend["note"])
+    if prep.backend.get("note"):
+        notes.append(prep.backend["note"])
 
     metrics = result.metrics()
     metrics["flops_per_token"] = model.flops_per_token(T)
     metrics["params_non_embedding"] = float(count_parameters(model, non_embedding=True))
-    mfu = estimate_mfu(metrics["flops_per_token"], result.tokens_per_s, device)
+    mfu = estimate_mfu(metrics["flops_per_token"], result.tokens_per_s / world_size, device)
     if mfu is not None:
         metrics["mfu"] = mfu
     elif device.type == "cuda":
         notes.append(f"MFU not reported: {torch.cuda.get_device_name(device)} is not in the peak-FLOPs table")
 
-    samples = sample_texts(model, val_data, sampling, device, dtype, decode=decode, encode=encode)
+    samples = sample_texts(model, val_data, sampling or SamplingSettings(), device, dtype, decode=decode, encode=encode)
 
     figures = {"loss_curve": plot_history(result.history, f"{model.model_kind} ({result.params} parameters)")}
     if isinstance(model, Transformer):
@@ -252,13 +301,13 @@ def train_lm(
     if any(k in h for h in result.history for k in LSTM_GATES):
         figures["lstm_gates"] = plot_lstm_gates(result.history)
     return LMResult(
-        family=family,
+        family=prep.family,
         metrics=metrics,
-        config=settings,
+        config=prep.settings,
         weights_path=result.checkpoint_dir / WEIGHTS_FILE,
         checkpoint_dir=result.checkpoint_dir,
         samples=samples,
-        attention_backend=backend,
+        attention_backend=prep.backend,
         warnings=notes,
         history=result.history,
         resumed_from_step=result.resumed_from,

@@ -19,12 +19,19 @@ one timed update; `log_point` the metrics of a log point; `evaluate` the validat
 evaluation and checkpoint schedule. Plots are drawn by the caller from
 `TrainResult.history` (`components.core.plots.plot_history`).
 
-Data parallelism (the seam; one process today). `train(..., parallel=Parallel(rank, world_size))`:
-every rank holds the same sampler state and draws the same global batch of batch_size × world_size
-block indices, of which rank r trains on slice r; only the main rank (0) logs, reports progress and
-writes checkpoints and history.json. With world_size > 1 the caller initialises torch.distributed
-and passes the model wrapped in DistributedDataParallel (which averages the gradients in backward);
-the loss a rank checks for divergence is its own. Nothing here imports torch.distributed for
+Data parallelism. `train(..., parallel=Parallel(rank, world_size))`: `batch_size` is the global
+batch. Every rank holds the same sampler state and draws the same batch_size block indices, of
+which rank r trains on slice r (batch_size / world_size blocks; batch_size must divide); only the
+main rank (0) logs, reports progress and writes checkpoints and history.json. With world_size > 1
+the caller initialises torch.distributed and passes the model wrapped in DistributedDataParallel
+(which averages the gradients in backward; `components.core.distributed` is that caller, under
+torchrun), and each step's loss is averaged over the ranks, so the logged losses, the divergence
+check and the checkpointed state are the same on every rank and do not depend on world_size.
+Hence a checkpoint resumes into any world size that divides batch_size: the same blocks in the
+same order, the same schedule and optimizer state; the numbers agree with an uninterrupted run up
+to float summation order (gradients averaged over ranks of per-rank means: equal to the one-process
+mean when every block holds the same number of targets), and with dropout > 0 the masks drawn
+differ (the same distribution, not the same numbers). Nothing here imports torch.distributed for
 world_size 1.
 
 Weight decay goes to every tensor with >= 2 dimensions (matmul weights and embeddings, as in
@@ -49,9 +56,9 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 import numpy as np
 import torch
@@ -87,7 +94,9 @@ class TrainSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_steps: int = Field(200, ge=1, description="Optimizer steps to train for (a resume continues up to this).")
-    batch_size: int = Field(16, ge=1, description="Blocks per micro-batch (per rank).")
+    batch_size: int = Field(
+        16, ge=1, description="Blocks per micro-batch over all data-parallel ranks (each trains batch_size / world_size of them)."
+    )
     block_size: Optional[int] = Field(
         None,
         ge=1,
@@ -134,10 +143,16 @@ class TrainSettings(BaseModel):
 
 @dataclass(frozen=True)
 class Parallel:
-    """Where this process sits in data-parallel training: rank r of world_size (see the module doc)."""
+    """Where this process sits in data-parallel training: rank r of world_size (see the module doc).
+
+    `sharded`: for a model whose parameters are sharded over the ranks (FSDP2), what writes and reads
+    its checkpoints instead of `save_checkpoint` / `load_checkpoint` (same signatures; every rank
+    calls both), so they hold the full model in the one format (`distributed.FullStateCheckpoints`).
+    """
 
     rank: int = 0
     world_size: int = 1
+    sharded: Any = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:
@@ -224,10 +239,12 @@ def make_optimizer(model: nn.Module, s: TrainSettings, device: torch.device) -> 
 
 
 def batch_indices(sampler: np.random.Generator, n_blocks: int, batch_size: int, parallel: Parallel) -> np.ndarray:
-    """This rank's blocks of one global batch: batch_size × world_size indices drawn by the sampler
-    (the same on every rank), rank r taking slice r. With one process: the whole draw."""
-    idx = sampler.integers(0, n_blocks, size=batch_size * parallel.world_size)
-    return idx[parallel.rank * batch_size : (parallel.rank + 1) * batch_size]
+    """This rank's blocks of one global batch: batch_size indices drawn by the sampler (the same on
+    every rank, whatever the world size), rank r taking slice r of batch_size / world_size. With one
+    process: the whole draw."""
+    idx = sampler.integers(0, n_blocks, size=batch_size)
+    per_rank = batch_size // parallel.world_size
+    return idx[parallel.rank * per_rank : (parallel.rank + 1) * per_rank]
 
 
 def _grad_norm(model: nn.Module) -> torch.Tensor:
@@ -420,6 +437,13 @@ def load_checkpoint(
     return state
 
 
+class _Unsharded:
+    """Checkpoints of a model every rank holds whole: the functions above."""
+
+    save_checkpoint = staticmethod(save_checkpoint)
+    load_checkpoint = staticmethod(load_checkpoint)
+
+
 # ----------------------------------------------------------------------------------------------
 # Evaluation
 
@@ -575,6 +599,17 @@ def optimizer_step(
     return StepStats(step_loss, lr, grad_norm, clipped, time.perf_counter() - t0)
 
 
+def _mean_over_ranks(state: TrainState, st: StepStats, device: torch.device, parallel: Parallel) -> StepStats:
+    """The step's loss averaged over the ranks (each rank's own is the mean over its slice), on every
+    rank, and the pending log-interval sum with it."""
+    loss = torch.tensor([st.loss], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(loss)  # a sum
+    mean = float(loss) / parallel.world_size
+    if not st.not_finite:  # an update refused did not add to the sums
+        state.pending_loss_sum += mean - st.loss
+    return replace(st, loss=mean)
+
+
 def log_point(state: TrainState, st: StepStats, *, seconds: float, steps: int, tokens_per_step: int) -> dict[str, float]:
     """The training metrics of a log point: the mean loss since the last one (resetting the sums), the
     lr and gradient norms of this step, and the throughput over the `steps` steps (`seconds`) since."""
@@ -640,7 +675,11 @@ def train(
     if parallel.world_size > 1:
         if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
             raise ConfigError(f"world_size={parallel.world_size} needs torch.distributed initialised in every rank first")
-        raw_model = model.module  # the DistributedDataParallel wrapper's module
+        if s.batch_size % parallel.world_size:
+            raise ConfigError(
+                f"train.batch_size={s.batch_size} (the global batch) must be a multiple of the world size {parallel.world_size}"
+            )
+        raw_model = model if parallel.sharded else model.module  # FSDP2 shards in place; DDP wraps
 
     # Data: the model's vocabulary must cover the labels, and the context must fit in them.
     _check_vocab(raw_model, train_data, "train")
@@ -666,7 +705,7 @@ def train(
     meta = model_metadata(raw_model, model_meta)
     resumed_from = 0
     if resume and (ckpt_dir / STATE_FILE).is_file():
-        ckpt = load_checkpoint(ckpt_dir, raw_model, state.optimizer, expected_meta=meta)
+        ckpt = (parallel.sharded or _Unsharded).load_checkpoint(ckpt_dir, raw_model, state.optimizer, expected_meta=meta)
         state.restore(ckpt, device)
         resumed_from = state.step
         old = ckpt.get("train_settings", {})
@@ -680,7 +719,7 @@ def train(
         model = torch.compile(model)
 
     last_good = state.step if resumed_from else None  # the step of the newest checkpoint of this run
-    tokens_per_step = s.batch_size * block_size * s.grad_accum * parallel.world_size
+    tokens_per_step = s.batch_size * block_size * s.grad_accum  # over all ranks
 
     def validate() -> float:
         return evaluate(model, val_data, batch_size=s.batch_size, max_batches=s.eval_batches, device=device, dtype=dtype)
@@ -696,6 +735,8 @@ def train(
         st = optimizer_step(
             state, model, train_data, s, device=device, dtype=dtype, parallel=parallel, measure_clipped=will_log
         )
+        if parallel.world_size > 1:
+            st = _mean_over_ranks(state, st, device, parallel)
         if st.not_finite:
             kept = f"The last good checkpoint (step {last_good}) is kept in {ckpt_dir}. " if last_good is not None else ""
             diverged = (
@@ -733,8 +774,8 @@ def train(
             or is_last
             or state.step == stop_at
         )
-        if checkpoint_due and parallel.is_main:
-            save_checkpoint(
+        if checkpoint_due and (parallel.is_main or parallel.sharded):
+            (parallel.sharded or _Unsharded).save_checkpoint(
                 ckpt_dir, raw_model, step=state.step, optimizer=state.optimizer,
                 train_state=state.snapshot(s, device), model_meta=model_meta,
             )

@@ -11,11 +11,25 @@ what it trains on (the labels' and tokenizer's hashes, the settings), not a path
 launcher finds it; a lock on that key makes two runs of the same training wait for each other
 instead of writing the same folder. The final folder holds the weights (config in their header),
 not the optimizer state.
+
+Data-parallel training: `train.launcher: torchrun` (with `train.nproc_per_node`) trains the same
+model in that many processes instead of in the step's process. The asset writes a worker spec
+(settings, the labels folder with every file's SHA-256, the tokenizer hash, the scratch folder) and
+runs `python -m components.core.distributed launch` — torchrun over
+`components.orchestration.ddp_worker` — through `dg.PipesSubprocessClient`, holding the `training`
+pool's slot for the whole launch (the step holds it while its body runs). Rank 0 logs the loop's
+metrics to this asset's MLflow run and reports the materialization back through Pipes; the asset
+checks the hashes it reports, loads the weights, samples and draws as in process, and publishes
+once. The launcher settings are not part of the scratch key: a rerun with another nproc_per_node,
+or in process, resumes the same checkpoint (`batch_size` is the global batch in both). A rank that
+dies fails the step with the launcher's report (which rank, which signal or exception) and keeps the
+checkpoint for the rerun.
 """
 
 
 import fcntl
 import shutil
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Literal
@@ -24,17 +38,22 @@ import dagster as dg
 from pydantic import create_model
 from pydantic.fields import FieldInfo
 
+from components.core.artifacts import sha256_file
+from components.core.distributed import (
+    FAILURE_FILE, RESULT_FILE, LaunchSettings, WorkerSpec, check_world_size, launch_env, read_failure, read_train_result, write_spec,
+)
 from components.core.errors import PipelineInputError
 from components.core.labels import load_labels
-from components.core.lm import SamplingSettings, train_lm
+from components.core.lm import LMResult, SamplingSettings, finish_lm, prepare_lm, train_lm
 from components.core.models.recurrent import RecurrentSettings
 from components.core.models.transformer import TransformerSettings
 from components.core.tokenizer import load_tokenizer
-from components.core.training import WEIGHTS_FILE, TrainSettings
+from components.core.training import WEIGHTS_FILE, TrainSettings, load_weights_into, model_metadata
 
 from .checks import claim_spec, judged
+from .ddp_worker import MLFLOW_RUN_ID, MLFLOW_TRACKING_URI
 from .registry import log_and_register
-from .stage import stage
+from .stage import Stage, stage
 from .state import state_root
 from .tracking import MlflowTracker, config_hash, dagster_asset_url, dagster_run_url
 
@@ -53,6 +72,18 @@ class TransformerModelConfig(dg.Config, TransformerSettings):
 
 class TrainConfig(dg.Config, TrainSettings):
     """The shared training loop."""
+
+
+class LanguageModelTrainConfig(LaunchSettings, TrainConfig):
+    """The shared training loop, in the step's process or data-parallel under torchrun."""
+
+
+LAUNCH_FIELDS = tuple(LaunchSettings.model_fields)
+DDP_WORKER = "components.orchestration.ddp_worker"
+
+
+class DistributedTrainingError(RuntimeError):
+    """A torchrun training failed: the message names the rank and how it died, and the checkpoint kept."""
 
 
 class SamplingConfig(dg.Config, SamplingSettings):
@@ -95,6 +126,14 @@ def content_identity(labels: dict, tokenizer: dict) -> dict[str, str]:
     }
 
 
+def training_identity(asset: str, family: str, settings: dict[str, Any], labels: dict, tokenizer: dict) -> dict[str, Any]:
+    """What a training is, for its checkpoint's key: the asset, the settings and the data's content.
+    Not how it is launched: a rerun under the other launcher, with another process count or strategy,
+    resumes the same checkpoint (`batch_size` being the global batch)."""
+    settings = {**settings, "train": {k: v for k, v in settings["train"].items() if k not in LAUNCH_FIELDS}}
+    return {"asset": asset, "family": family, **settings, **content_identity(labels, tokenizer)}
+
+
 def scratch_dir(asset: str, identity: dict[str, Any]) -> Path:
     """Where an interrupted training of this exact (settings, data content) resumes from; removed on success."""
     return state_root() / "checkpoints" / asset / config_hash(identity)
@@ -128,7 +167,7 @@ def language_model_asset(
 ) -> dg.AssetsDefinition:
     where = f"language model `{name}`"
     model_cls = with_defaults(f"{_camel(name)}ModelConfig", FAMILY_MODEL_CONFIG[family], model, where)
-    train_cls = with_defaults(f"{_camel(name)}TrainConfig", TrainConfig, train, where)
+    train_cls = with_defaults(f"{_camel(name)}TrainConfig", LanguageModelTrainConfig, train, where)
     sampling_cls = with_defaults(f"{_camel(name)}SamplingConfig", SamplingConfig, sampling, where)
     fields: dict[str, Any] = {
         "model": (model_cls, model_cls()),
@@ -148,9 +187,7 @@ def language_model_asset(
     )
     def _lm(context: dg.AssetExecutionContext, config: config_cls, labels: dict, tokenizer: dict, mlflow: MlflowTracker):
         check_same_tokenizer(labels, tokenizer)
-        settings = config.model_dump()
-        identity = {"asset": name, "family": family, **settings, **content_identity(labels, tokenizer)}
-        scratch = scratch_dir(name, identity)
+        scratch = scratch_dir(name, training_identity(name, family, config.model_dump(), labels, tokenizer))
         with exclusive(scratch):
             output = _train_and_publish(context, mlflow, config, labels, tokenizer, scratch)
             shutil.rmtree(scratch, ignore_errors=True)  # under the lock: a waiting run starts clean
@@ -160,24 +197,33 @@ def language_model_asset(
 
     def _train_and_publish(context, mlflow, config, labels, tokenizer, scratch) -> dg.Output[dict]:
         settings = config.model_dump()
+        launch = LaunchSettings(**config.train.model_dump(include=set(LAUNCH_FIELDS)))
+        train_settings = TrainSettings(**config.train.model_dump(exclude=set(LAUNCH_FIELDS)))
         with stage(context, mlflow, {**settings, "family": family}) as s:
             train_data, val_data, meta = load_labels(labels["path"])
             tok = load_tokenizer(tokenizer["path"])
-            result = train_lm(
-                family,
-                FAMILY_SETTINGS[family](**config.model.model_dump()),
-                TrainSettings(**config.train.model_dump()),
-                train_data,
-                val_data,
-                int(meta["vocab_size"]),
-                scratch,
+            common = dict(
                 sampling=SamplingSettings(**config.sampling.model_dump()),
                 decode=lambda ids: tok.decode(ids, skip_special_tokens=False),
                 encode=lambda text: tok.encode(text, add_special_tokens=False).ids,
-                log_metrics=s.run.log_metrics,
-                progress=s.progress,
-                model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
             )
+            if launch.launcher == "torchrun":
+                result, launched = _train_torchrun(context, s, mlflow, config, launch, train_settings, labels, scratch, common)
+            else:
+                result = train_lm(
+                    family,
+                    FAMILY_SETTINGS[family](**config.model.model_dump()),
+                    train_settings,
+                    train_data,
+                    val_data,
+                    int(meta["vocab_size"]),
+                    scratch,
+                    log_metrics=s.run.log_metrics,
+                    progress=s.progress,
+                    model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
+                    **common,
+                )
+                launched = {"launcher": "inprocess", "world_size": 1}
             weights = s.tmp / WEIGHTS_FILE
             shutil.copy2(result.weights_path, weights)  # weights and config only: no optimizer state
             (s.tmp / "samples.txt").write_text("\n\n----------\n\n".join(result.samples) + "\n", encoding="utf-8")
@@ -195,6 +241,7 @@ def language_model_asset(
                     "train_settings": config.train.model_dump(),
                     "attention_backend": result.attention_backend,
                     "resumed_from_step": result.resumed_from_step,
+                    "launch": launched,
                     "inputs": {"labels": labels["dagster_run_id"], "tokenizer": tokenizer["dagster_run_id"]},
                     "history": _history_summary(result.history),
                     "registered_model": registered,
@@ -209,10 +256,64 @@ def language_model_asset(
                     "params": int(metrics["params"]),
                     "resumed_from_step": result.resumed_from_step,
                     "attention_backend": str(result.attention_backend.get("observed", result.attention_backend)),
+                    **launched,
                 },
                 warnings=result.warnings,
             )
         return output
+
+    def _train_torchrun(
+        context, s: Stage, mlflow: MlflowTracker, config, launch: LaunchSettings, train_settings: TrainSettings,
+        labels: dict, scratch: Path, common: dict,
+    ) -> tuple[LMResult, dict]:
+        """Train under torchrun through Pipes (module doc); then finish in this process from the checkpoint."""
+        check_world_size(launch, train_settings)  # (the run config's validation has said so already)
+        spec = WorkerSpec(
+            family=family,
+            model=config.model.model_dump(),
+            train=train_settings,
+            labels=labels["path"],
+            labels_sha256={Path(f["path"]).name: f["sha256"] for f in labels["files"].values()},
+            tokenizer_sha256=labels["tokenizer_sha256"],
+            out_dir=str(scratch),
+            strategy=launch.strategy,
+        )
+        spec_path = write_spec(spec, scratch / "spec.json")
+        for stale in (RESULT_FILE, FAILURE_FILE):  # never read an earlier launch's result or failure
+            (scratch / stale).unlink(missing_ok=True)
+        command = [
+            sys.executable, "-m", "components.core.distributed", "launch",
+            f"--nproc-per-node={launch.nproc_per_node}", "--worker", DDP_WORKER, str(spec_path),
+        ]
+        extras = {MLFLOW_RUN_ID: s.run.run_id, MLFLOW_TRACKING_URI: mlflow.resolved_uri()}
+        context.log.info(f"launching torchrun: {launch.nproc_per_node} processes, {launch.strategy} ({' '.join(command[1:])})")
+        try:
+            invocation = dg.PipesSubprocessClient().run(
+                context=context, command=command, extras=extras, env=launch_env(launch, train_settings)
+            )
+        except Exception as e:
+            failure = read_failure(scratch)
+            if failure is None:
+                raise
+            raise DistributedTrainingError(f"{name}: {failure['message']}") from e
+        reported = {k: v.value for k, v in invocation.get_materialize_result().metadata.items()}
+        result_file = scratch / RESULT_FILE
+        for key, path in (("train_result_sha256", result_file), ("weights_sha256", scratch / "checkpoint" / WEIGHTS_FILE)):
+            if reported.get(key) != sha256_file(path):
+                raise PipelineInputError(
+                    f"{path} does not match the sha256 rank 0 reported through Pipes ({key}); it changed after training"
+                )
+        trained, _ = read_train_result(result_file)
+        train_data, val_data, meta = load_labels(labels["path"])
+        prep = prepare_lm(
+            family, FAMILY_SETTINGS[family](**config.model.model_dump()), train_settings, train_data,
+            int(meta["vocab_size"]), model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
+        )
+        load_weights_into(prep.model, trained.checkpoint_dir, expected_meta=model_metadata(prep.model, prep.header))
+        prep.model.to(prep.device)
+        # What rank 0 reported through Pipes is what the materialization records.
+        launched = {"launcher": "torchrun", **{k: reported[k] for k in ("world_size", "backend", "strategy")}}
+        return finish_lm(prep, trained, val_data, world_size=int(reported["world_size"]), **common), launched
 
     return _lm
 

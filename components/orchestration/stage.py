@@ -71,6 +71,12 @@ def table_metadata(rows: list[dict]) -> dg.MetadataValue:
     )
 
 
+def progress_line(point: dict[str, float], step: int, max_steps: int, eta_s: float) -> str:
+    """One training log point as a line of the run's log."""
+    shown = ", ".join(f"{k} {v:.4g}" for k, v in point.items() if k in ("train/loss", "val/loss", "tokens_per_s"))
+    return f"step {step}/{max_steps}: {shown}; ETA {eta_s:.0f} s"
+
+
 @dataclass
 class Stage:
     context: dg.AssetExecutionContext
@@ -84,8 +90,7 @@ class Stage:
 
     def progress(self, point: dict[str, float], step: int, max_steps: int, eta_s: float) -> None:
         """Training progress into the run's log in the Dagster UI (called at the loop's log points)."""
-        shown = ", ".join(f"{k} {v:.4g}" for k, v in point.items() if k in ("train/loss", "val/loss", "tokens_per_s"))
-        self.context.log.info(f"step {step}/{max_steps}: {shown}; ETA {eta_s:.0f} s")
+        self.context.log.info(progress_line(point, step, max_steps, eta_s))
 
     def publish(
         self,

@@ -4,7 +4,8 @@ trains, and every problem is listed at once.
 Dagster checks names and types at launch; the config classes' own rules (ranges, cross-field
 checks) run only when a step builds its config, which for a late step can be many minutes into a
 run. Here every section of the run config goes through its asset's config class, and the limits
-between assets are checked: a context length cannot exceed the labels' block size.
+between assets are checked: a context length cannot exceed the labels' block size. So is what the
+machine allows: a torchrun training's world size must fit its cores or GPUs and divide the batch.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import Any, Iterable
 import dagster as dg
 from pydantic import ValidationError
 
+from components.core.distributed import LaunchSettings, world_size_problems
 from components.core.errors import ConfigError
+from components.core.training import TrainSettings
 
 LABELS = "labels"
 
@@ -53,6 +56,10 @@ def check_run_config(
             problems += _format(e, op)
         except (ValueError, TypeError) as e:
             problems.append(f"ops.{op}.config: {e}")
+        else:
+            train = getattr(built[op], "train", None)
+            if isinstance(train, LaunchSettings) and isinstance(train, TrainSettings):
+                problems += world_size_problems(train, train, where=f"ops.{op}.config.train")
     if LABELS in built:
         labels_block_size = built[LABELS].block_size
     if labels_block_size is None:
