@@ -2,7 +2,13 @@
 autoloaded), the model comparison over every language model found there, the run's report over
 every asset, one job per experiment
 file in `configs/`, the weekly schedule, declarative automation, the recovery sensor (marks runs
-whose processes died as failed and frees their pool slots), and the resources."""
+whose processes died as failed and frees their pool slots), and the resources.
+
+One graph, two routes. The default route (every group but `shards`) materializes in one run: the
+config jobs, the schedule, automation, the comparison and the report cover it. The sharded route
+(group `shards`: a corpus of many shard files, one dynamic partition per shard) cannot join a
+"whole graph" run, which has no partition key; it has its own jobs and sensor
+(`pipelines/defs/shards.py`), and no eager automation (a new shard must not retrain its tokenizer)."""
 
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ import dagster as dg
 
 from components.orchestration.io import ManifestIOManager
 from components.orchestration.recovery import recovery_sensor
+from components.orchestration.shards import SHARD_GROUP, ShardFolder
 from components.orchestration.state import PROJECT_ROOT
 from components.orchestration.tracking import MlflowTracker
 
@@ -25,6 +32,8 @@ CONFIG_DIR = PROJECT_ROOT / "configs"
 # re-materialized on its own (say `corpus` with a new config from the UI), everything downstream
 # follows, once its parents are all present.
 AUTOMATION = dg.AutomationCondition.eager()
+# Everything but the sharded route: what "the whole graph" means for jobs, automation and the report.
+DEFAULT_ROUTE = dg.AssetSelection.all() - dg.AssetSelection.groups(SHARD_GROUP)
 
 
 def config_jobs() -> list[dg.UnresolvedAssetJobDefinition]:
@@ -32,7 +41,7 @@ def config_jobs() -> list[dg.UnresolvedAssetJobDefinition]:
     return [
         dg.define_asset_job(
             name=f"{path.stem}_pipeline",
-            selection=dg.AssetSelection.all(),
+            selection=DEFAULT_ROUTE,
             config=dg.config_from_files([str(path)]),
             description=f"Materialize the whole graph with configs/{path.name}.",
         )
@@ -51,7 +60,7 @@ weekly_rerun = dg.ScheduleDefinition(
 
 automation = dg.AutomationConditionSensorDefinition(
     "downstream_automation",
-    target=dg.AssetSelection.all(),
+    target=DEFAULT_ROUTE,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Evaluates the assets' automation conditions (eager: follow upstream updates).",
 )
@@ -59,9 +68,10 @@ automation = dg.AutomationConditionSensorDefinition(
 
 def build_defs() -> dg.Definitions:
     loaded = dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
-    lm_keys = language_model_keys(loaded)
+    sharded = {spec.key for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition) for spec in a.specs if spec.group_name == SHARD_GROUP}
+    lm_keys = [k for k in language_model_keys(loaded) if k not in sharded]
     comparison, ffn_check = model_comparison_asset(lm_keys)
-    upstream = [a for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition)] + [comparison]
+    upstream = [a for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition) and not set(a.keys) & sharded] + [comparison]
     report = report_asset(asset_specs(upstream), lm_keys)  # everything ──► report
     merged = dg.Definitions.merge(
         loaded,
@@ -71,12 +81,19 @@ def build_defs() -> dg.Definitions:
             jobs=config_jobs(),
             schedules=[weekly_rerun],
             sensors=[automation, recovery_sensor()],
-            resources={"mlflow": MlflowTracker(), "io_manager": ManifestIOManager()},
+            resources={"mlflow": MlflowTracker(), "io_manager": ManifestIOManager(), "shards": ShardFolder()},
         ),
     )
     with warnings.catch_warnings():  # map_asset_specs is marked preview in 1.13; it is the one-place way to set this
         warnings.simplefilter("ignore", dg.PreviewWarning)
-        return merged.map_asset_specs(func=lambda spec: spec.replace_attributes(automation_condition=AUTOMATION))
+        return merged.map_asset_specs(
+            func=lambda spec: spec if spec.group_name == SHARD_GROUP else spec.replace_attributes(automation_condition=AUTOMATION)
+        )
 
 
 defs = build_defs()
+
+
+def default_route_job() -> dg.JobDefinition:
+    """The whole default route as one job without preset config (what the config jobs run)."""
+    return dg.define_asset_job("default_route", selection=DEFAULT_ROUTE).resolve(asset_graph=defs.resolve_asset_graph())
