@@ -231,12 +231,24 @@ class ShardedBlocks:
         return self
 
     def max_token_id(self) -> int:
-        """The largest token id among inputs and targets, every shard scanned SCAN_ROWS rows at a time."""
-        top = -1
-        for x, y, _ in self._shards:
-            for start in range(0, x.shape[0], SCAN_ROWS):
-                top = max(top, int(x[start:start + SCAN_ROWS].max()), int(y[start:start + SCAN_ROWS].max()))
+        """The largest token id among inputs and targets, every shard's arrays read a slice at a time
+        (from the file itself when memory-mapped: a scan leaves no pages mapped in this process)."""
+        return max(_scan_max(a) for x, y, _ in self._shards for a in (x, y))
+
+
+def _scan_max(a: np.ndarray) -> int:
+    step = SCAN_ROWS * int(a.shape[1])
+    if isinstance(a, np.memmap) and a.filename is not None and a.flags.c_contiguous:
+        top, left = -1, a.size
+        with open(a.filename, "rb") as fh:
+            fh.seek(a.offset)
+            while left:
+                chunk = np.fromfile(fh, dtype=a.dtype, count=min(left, step))
+                if not len(chunk):
+                    raise ValueError(f"{a.filename} is shorter than its header says")
+                top, left = max(top, int(chunk.max())), left - len(chunk)
         return top
+    return max((int(a[i:i + SCAN_ROWS].max()) for i in range(0, a.shape[0], SCAN_ROWS)), default=-1)
 
 
 Blocks = Union[TokenBlocks, ShardedBlocks]
