@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +55,15 @@ def reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
+def measure_stage(stages: dict[str, dict], name: str, fn):
+    """fn(), its seconds and the process's peak RSS while it ran into stages[name]."""
+    reset_peak()
+    t0 = time.perf_counter()
+    out = fn()
+    stages[name] = {"seconds": round(time.perf_counter() - t0, 2), "peak_rss_mb": round(peak_rss_mb(), 1)}
+    return out
+
+
 def run_variant(input_path: Path, work: Path) -> dict:
     """The ingest stage on one input file, as the assets call it; runs inside the child process."""
     from components.core.corpus import CorpusSettings, build_corpus, load_corpus
@@ -61,14 +71,7 @@ def run_variant(input_path: Path, work: Path) -> dict:
     from components.core.tokenizer import TokenizerSettings, evaluate_tokenizer, train_tokenizer
 
     stages: dict[str, dict] = {}
-
-    def measure(name: str, fn):
-        reset_peak()
-        t0 = time.perf_counter()
-        out = fn()
-        stages[name] = {"seconds": round(time.perf_counter() - t0, 2), "peak_rss_mb": round(peak_rss_mb(), 1)}
-        return out
-
+    measure = partial(measure_stage, stages)
     corpus = measure(
         "corpus", lambda: build_corpus(CorpusSettings(source="files", path=str(input_path)), work / "corpus", cache_dir=work / "cache")
     )
@@ -143,14 +146,7 @@ def run_sharded(folder: Path, work: Path) -> dict:
 
     shards, read = list_shards(folder), ShardReadSettings()
     stages: dict[str, dict] = {}
-
-    def measure(name: str, fn):
-        reset_peak()
-        t0 = time.perf_counter()
-        out = fn()
-        stages[name] = {"seconds": round(time.perf_counter() - t0, 2), "peak_rss_mb": round(peak_rss_mb(), 1)}
-        return out
-
+    measure = partial(measure_stage, stages)
     work.mkdir(parents=True)
 
     def tokenizer():
