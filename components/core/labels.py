@@ -208,14 +208,19 @@ def load_sharded_labels(path: str | Path) -> tuple[ShardedBlocks, ShardedBlocks,
         for shard in meta["shards"]:
             x = _open_shard_file(shard["key"], shard["files"][f"{split}_x"])
             y = _open_shard_file(shard["key"], shard["files"][f"{split}_y"])
-            expected = (int(shard[f"{split}_blocks"]), int(meta["block_size"]))
+            rows, width, targets = int(shard[f"{split}_blocks"]), int(meta["block_size"]), max(0, int(shard[f"{split}_targets"]))
             for a, name in ((x, "x"), (y, "y")):
-                if a.shape != expected:
+                if a.shape != (rows, width):
                     raise PipelineInputError(
                         f"label shard '{shard['key']}': {shard['files'][f'{split}_{name}']['path']} has shape {a.shape}, "
-                        f"recorded {expected}; re-materialize that partition"
+                        f"recorded {(rows, width)}; re-materialize that partition"
                     )
-            arrays.append((x, y, int(shard[f"{split}_targets"])))
+            if not ((rows - 1) * width < targets <= rows * width if rows else targets == 0):
+                raise PipelineInputError(
+                    f"label shard '{shard['key']}': {path / 'meta.json'} records {targets} {split} targets, which "
+                    f"{rows} blocks of {width} cannot hold with padding only in the last; rebuild the sharded labels"
+                )
+            arrays.append((x, y, targets))
         views.append(ShardedBlocks(arrays))
     return views[0], views[1], meta
 
