@@ -28,9 +28,9 @@ EXECUTION = {"config": {"in_process": {}}}
 def default_run_config() -> dict[str, Any]:
     from dagster._config import process_config
 
-    from pipelines.definitions import defs
+    from pipelines.definitions import default_route_job
 
-    job = defs.resolve_implicit_global_asset_job_def()
+    job = default_route_job()
     result = process_config(job.run_config_schema.run_config_schema_type, {})
     if not result.success:
         raise RuntimeError(f"the config classes have no complete defaults: {result.errors}")

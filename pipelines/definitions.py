@@ -2,7 +2,13 @@
 autoloaded), the model comparison over every language model found there, the run's report over
 every asset, one job per experiment
 file in `configs/`, the weekly schedule, declarative automation, the recovery sensor (marks runs
-whose processes died as failed and frees their pool slots), and the resources."""
+whose processes died as failed and frees their pool slots), and the resources.
+
+One graph, two routes. The default route (every group but `shards`) materializes in one run: the
+config jobs, the schedule, automation, the comparison and the report cover it. The sharded route
+(group `shards`: a corpus of many shard files, one dynamic partition per shard) cannot join a
+"whole graph" run, which has no partition key; it has its own jobs and sensor
+(`pipelines/defs/shards.py`), and no eager automation (a new shard must not retrain its tokenizer)."""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import dagster as dg
 from components.orchestration.io import ManifestIOManager
 from components.orchestration.language_model import LM_TAG
 from components.orchestration.recovery import recovery_sensor
+from components.orchestration.shards import SHARD_GROUP, ShardFolder
 from components.orchestration.state import PROJECT_ROOT
 from components.orchestration.tracking import MlflowTracker
 from components.orchestration.versions import asset_code_version
@@ -28,6 +35,8 @@ CONFIG_DIR = PROJECT_ROOT / "configs"
 # re-materialized on its own (say `corpus` with a new config from the UI), everything downstream
 # follows, once its parents are all present.
 AUTOMATION = dg.AutomationCondition.eager()
+# Everything but the sharded route: what "the whole graph" means for jobs, automation and the report.
+DEFAULT_ROUTE = dg.AssetSelection.all() - dg.AssetSelection.groups(SHARD_GROUP)
 
 OWNERS = ["team:ml"]
 
@@ -42,7 +51,7 @@ def config_jobs() -> list[dg.UnresolvedAssetJobDefinition]:
     return [
         dg.define_asset_job(
             name=f"{path.stem}_pipeline",
-            selection=dg.AssetSelection.all(),
+            selection=DEFAULT_ROUTE,
             config=dg.config_from_files([str(path)]),
             description=f"Materialize the whole graph with configs/{path.name}.",
         )
@@ -61,7 +70,7 @@ weekly_rerun = dg.ScheduleDefinition(
 
 automation = dg.AutomationConditionSensorDefinition(
     "downstream_automation",
-    target=dg.AssetSelection.all(),
+    target=DEFAULT_ROUTE,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Evaluates the assets' automation conditions (eager: follow upstream updates).",
 )
@@ -69,9 +78,10 @@ automation = dg.AutomationConditionSensorDefinition(
 
 def build_defs() -> dg.Definitions:
     loaded = dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
-    lm_keys = language_model_keys(loaded)
+    sharded = {spec.key for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition) for spec in a.specs if spec.group_name == SHARD_GROUP}
+    lm_keys = [k for k in language_model_keys(loaded) if k not in sharded]
     comparison, ffn_check = model_comparison_asset(lm_keys)
-    upstream = [a for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition)] + [comparison]
+    upstream = [a for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition) and not set(a.keys) & sharded] + [comparison]
     report = report_asset(asset_specs(upstream), lm_keys)  # everything ──► report
     merged = dg.Definitions.merge(
         loaded,
@@ -81,7 +91,7 @@ def build_defs() -> dg.Definitions:
             jobs=config_jobs(),
             schedules=[weekly_rerun],
             sensors=[automation, recovery_sensor()],
-            resources={"mlflow": MlflowTracker(), "io_manager": ManifestIOManager()},
+            resources={"mlflow": MlflowTracker(), "io_manager": ManifestIOManager(), "shards": ShardFolder()},
         ),
     )
     versions = {spec.key: asset_code_version(a) for a in merged.assets or [] if isinstance(a, dg.AssetsDefinition) for spec in a.specs}
@@ -96,7 +106,7 @@ WEIGHTS_ASSETS = {"word_embeddings", "quantized_models", "model_export"}
 
 def role(spec: dg.AssetSpec) -> str:
     """Tag `role`: data (ingest), model (weights), or study (measurements over them)."""
-    if spec.group_name == "ingest":
+    if spec.group_name == "ingest" or (spec.group_name == SHARD_GROUP and LM_TAG not in spec.tags):
         return "data"
     return "model" if LM_TAG in spec.tags or spec.key.to_user_string() in WEIGHTS_ASSETS else "study"
 
@@ -105,7 +115,8 @@ def with_metadata(spec: dg.AssetSpec, code_version: str) -> dg.AssetSpec:
     """What every asset carries, set here once: the automation condition, its code version (see
     components/orchestration/versions.py), owners, tags, and for language models the freshness policy."""
     spec = spec.replace_attributes(
-        automation_condition=AUTOMATION,
+        # The sharded route follows new shards through its sensor, not eagerly (a new shard must not retrain the tokenizer).
+        automation_condition=None if spec.group_name == SHARD_GROUP else AUTOMATION,
         code_version=code_version,
         owners=OWNERS,
         freshness_policy=LM_FRESHNESS if LM_TAG in spec.tags else spec.freshness_policy,
@@ -114,3 +125,8 @@ def with_metadata(spec: dg.AssetSpec, code_version: str) -> dg.AssetSpec:
 
 
 defs = build_defs()
+
+
+def default_route_job() -> dg.JobDefinition:
+    """The whole default route as one job without preset config (what the config jobs run)."""
+    return dg.define_asset_job("default_route", selection=DEFAULT_ROUTE).resolve(asset_graph=defs.resolve_asset_graph())

@@ -3,12 +3,14 @@
     python -m pipelines.maintenance init                 # create the stores once (safe when concurrent), then `recover`
     python -m pipelines.maintenance recover              # mark runs whose processes are gone failed; MLflow mirrors Dagster
     python -m pipelines.maintenance prune [--keep N]     # keep the newest N run folders per asset (+ the latest materialization)
+    python -m pipelines.maintenance shards [--keys]      # a `corpus_shards` partition per file of the shard folder
 
 The scripts in scripts/ run `init` before launching Dagster or MLflow. `init` recovers too: a run
 killed while it held the `training` pool's slot would otherwise keep a new run's training step
 waiting for that slot, and the in-step recovery only runs once a step has its slot (under the
 daemon, the `recover_dead_runs` sensor does the same every minute). Imports neither the asset
-graph nor torch, so it works while the pipeline code is broken.
+graph nor torch (but `shards`, which reads the shard folder as the assets do), so it works while
+the pipeline code is broken.
 """
 
 from __future__ import annotations
@@ -28,6 +30,24 @@ def _instance():
     return DagsterInstance.from_config(str(dagster_home()))
 
 
+def _add_shard_partitions() -> dict:
+    """Add a `corpus_shards` partition for every shard file of the folder that has none (the
+    `shards` resource's default folder: $PIPELINE_SHARD_DIR, else <state>/shards)."""
+    from components.orchestration.shards import SHARD_PARTITIONS, ShardFolder
+
+    folder = ShardFolder()
+    files = folder.shards()
+    instance = _instance()
+    try:
+        known = set(instance.get_dynamic_partitions(SHARD_PARTITIONS.name))
+        new = [k for k in files if k not in known]
+        if new:
+            instance.add_dynamic_partitions(SHARD_PARTITIONS.name, new)
+    finally:
+        instance.dispose()
+    return {"folder": str(folder.folder()), "added": new, "keys": list(files), "partitions_without_file": sorted(known - set(files))}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.maintenance", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the SQLite DB in the state folder)")
@@ -40,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="run folders kept per asset, newest first (default: $PIPELINE_KEEP_LAST or 3)")
     pr.add_argument("--checkpoint-days", type=float, default=7.0, help="remove checkpoint scratch untouched this long (default 7)")
     pr.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
+    sh = sub.add_parser("shards", help="add a partition for every shard file in the shard folder (what the shard_sensor does first)")
+    sh.add_argument("--keys", action="store_true", help="print the shard keys, one per line, instead of the JSON report")
     args = parser.parse_args(argv)
 
     # The scripts' layout: DAGSTER_HOME defaults to <state>/dagster (scripts/env.sh exports the same).
@@ -56,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
             report["sync"] = sync_mlflow_parents(instance, uri)
         finally:
             instance.dispose()
+    elif args.command == "shards":
+        report = _add_shard_partitions()
+        if args.keys:
+            print("\n".join(report["keys"]))
+            return 0
     else:
         from components.orchestration.recovery import prune
 

@@ -58,6 +58,7 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
     Downstream readers therefore never see a half-written output folder.
     """
     final = Path(final)
+    created = not final.parent.exists()  # e.g. the run folder of a partition's output
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".{final.name}.partial-{os.getpid()}"
     if tmp.exists():
@@ -67,6 +68,11 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
         yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if created:
+            try:
+                final.parent.rmdir()  # only if still empty
+            except OSError:
+                pass
         raise
     if final.exists():
         shutil.rmtree(final)

@@ -13,6 +13,7 @@ import json
 import re
 import sys
 import tempfile
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal, Optional
@@ -98,27 +99,28 @@ def iter_wiki_articles(path: str | Path) -> Iterator[dict[str, str]]:
     """Main-namespace articles of a MediaWiki XML dump (.xml or .xml.bz2), redirects dropped.
 
     Yields dicts with `doc_id`, `title` and plain `text`. A truncated or corrupted dump raises
-    PipelineInputError naming the file.
+    PipelineInputError naming the file and how far into it reading got.
     """
     from gensim.corpora.wikicorpus import extract_pages
 
     path = Path(path)
     check_path(path)
-    opener = bz2.open if path.suffix == ".bz2" else open
-    try:
-        with opener(path, "rb") as fh:
-            for title, markup, pageid in extract_pages(fh, filter_namespaces=("0",)):
-                if not markup or markup.lstrip()[:9].lower() == "#redirect":
-                    continue
-                yield {"doc_id": f"wiki:{pageid}", "title": title, "text": wiki_to_text(markup)}
-    except (EOFError, OSError, ValueError) as e:  # bz2 raises EOFError/OSError, expat raises ValueError subclasses
-        raise PipelineInputError(
-            f"{path}: the dump is truncated or corrupted ({type(e).__name__}: {e}); re-download or point corpus.path at a complete dump"
-        ) from e
-    except Exception as e:  # xml.etree.ElementTree.ParseError
-        if type(e).__name__ == "ParseError":
-            raise PipelineInputError(f"{path}: the dump is not well-formed XML ({e}); it may be truncated") from e
-        raise
+    with open(path, "rb") as raw:
+        try:
+            with bz2.BZ2File(raw) if path.suffix == ".bz2" else nullcontext(raw) as fh:
+                for title, markup, pageid in extract_pages(fh, filter_namespaces=("0",)):
+                    if not markup or markup.lstrip()[:9].lower() == "#redirect":
+                        continue
+                    yield {"doc_id": f"wiki:{pageid}", "title": title, "text": wiki_to_text(markup)}
+        except (EOFError, OSError, ValueError) as e:  # bz2 raises EOFError/OSError, expat raises ValueError subclasses
+            where = f" (stopped after reading {raw.tell()} of its {path.stat().st_size} bytes)" if not raw.closed else ""
+            raise PipelineInputError(
+                f"{path}: the dump is truncated or corrupted{where} ({type(e).__name__}: {e}); re-download or point corpus.path at a complete dump"
+            ) from e
+        except Exception as e:  # xml.etree.ElementTree.ParseError
+            if type(e).__name__ == "ParseError":
+                raise PipelineInputError(f"{path}: the dump is not well-formed XML ({e}); it may be truncated") from e
+            raise
 
 
 # --- local files --------------------------------------------------------------------------------

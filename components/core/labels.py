@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tokenizers import Tokenizer
 
 from .artifacts import read_json, sha256_file, write_json
-from .data import IGNORE_INDEX, PAD_ID, TokenBlocks
+from .data import IGNORE_INDEX, PAD_ID, Blocks, ShardedBlocks, TokenBlocks
 from .errors import ConfigError, PipelineInputError
 from .tokenizer import EOS, iter_token_ids, load_tokenizer
 
@@ -120,9 +120,16 @@ class LabelsResult:
 
 
 def build_labels(
-    texts_by_split: Mapping[str, Iterable[str]], tokenizer_path: str | Path, settings: LabelSettings, out_dir: str | Path
+    texts_by_split: Mapping[str, Iterable[str]],
+    tokenizer_path: str | Path,
+    settings: LabelSettings,
+    out_dir: str | Path,
+    require_full_block: bool = True,
 ) -> LabelsResult:
-    """Tokenize each split (streamed: `iter_token_ids`) and write its next-token blocks to `out_dir`."""
+    """Tokenize each split (streamed: `iter_token_ids`) and write its next-token blocks to `out_dir`.
+
+    require_full_block: a split with fewer targets than `block_size` is an error (False for one
+    shard of a corpus: it then makes one padded block)."""
     tokenizer_path = Path(tokenizer_path)
     tok = load_tokenizer(tokenizer_path)
     vocab_size = tok.get_vocab_size()
@@ -141,7 +148,7 @@ def build_labels(
         stream_path = out_dir / f"{split}_tokens.bin"
         try:
             n = write_token_stream(tok, texts_by_split[split], stream_path, dtype)
-            if n - 1 < settings.block_size:
+            if require_full_block and n - 1 < settings.block_size:
                 raise ConfigError(
                     f"labels.block_size={settings.block_size} is larger than the {split} split holds "
                     f"({n - 1} next-token targets); lower labels.block_size or use a bigger corpus"
@@ -157,14 +164,65 @@ def build_labels(
     return LabelsResult(path=out_dir, meta=meta)
 
 
-def load_labels(path: str | Path, mmap: bool = True) -> tuple[TokenBlocks, TokenBlocks, dict[str, Any]]:
-    """(train, validation, meta) from a labels folder."""
+def load_labels(path: str | Path, mmap: bool = True) -> tuple[Blocks, Blocks, dict[str, Any]]:
+    """(train, validation, meta) from a labels folder: `build_labels`'s arrays, or, for the folder of
+    sharded labels (`shards.combine_label_shards`), one memory-mapped view over every shard's arrays
+    (`load_sharded_labels`)."""
     path = Path(path)
     if not (path / "meta.json").exists():
         raise PipelineInputError(f"labels folder {path} has no meta.json (materialize `labels` first)")
+    meta = read_json(path / "meta.json")
+    if "shards" in meta:
+        return load_sharded_labels(path)
     mode = "r" if mmap else None
     splits = [TokenBlocks(np.load(path / f"{s}_x.npy", mmap_mode=mode), np.load(path / f"{s}_y.npy", mmap_mode=mode)) for s in SPLITS]
-    return splits[0], splits[1], read_json(path / "meta.json")
+    return splits[0], splits[1], meta
+
+
+def _open_shard_file(key: str, rec: dict[str, Any]) -> np.ndarray:
+    p = Path(rec["path"])
+    if not p.is_file():
+        raise PipelineInputError(f"label shard '{key}': token file {p} is missing (deleted or pruned); re-materialize that partition")
+    size = p.stat().st_size
+    if size != rec["bytes"]:
+        raise PipelineInputError(
+            f"label shard '{key}': token file {p} has {size} bytes, recorded {rec['bytes']}: it changed since it was "
+            "written; re-materialize that partition"
+        )
+    try:
+        return np.load(p, mmap_mode="r")
+    except ValueError as e:
+        raise PipelineInputError(f"label shard '{key}': token file {p} is not a readable .npy array ({e})") from e
+
+
+def load_sharded_labels(path: str | Path) -> tuple[ShardedBlocks, ShardedBlocks, dict[str, Any]]:
+    """(train, validation, meta) of a sharded labels folder: each split one `ShardedBlocks` view over
+    every shard's memory-mapped .npy files, in key order, nothing concatenated in memory. A file
+    that is missing, of another size than recorded or of another shape is an error naming it (the
+    hashes are the caller's to check: the pipeline's IO manager does, by its size policy)."""
+    path = Path(path)
+    meta = read_json(path / "meta.json")
+    views = []
+    for split in SPLITS:
+        arrays = []
+        for shard in meta["shards"]:
+            x = _open_shard_file(shard["key"], shard["files"][f"{split}_x"])
+            y = _open_shard_file(shard["key"], shard["files"][f"{split}_y"])
+            rows, width, targets = int(shard[f"{split}_blocks"]), int(meta["block_size"]), max(0, int(shard[f"{split}_targets"]))
+            for a, name in ((x, "x"), (y, "y")):
+                if a.shape != (rows, width):
+                    raise PipelineInputError(
+                        f"label shard '{shard['key']}': {shard['files'][f'{split}_{name}']['path']} has shape {a.shape}, "
+                        f"recorded {(rows, width)}; re-materialize that partition"
+                    )
+            if not ((rows - 1) * width < targets <= rows * width if rows else targets == 0):
+                raise PipelineInputError(
+                    f"label shard '{shard['key']}': {path / 'meta.json'} records {targets} {split} targets, which "
+                    f"{rows} blocks of {width} cannot hold with padding only in the last; rebuild the sharded labels"
+                )
+            arrays.append((x, y, targets))
+        views.append(ShardedBlocks(arrays))
+    return views[0], views[1], meta
 
 
 def check_blocks(blocks: TokenBlocks) -> dict[str, Any]:

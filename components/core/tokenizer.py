@@ -229,13 +229,22 @@ def train_tokenizer(texts: Iterable[str], settings: TokenizerSettings) -> Tokeni
     return tok
 
 
+@lru_cache(maxsize=8)
+def _tokenizer_of(content: str) -> Tokenizer:
+    return Tokenizer.from_str(content)
+
+
 def load_tokenizer(path: str | Path) -> Tokenizer:
+    """The tokenizer saved at `path` (a tokenizer.json or its folder). One object per file content
+    and process, shared by its callers (who only encode and decode with it): `tokenizers` keeps
+    about a megabyte of every Tokenizer that has encoded text even after it is dropped, so a
+    process that tokenizes shard after shard must not build a new one per shard."""
     path = Path(path)
     if path.is_dir():
         path = path / "tokenizer.json"
     if not path.exists():
         raise PipelineInputError(f"tokenizer file not found: {path} (materialize `tokenizer` first)")
-    return Tokenizer.from_file(str(path))
+    return _tokenizer_of(path.read_text(encoding="utf-8"))
 
 
 # --- evaluation -----------------------------------------------------------------------------------

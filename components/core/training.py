@@ -69,7 +69,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, load_model, save_model
 
 from .artifacts import atomic_dir, write_json
-from .data import IGNORE_INDEX, TokenBlocks
+from .data import IGNORE_INDEX, Blocks
 from .device import DeviceSetting, DtypeSetting, autocast_context, resolve_device, resolve_dtype, synchronize
 from .errors import ConfigError, PipelineInputError
 from .models.sizing import count_parameters
@@ -252,21 +252,19 @@ def _grad_norm(model: nn.Module) -> torch.Tensor:
     return torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
 
 
-def _non_empty_blocks(data: TokenBlocks, name: str) -> TokenBlocks:
+def _non_empty_blocks(data: Blocks, name: str) -> Blocks:
     """Drop blocks with no target at all (their mean loss would be 0/0); refuse empty splits."""
-    keep = (data.y != IGNORE_INDEX).any(axis=1)
-    if not keep.any():
+    kept = data.drop_empty()
+    if kept.n_blocks == 0:
         raise PipelineInputError(f"the {name} split has no targets ({data.n_blocks} blocks, all padding); rebuild the labels")
-    if keep.all():
-        return data
-    return TokenBlocks(np.ascontiguousarray(data.x[keep]), np.ascontiguousarray(data.y[keep]))
+    return kept
 
 
-def _check_vocab(model: nn.Module, data: TokenBlocks, name: str) -> None:
+def _check_vocab(model: nn.Module, data: Blocks, name: str) -> None:
     vocab = getattr(model, "vocab_size", None)
     if vocab is None or data.n_blocks == 0:
         return
-    top = max(int(data.x.max()), int(data.y.max()))
+    top = data.max_token_id()
     if top >= vocab:
         raise PipelineInputError(
             f"the {name} labels hold token id {top} but the model's vocabulary has {vocab} ids: the labels come "
@@ -451,7 +449,7 @@ class _Unsharded:
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
-    data: TokenBlocks,
+    data: Blocks,
     *,
     batch_size: int,
     max_batches: int | None,
@@ -544,7 +542,7 @@ class StepStats:
 def optimizer_step(
     state: TrainState,
     model: nn.Module,
-    data: TokenBlocks,
+    data: Blocks,
     s: TrainSettings,
     *,
     device: torch.device,
@@ -631,8 +629,8 @@ def log_point(state: TrainState, st: StepStats, *, seconds: float, steps: int, t
 
 def train(
     model: nn.Module,
-    train_data: TokenBlocks,
-    val_data: TokenBlocks,
+    train_data: Blocks,
+    val_data: Blocks,
     settings: TrainSettings,
     out_dir: str | Path,
     *,

@@ -164,7 +164,11 @@ def language_model_asset(
     sampling: dict[str, Any],
     description: str,
     group: str,
+    labels: str = "labels",
+    tokenizer: str = "tokenizer",
 ) -> dg.AssetsDefinition:
+    """labels, tokenizer: the assets it trains on (`sharded_labels` and `shard_tokenizer` for a
+    sharded corpus: the labels are then one memory-mapped view over every shard)."""
     where = f"language model `{name}`"
     model_cls = with_defaults(f"{_camel(name)}ModelConfig", FAMILY_MODEL_CONFIG[family], model, where)
     train_cls = with_defaults(f"{_camel(name)}TrainConfig", LanguageModelTrainConfig, train, where)
@@ -184,6 +188,7 @@ def language_model_asset(
         tags={LM_TAG: family},
         pool=TRAINING_POOL,
         check_specs=[claim_spec(c, name) for c in LM_CLAIMS],
+        ins={"labels": dg.AssetIn(dg.AssetKey(labels)), "tokenizer": dg.AssetIn(dg.AssetKey(tokenizer))},
     )
     def _lm(context: dg.AssetExecutionContext, config: config_cls, labels: dict, tokenizer: dict, mlflow: MlflowTracker):
         check_same_tokenizer(labels, tokenizer)
@@ -359,6 +364,8 @@ class LanguageModel(dg.Component, dg.Model, dg.Resolvable):
       name: the asset name (e.g. rnn_lm)
       family: recurrent | transformer
       architecture / training / sampling: default settings (any field of the family's config classes)
+      labels / tokenizer: the assets it trains on (default `labels` and `tokenizer`; `sharded_labels`
+        and `shard_tokenizer` train it on a sharded corpus through one memory-mapped view)
     """
 
     name: str
@@ -368,9 +375,12 @@ class LanguageModel(dg.Component, dg.Model, dg.Resolvable):
     architecture: dict[str, Any] = {}
     training: dict[str, Any] = {}
     sampling: dict[str, Any] = {}
+    labels: str = "labels"
+    tokenizer: str = "tokenizer"
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         asset = language_model_asset(
-            self.name, self.family, self.architecture, self.training, self.sampling, self.description or self.name, self.group
+            self.name, self.family, self.architecture, self.training, self.sampling, self.description or self.name, self.group,
+            labels=self.labels, tokenizer=self.tokenizer,
         )
         return dg.Definitions(assets=[asset])

@@ -104,6 +104,7 @@ class Stage:
         artifacts: list[str | Path] | None = None,
         values: dict[str, Any] | None = None,
         warnings: list[str] | None = None,
+        recorded_files: dict[str, dict[str, Any]] | None = None,
     ) -> dg.Output:
         """Log everything to the nested MLflow run and return the asset's output with its metadata.
 
@@ -115,6 +116,9 @@ class Stage:
             the IO manager) and the metadata.
         artifacts: paths under `tmp` also copied to MLflow.
         values: further Dagster metadata as is (ints, strings, MetadataValues).
+        recorded_files: name → {path, bytes, sha256} of files that other materializations wrote and
+            recorded (not under `tmp`, not hashed again): into the manifest beside `files`, so that
+            whoever reads this output has them checked too.
         """
         import matplotlib.pyplot as plt
 
@@ -146,6 +150,10 @@ class Stage:
             metadata[f"{name}_path"] = dg.MetadataValue.path(recorded[name]["path"])
             metadata[f"{name}_bytes"] = info["bytes"]
             metadata[f"{name}_sha256"] = info["sha256"]
+        for name, rec in (recorded_files or {}).items():
+            if name in recorded:
+                raise ValueError(f"file name {name!r} given both in files and recorded_files")
+            recorded[name] = {k: rec[k] for k in ("path", "bytes", "sha256")}
         for p in artifacts or []:
             self.run.log_artifact(p)
         all_warnings = [*self.notes, *(warnings or [])]

@@ -43,9 +43,10 @@ def _format(err: ValidationError, op: str) -> list[str]:
 
 
 def check_run_config(
-    ops: dict[str, Any], classes: dict[str, type], labels_block_size: int | None
+    ops: dict[str, Any], classes: dict[str, type], labels_block_size: int | None, labels_name: str = LABELS
 ) -> list[str]:
-    """Every problem of the run config `ops` (the `ops:` mapping), as 'where: what' lines."""
+    """Every problem of the run config `ops` (the `ops:` mapping), as 'where: what' lines
+    (`labels_block_size`: that of the labels asset `labels_name` the ops read)."""
     problems: list[str] = []
     built: dict[str, Any] = {}
     for op, cls in classes.items():
@@ -70,32 +71,49 @@ def check_run_config(
         t_block = getattr(train, "block_size", None)
         m_block = getattr(model, "block_size", None)
         if t_block is not None and t_block > labels_block_size:
-            problems.append(f"ops.{op}.config.train.block_size={t_block} exceeds labels.block_size={labels_block_size}: lower it or raise labels.block_size")
+            problems.append(f"ops.{op}.config.train.block_size={t_block} exceeds {labels_name}.block_size={labels_block_size}: lower it or raise {labels_name}.block_size")
         if t_block is not None and m_block is not None and t_block > m_block:
             problems.append(f"ops.{op}.config.train.block_size={t_block} exceeds its model.block_size={m_block}")
         seq_len = getattr(cfg, "seq_len", None)
         if isinstance(seq_len, int) and seq_len > labels_block_size:
-            problems.append(f"ops.{op}.config.seq_len={seq_len} exceeds labels.block_size={labels_block_size}: lower it or raise labels.block_size")
+            problems.append(f"ops.{op}.config.seq_len={seq_len} exceeds {labels_name}.block_size={labels_block_size}: lower it or raise {labels_name}.block_size")
     return problems
 
 
-def _recorded_labels_block_size(instance: dg.DagsterInstance) -> int | None:
-    event = instance.get_latest_materialization_event(dg.AssetKey(LABELS))
+def _recorded_labels_block_size(instance: dg.DagsterInstance, key: str = LABELS) -> int | None:
+    event = instance.get_latest_materialization_event(dg.AssetKey(key))
     if event is None:
         return None
     value = event.asset_materialization.metadata.get("block_size")
     return int(value.value) if value is not None else None
 
 
+def other_labels(assets_defs: Iterable[dg.AssetsDefinition]) -> dict[str, str]:
+    """Op name → the labels asset it reads, for the ops whose input `labels` is not `labels` (a
+    language model trained on `sharded_labels`)."""
+    out = {}
+    for a in assets_defs:
+        if a.computation is None:
+            continue
+        key = a.keys_by_input_name.get("labels")
+        if key is not None and key != dg.AssetKey(LABELS):
+            out[a.op.name] = key.to_user_string()
+    return out
+
+
 def validate_run_config(context: dg.AssetExecutionContext) -> None:
-    """Raise ConfigError listing every problem of this run's config (see `check_run_config`)."""
+    """Raise ConfigError listing every problem of this run's config (see `check_run_config`). An op
+    that reads other labels than `labels` is checked against those labels' recorded block size."""
     selected = context.run.asset_selection  # None or empty: the job's whole graph
-    classes = config_classes(
-        a for a in context.job_def.asset_layer.asset_graph.assets_defs
-        if not selected or set(a.keys) & selected
-    )  # the assets this run executes
+    executed = [a for a in context.job_def.asset_layer.asset_graph.assets_defs if not selected or set(a.keys) & selected]
+    classes = config_classes(executed)  # the assets this run executes
     ops = (context.run.run_config or {}).get("ops", {})
-    labels_block = None if LABELS in classes else _recorded_labels_block_size(context.instance)
-    problems = check_run_config(ops, classes, labels_block)
+    elsewhere = other_labels(executed)
+    main = {op: cls for op, cls in classes.items() if op not in elsewhere}
+    labels_block = None if LABELS in main else _recorded_labels_block_size(context.instance)
+    problems = check_run_config(ops, main, labels_block)
+    for op, key in elsewhere.items():
+        if op in classes:
+            problems += check_run_config(ops, {op: classes[op]}, _recorded_labels_block_size(context.instance, key), key)
     if problems:
         raise ConfigError(f"the run config has {len(problems)} problem(s); nothing was trained:\n" + "\n".join(f"- {p}" for p in problems))

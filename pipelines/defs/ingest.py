@@ -8,8 +8,8 @@ import dagster as dg
 from components.core.artifacts import sha256_file
 from components.core.corpus import CorpusSettings, build_corpus, load_corpus
 from components.core.labels import LabelSettings, build_labels, check_blocks, load_labels
-from components.core.tokenizer import TokenizerSettings, encode, evaluate_tokenizer, roundtrip_ok, train_tokenizer
-from components.orchestration.stage import stage
+from components.core.tokenizer import TokenizerReport, TokenizerSettings, encode, evaluate_tokenizer, roundtrip_ok, train_tokenizer
+from components.orchestration.stage import Stage, stage
 from components.orchestration.state import state_root
 from components.orchestration.tracking import MlflowTracker
 
@@ -50,40 +50,50 @@ def corpus(context: dg.AssetExecutionContext, config: CorpusConfig, mlflow: Mlfl
         )
 
 
-@dg.asset(
-    group_name=GROUP,
-    kinds={"tokenizers"},
-    check_specs=[dg.AssetCheckSpec("tokenizer_is_healthy", asset="tokenizer", description="The tokenizer learned the vocabulary it was asked for and rarely falls back to [UNK].")],
-)
-def tokenizer(context: dg.AssetExecutionContext, config: TokenizerConfig, corpus: dict, mlflow: MlflowTracker):
-    """Tokenizer trained on the train split only; `tokenizer.json`."""
-    with stage(context, mlflow, config.model_dump()) as s:
-        dd = load_corpus(corpus["path"])
-        tok = train_tokenizer(dd["train"]["text"], config)
-        path = s.tmp / "tokenizer.json"
-        tok.save(str(path))
-        report = evaluate_tokenizer(tok, dd["validation"]["text"], requested_vocab_size=config.vocab_size)
-        roundtrip = [
-            {"text": t.replace("\n", "⏎").replace("\t", "⇥"), "tokens": len(encode(tok, t)), "exact_roundtrip": roundtrip_ok(tok, t)}
-            for t in ROUNDTRIP_PROBES
-        ]
-        metrics = {**report.metrics(), "roundtrip_ok": float(all(r["exact_roundtrip"] for r in roundtrip))}
-        warnings = list(getattr(report, "warnings", []) or [])
-        output = s.publish(
-            {"path": s.final_path(path), "kind": config.kind, "sha256": sha256_file(path), "vocab_size": tok.get_vocab_size(), **report.metrics()},
-            metrics=metrics,
-            tables={"roundtrip": roundtrip},
-            files={"tokenizer": path},
-            artifacts=[path],
-            warnings=warnings,
-        )
-    yield output
-    yield dg.AssetCheckResult(
+def tokenizer_healthy_spec(asset: str) -> dg.AssetCheckSpec:
+    return dg.AssetCheckSpec(
+        "tokenizer_is_healthy", asset=asset, description="The tokenizer learned the vocabulary it was asked for and rarely falls back to [UNK]."
+    )
+
+
+def publish_tokenizer(s: Stage, tok: Any, report: TokenizerReport, kind: str, extra: dict[str, Any] | None = None) -> tuple[dg.Output, dg.AssetCheckResult]:
+    """Save `tok` as `tokenizer.json`, probe its round trip, publish it with `report`'s figures; the
+    output and its `tokenizer_is_healthy` check result (yield both, the output first)."""
+    path = s.tmp / "tokenizer.json"
+    tok.save(str(path))
+    roundtrip = [
+        {"text": t.replace("\n", "⏎").replace("\t", "⇥"), "tokens": len(encode(tok, t)), "exact_roundtrip": roundtrip_ok(tok, t)}
+        for t in ROUNDTRIP_PROBES
+    ]
+    metrics = {**report.metrics(), "roundtrip_ok": float(all(r["exact_roundtrip"] for r in roundtrip))}
+    warnings = list(getattr(report, "warnings", []) or [])
+    output = s.publish(
+        {"path": s.final_path(path), "kind": kind, "sha256": sha256_file(path), "vocab_size": tok.get_vocab_size(), **report.metrics(), **(extra or {})},
+        metrics=metrics,
+        tables={"roundtrip": roundtrip},
+        files={"tokenizer": path},
+        artifacts=[path],
+        warnings=warnings,
+    )
+    check = dg.AssetCheckResult(
         check_name="tokenizer_is_healthy",
         passed=not warnings,
         severity=dg.AssetCheckSeverity.WARN,
         metadata={"warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in warnings) or "none"), **numbers(report.metrics())},
     )
+    return output, check
+
+
+@dg.asset(group_name=GROUP, kinds={"tokenizers"}, check_specs=[tokenizer_healthy_spec("tokenizer")])
+def tokenizer(context: dg.AssetExecutionContext, config: TokenizerConfig, corpus: dict, mlflow: MlflowTracker):
+    """Tokenizer trained on the train split only; `tokenizer.json`."""
+    with stage(context, mlflow, config.model_dump()) as s:
+        dd = load_corpus(corpus["path"])
+        tok = train_tokenizer(dd["train"]["text"], config)
+        report = evaluate_tokenizer(tok, dd["validation"]["text"], requested_vocab_size=config.vocab_size)
+        output, check = publish_tokenizer(s, tok, report, config.kind)
+    yield output
+    yield check
 
 
 @dg.asset(group_name=GROUP, kinds={"numpy"})
