@@ -27,17 +27,22 @@ CONFIG_DIR = PROJECT_ROOT / "configs"
 AUTOMATION = dg.AutomationCondition.eager()
 
 
-def config_jobs() -> list[dg.UnresolvedAssetJobDefinition]:
-    """One job per experiment file in configs/: the whole graph, launchpad pre-filled from the YAML."""
-    return [
-        dg.define_asset_job(
+def config_jobs(with_execution: bool = True) -> list[dg.UnresolvedAssetJobDefinition]:
+    """One job per experiment file in configs/: the whole graph, launchpad pre-filled from the YAML.
+    with_execution=False leaves out the files' `execution` section (for a location whose executor is
+    configured once, pipelines/cluster.py)."""
+    jobs = []
+    for path in sorted(CONFIG_DIR.glob("*.yaml")):
+        config = dg.config_from_files([str(path)])
+        if not with_execution:
+            config = {k: v for k, v in config.items() if k != "execution"}
+        jobs.append(dg.define_asset_job(
             name=f"{path.stem}_pipeline",
             selection=dg.AssetSelection.all(),
-            config=dg.config_from_files([str(path)]),
+            config=config,
             description=f"Materialize the whole graph with configs/{path.name}.",
-        )
-        for path in sorted(CONFIG_DIR.glob("*.yaml"))
-    ]
+        ))
+    return jobs
 
 
 weekly_rerun = dg.ScheduleDefinition(
@@ -57,7 +62,9 @@ automation = dg.AutomationConditionSensorDefinition(
 )
 
 
-def build_defs() -> dg.Definitions:
+def build_defs(executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
+    """The code location; `executor` replaces Dagster's default (multiprocess, or in-process where a
+    config file says so) for every job."""
     loaded = dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
     lm_keys = language_model_keys(loaded)
     comparison, ffn_check = model_comparison_asset(lm_keys)
@@ -68,10 +75,11 @@ def build_defs() -> dg.Definitions:
         dg.Definitions(
             assets=[comparison, report],
             asset_checks=[ffn_check],
-            jobs=config_jobs(),
+            jobs=config_jobs(with_execution=executor is None),
             schedules=[weekly_rerun],
             sensors=[automation, recovery_sensor()],
             resources={"mlflow": MlflowTracker(), "io_manager": ManifestIOManager()},
+            executor=executor,
         ),
     )
     with warnings.catch_warnings():  # map_asset_specs is marked preview in 1.13; it is the one-place way to set this
