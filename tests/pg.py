@@ -77,8 +77,9 @@ class Postgres:
 
 
 @contextmanager
-def postgres(databases: tuple[str, ...] = ()) -> Iterator[Postgres]:
-    """A fresh PostgreSQL server (password authentication, user `pipeline`) with `databases` created."""
+def postgres(databases: tuple[str, ...] = (), durable: bool = False) -> Iterator[Postgres]:
+    """A fresh PostgreSQL server (password authentication, user `pipeline`) with `databases` created.
+    Without fsync unless `durable` (a test server's data is thrown away; a benchmark wants the default)."""
     bin_ = pg_bin()
     # Not under pytest's tmp folder: as root that one is private to root, and the server runs as `postgres`.
     folder = Path(tempfile.mkdtemp(prefix="pg-test-"))
@@ -105,7 +106,7 @@ def postgres(databases: tuple[str, ...] = ()) -> Iterator[Postgres]:
                         "--auth=scram-sha-256", "-E", "UTF8", "--no-sync"], check=True, capture_output=True, timeout=120)
         for attempt in range(3):  # a free port can be taken between asking and binding
             port = free_port()
-            opts = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
+            opts = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1" + ("" if durable else " -c fsync=off -c full_page_writes=off")
             started = subprocess.run([*as_user, str(bin_ / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60",
                                       "-o", opts, "start"], capture_output=True, text=True, timeout=90)
             if started.returncode == 0:

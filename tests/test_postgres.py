@@ -143,8 +143,6 @@ def test_mlflow_server_has_one_parent_nested_runs_metrics_and_artifacts(deployed
 
 
 def test_a_later_run_reads_its_upstream_from_the_postgres_event_log(deployed):
-    from pipelines.definitions import defs  # noqa: F401  (loaded once, for the selection)
-
     first, inst = deployed["run_id"], deployed["inst"]
     with pytest.MonkeyPatch.context() as mp:
         for k, v in deployed["env"].items():
