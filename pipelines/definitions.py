@@ -46,17 +46,22 @@ OWNERS = ["team:ml"]
 LM_FRESHNESS = dg.FreshnessPolicy.time_window(fail_window=dt.timedelta(days=8), warn_window=dt.timedelta(days=7, hours=12))
 
 
-def config_jobs() -> list[dg.UnresolvedAssetJobDefinition]:
-    """One job per experiment file in configs/: the whole graph, launchpad pre-filled from the YAML."""
-    return [
-        dg.define_asset_job(
+def config_jobs(with_execution: bool = True) -> list[dg.UnresolvedAssetJobDefinition]:
+    """One job per experiment file in configs/: the whole graph, launchpad pre-filled from the YAML.
+    with_execution=False leaves out the files' `execution` section (for a location whose executor is
+    configured once, pipelines/cluster.py)."""
+    jobs = []
+    for path in sorted(CONFIG_DIR.glob("*.yaml")):
+        config = dg.config_from_files([str(path)])
+        if not with_execution:
+            config = {k: v for k, v in config.items() if k != "execution"}
+        jobs.append(dg.define_asset_job(
             name=f"{path.stem}_pipeline",
             selection=DEFAULT_ROUTE,
-            config=dg.config_from_files([str(path)]),
+            config=config,
             description=f"Materialize the whole graph with configs/{path.name}.",
-        )
-        for path in sorted(CONFIG_DIR.glob("*.yaml"))
-    ]
+        ))
+    return jobs
 
 
 weekly_rerun = dg.ScheduleDefinition(
@@ -76,7 +81,9 @@ automation = dg.AutomationConditionSensorDefinition(
 )
 
 
-def build_defs() -> dg.Definitions:
+def build_defs(executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
+    """The code location; `executor` replaces Dagster's default (multiprocess, or in-process where a
+    config file says so) for every job."""
     loaded = dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
     sharded = {spec.key for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition) for spec in a.specs if spec.group_name == SHARD_GROUP}
     lm_keys = [k for k in language_model_keys(loaded) if k not in sharded]
@@ -88,10 +95,11 @@ def build_defs() -> dg.Definitions:
         dg.Definitions(
             assets=[comparison, report],
             asset_checks=[ffn_check],
-            jobs=config_jobs(),
+            jobs=config_jobs(with_execution=executor is None),
             schedules=[weekly_rerun],
             sensors=[automation, recovery_sensor()],
             resources={"mlflow": MlflowTracker(), "io_manager": ManifestIOManager(), "shards": ShardFolder()},
+            executor=executor,
         ),
     )
     versions = {spec.key: asset_code_version(a) for a in merged.assets or [] if isinstance(a, dg.AssetsDefinition) for spec in a.specs}

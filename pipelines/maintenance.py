@@ -11,6 +11,10 @@ waiting for that slot, and the in-step recovery only runs once a step has its sl
 daemon, the `recover_dead_runs` sensor does the same every minute). Imports neither the asset
 graph nor torch (but `shards`, which reads the shard folder as the assets do), so it works while
 the pipeline code is broken.
+
+The stores are those the pipeline uses: DAGSTER_HOME's instance (SQLite files, or the database its
+dagster.yaml names: configs/deploy/dagster.yaml) and MLFLOW_TRACKING_URI (default: the SQLite DB in
+the state folder). A store that does not answer is an error naming the setting to fix (exit 1).
 """
 
 from __future__ import annotations
@@ -20,24 +24,23 @@ import json
 import os
 import sys
 
-from components.orchestration.state import dagster_home, ensure_stores, local_tracking_uri
+from components.orchestration.services import StoreUnreachable, open_instance
+from components.orchestration.state import dagster_home, default_tracking_uri, ensure_stores
 
 
-def _instance():
-    from dagster import DagsterInstance
-
-    ensure_stores(dagster=True)
-    return DagsterInstance.from_config(str(dagster_home()))
+def _instance(uri: str, setting: str | None):
+    ensure_stores(uri, dagster=True, setting=setting)
+    return open_instance(dagster_home())
 
 
-def _add_shard_partitions() -> dict:
+def _add_shard_partitions(uri: str, setting: str | None) -> dict:
     """Add a `corpus_shards` partition for every shard file of the folder that has none (the
     `shards` resource's default folder: $PIPELINE_SHARD_DIR, else <state>/shards)."""
     from components.orchestration.shards import SHARD_PARTITIONS, ShardFolder
 
     folder = ShardFolder()
     files = folder.shards()
-    instance = _instance()
+    instance = _instance(uri, setting)
     try:
         known = set(instance.get_dynamic_partitions(SHARD_PARTITIONS.name))
         new = [k for k in files if k not in known]
@@ -50,7 +53,8 @@ def _add_shard_partitions() -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.maintenance", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: the SQLite DB in the state folder)")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else the SQLite DB in the state folder)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("init", help="create the Dagster instance storage, dagster.yaml and the MLflow DB/experiment, once; then recover")
     rec = sub.add_parser("recover", help="fail dead runs, end their MLflow runs, remove leftovers")
@@ -66,31 +70,36 @@ def main(argv: list[str] | None = None) -> int:
 
     # The scripts' layout: DAGSTER_HOME defaults to <state>/dagster (scripts/env.sh exports the same).
     os.environ.setdefault("DAGSTER_HOME", str(dagster_home()))
-    uri = args.tracking_uri or local_tracking_uri()
+    uri = args.tracking_uri or default_tracking_uri()
+    setting = "--tracking-uri" if args.tracking_uri else None  # else services.tracking_setting says
 
-    if args.command in ("init", "recover"):
-        from components.orchestration.recovery import recover_dead_runs, sync_mlflow_parents
+    try:
+        if args.command in ("init", "recover"):
+            from components.orchestration.recovery import recover_dead_runs, sync_mlflow_parents
 
-        report = {"stores": ensure_stores(uri, dagster=True)}
-        instance = _instance()
-        try:
-            report.update(recover_dead_runs(instance, uri, grace_s=getattr(args, "grace", 0.0)))
-            report["sync"] = sync_mlflow_parents(instance, uri)
-        finally:
-            instance.dispose()
-    elif args.command == "shards":
-        report = _add_shard_partitions()
-        if args.keys:
-            print("\n".join(report["keys"]))
-            return 0
-    else:
-        from components.orchestration.recovery import prune
+            report = {"stores": ensure_stores(uri, dagster=True, setting=setting)}
+            instance = _instance(uri, setting)
+            try:
+                report.update(recover_dead_runs(instance, uri, grace_s=getattr(args, "grace", 0.0)))
+                report["sync"] = sync_mlflow_parents(instance, uri)
+            finally:
+                instance.dispose()
+        elif args.command == "shards":
+            report = _add_shard_partitions(uri, setting)
+            if args.keys:
+                print("\n".join(report["keys"]))
+                return 0
+        else:
+            from components.orchestration.recovery import prune
 
-        instance = _instance()
-        try:
-            report = prune(args.keep, instance, checkpoint_max_age_days=args.checkpoint_days, dry_run=args.dry_run)
-        finally:
-            instance.dispose()
+            instance = _instance(uri, setting)
+            try:
+                report = prune(args.keep, instance, checkpoint_max_age_days=args.checkpoint_days, dry_run=args.dry_run)
+            finally:
+                instance.dispose()
+    except StoreUnreachable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     print(json.dumps(report, indent=1, default=str))
     if report.get("errors") and args.command == "init":  # the stores are ready; housekeeping problems do not block a run
         print(f"note: recovery reported problems: {report['errors']}", file=sys.stderr)

@@ -5,7 +5,11 @@ mkdir -p "$DAGSTER_HOME"
 export VENV="${VENV:-.venv}"
 # Where the MLflow UI is: scripts/mlflow_ui.sh listens on its port, and every asset's `mlflow_url`
 # link (resource MlflowTracker) points there. Set it once for both, e.g. http://127.0.0.1:5050.
-export MLFLOW_UI_URL="${MLFLOW_UI_URL:-http://127.0.0.1:5000}"
+# With MLFLOW_TRACKING_URI at a server (scripts/mlflow_server_pg.sh), the links default to it.
+case "${MLFLOW_TRACKING_URI:-}" in
+  http://*|https://*) export MLFLOW_UI_URL="${MLFLOW_UI_URL:-$MLFLOW_TRACKING_URI}" ;;
+  *) export MLFLOW_UI_URL="${MLFLOW_UI_URL:-http://127.0.0.1:5000}" ;;
+esac
 # Where the Dagster UI is: scripts/ui.sh listens on its port, and every MLflow run's links back to its
 # Dagster run and asset page (tags dagster.run_url, dagster.asset_url) point there.
 export DAGSTER_UI_URL="${DAGSTER_UI_URL:-http://127.0.0.1:3000}"

@@ -18,7 +18,7 @@ if [ ! -f "$stamp" ]; then
   "$VENV/bin/pip" install -q --upgrade pip
   # torch first and pinned: on a CPU machine this is the CPU build (the project accepts 2.6-2.14).
   "$VENV/bin/pip" install -q "torch==2.13.0"
-  "$VENV/bin/pip" install -q -e ".[dev]"
+  "$VENV/bin/pip" install -q -e ".[dev,deploy]"
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi

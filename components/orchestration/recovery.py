@@ -31,7 +31,13 @@ MLflow runs still RUNNING for Dagster runs that ended (a step process killed und
 worker: Dagster fails the run, nobody ends the MLflow run) → KILLED, lease folders of ended runs
 removed. Checkpoint scratch folders are kept: a rerun resumes from them (`prune` ages them out).
 
-Assumes one host and one pid namespace share the state folder (SQLite stores imply it).
+Process ids are evidence only on the machine that wrote them. Leases carry their host. The pids
+of Dagster's engine events do not, so they count as "dead" evidence only when the instance's
+storage is SQLite files (every run on this machine); with a database server (PostgreSQL, shared by
+other machines) a run without a live lease on this host is left to Dagster's own run monitoring
+(the daemon, with a run launcher that checks its workers, e.g. Kubernetes'). MLflow is reached the
+same way on a server as on the local store (read-only SQL on SQLite, MlflowClient otherwise, after
+one quick check that the server answers).
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ from .state import (
     checkpoints_root,
     file_lock,
     leases_root,
-    local_tracking_uri,
+    default_tracking_uri,
     sqlite_path,
     state_root,
 )
@@ -319,6 +325,9 @@ def _mlflow_runs(tracking_uri: str, where: str, role: str | None = None) -> list
         return [{"run_id": r[0], "status": r[1], "dagster_run_id": r[2], "role": r[3]} for r in rows]
     from mlflow.tracking import MlflowClient
 
+    from .services import check_tracking_store
+
+    check_tracking_store(tracking_uri)  # seconds, not the client's minutes of retries, when it is down
     client = MlflowClient(tracking_uri=tracking_uri)
     exp = client.get_experiment_by_name(MLFLOW_EXPERIMENT)
     if exp is None:
@@ -356,8 +365,9 @@ def _end_ms(record: Any) -> int | None:
 # recovery
 
 
-def _classify(instance: Any, record: Any, grace_s: float, now: float) -> tuple[str, str]:
-    """'alive', 'dead', 'unknown' or 'young', with the reason when dead (rule: module docstring)."""
+def _classify(instance: Any, record: Any, grace_s: float, now: float, local_pids: bool = True) -> tuple[str, str]:
+    """'alive', 'dead', 'unknown' or 'young', with the reason when dead (rule: module docstring).
+    local_pids: the pids of Dagster's engine events were written on this machine (SQLite storage)."""
     run = record.dagster_run
     started = record.start_time or record.create_timestamp.timestamp()
     if now - started < grace_s:
@@ -375,7 +385,7 @@ def _classify(instance: Any, record: Any, grace_s: float, now: float) -> tuple[s
         steps = sorted({rec.get("step_key", "?") for rec in leases})
         pids = sorted({rec.get(k) for rec in leases for k in ("pid", "ppid") if rec.get(k)})
         return "dead", f"its processes are gone (leased pids {pids}, last step(s) {steps})"
-    if by_events == "dead":
+    if by_events == "dead" and local_pids:
         return "dead", "the run worker recorded in its engine events is gone, and it holds no step lease"
     return "unknown", ""
 
@@ -399,18 +409,21 @@ def recover_dead_runs(
     from dagster import DagsterRunStatus, RunsFilter
 
     t0 = time.perf_counter()
-    uri = tracking_uri or local_tracking_uri()
+    uri = tracking_uri or default_tracking_uri()
     report: dict[str, Any] = {"runs_failed": [], "unknown": [], "young": [], "mlflow_killed": [], "mlflow_parents": [],
                               "leftovers_removed": [], "leases_removed": [], "errors": []}
     active_statuses = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
     active: dict[str, Any] = {}
     dead: dict[str, str] = {}
     try:
+        from .services import single_host
+
         now = time.time()
+        local_pids = single_host(instance)
         for record in instance.get_run_records(RunsFilter(statuses=active_statuses)):
             run_id = record.dagster_run.run_id
             active[run_id] = record
-            verdict, reason = _classify(instance, record, grace_s, now)
+            verdict, reason = _classify(instance, record, grace_s, now, local_pids)
             if verdict == "dead":
                 dead[run_id] = reason
             elif verdict in ("unknown", "young"):
@@ -514,7 +527,7 @@ def sync_mlflow_parents(instance: Any, tracking_uri: str | None = None) -> dict[
     children still RUNNING under an ended run (KILLED). Runs this instance does not know are left
     alone. Returns {"parents_updated": [...], "children_killed": [...], "ms": float}."""
     t0 = time.perf_counter()
-    uri = tracking_uri or local_tracking_uri()
+    uri = tracking_uri or default_tracking_uri()
     report: dict[str, Any] = {"parents_updated": [], "children_killed": []}
     parents = _mlflow_runs(uri, "parents")
     running = [r for r in _mlflow_runs(uri, "running") if r["role"] != PARENT_ROLE]
@@ -611,14 +624,13 @@ def prune(
 
 
 def _default_instance() -> Any:
+    from .services import dagster_storage, open_instance
     from .state import dagster_home
 
     home = dagster_home()
-    if not (home / "history" / "runs.db").exists():
-        return None
-    from dagster import DagsterInstance
-
-    return DagsterInstance.from_config(str(home))
+    if dagster_storage(home) is None and not (home / "history" / "runs.db").exists():
+        return None  # no instance yet: nothing materialized to protect
+    return open_instance(home)
 
 
 def _prune_locked(keep_last: int, instance: Any, assets: Iterable[str] | None, max_age_days: float | None,

@@ -10,6 +10,11 @@ so every step process shares them.
 lock, whoever comes first: two processes that each create a fresh SQLite store race in their
 schema migrations (Alembic) and leave it broken for good ("more than one head", "table
 _alembic_tmp_tags already exists"). A marker file makes every later call a few `stat`s.
+
+The same holds for stores that are services (`services.py`): a Dagster instance on PostgreSQL
+(its dagster.yaml names the storage) is migrated once and gets the pool limit; an MLflow tracking
+server or database (MLFLOW_TRACKING_URI) is asked once per process whether it answers, and gets the
+experiment. One that does not answer fails in seconds with the setting to fix.
 """
 
 from __future__ import annotations
@@ -113,6 +118,26 @@ def local_tracking_uri() -> str:
     return f"sqlite:///{mlflow_root() / 'mlflow.db'}"
 
 
+def default_tracking_uri() -> str:
+    """MLFLOW_TRACKING_URI when set (a server, e.g. http://127.0.0.1:5000, or a database), else the
+    local SQLite store. What the tracker, recovery and maintenance use unless given a URI."""
+    from .services import TRACKING_URI_ENV
+
+    return os.environ.get(TRACKING_URI_ENV) or local_tracking_uri()
+
+
+def experiment_artifact_location(uri: str) -> str | None:
+    """Where a new experiment keeps its artifacts: a server decides (None: its artifact root, e.g.
+    `mlflow-artifacts:/` served through it); a store opened directly keeps them beside a SQLite
+    file, else in the state folder."""
+    from .services import is_server_uri
+
+    if is_server_uri(uri):
+        return None
+    db = sqlite_path(uri)
+    return ((db.parent if db else mlflow_root()) / "artifacts").as_uri()
+
+
 def sqlite_path(uri: str) -> Path | None:
     """The database file of a `sqlite:///...` URI, None for any other URI."""
     if not uri.startswith("sqlite:///"):
@@ -193,17 +218,33 @@ def _write_marker(root: Path, marker: dict[str, Any]) -> None:
     os.replace(tmp, root / MARKER)
 
 
+def _dagster_key(home: Path) -> str:
+    """The marker's key of the instance's storage: DAGSTER_HOME for SQLite files, else the database
+    that its dagster.yaml names (services.dagster_storage)."""
+    from .services import dagster_storage
+
+    storage = dagster_storage(home)
+    return storage["key"] if storage else str(home)
+
+
 def _dagster_ready(marker: dict[str, Any], home: Path) -> bool:
+    key = _dagster_key(home)
     return (
-        marker.get("dagster", {}).get(str(home)) == _version("dagster")
-        and (home / "history" / "runs.db").exists()
+        marker.get("dagster", {}).get(key) == _version("dagster")
+        and (key != str(home) or (home / "history" / "runs.db").exists())
         and (home / "dagster.yaml").exists()
         and (home / "dagster.yaml").stat().st_size > 0
     )
 
 
+def _mlflow_key(uri: str) -> str:
+    from .services import redact
+
+    return redact(uri)
+
+
 def _mlflow_ready(marker: dict[str, Any], uri: str) -> bool:
-    if marker.get("mlflow", {}).get(uri) != _version("mlflow"):
+    if marker.get("mlflow", {}).get(_mlflow_key(uri)) != _version("mlflow"):
         return False
     db = sqlite_path(uri)
     return db is None or db.exists()
@@ -212,28 +253,38 @@ def _mlflow_ready(marker: dict[str, Any], uri: str) -> bool:
 _READY: set[tuple[str, str]] = set()  # (kind, target) known ready in this process
 
 
-def ensure_stores(tracking_uri: str | None = None, dagster: bool | None = None) -> dict[str, Any]:
+def ensure_stores(tracking_uri: str | None = None, dagster: bool | None = None, setting: str | None = None) -> dict[str, Any]:
     """Create the Dagster instance's storage and the MLflow store once, safely under concurrency.
 
-    tracking_uri: the MLflow store (default: the SQLite DB in the state folder). A SQLite store is
-        created and migrated here, with the experiment `wordvec-to-transformer` (artifacts in
-        `<state>/mlflow/artifacts`); a server URI (http://...) is left to the server.
+    tracking_uri: the MLflow store (default: MLFLOW_TRACKING_URI, else the SQLite DB in the state
+        folder). A SQLite or other database store is created and migrated here, with the experiment
+        `wordvec-to-transformer` (artifacts in `<state>/mlflow/artifacts`); a server (http://...)
+        migrates its own database: here it must answer (once per process), and gets the experiment
+        (artifacts where the server keeps them).
     dagster: initialise DAGSTER_HOME's instance too (default: when DAGSTER_HOME is set; without it
         Dagster runs on ephemeral instances and there is nothing to create). Also writes
-        dagster.yaml when missing or empty, and the `training` pool limit (1).
+        dagster.yaml when missing or empty, and the `training` pool limit (1). Its storage is SQLite
+        files in DAGSTER_HOME unless dagster.yaml names another (configs/deploy/dagster.yaml:
+        PostgreSQL), which must answer.
+    setting: where tracking_uri came from, for the error when it does not answer.
+    A store that does not answer raises services.StoreUnreachable, naming the setting, in seconds.
 
     Cheap when already done (an in-process set, else a marker file and a few `stat`s); otherwise
     takes an exclusive lock on `<state>/.init.lock`, so N processes starting at once create each
     store exactly once. A new dagster/mlflow version re-runs the migrations once. Returns what it did.
     """
-    uri = tracking_uri or local_tracking_uri()
+    from .services import check_tracking_store, redact
+
+    uri = tracking_uri or default_tracking_uri()
     do_dagster = bool(os.environ.get("DAGSTER_HOME")) if dagster is None else dagster
     home = dagster_home()
     todo_dagster = do_dagster and ("dagster", str(home)) not in _READY
     todo_mlflow = ("mlflow", uri) not in _READY
-    report: dict[str, Any] = {"dagster_home": str(home) if do_dagster else None, "tracking_uri": uri, "initialized": []}
+    report: dict[str, Any] = {"dagster_home": str(home) if do_dagster else None, "tracking_uri": redact(uri), "initialized": []}
     if not (todo_dagster or todo_mlflow):
         return report
+    if todo_mlflow:
+        check_tracking_store(uri, setting)  # a server or database answers, else a clear error (no-op for SQLite)
     root = state_root()
     marker = _read_marker(root)
     if todo_dagster and _dagster_ready(marker, home):
@@ -248,13 +299,13 @@ def ensure_stores(tracking_uri: str | None = None, dagster: bool | None = None) 
         marker = _read_marker(root)  # another process may have finished while we waited
         if todo_dagster and not _dagster_ready(marker, home):
             report["dagster_yaml_written"] = write_dagster_yaml(home)
-            _init_dagster(home)
-            marker.setdefault("dagster", {})[str(home)] = _version("dagster")
+            report["dagster_storage"] = _init_dagster(home)
+            marker.setdefault("dagster", {})[_dagster_key(home)] = _version("dagster")
             _write_marker(root, marker)
             report["initialized"].append("dagster")
         if todo_mlflow and not _mlflow_ready(marker, uri):
             if _init_mlflow(uri):
-                marker.setdefault("mlflow", {})[uri] = _version("mlflow")
+                marker.setdefault("mlflow", {})[_mlflow_key(uri)] = _version("mlflow")
                 _write_marker(root, marker)
                 report["initialized"].append("mlflow")
     if do_dagster:
@@ -263,12 +314,13 @@ def ensure_stores(tracking_uri: str | None = None, dagster: bool | None = None) 
     return report
 
 
-def _init_dagster(home: Path) -> None:
-    """Create (or migrate) the instance's SQLite storage; set the training pool's limit once."""
-    from dagster import DagsterInstance
+def _init_dagster(home: Path) -> str:
+    """Create (or migrate) the instance's storage (SQLite files, or the database its dagster.yaml
+    names, which must answer first); set the training pool's limit once. Returns where it is."""
+    from .services import open_instance
 
     with contextlib.redirect_stdout(io.StringIO()):  # upgrade() prints progress lines
-        instance = DagsterInstance.from_config(str(home))
+        instance = open_instance(home)
         try:
             instance.upgrade()
             instance.get_run_records(limit=1)
@@ -277,6 +329,7 @@ def _init_dagster(home: Path) -> None:
                 if not any(p.name == TRAINING_POOL for p in storage.get_pool_limits()):
                     storage.set_concurrency_slots(TRAINING_POOL, 1)
             unpause_legacy_auto_materialize(instance)
+            return _storage_name(instance, home)
         finally:
             instance.dispose()
 
@@ -293,12 +346,25 @@ def unpause_legacy_auto_materialize(instance: Any) -> None:
         set_auto_materialize_paused(instance, False)
 
 
+def _storage_name(instance: Any, home: Path) -> str:
+    from .services import check_dagster_storage, single_host
+
+    if single_host(instance):
+        return f"sqlite: {home}"
+    storage = check_dagster_storage(home)  # (answered a moment ago)
+    return (storage or {}).get("target") or type(instance.run_storage).__name__
+
+
 def _init_mlflow(uri: str) -> bool:
-    """Create / migrate a SQLite tracking store and its experiment. False for non-SQLite URIs."""
+    """Create / migrate a tracking database (SQLite file or server database opened directly) and the
+    experiment; for a server, only the experiment (the server migrates its own database)."""
+    from .services import is_database_uri, is_server_uri
+
     db = sqlite_path(uri)
-    if db is None:
-        return False
-    db.parent.mkdir(parents=True, exist_ok=True)
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    elif not (is_server_uri(uri) or is_database_uri(uri)):
+        return False  # another kind of store (databricks, ...): left to its owner
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
@@ -317,8 +383,11 @@ def _init_mlflow(uri: str) -> bool:
         client.search_experiments(max_results=1)
     exp = client.get_experiment_by_name(MLFLOW_EXPERIMENT)
     if exp is None:
-        location = (db.parent / "artifacts").as_uri()
-        client.create_experiment(MLFLOW_EXPERIMENT, artifact_location=location)
+        try:
+            client.create_experiment(MLFLOW_EXPERIMENT, artifact_location=experiment_artifact_location(uri))
+        except MlflowException:  # a process on another machine created it meanwhile (a shared server)
+            if client.get_experiment_by_name(MLFLOW_EXPERIMENT) is None:
+                raise
     elif exp.lifecycle_stage == "deleted":
         client.restore_experiment(exp.experiment_id)
     return True

@@ -41,7 +41,7 @@ from typing import Any, Iterator
 
 import dagster as dg
 
-from .state import PROJECT_ROOT, ensure_stores, mlflow_root
+from .state import PROJECT_ROOT, default_tracking_uri, ensure_stores, experiment_artifact_location
 
 PARENT_ROLE = "dagster_run"
 EXPERIMENT = "wordvec-to-transformer"
@@ -240,37 +240,39 @@ class AssetRun:
 
 
 class MlflowTracker(dg.ConfigurableResource):
-    """MLflow tracking. Defaults to a SQLite store inside the state folder; point `tracking_uri`
-    at a server (e.g. http://127.0.0.1:5000) to use one. Links in Dagster's metadata point at
-    `ui_url`, or the MLFLOW_UI_URL environment variable (which scripts/mlflow_ui.sh honours too)."""
+    """MLflow tracking. Defaults to a SQLite store inside the state folder; point `tracking_uri`, or
+    the MLFLOW_TRACKING_URI environment variable, at a server (e.g. http://127.0.0.1:5000) to use
+    one. Links in Dagster's metadata point at `ui_url`, or the MLFLOW_UI_URL environment variable
+    (which scripts/mlflow_ui.sh honours too), else at the tracking server."""
 
     tracking_uri: str = ""
     experiment: str = EXPERIMENT
     ui_url: str = ""
 
     def resolved_uri(self) -> str:
-        if self.tracking_uri:
-            return self.tracking_uri
-        return f"sqlite:///{mlflow_root() / 'mlflow.db'}"
+        return self.tracking_uri or default_tracking_uri()
 
     def resolved_ui_url(self) -> str:
-        return (self.ui_url or os.environ.get(UI_URL_ENV) or DEFAULT_UI_URL).rstrip("/")
+        uri = self.resolved_uri()
+        server = uri if uri.startswith(("http://", "https://")) else ""
+        return (self.ui_url or os.environ.get(UI_URL_ENV) or server or DEFAULT_UI_URL).rstrip("/")
 
     def client(self):
         from mlflow.tracking import MlflowClient
 
         uri = self.resolved_uri()
-        if uri.startswith("sqlite:"):
-            ensure_stores(uri)  # the local DB is created once, under a lock, whoever comes first
+        # The store is created once, under a lock, whoever comes first; a server must answer (once
+        # per process), else the step fails in seconds naming the setting.
+        ensure_stores(uri, setting="the resource `mlflow`, field `tracking_uri`" if self.tracking_uri else None)
         return MlflowClient(tracking_uri=uri)
 
     def experiment_id(self, client: Any) -> str:
         """The experiment's id (created when missing), with its kind and description tags."""
         exp = client.get_experiment_by_name(self.experiment)
         if exp is None:
-            location = None if self.tracking_uri else (mlflow_root() / "artifacts").as_uri()
             try:
-                client.create_experiment(self.experiment, artifact_location=location, tags=EXPERIMENT_TAGS)
+                client.create_experiment(self.experiment, artifact_location=experiment_artifact_location(self.resolved_uri()),
+                                         tags=EXPERIMENT_TAGS)
             except Exception:  # created meanwhile by another process
                 pass
             exp = client.get_experiment_by_name(self.experiment)
