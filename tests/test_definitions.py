@@ -55,7 +55,7 @@ def test_assets_carry_code_versions_owners_tags_and_freshness(monkeypatch):
     for key, n in nodes.items():
         assert n.code_version and len(n.code_version) == 16, key
         assert n.owners == ["team:ml"] and n.tags["project"] == "wordvec-to-transformer", key
-        assert n.tags["role"] == ("data" if key in ("corpus", "tokenizer", "labels") else "model" if key in lms | {"word_embeddings", "quantized_models", "model_export"} else "study"), key
+        assert n.tags["role"] == ("data" if key in ("corpus", "tokenizer", "labels", "corpus_shards", "shard_tokenizer", "label_shards", "sharded_labels") else "model" if key in lms | {"word_embeddings", "quantized_models", "model_export"} else "study"), key
         if key in lms:
             policy = n.freshness_policy
             assert policy is not None and policy.fail_window.to_timedelta() == dt.timedelta(days=8), key

@@ -217,6 +217,11 @@ def test_comparison_children_line_up_in_mlflow(tiny_run):
     for name in ("rnn_lm", "lstm_lm", "transformer_lm"):
         history = client.get_metric_history(lm_runs[name].info.run_id, "train/loss")
         assert len(history) >= 3  # step-wise training metrics under the shared names
+        # ... and only the loop's points: the headline figure does not add a point at step 0.
+        steps = [m.step for m in history]
+        assert steps == sorted(steps) and steps[0] > 0 and len(set(steps)) == len(steps)
+        val = client.get_metric_history(lm_runs[name].info.run_id, "val/loss")
+        assert val[0].step > 0 and val[-1].value == lm_runs[name].data.metrics["val/loss"]
 
 
 def test_bad_input_fails_without_materialization_and_marks_mlflow_failed(state_dir, tmp_path):
@@ -295,7 +300,8 @@ def test_every_language_model_is_registered_with_links_back(tiny_run):
 
     state, inst, run_id = tiny_run
     client, all_runs = mlflow_runs(state)
-    lms = sorted(k.to_user_string() for k, n in ((k, defs.resolve_asset_graph().get(k)) for k in defs.resolve_asset_graph().get_all_asset_keys()) if LM_TAG in n.tags)
+    graph = defs.resolve_asset_graph()
+    lms = sorted(k.to_user_string() for k in materializations(inst, run_id) if LM_TAG in graph.get(dg.AssetKey.from_user_string(k)).tags)
     assert lms == ["lstm_lm", "rnn_lm", "transformer_1head_lm", "transformer_lm", "transformer_window_lm"]
     nested = {r.data.tags["dagster.asset_key"]: r for r in all_runs if r.data.tags.get("dagster.role") != "comparison_child" and "dagster.asset_key" in r.data.tags}
     registered = {m.name for m in client.search_registered_models()}

@@ -133,7 +133,7 @@ def test_mlflow_server_has_one_parent_nested_runs_metrics_and_artifacts(deployed
     # Artifacts went through the server into its artifact folder, none into the state folder.
     assert "tokenizer.json" in [a.path for a in client.list_artifacts(tok.info.run_id)]
     stored = folder / "mlflow" / "artifacts" / exp.experiment_id
-    assert [p.parent.parent.name for p in stored.rglob("tokenizer.json")] == [tok.info.run_id]
+    assert (stored / tok.info.run_id / "artifacts" / "tokenizer.json").is_file()
     assert (stored / lm.info.run_id / "artifacts" / "loss_curve.png").is_file()  # a figure, through publish
     # Runs and metrics are rows in the server's PostgreSQL database.
     assert server.sql("mlflow", "SELECT status FROM runs WHERE run_uuid = %s", lm.info.run_id) == [("FINISHED",)]

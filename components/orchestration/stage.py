@@ -124,7 +124,11 @@ class Stage:
 
         metadata: dict[str, Any] = {}
         if metrics:
-            self.run.log_metrics(metrics)
+            # A headline that is already the last point of a series logged during the step (a model's
+            # `train/loss`, `val/loss`) is not logged again: at step 0 it would start that series'
+            # curve at its final value.
+            series = self.run.client.get_run(self.run.run_id).data.metrics
+            self.run.log_metrics({k: v for k, v in metrics.items() if series.get(k) != v})
             metadata.update({metric_key(k): v for k, v in metrics.items()})
         for name, rows in (tables or {}).items():
             if rows:
