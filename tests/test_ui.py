@@ -122,7 +122,8 @@ def servers(tmp_path_factory):
     state = base / "state"
     dagster_url, mlflow_url = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
     env = {**env_for(state), "DAGSTER_UI_URL": dagster_url, "MLFLOW_UI_URL": mlflow_url, "VENV": str(BIN.parent)}
-    env.pop("PORT", None)
+    for unset in ("PORT", "MLFLOW_TRACKING_URI"):  # the scripts' other address settings: not these servers'
+        env.pop(unset, None)
     procs, logs = [], {}
     try:
         for name in ("ui", "mlflow_ui"):
