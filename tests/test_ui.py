@@ -168,22 +168,26 @@ def dismiss_first_run_dialogs(page: Page) -> None:
     page.add_locator_handler(tip, lambda: tip.click())
 
 
+def open_page(browser, **options) -> Page:
+    """A page in a fresh browser context (its own profile: cookies, local storage)."""
+    ctx = browser.new_context(viewport=VIEWPORT, **options)
+    ctx.set_default_timeout(UI_TIMEOUT_MS)
+    page = ctx.new_page()
+    dismiss_first_run_dialogs(page)
+    return page
+
+
 @pytest.fixture
 def new_page(browser):
-    """A page in a fresh browser context (its own profile: cookies, local storage)."""
-    contexts = []
+    pages = []
 
     def make(**options) -> Page:
-        ctx = browser.new_context(viewport=VIEWPORT, **options)
-        ctx.set_default_timeout(UI_TIMEOUT_MS)
-        contexts.append(ctx)
-        page = ctx.new_page()
-        dismiss_first_run_dialogs(page)
-        return page
+        pages.append(open_page(browser, **options))
+        return pages[-1]
 
     yield make
-    for ctx in contexts:
-        ctx.close()
+    for page in pages:
+        page.context.close()
 
 
 def close_mlflow_assistant(page: Page) -> None:
@@ -200,10 +204,7 @@ def close_mlflow_assistant(page: Page) -> None:
 def tiny_run(servers, browser, screenshots):
     """`tiny_pipeline` launched from its launchpad (pre-filled from configs/tiny.yaml); the run page
     is watched until it shows the run's end."""
-    ctx = browser.new_context(viewport=VIEWPORT)
-    ctx.set_default_timeout(UI_TIMEOUT_MS)
-    page = ctx.new_page()
-    dismiss_first_run_dialogs(page)
+    page = open_page(browser)
     try:
         page.goto(f"{servers['dagster']}/jobs")
         page.get_by_role("link", name="tiny_pipeline").click()
@@ -221,7 +222,7 @@ def tiny_run(servers, browser, screenshots):
         page.screenshot(path=screenshots / "dagster_run.png")
         status = ended.get_attribute("aria-label")
     finally:
-        ctx.close()
+        page.context.close()
     return {"run_id": run_id, "status": status}
 
 
