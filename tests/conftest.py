@@ -3,6 +3,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# Screenshots the browser tests (tests/test_ui.py) saved, listed at the end of the session.
+SCREENSHOTS = pytest.StashKey[list]()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    shots = config.stash.get(SCREENSHOTS, [])
+    if shots:
+        terminalreporter.write_sep("-", "browser screenshots")
+        for path in shots:
+            terminalreporter.write_line(str(path))
 
 
 @pytest.fixture

@@ -16,7 +16,10 @@ INGEST = "corpus,tokenizer,labels"
 
 
 def tiny(**patches) -> dict:
+    """configs/tiny.yaml with `patches`, on Dagster's default multiprocess executor (a process per
+    step, as runs launched from the asset graph or by automation execute) unless a test sets one."""
     cfg = copy.deepcopy(TINY)
+    cfg.pop("execution", None)
     for dotted, value in patches.items():
         node = cfg["ops"]
         *path, last = dotted.split(".")
