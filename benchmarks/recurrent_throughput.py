@@ -31,6 +31,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.core.data import IGNORE_INDEX, TokenBlocks  # noqa: E402
+from components.core.device import autocast_context, resolve_dtype  # noqa: E402
 from components.core.labels import pack_blocks, token_stream  # noqa: E402
 from components.core.lm import build_model, resolve_settings  # noqa: E402
 from components.core.tokenizer import TokenizerSettings, train_tokenizer  # noqa: E402
@@ -70,8 +71,9 @@ class Bare(nn.Module):
 
 
 class BareRun:
-    def __init__(self, cell: str, V: int, E: int, H: int, L: int, data: TokenBlocks, ts: TrainSettings):
+    def __init__(self, cell: str, V: int, E: int, H: int, L: int, data: TokenBlocks, ts: TrainSettings, dtype: torch.dtype):
         torch.manual_seed(ts.seed)
+        self.dtype = dtype
         self.model, self.ts = Bare(cell, V, E, H, L), ts
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=ts.lr, betas=(ts.beta1, ts.beta2),
                                      weight_decay=ts.weight_decay, fused=True)
@@ -86,7 +88,8 @@ class BareRun:
             for g in self.opt.param_groups:
                 g["lr"] = lr_at(self.it, self.ts)
             ix = torch.randint(len(self.x), (self.ts.batch_size,), generator=self.gen)
-            loss = self.model(self.x[ix], self.y[ix])
+            with autocast_context(torch.device("cpu"), self.dtype):  # the same precision as ours
+                loss = self.model(self.x[ix], self.y[ix])
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.ts.grad_clip)
             self.opt.step()
@@ -117,6 +120,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--cells", default="rnn,lstm")
     ap.add_argument("--vocab-size", type=int, default=2048)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                    help="autocast of both loops ('auto' as the pipeline trains: bf16 on a CPU with AMX)")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -126,11 +131,12 @@ def main(argv: list[str] | None = None) -> dict:
     train_blocks = TokenBlocks(blocks.x[n_val:], blocks.y[n_val:])
     val_blocks = TokenBlocks(blocks.x[:n_val], blocks.y[:n_val])
     ts = TrainSettings(**TRAIN, max_steps=args.steps, eval_interval=0, eval_batches=1, log_interval=args.interleave,
-                       threads=args.threads, device="cpu", dtype="float32")
+                       threads=args.threads, device="cpu", dtype=args.dtype)
+    dtype = resolve_dtype(args.dtype, torch.device("cpu"))
     out: dict = {
         "benchmark": "recurrent_throughput", "steps": args.steps, "interleave": args.interleave,
         "vocab_size": V, "train_blocks": train_blocks.n_blocks, "train_settings": ts.model_dump(),
-        "threads": args.threads, "torch": torch.__version__, "python": platform.python_version(),
+        "threads": args.threads, "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__, "python": platform.python_version(),
         "cpu_count": os.cpu_count(), "loadavg_start": list(os.getloadavg()), "models": {},
     }
     tmp = tempfile.TemporaryDirectory()
@@ -140,7 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
         torch.manual_seed(ts.seed)
         model = build_model("recurrent", settings, V)
         ours = OursRun(model, train_blocks, val_blocks, ts, Path(tmp.name) / cell)
-        bare = BareRun(cell, V, settings.n_embd, settings.hidden_size, settings.n_layer, train_blocks, ts)
+        bare = BareRun(cell, V, settings.n_embd, settings.hidden_size, settings.n_layer, train_blocks, ts, dtype)
         for _ in range(0, args.steps, args.interleave):
             ours.steps(args.interleave)
             bare.steps(args.interleave)
