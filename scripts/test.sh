@@ -2,6 +2,7 @@
 # Set up (once) and run the whole test suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/install_test_deps.sh  # PostgreSQL and Chromium from apt, when missing
 bash scripts/setup.sh
 VENV=${VENV:-.venv}
 # pytest exits 5 when it collects no test: that is a failure here, like any non-zero code.

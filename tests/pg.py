@@ -33,7 +33,7 @@ def pg_bin() -> Path:
     on_path = shutil.which("initdb")
     if on_path:
         return Path(on_path).parent
-    raise RuntimeError("PostgreSQL is not installed (no initdb): run `bash scripts/install_postgres.sh` (apt package postgresql)")
+    raise RuntimeError("PostgreSQL is not installed (no initdb): run `bash scripts/install_test_deps.sh` (apt package postgresql)")
 
 
 def free_port() -> int:
