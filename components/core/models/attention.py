@@ -38,6 +38,7 @@ is for tests and analysis, not the training hot path.
 
 from __future__ import annotations
 
+import functools
 import math
 from contextlib import contextmanager, nullcontext
 from typing import Iterator, Literal, get_args
@@ -141,6 +142,22 @@ def top_k_attention(model: nn.Module, k: int | None) -> Iterator[None]:
             m.top_k = b
 
 
+def float32_on_cpu(attention):
+    """torch's CPU SDPA kernels are slow in bfloat16 (the flash kernel's backward ~8× its float32 time at
+    head size 32, torch 2.13; the masked path likewise): under CPU bf16 autocast the projections around
+    attention run in bf16 and `attention(q, k, v, ...)` itself in float32, its output cast back."""
+
+    @functools.wraps(attention)
+    def wrapper(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        if q.dtype == torch.bfloat16 and q.device.type == "cpu":
+            with torch.autocast("cpu", enabled=False):
+                return attention(q.float(), k.float(), v.float(), *args, **kwargs).to(q.dtype)
+        return attention(q, k, v, *args, **kwargs)
+
+    return wrapper
+
+
+@float32_on_cpu
 def fused_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -153,13 +170,6 @@ def fused_attention(
     backend: str = "auto",
 ) -> torch.Tensor:
     """SDPA; returns the output (B, nh, T, hs). `backend` pins the kernel on CUDA ("auto" lets torch pick)."""
-    if q.dtype == torch.bfloat16 and q.device.type == "cpu":
-        # torch's CPU flash kernel is slow in bfloat16 (its backward ~8× the float32 one at head size 32,
-        # torch 2.13): under CPU autocast the projections run in bf16 and attention in float32.
-        with torch.autocast("cpu", enabled=False):
-            out = fused_attention(q.float(), k.float(), v.float(), scale=scale, causal=causal,
-                                  key_padding_mask=key_padding_mask, dropout_p=dropout_p, backend=backend)
-        return out.to(q.dtype)
     pin = sdpa_kernel(SDPA_BACKENDS[backend]) if backend != "auto" and q.is_cuda else nullcontext()
     with pin:
         if key_padding_mask is None:
@@ -169,6 +179,7 @@ def fused_attention(
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
 
 
+@float32_on_cpu
 def sliding_window_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: float, n_global: int = 0, dropout_p: float = 0.0
 ) -> torch.Tensor:
@@ -244,6 +255,7 @@ class KVCache:
         return sum(t.numel() * t.element_size() for t in (*self.k, *self.v) if t is not None)
 
 
+@float32_on_cpu
 def cached_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, impl: str, backend: str = "auto",
     window: int | None = None, n_global: int = 0,
