@@ -301,7 +301,7 @@ def test_every_language_model_is_registered_with_links_back(tiny_run):
     state, inst, run_id = tiny_run
     client, all_runs = mlflow_runs(state)
     graph = defs.resolve_asset_graph()
-    lms = sorted(k.to_user_string() for k in materializations(inst, run_id) if LM_TAG in graph.get(dg.AssetKey.from_user_string(k)).tags)
+    lms = sorted(k for k in materializations(inst, run_id) if LM_TAG in graph.get(dg.AssetKey.from_user_string(k)).tags)
     assert lms == ["lstm_lm", "rnn_lm", "transformer_1head_lm", "transformer_lm", "transformer_window_lm"]
     nested = {r.data.tags["dagster.asset_key"]: r for r in all_runs if r.data.tags.get("dagster.role") != "comparison_child" and "dagster.asset_key" in r.data.tags}
     registered = {m.name for m in client.search_registered_models()}
