@@ -61,16 +61,21 @@ def ranking_settledness(curves: dict[str, list[tuple[float, float]]], spread: di
     """The models ranked by validation loss at their last and at their second-to-last evaluation:
     a ranking that still changes between the two is not settled by this budget. With the models'
     seed-to-seed `spread`, models closer than it are tied (a tier), and the ranking is settled when
-    the tiers no longer change (`ranking_settled_beyond_spread`)."""
+    the tiers no longer change (`ranking_settled_beyond_spread`). A model not retrained with other
+    seeds is given the largest spread measured (seed noise at this data and budget; named in
+    `spread_assumed_for`): two such models 0.001 apart are not ranked."""
     ok = {n: c for n, c in curves.items() if len(c) >= 2}
     last = sorted(ok, key=lambda n: ok[n][-1][1])
     previous = sorted(ok, key=lambda n: ok[n][-2][1])
     out: dict[str, Any] = {"ranking_last_eval": last, "ranking_previous_eval": previous, "ranking_settled": bool(ok) and last == previous}
     if spread:
-        t_last = ranked_tiers({n: ok[n][-1][1] for n in ok}, spread)
-        t_prev = ranked_tiers({n: ok[n][-2][1] for n in ok}, spread)
+        assumed = sorted(n for n in ok if n not in spread)
+        tolerance = {**{n: max(spread.values()) for n in assumed}, **spread}
+        t_last = ranked_tiers({n: ok[n][-1][1] for n in ok}, tolerance)
+        t_prev = ranked_tiers({n: ok[n][-2][1] for n in ok}, tolerance)
         norm = lambda tiers: [sorted(t) for t in tiers]  # noqa: E731
         out.update({
+            "spread_assumed_for": assumed,
             "tiers_last_eval": t_last, "tiers_previous_eval": t_prev,
             "ranking_settled_beyond_spread": bool(ok) and norm(t_last) == norm(t_prev),
         })
@@ -118,7 +123,8 @@ class ComparisonResult:
         if "tiers_last_eval" in st:
             spread = ", ".join(f"{n} {v['spread']:.3f}" for n, v in self.seeds.items())
             settled += (f"\n\nSeed-to-seed spread of the final validation loss ({next(iter(self.seeds.values()))['seeds']} seeds): "
-                        f"{spread}. Models closer than their spread are tied: {tiers_text(st['tiers_last_eval'])} at the last "
+                        f"{spread}" + (f" (assumed for {', '.join(st['spread_assumed_for'])}: the largest of these)" if st.get("spread_assumed_for") else "")
+                        + f". Models closer than their spread are tied: {tiers_text(st['tiers_last_eval'])} at the last "
                         f"evaluation, {tiers_text(st['tiers_previous_eval'])} at the one before — "
                         + ("settled beyond seed noise." if st["ranking_settled_beyond_spread"] else "**still changing beyond seed noise**."))
         return head + body + f"\n\nMatched wall-clock: validation loss after {self.matched_time_s:.1f} s of training each." + settled
