@@ -59,8 +59,8 @@ def test_models_closer_than_their_seed_spread_are_tied():
     st = ranking_settledness(curves, {"a": 0.05, "b": 0.05, "c": 0.05})
     assert not st["ranking_settled"] and st["ranking_settled_beyond_spread"]
     assert ranking_settledness(curves, {"a": 0.001, "b": 0.001, "c": 0.001})["ranking_settled_beyond_spread"] is False
-    # Only a was retrained with other seeds: b and c are given its spread, not none. b (0.001 from a
-    # model without seeds of its own) ties with it; without the assumption they were two tiers.
+    # Only a was retrained with other seeds: b, c and d are given its spread, not none. b and d, 0.001
+    # apart and neither retrained, tie; without the assumption they were two tiers.
     curves = {"a": [(1, 2.5), (2, 2.0)], "b": [(1, 2.6), (2, 2.101)], "d": [(1, 2.6), (2, 2.1)], "c": [(1, 3.5), (2, 2.6)]}
     st = ranking_settledness(curves, {"a": 0.05})
     assert st["spread_assumed_for"] == ["b", "c", "d"]
