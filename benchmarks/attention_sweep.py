@@ -22,7 +22,6 @@ Prints one JSON object (and writes it with --out).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -33,6 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from components.core.studies.attention_cost import AttentionCostSettings, attention_cost, doubling  # noqa: E402
+from result_file import emit  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -66,11 +66,7 @@ def main(argv: list[str] | None = None) -> dict:
     out["fits"] = result.fits
     out["reference_over_fused_at_max_n"] = result.ratios_at_max()
     out["loadavg_end"] = list(os.getloadavg())
-    print(json.dumps(out, indent=2))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    return out
+    return emit(out, args.out)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ alternate every --interleave steps so that a change in the machine's load hits b
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -36,6 +35,7 @@ from components.core.labels import pack_blocks, token_stream  # noqa: E402
 from components.core.lm import build_model, resolve_settings  # noqa: E402
 from components.core.tokenizer import TokenizerSettings, train_tokenizer  # noqa: E402
 from components.core.training import TrainSettings, lr_at, train  # noqa: E402
+from result_file import emit  # noqa: E402
 
 # The defaults of pipelines/defs/{rnn_lm,lstm_lm}/defs.yaml.
 MODELS = {
@@ -169,11 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
     out["machine_loaded"] = max(loads) > args.threads + 0.75
     if out["machine_loaded"]:
         out["warning"] = f"1-min load average reached {max(loads):.2f} with {args.threads} threads: the ratio may not hold on a quiet machine"
-    print(json.dumps(out, indent=2))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    return out
+    return emit(out, args.out)
 
 
 if __name__ == "__main__":

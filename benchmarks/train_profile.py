@@ -11,7 +11,6 @@ and the Python time per step that no op accounts for (wall time minus the ops' s
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -28,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from components.core.device import resolve_device, resolve_dtype  # noqa: E402
 from components.core.models.transformer import Transformer, TransformerSettings  # noqa: E402
 from components.core.training import Parallel, TrainState, TrainSettings, make_optimizer, optimizer_step  # noqa: E402
+from result_file import emit  # noqa: E402
 from train_throughput import PRESETS, NanoGPTRun, char_data, wiki_sample_text, windows  # noqa: E402
 
 # Op groups inside the forward and backward phases (first match wins; names are torch's aten ops).
@@ -149,10 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
     nano.steps(args.steps)
     out["nanogpt"]["unprofiled_ms_per_step"] = 1000 * (time.perf_counter() - t0) / args.steps
     out["loadavg_end"] = list(os.getloadavg())
-    print(json.dumps(out, indent=2))
-    if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    return out
+    return emit(out, args.out)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ from components.core.device import estimate_mfu, resolve_device, resolve_dtype  
 from components.core.models.attention import detect_sdpa_backend  # noqa: E402
 from components.core.models.transformer import Transformer, TransformerSettings  # noqa: E402
 from components.core.training import TrainSettings, evaluate, lr_at, train  # noqa: E402
+from result_file import emit  # noqa: E402
 
 TINY_SHAKESPEARE_CHARS = 1_115_394
 
@@ -526,11 +527,7 @@ def main(argv: list[str] | None = None) -> dict:
             "note": "the ratio is against the nanoGPT loop run side by side on the same text (its CPU recipe: "
                     "float32, no autocast); the val-loss goal assumes tiny-shakespeare (--text).",
         }
-    print(json.dumps(out, indent=2))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
-    return out
+    return emit(out, args.out)
 
 
 if __name__ == "__main__":
