@@ -6,6 +6,7 @@ pipeline on real servers.)"""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -131,3 +132,21 @@ def test_k8s_executor_example_makes_a_job_per_step_with_a_gpu_where_gpu_yaml_use
     from pipelines.definitions import defs as embedded
 
     assert embedded.resolve_job_def("gpu_pipeline").executor_def.name != "k8s_job_executor"
+
+
+def test_registering_leaves_the_tracking_uri_setting_as_it_was(monkeypatch, tmp_path):
+    """Model registration points MLflow's default URI at the run's store for one call; the process's
+    MLFLOW_TRACKING_URI (the server an in-process run's later steps track into) survives it."""
+    import mlflow
+
+    from components.orchestration.registry import default_tracking_uri
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
+    with default_tracking_uri(store):
+        assert mlflow.get_tracking_uri() == store
+    assert os.environ["MLFLOW_TRACKING_URI"] == "http://127.0.0.1:5999" and mlflow.get_tracking_uri() == "http://127.0.0.1:5999"
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    with default_tracking_uri(store):
+        pass
+    assert "MLFLOW_TRACKING_URI" not in os.environ

@@ -16,13 +16,34 @@ folder into the artifact store, no tracing, no environment inference.
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .tracking import AssetRun
 
 LOADER_MODULE = "components.orchestration.pyfunc"
 MODEL_TYPE = "language-model"
+
+
+@contextmanager
+def default_tracking_uri(uri: str) -> Iterator[None]:
+    """The process's default MLflow tracking URI set to `uri` for the block, then restored, and with
+    it the MLFLOW_TRACKING_URI variable: MLflow's own setter writes the variable and, restoring an
+    unset default, deletes it, which would send every later step of an in-process run (configured
+    by that variable) to the local store instead of the server."""
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    saved = os.environ.get("MLFLOW_TRACKING_URI")
+    try:
+        with _use_tracking_uri(uri):
+            yield
+    finally:
+        if saved is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = saved
 
 
 def signature():
@@ -101,9 +122,7 @@ def _log_and_register(run: AssetRun, folder: Path, registered_name: str, descrip
     # Source `models:/<model id>`, as MLflow's own log_model registers: the version then links to the
     # logged model. The SQL registry resolves that URI through the process's default tracking URI,
     # so it is pointed at this client's store for the call (and restored after).
-    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
-
-    with _use_tracking_uri(client.tracking_uri):
+    with default_tracking_uri(client.tracking_uri):
         mv = client.create_model_version(
             registered_name, source=f"models:/{logged.model_id}", run_id=run.run_id, tags=tags,
             description=model_description, model_id=logged.model_id,
