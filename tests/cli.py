@@ -84,13 +84,15 @@ def manifest(inst, run_id: str, asset: str) -> dict:
     return json.loads(Path(mat.metadata["manifest_path"].value).read_text())
 
 
-def check_evaluations(inst, run_id: str) -> dict[str, Any]:
+def check_evaluations(inst, run_id: str) -> dict[tuple[str, str], Any]:
+    """(check name, asset) → its evaluation in run `run_id` (a check such as `clipping_bounds_gradient`
+    runs once per language model: keyed by name alone, all but one would be lost)."""
     from dagster import DagsterEventType
 
     out = {}
     for record in inst.get_records_for_run(run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION).records:
         ev = record.event_log_entry.dagster_event.event_specific_data
-        out[ev.check_name] = ev
+        out[(ev.check_name, ev.asset_key.to_user_string())] = ev
     return out
 
 

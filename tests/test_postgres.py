@@ -22,7 +22,7 @@ import dagster as dg
 import pytest
 
 import pg
-from cli import TINY, materializations, step_errors
+from cli import TINY, check_evaluations, materializations, step_errors
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY_YAML = ROOT / "configs" / "deploy" / "dagster.yaml"
@@ -103,10 +103,7 @@ def test_materializations_and_checks_are_in_postgres(deployed):
     rows = server.sql("dagster", "SELECT asset_key FROM event_logs WHERE run_id = %s AND dagster_event_type = 'ASSET_MATERIALIZATION'", run_id)
     assert sorted(json.loads(k)[0] for (k,) in rows) == sorted(SUBSET)
     assert server.sql("dagster", "SELECT status FROM runs WHERE run_id = %s", run_id) == [("SUCCESS",)]
-    checks = {}
-    for r in inst.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION).records:
-        ev = r.event_log_entry.dagster_event.event_specific_data
-        checks[(ev.check_name, ev.asset_key.to_user_string())] = ev.passed
+    checks = {key: ev.passed for key, ev in check_evaluations(inst, run_id).items()}
     assert checks[("labels_are_shifted_inputs", "labels")] and checks[("clipping_bounds_gradient", "rnn_lm")]
     assert ("tokenizer_is_healthy", "tokenizer") in checks and ("better_than_uniform", "rnn_lm") in checks
     # The training step took and gave back its pool slot in PostgreSQL.
