@@ -232,6 +232,16 @@ def test_language_model_trains_on_the_sharded_labels(route):
     assert f"train.block_size={2 * BLOCK} exceeds sharded_labels.block_size={BLOCK}" in "\n".join(step_errors(route.inst, failed.run_id))
 
 
+def test_torchrun_trains_on_the_sharded_labels(route):
+    """The same asset under 2 gloo processes: each rank checks every shard's files against their
+    recorded hashes (files of the same name in every shard's folder) and trains on the view."""
+    ddp = {**LM, "train": {**LM["train"], "launcher": "torchrun", "nproc_per_node": 2}}
+    result = route.materialize(["transformer_shards_lm"], ops={"transformer_shards_lm": {"config": ddp}}, raise_on_error=False)
+    assert result.success, "\n".join(step_errors(route.inst, result.run_id))
+    lm = manifest(route.inst, result.run_id, "transformer_shards_lm")
+    assert lm["launch"]["world_size"] == 2 and math.isfinite(lm["metrics"]["val/loss"])
+
+
 def test_missing_shard_file_is_named(route, tmp_path):
     """A token file a manifest lists but that is gone: the view and the IO manager name it."""
     from components.orchestration.io import verify_files

@@ -90,7 +90,10 @@ class WorkerSpec(BaseModel):
     model: dict[str, Any] = Field(default_factory=dict, description="The family's model settings.")
     train: TrainSettings
     labels: str = Field(description="The labels folder (train_x.npy ..., meta.json).")
-    labels_sha256: dict[str, str] = Field(description="File name in the labels folder -> its SHA-256; every one is checked.")
+    labels_sha256: dict[str, str] = Field(
+        description="Labels file (a path relative to the labels folder, or absolute: the shards' files of sharded labels) -> "
+        "its SHA-256; every one is checked."
+    )
     tokenizer_sha256: str = Field(description="The tokenizer the labels were built with; recorded in the checkpoint.")
     out_dir: str = Field(description="checkpoint/, history.json, train_result.json go here.")
     strategy: Strategy = "ddp"

@@ -278,7 +278,8 @@ def language_model_asset(
             model=config.model.model_dump(),
             train=train_settings,
             labels=labels["path"],
-            labels_sha256={Path(f["path"]).name: f["sha256"] for f in labels["files"].values()},
+            # By path: sharded labels list the files of every shard (same names, other folders).
+            labels_sha256={f["path"]: f["sha256"] for f in labels["files"].values()},
             tokenizer_sha256=labels["tokenizer_sha256"],
             out_dir=str(scratch),
             strategy=launch.strategy,
