@@ -47,6 +47,7 @@ from components.core.distributed import (  # noqa: E402
     LaunchSettings, WorkerSpec, cpu_cores, launch_env, load_spec, rank_from_env, run_worker, torchrun_args, write_spec,
 )
 from components.core.training import TrainSettings  # noqa: E402
+from result_file import emit  # noqa: E402
 
 COMM_PREFIXES = ("gloo:", "nccl:")  # the process group's collective spans (torch.profiler names)
 
@@ -253,11 +254,7 @@ def main(argv: list[str] | None = None) -> dict:
         out["warning"] = ("machine was loaded (other work shared the cores): " + "; ".join(reasons)
                           + " — the figures may not hold on a quiet machine")
         print(f"[ddp_throughput] WARNING {out['warning']}", file=sys.stderr)
-    text = json.dumps(out, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    return out
+    return emit(out, args.out)
 
 
 if __name__ == "__main__":

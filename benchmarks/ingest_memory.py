@@ -40,6 +40,8 @@ import time
 from functools import partial
 from pathlib import Path
 
+from result_file import emit
+
 ROOT = Path(__file__).resolve().parents[1]
 REPEATS = (1, 10, 50)
 
@@ -302,12 +304,7 @@ def main() -> None:
         print(json.dumps(run_sharded(Path(args.child_sharded[0]), Path(args.child_sharded[1]))))
         return
     if args.sharded:
-        report = main_sharded(args)
-        text = json.dumps(report, indent=2)
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(text + "\n")
-        print(text)
+        emit(main_sharded(args), args.out)
         return
 
     results = {}
@@ -342,11 +339,7 @@ def main() -> None:
         "settings": "CorpusSettings(source='files'), TokenizerSettings() (byte-level BPE, 2048), LabelSettings() (block 256)",
         "results": results,
     }
-    text = json.dumps(report, indent=2)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    print(text)
+    emit(report, args.out)
 
 
 if __name__ == "__main__":
