@@ -117,6 +117,10 @@ def test_soft_attention_beats_topk_on_a_task_that_needs_blending_and_fails_when_
     # Keeping every key (k = the block size) is the full softmax: no better, no worse, so the claim fails.
     r = attention_topk(model, val, AttentionTopKSettings(ks=[T], eval_blocks=128, device="cpu"))
     assert r.rows[0]["val_loss"] == pytest.approx(r.full_loss, abs=1e-6)
+    assert r.rows[0]["weight_share"] == pytest.approx(1.0)
+    # So does a k beyond the block size (it keeps every key a query has).
+    r = attention_topk(model, val, AttentionTopKSettings(ks=[2, 4 * T], eval_blocks=128, device="cpu"))
+    assert r.rows[1]["val_loss"] == pytest.approx(r.full_loss, abs=1e-6) and r.rows[1]["weight_share"] == pytest.approx(1.0)
     assert not C.soft_attention_beats_topk({"rows": r.rows}).passed
 
 

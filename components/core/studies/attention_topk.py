@@ -64,16 +64,17 @@ class TopKResult:
 @torch.no_grad()
 def top_weight_shares(model: nn.Module, blocks: TokenBlocks, ks: list[int], batch_size: int, device) -> dict[int, float]:
     """Mean share of the full softmax's weight on each query's top-k keys, over every layer, head and
-    query that sees at least max(ks) keys."""
-    first = max(ks) - 1  # query t sees t + 1 keys
+    query that sees at least max(ks) keys (a k of the block size or more keeps every key: share 1)."""
+    kmax = min(max(ks), blocks.block_size)
+    first = kmax - 1  # query t sees t + 1 keys
     sums = {k: 0.0 for k in ks}
     count = 0
     for start in range(0, blocks.n_blocks, batch_size):
         x, _ = blocks.batch(np.arange(start, min(start + batch_size, blocks.n_blocks)), device)
         for w in model.attention_weights(x):  # (B, nh, T, T) per layer
-            top = w[..., first:, :].double().topk(max(ks), dim=-1).values.cumsum(-1)  # (B, nh, T', kmax)
+            top = w[..., first:, :].double().topk(kmax, dim=-1).values.cumsum(-1)  # (B, nh, T', kmax)
             for k in ks:
-                sums[k] += float(top[..., k - 1].sum())
+                sums[k] += float(top[..., min(k, kmax) - 1].sum())
             count += top[..., 0].numel()
     return {k: sums[k] / count for k in ks}
 
