@@ -191,10 +191,10 @@ def position_breaks_order_symmetry(transformer_ablations: dict) -> Verdict:
 
 
 def ffn_holds_two_thirds(model_comparison: dict) -> Verdict:
-    shares = {n: a["ffn_share"] for n, a in model_comparison["accounting"].items()}
+    accounting = model_comparison["accounting"]  # parameter_accounting per Transformer: it judges "about two thirds"
     return verdict(
-        {f"{n}_ffn_share_two_thirds": abs(v - 2 / 3) < 0.05 for n, v in shares.items()} or {"some_transformer_measured": False},
-        {f"{n}_ffn_share": v for n, v in shares.items()},
+        {f"{n}_ffn_share_two_thirds": bool(a["about_two_thirds"]) for n, a in accounting.items()} or {"some_transformer_measured": False},
+        {f"{n}_ffn_share": a["ffn_share"] for n, a in accounting.items()},
     )
 
 
