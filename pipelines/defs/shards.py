@@ -24,7 +24,6 @@ from components.core.errors import PipelineInputError
 from components.core.labels import SPLITS, LabelSettings
 from components.core.shards import build_corpus_shard, build_label_shard, combine_label_shards, train_shard_tokenizer
 from components.core.tokenizer import TokenizerSettings
-from components.orchestration.io import latest_materializations
 from components.orchestration.shards import SHARD_GROUP, SHARD_PARTITIONS, ShardFolder
 from components.orchestration.stage import stage
 from components.orchestration.state import PROJECT_ROOT, state_root
@@ -225,7 +224,8 @@ def shard_sensor(context: dg.SensorEvaluationContext, shards: ShardFolder) -> dg
     done = instance.get_materialized_partitions(dg.AssetKey("label_shards"))
     if not set(partitions) <= done or _runs(instance, "ingest", IN_FLIGHT):
         return result([], f"{len(set(partitions) - done)} of {len(partitions)} shards not ingested yet")
-    latest = max(rec.storage_id for rec in latest_materializations(instance, dg.AssetKey("label_shards"), partitions).values())
+    latest = max(instance.get_latest_storage_id_by_partition(
+        dg.AssetKey("label_shards"), dg.DagsterEventType.ASSET_MATERIALIZATION, set(partitions)).values())
     combined = instance.fetch_materializations(dg.AssetKey("sharded_labels"), limit=1).records
     if combined and combined[0].storage_id > latest:
         return result([], f"sharded_labels is up to date with all {len(partitions)} shards")
