@@ -209,8 +209,11 @@ def flex_window_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: float, n_global: int = 0, *, compiled: bool = True
 ) -> torch.Tensor:
     """The sliding-window (+ global tokens) mask through FlexAttention: a `BlockMask` built once per
-    (N, window, n_global, device) skips the key blocks the mask rules out. `compiled=False` runs
-    FlexAttention's eager reference (it materialises the scores: for tests). (B, nh, T, hs)."""
+    (N, window, n_global, device) skips the key blocks the mask rules out. The mask is built compiled
+    (`_compile=True`: block by block, never the dense N×N mask and its index tensors, over 100 GB
+    at N = 131072), and `flex_attention` is wrapped by torch.compile once per process (each new N is
+    one recompile of that wrapper). `compiled=False` runs FlexAttention's eager reference (it
+    materialises the scores: for tests). (B, nh, T, hs)."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     T = q.shape[-2]
@@ -220,10 +223,12 @@ def flex_window_attention(
         def mask_mod(b, h, q_idx, kv_idx):
             return (kv_idx <= q_idx) & ((q_idx - kv_idx < window) | (kv_idx < n_global))
 
-        _FLEX[key] = create_block_mask(mask_mod, None, None, T, T, device=q.device)
+        _FLEX[key] = create_block_mask(mask_mod, None, None, T, T, device=q.device, _compile=True)
     fn = flex_attention
     if compiled:
-        fn = _FLEX.setdefault("compiled", torch.compile(flex_attention, dynamic=False))
+        if "compiled" not in _FLEX:
+            _FLEX["compiled"] = torch.compile(flex_attention, dynamic=False)
+        fn = _FLEX["compiled"]
     return fn(q, k, v, block_mask=_FLEX[key], scale=scale)
 
 

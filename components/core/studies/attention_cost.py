@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Literal, get_args
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, get_args
 
 import numpy as np
 import torch
-from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from torch.profiler import ProfilerActivity, profile
 
@@ -39,6 +38,10 @@ from ..device import DeviceSetting, median_seconds, resolve_device, synchronize
 from ..models.attention import (
     SdpaBackend, detect_sdpa_backend, flex_window_attention, fused_attention, reference_attention, sliding_window_attention,
 )
+
+if TYPE_CHECKING:  # drawn only when plotted: matplotlib is imported by the plot functions
+    from matplotlib.figure import Figure
+
 
 AttentionCostImpl = Literal["reference", "fused", "window", "flex"]
 IMPLS = get_args(AttentionCostImpl)
@@ -278,6 +281,8 @@ def fit_rows(rows: list[dict], fit_from: int) -> list[dict]:
 
 def plot_attention_cost(rows: list[dict]) -> Figure:
     passes = list(dict.fromkeys(r["pass"] for r in rows))
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(11, 4.2 * len(passes)), layout="constrained")
     axes = fig.subplots(len(passes), 2, squeeze=False)
     for (ax_t, ax_m), p in zip(axes, passes):

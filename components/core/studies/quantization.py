@@ -29,12 +29,11 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 import torch
 import torch.nn as nn
-from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..data import IGNORE_INDEX, PAD_ID, TokenBlocks
@@ -48,6 +47,10 @@ from ..export.precision import (
     BITS, QUANT_VARIANTS, SCHEMES, VARIANTS, DtypeName, cross_entropy_sum, logits_of, spec_of, to_precision,
     weight_bytes,
 )
+
+if TYPE_CHECKING:  # drawn only when plotted: matplotlib is imported by the plot functions
+    from matplotlib.figure import Figure
+
 
 BASELINE = "fp32"
 INT8_SIZE_LIMIT = 0.55  # INT8 codes + scales ≤ 0.55 × the same layers in FP16
@@ -352,6 +355,8 @@ def plot_quantization(rows: list[dict]) -> Figure:
     """Bars per variant, one colour per model: bytes in memory, Δ perplexity vs FP32, generation tokens/s."""
     models = list(dict.fromkeys(r["model"] for r in rows))
     variants = list(dict.fromkeys(r["variant"] for r in rows))
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(13, 3.8))
     axes = fig.subplots(1, 3)
     width = 0.8 / max(len(models), 1)
@@ -646,6 +651,8 @@ def arithmetic_markdown(ref_rows: list[dict], measured: list[dict], bits: dict[s
 
 
 def plot_arithmetic(ref_rows: list[dict]) -> Figure:
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(8, 4))
     ax = fig.subplots()
     names = [r["model"] for r in ref_rows]
@@ -678,23 +685,31 @@ def cuda_bnb_check(
     gen_tokens: int = 64,
     repeats: int = 3,
     variants: tuple[str, ...] = ("fp16", "bf16", "int8", "nf4"),
+    keep_dtype: str = "float32",
+    compute_dtype: str = "float32",
+    on_variant: Callable[[str, dict], None] | None = None,
 ) -> dict[str, Any]:
     """bitsandbytes on a GPU through the same code path: a GPT-2-medium-sized Transformer
     (random weights; speed and memory do not depend on them) at each variant — GPU memory of the
     weights, peak memory while generating, generation tokens/s (greedy, batch 1) and the max-abs
-    logit difference from FP32 on one batch. Works on the CPU too, with small sizes (for tests)."""
-    from ..lm import build_model
+    logit difference from FP32 on one batch. Works on the CPU too, with small sizes (for tests).
+    `keep_dtype` (what INT8/NF4 keep unquantized: embeddings, tied head, norms, biases) and
+    `compute_dtype` (NF4's matmul dtype) are the quantized variants' own; float16 for both compares
+    them like for like with the fp16 variant (the study's defaults keep float32). `on_variant(name,
+    row)` is called as each variant's row is measured (a caller can save it before the next starts)."""
+    from ..models.transformer import Transformer, TransformerSettings
 
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("cuda_bnb_check: no CUDA device available")
     torch.manual_seed(0)
     settings = {"n_layer": n_layer, "n_head": n_head, "n_embd": n_embd, "block_size": block_size}
-    model = build_model("transformer", settings, vocab_size).eval()
+    model = Transformer(TransformerSettings(**settings), vocab_size).eval()
     params = sum(p.numel() for p in model.parameters())
     idx = torch.randint(4, vocab_size, (1, prompt_tokens), device=dev)
     out: dict[str, Any] = {"device": str(dev), "name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-                           "params": params, "model": settings, "vocab_size": vocab_size, "variants": {}}
+                           "params": params, "model": settings, "vocab_size": vocab_size,
+                           "quantized_keep_dtype": keep_dtype, "quantized_compute_dtype": compute_dtype, "variants": {}}
     try:
         import bitsandbytes
 
@@ -709,7 +724,7 @@ def cuda_bnb_check(
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats(dev)
                 before = torch.cuda.memory_allocated(dev)
-            q = to_precision(model, variant, device=dev)
+            q = to_precision(model, variant, device=dev, keep_dtype=keep_dtype, compute_dtype=compute_dtype)
             row["weight_bytes"] = weight_bytes(q)["total"]
             if dev.type == "cuda":
                 row["gpu_allocated_bytes"] = torch.cuda.memory_allocated(dev) - before
@@ -726,6 +741,8 @@ def cuda_bnb_check(
         except Exception as e:  # one variant failing (e.g. a missing backend) is reported, not fatal
             row["error"] = f"{type(e).__name__}: {e}"
         out["variants"][variant] = row
+        if on_variant is not None:
+            on_variant(variant, row)
     base = out["variants"].get("fp16", {}).get("weight_bytes")
     for v, row in out["variants"].items():
         if base and "weight_bytes" in row:
