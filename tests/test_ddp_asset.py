@@ -21,6 +21,8 @@ from components.core.distributed import cpu_cores
 
 from cli import TINY, instance, manifest, materializations, mlflow_runs, step_errors
 
+pytestmark = pytest.mark.slow  # Dagster runs that launch torchrun workers
+
 LM = "transformer_lm"
 
 

@@ -30,6 +30,7 @@ def pg_home(tmp_path, monkeypatch):
     return home
 
 
+@pytest.mark.services
 def test_postgres_dagster_yaml_is_valid_and_keeps_the_embedded_settings(pg_home):
     from dagster._core.instance.config import dagster_instance_config
 

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-4
 MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32}
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # torchrun with gloo processes
 
 
 @pytest.fixture(scope="module")

@@ -53,6 +53,7 @@ def run(*args: str, blocked: bool = False, allow_carry: bool = False, timeout: i
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_dry_run_writes_every_section(tmp_path):
     out = tmp_path / "gpu_check.json"
     proc = run("--dry-run", "--out", str(out))
@@ -117,6 +118,7 @@ def test_dry_run_writes_every_section(tmp_path):
     assert summary["headline"]["ddp_processes"] == 2
 
 
+@pytest.mark.slow
 def test_runs_without_what_the_gpu_image_lacks(tmp_path):
     """No pydantic, bitsandbytes, matplotlib, mlflow, dagster...: the core's settings come from the
     stand-in, the bitsandbytes sections say why they are skipped, everything else measures."""
@@ -133,6 +135,7 @@ def test_runs_without_what_the_gpu_image_lacks(tmp_path):
     assert [r["n"] for r in s["sweep"]["fused"]["rows"]] == [64, 128, 256, 512]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (CARRY / "bitsandbytes").is_dir(), reason="no carried bitsandbytes here (bash scripts/gpu_carry.sh makes it)")
 def test_carried_pruned_bitsandbytes_imports_and_quantizes(tmp_path):
     """The pruned copy that travels to the GPU (CPU and CUDA 13 libraries only) is the one imported,
@@ -148,6 +151,7 @@ def test_carried_pruned_bitsandbytes_imports_and_quantizes(tmp_path):
     assert s["bnb"]["int8"]["weight_dtype"] == "int8" and 0.2 < s["bnb"]["nf4"]["bytes_ratio_vs_fp16"] < 0.3
 
 
+@pytest.mark.slow
 def test_deadline_stops_a_section_and_skips_what_no_longer_fits(tmp_path):
     """Train would run 100000 steps: the deadline's budget stops it with its rows saved, and the
     sweep after it is skipped before it starts, saying how much time was left."""
@@ -163,6 +167,7 @@ def test_deadline_stops_a_section_and_skips_what_no_longer_fits(tmp_path):
     assert s["elapsed_s"] < 25 + 2 and wall < 25 + 45  # + the interpreter's start and exit (a loaded machine)
 
 
+@pytest.mark.slow
 def test_sigterm_writes_the_rows_measured_so_far(tmp_path):
     out = tmp_path / "gpu_check.json"
     proc = subprocess.Popen([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out), "--only", "train", "--steps", "100000"],

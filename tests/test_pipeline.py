@@ -9,6 +9,8 @@ import pytest
 
 from cli import TINY, check_evaluations, manifest, materializations, mlflow_runs, step_errors
 
+pytestmark = pytest.mark.slow  # the whole tiny graph through the job, once per module
+
 MLFLOW_UI = "http://127.0.0.1:5999"
 DAGSTER_UI = "http://127.0.0.1:3999"
 

@@ -24,6 +24,8 @@ import pytest
 import pg
 from cli import TINY, check_evaluations, materializations, step_errors
 
+pytestmark = pytest.mark.services  # a PostgreSQL server per module, and an MLflow server on it
+
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY_YAML = ROOT / "configs" / "deploy" / "dagster.yaml"
 SUBSET = ["corpus", "tokenizer", "labels", "rnn_lm"]

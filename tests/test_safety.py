@@ -43,6 +43,7 @@ def set_up_state(tmp_path_factory):
     return state
 
 
+@pytest.mark.slow  # Dagster CLI runs of the pipeline (the module state: two at once)
 def test_two_runs_on_a_fresh_folder_both_succeed_with_their_own_inputs(set_up_state):
     inst = instance(set_up_state)
     ids = run_ids_by_log(inst)
@@ -61,6 +62,7 @@ def test_two_runs_on_a_fresh_folder_both_succeed_with_their_own_inputs(set_up_st
         assert children == ["corpus", "labels", "tokenizer"]
 
 
+@pytest.mark.slow  # Dagster CLI runs of the pipeline (the module state: two at once)
 def test_concurrent_runs_with_different_configs_never_mix_data(set_up_state):
     """Configs that differ only in vocabulary size, each training an LSTM: each reads its own run's files."""
     state = set_up_state
@@ -89,6 +91,7 @@ def test_concurrent_runs_with_different_configs_never_mix_data(set_up_state):
     assert not overlap(a, b), (a, b)
 
 
+@pytest.mark.slow  # Dagster CLI runs of the pipeline (the module state: two at once)
 def test_killed_run_is_marked_failed_and_the_rerun_resumes(set_up_state, tmp_path):
     state = set_up_state
     cfg = tiny(**{"lstm_lm.config.train.max_steps": 400, "lstm_lm.config.train.checkpoint_interval": 10})
@@ -127,6 +130,7 @@ def test_killed_run_is_marked_failed_and_the_rerun_resumes(set_up_state, tmp_pat
     assert not list(checkpoints.rglob("model.safetensors"))  # the finished training removed its scratch
 
 
+@pytest.mark.slow  # Dagster CLI runs of the pipeline (the module state: two at once)
 def test_a_swapped_tokenizer_is_refused(set_up_state):
     """A tokenizer.json replaced by another of the same size: the hash check names the file."""
     state = set_up_state

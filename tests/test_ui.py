@@ -39,6 +39,9 @@ SERVER_START_S = 240
 RUN_TIMEOUT_MS = 600_000
 STOP_GRACE_S = 5.0
 
+# Headless Chromium through both UIs, against Dagster and MLflow servers the tests start.
+pytestmark = [pytest.mark.browser, pytest.mark.services]
+
 if not Path(CHROMIUM).exists():
     reason = f"no Chromium at {CHROMIUM} (apt-get install chromium, or set CHROMIUM)"
     if os.environ.get("CI"):
