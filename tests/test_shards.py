@@ -232,6 +232,7 @@ def test_language_model_trains_on_the_sharded_labels(route):
     assert f"train.block_size={2 * BLOCK} exceeds sharded_labels.block_size={BLOCK}" in "\n".join(step_errors(route.inst, failed.run_id))
 
 
+@pytest.mark.slow  # two torchrun processes
 def test_torchrun_trains_on_the_sharded_labels(route):
     """The same asset under 2 gloo processes: each rank checks every shard's files against their
     recorded hashes (files of the same name in every shard's folder) and trains on the view."""
