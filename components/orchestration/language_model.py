@@ -44,7 +44,7 @@ from components.core.distributed import (
 )
 from components.core.errors import PipelineInputError
 from components.core.labels import load_labels
-from components.core.lm import LMResult, SamplingSettings, finish_lm, prepare_lm, train_lm
+from components.core.lm import LMResult, SamplingSettings, explicit_settings_win, finish_lm, prepare_lm, train_lm
 from components.core.models.recurrent import RecurrentSettings
 from components.core.models.transformer import TransformerSettings
 from components.core.tokenizer import load_tokenizer
@@ -192,6 +192,15 @@ def language_model_asset(
     )
     def _lm(context: dg.AssetExecutionContext, config: config_cls, labels: dict, tokenizer: dict, mlflow: MlflowTracker):
         check_same_tokenizer(labels, tokenizer)
+        # A width or block size the run config sets is never resized by a default (explicit_settings_win).
+        model_settings, train_settings, notes = explicit_settings_win(
+            family, config.model.model_dump(), model_cls().model_dump(), config.train.model_dump(), train_cls().model_dump()
+        )
+        for note in notes:
+            context.log.warning(note)
+        config = config.model_copy(update={
+            "model": config.model.model_copy(update=model_settings), "train": config.train.model_copy(update=train_settings),
+        })
         scratch = scratch_dir(name, training_identity(name, family, config.model_dump(), labels, tokenizer))
         with exclusive(scratch):
             output = _train_and_publish(context, mlflow, config, labels, tokenizer, scratch)
