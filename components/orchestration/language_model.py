@@ -47,7 +47,7 @@ from components.core.labels import load_labels
 from components.core.lm import LMResult, SamplingSettings, explicit_settings_win, finish_lm, prepare_lm, train_lm
 from components.core.models.recurrent import RecurrentSettings
 from components.core.models.transformer import TransformerSettings
-from components.core.tokenizer import load_tokenizer
+from components.core.tokenizer import decode as decode_text, encode as encode_text, load_tokenizer
 from components.core.training import WEIGHTS_FILE, TrainSettings, load_weights_into, model_metadata
 
 from .checks import claim_spec, judged
@@ -218,8 +218,8 @@ def language_model_asset(
             tok = load_tokenizer(tokenizer["path"])
             common = dict(
                 sampling=SamplingSettings(**config.sampling.model_dump()),
-                decode=lambda ids: tok.decode(ids, skip_special_tokens=False),
-                encode=lambda text: tok.encode(text, add_special_tokens=False).ids,
+                decode=lambda ids: decode_text(tok, ids, skip_special_tokens=False),  # Chinese without jieba's spaces
+                encode=lambda text: encode_text(tok, text),
             )
             if launch.launcher == "torchrun":
                 result, launched = _train_torchrun(context, s, mlflow, config, launch, train_settings, labels, scratch, common)
