@@ -28,6 +28,7 @@ checkpoint for the rerun.
 
 
 import fcntl
+import os
 import shutil
 import sys
 from contextlib import contextmanager
@@ -141,14 +142,26 @@ def scratch_dir(asset: str, identity: dict[str, Any]) -> Path:
 
 @contextmanager
 def exclusive(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `path`.lock (released by the kernel if the process dies)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as fh:
+    """Hold an exclusive lock on `path`.lock (released by the kernel if the process dies). Retention
+    removes a lock file nobody holds (recovery.remove_stale_locks): a lock taken on a file that was
+    unlinked meanwhile is dropped and taken again on the current one."""
+    lock = path.with_name(path.name + ".lock")
+    while True:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(lock, "a")
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            current = os.stat(lock).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(fh.fileno()).st_ino:
+            break
+        fh.close()
+    try:
+        yield
+    finally:
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()
 
 
 def _history_summary(history: list[dict]) -> list[dict]:
