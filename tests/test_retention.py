@@ -89,3 +89,25 @@ def test_the_state_folder_stays_bounded_over_repeated_runs(state):
         assert sum(r["bytes_freed_by"]["dagster"] for r in freed) > 0 and sum(r["bytes_freed_by"]["mlflow"] for r in freed) > 0
     finally:
         instance.dispose()
+
+
+def test_stale_lock_files_go_and_held_ones_stay(tmp_path, monkeypatch):
+    """An empty lock file of a checkpoint folder that is gone is removed; one that a training holds
+    (`exclusive`), or whose folder exists, stays; a lock taken again afterwards works on a new file."""
+    from components.orchestration.language_model import exclusive
+    from components.orchestration.recovery import remove_stale_locks
+    from components.orchestration.state import checkpoints_root
+
+    monkeypatch.setenv("PIPELINE_STATE_DIR", str(tmp_path / "state"))
+    asset = checkpoints_root() / "rnn_lm"
+    asset.mkdir(parents=True)
+    stale, live, held = asset / "aaa.lock", asset / "bbb.lock", asset / "ccc"
+    stale.touch()
+    live.touch()
+    (asset / "bbb").mkdir()
+    with exclusive(held):
+        assert remove_stale_locks() == [str(stale)]
+        assert not stale.exists() and live.exists() and held.with_name("ccc.lock").exists()
+    assert remove_stale_locks() == [str(held.with_name("ccc.lock"))]
+    with exclusive(held):
+        assert held.with_name("ccc.lock").exists()
