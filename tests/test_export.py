@@ -274,3 +274,8 @@ def test_the_command_line_states_the_bound_it_enforces():
     from components.core import __main__ as cli
 
     assert cli.MAX_NEW_TOKENS == export_folder.MAX_NEW_TOKENS
+
+
+def test_export_weights_are_0644_like_their_neighbours(exports):
+    modes = {oct(os.stat(f).st_mode & 0o777) for f in exports["fp32"].iterdir() if f.is_file()}
+    assert modes == {"0o644"}, modes

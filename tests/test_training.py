@@ -356,3 +356,20 @@ def test_a_corrupted_checkpoint_is_refused_on_resume_naming_the_file(tmp_path, b
     state_file.write_bytes(bytes(raw))
     with pytest.raises((CheckpointCorruptError, PipelineInputError), match=rf"{state_file}"):
         train(tiny_model(), train_b, val_b, s, tmp_path, model_meta=meta)
+
+
+def test_weights_files_share_one_mode(tmp_path, blocks):
+    """Every .safetensors file the project writes is 0644 like its neighbours (safetensors alone
+    writes 0600): checkpoints and saved models here, export folders in tests/test_export.py."""
+    import os
+
+    from components.core.artifacts import WEIGHTS_MODE
+    from components.core.lm import save_lm
+
+    train_b, val_b = blocks
+    model = tiny_model()
+    r = train(model, train_b, val_b, quick(max_steps=1, eval_interval=0), tmp_path / "run")
+    files = [r.checkpoint_dir / WEIGHTS_FILE, save_lm(model, tmp_path / "saved" / WEIGHTS_FILE)]
+    modes = {f.name: oct(os.stat(f).st_mode & 0o777) for f in files}
+    assert WEIGHTS_MODE == 0o644 and set(modes.values()) == {"0o644"}, modes
+    assert oct(os.stat(r.checkpoint_dir / STATE_FILE).st_mode & 0o777) == "0o644"  # its neighbour

@@ -29,6 +29,7 @@ from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field
 from safetensors.torch import save_model
 
+from .artifacts import set_weights_mode
 from .data import PAD_ID, TokenBlocks
 from .device import autocast_context, estimate_mfu, resolve_device, resolve_dtype, seed_everything
 from .errors import ConfigError, PipelineInputError
@@ -179,7 +180,7 @@ def save_lm(model: nn.Module, path: str | Path, metadata: dict | None = None) ->
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_model(model, str(path), metadata=model_metadata(model, {"family": family_of(model), **(metadata or {})}))
-    return path
+    return set_weights_mode(path)
 
 
 def load_lm(path: str | Path, device: str | torch.device = "cpu", expected_meta: dict | None = None) -> nn.Module:

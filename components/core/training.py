@@ -71,7 +71,7 @@ from torch.profiler import record_function
 from safetensors import safe_open
 from safetensors.torch import load_file, load_model, save_model
 
-from .artifacts import atomic_dir, read_json, sha256_file, write_json
+from .artifacts import atomic_dir, read_json, set_weights_mode, sha256_file, write_json
 from .data import IGNORE_INDEX, Blocks
 from .device import DeviceSetting, DtypeSetting, autocast_context, resolve_device, resolve_dtype, synchronize
 from .errors import ConfigError, PipelineInputError
@@ -365,6 +365,7 @@ def save_checkpoint(
     meta = {**model_metadata(model, model_meta), "step": str(step)}
     with atomic_dir(ckpt_dir) as tmp:
         save_model(model, str(tmp / WEIGHTS_FILE), metadata=meta)
+        set_weights_mode(tmp / WEIGHTS_FILE)
         if optimizer is not None:
             identity = {k: meta[k] for k in IDENTITY_KEYS}
             state = {"step": step, "metadata": identity, "optimizer": optimizer.state_dict(), **(train_state or {})}

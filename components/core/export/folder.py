@@ -36,7 +36,7 @@ import torch.nn as nn
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from ..artifacts import atomic_dir, sha256_file
+from ..artifacts import atomic_dir, set_weights_mode, sha256_file
 from ..data import PAD_ID
 from ..errors import ConfigError, PipelineInputError
 from ..tokenizer import BOS, EOS, UNK, decode, encode, load_tokenizer
@@ -162,6 +162,7 @@ def save_weights(model: nn.Module, path: str | Path, *, config: dict | None = No
     tmp = path.with_name(f".{path.name}.partial")
     try:
         save_file(precision_state_dict(model), str(tmp), metadata=meta)
+        set_weights_mode(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
