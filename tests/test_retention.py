@@ -111,3 +111,28 @@ def test_stale_lock_files_go_and_held_ones_stay(tmp_path, monkeypatch):
     assert remove_stale_locks() == [str(held.with_name("ccc.lock"))]
     with exclusive(held):
         assert held.with_name("ccc.lock").exists()
+
+
+def test_a_model_run_records_its_vocabulary_and_tokenizer(state):
+    """The language model's MLflow run has vocab_size and tokenizer_sha256 among its params (runs on
+    different tokenizers compare side by side), and so does its registered model's run."""
+    from mlflow.tracking import MlflowClient
+
+    from components.orchestration.state import local_tracking_uri
+    from pipelines.definitions import defs
+
+    selection = ["corpus", "tokenizer", "labels", "rnn_lm"]
+    cfg = {**TINY, "ops": {k: v for k, v in TINY["ops"].items() if k in selection}}
+    cfg["ops"]["rnn_lm"] = {"config": {**cfg["ops"]["rnn_lm"]["config"], "train": {**cfg["ops"]["rnn_lm"]["config"]["train"], "max_steps": 4}}}
+    instance = dg.DagsterInstance.get()
+    try:
+        result = dg.materialize(list(defs.assets), resources=defs.resources, run_config=cfg, selection=selection,
+                                instance=instance, raise_on_error=False)
+        assert result.success
+        labels = result.output_for_node("labels")
+    finally:
+        instance.dispose()
+    client = MlflowClient(tracking_uri=local_tracking_uri())
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.`dagster.asset_key` = 'rnn_lm'")
+    assert run.data.params["vocab_size"] == str(labels["vocab_size"])
+    assert run.data.params["tokenizer_sha256"] == labels["tokenizer_sha256"]

@@ -226,7 +226,9 @@ def language_model_asset(
         settings = config.model_dump()
         launch = LaunchSettings(**config.train.model_dump(include=set(LAUNCH_FIELDS)))
         train_settings = TrainSettings(**config.train.model_dump(exclude=set(LAUNCH_FIELDS)))
-        with stage(context, mlflow, {**settings, "family": family}) as s:
+        # The data's identity among the params: runs on different tokenizers compare side by side.
+        data = {"vocab_size": labels["vocab_size"], "tokenizer_sha256": labels["tokenizer_sha256"]}
+        with stage(context, mlflow, {**settings, "family": family, **data}) as s:
             train_data, val_data, meta = load_labels(labels["path"])
             tok = load_tokenizer(tokenizer["path"])
             common = dict(
@@ -369,14 +371,16 @@ def register_model(context: dg.AssetExecutionContext, s: Any, weights: Path, tok
     provenance = {"asset": name, "dagster_run_id": run_id, "mlflow_run_id": s.run.run_id}
     with tempfile.TemporaryDirectory(prefix=f"{name}-export-") as tmp:  # the run folder keeps only the weights
         folder = Path(tmp) / "model"
-        export_model(load_lm(weights), "fp32", folder, tokenizer_path=tokenizer["path"], config=result.config.model_dump(),
+        model = load_lm(weights)
+        export_model(model, "fp32", folder, tokenizer_path=tokenizer["path"], config=result.config.model_dump(),
                      train_settings=config.train.model_dump(), provenance=provenance, tokenizer_sha256=tokenizer["sha256"])
         return log_and_register(
             s.run, folder, name,
             description=f"{description} (asset `{name}`; one version per materialization).",
             model_description=f"Dagster run {run_id} ({dagster_run_url(run_id)}): val loss {result.metrics['val/loss']:.4f}.",
             tags=links,
-            params={"family": result.family, **{f"model.{k}": v for k, v in result.config.model_dump().items()}},
+            params={"family": result.family, "vocab_size": model.vocab_size, "tokenizer_sha256": tokenizer["sha256"],
+                    **{f"model.{k}": v for k, v in result.config.model_dump().items()}},
         )
 
 
