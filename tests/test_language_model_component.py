@@ -81,3 +81,23 @@ def test_an_explicit_width_is_never_resized_by_the_default_budget():
     rfam, rcls, _, rmodel, _ = component_config("rnn_lm", model={"hidden_size": 40})
     rm, _, _ = explicit_settings_win(rfam, rmodel.model_dump(), rcls().model_dump())
     assert resolve_settings(rfam, rm, 512).hidden_size == 40
+
+
+def test_the_run_config_check_applies_the_same_rule():
+    """The check every step runs first (validation.check_run_config) judges a language model by the
+    settings it will train with: the issue's config passes, an n_head that does not divide the
+    explicit n_embd is named, and both a width and a budget are refused naming both fields."""
+    from components.orchestration.validation import check_run_config, config_classes
+    from pipelines.definitions import defs
+
+    classes = {k: v for k, v in config_classes(defs.assets).items() if k in ("transformer_lm", "rnn_lm")}
+
+    def problems(model):
+        return check_run_config({"transformer_lm": {"config": {"model": model}}}, classes, 128)
+
+    assert problems({"n_layer": 2, "n_embd": 32, "n_head": 2, "block_size": 32}) == []
+    (odd,) = problems({"n_layer": 2, "n_embd": 32, "n_head": 3, "block_size": 32})
+    assert "transformer_lm" in odd and "n_embd=32 must be divisible by n_head=3" in odd
+    (both,) = problems({"n_embd": 32, "param_budget": 60000})
+    assert "model.n_embd=32 and model.param_budget=60000 are both set" in both
+    assert problems({"param_budget": 60000, "n_layer": 2, "block_size": 32}) == []  # configs/tiny.yaml's kind
