@@ -155,7 +155,8 @@ def backend_for(device: torch.device) -> str:
 
 def launch_env(launch: LaunchSettings, train_settings: TrainSettings) -> dict[str, str]:
     """Environment for the launcher: on the CPU, each rank's threads share the cores (torchrun
-    would set 1) and gloo talks over the loopback interface only (one machine)."""
+    would set 1) and gloo talks over the loopback interface only (one machine); on GPUs NCCL's
+    bootstrap sockets are on loopback too (the data moves between the GPUs of the one machine)."""
     env = {}
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if train_settings.device == "cpu" or gpus == 0:
@@ -163,6 +164,8 @@ def launch_env(launch: LaunchSettings, train_settings: TrainSettings) -> dict[st
         env["OMP_NUM_THREADS"] = str(threads)
         if "GLOO_SOCKET_IFNAME" not in os.environ:
             env["GLOO_SOCKET_IFNAME"] = "lo"
+    elif "NCCL_SOCKET_IFNAME" not in os.environ:
+        env["NCCL_SOCKET_IFNAME"] = "lo"
     return env
 
 
