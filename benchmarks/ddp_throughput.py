@@ -181,7 +181,7 @@ def measure(spec: WorkerSpec, nproc: int, threads: int, window: tuple[int, int],
         env.update(launch_env(LaunchSettings(launcher="torchrun", nproc_per_node=nproc), spec.train))
         env["OMP_NUM_THREADS"] = str(threads)
         args = torchrun_args("", nproc)[:-3] + rank_args  # torchrun's options, then this script as the rank program
-        cmd = [sys.executable, "-m", "torch.distributed.run", *args]
+        cmd = [sys.executable, "-m", "components.core.distributed", "torchrun", *args]  # torchrun, its store on loopback
     else:
         cmd = [sys.executable, *rank_args]
     load_before = os.getloadavg()[0]

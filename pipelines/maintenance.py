@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
 
             instance = _instance(uri, setting)
             try:
-                report = prune(args.keep, instance, checkpoint_max_age_days=args.checkpoint_days, dry_run=args.dry_run)
+                report = prune(args.keep, instance, checkpoint_max_age_days=args.checkpoint_days, dry_run=args.dry_run,
+                               tracking_uri=uri)
             finally:
                 instance.dispose()
     except StoreUnreachable as e:

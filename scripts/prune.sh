@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Free disk in the state folder: keep the newest N run folders per asset (default 3) plus each
-# asset's latest materialization; remove leftovers of dead processes and checkpoints untouched for
-# 7 days. Prints a JSON report (bytes_freed). Extra arguments go to the CLI, e.g. --dry-run.
+# asset's latest materialization; delete the Dagster runs (event logs, compute logs) and MLflow runs
+# (artifacts, via mlflow gc) that hold nothing kept any more; remove leftovers of dead processes,
+# stale lock files and checkpoints untouched for 7 days. Prints a JSON report (bytes_freed,
+# bytes_freed_by store). Extra arguments go to the CLI, e.g. --dry-run.
 #   bash scripts/prune.sh            # keep 3
 #   bash scripts/prune.sh 1 --dry-run
 set -euo pipefail

@@ -11,5 +11,7 @@ config=${1:-default}
 bash scripts/setup.sh
 source scripts/env.sh
 state_init
+# The file checked first: a bad key or value is one line naming it, not Dagster's traceback at launch.
+"$VENV/bin/python" -m pipelines.check_config "$config" || exit 2
 "$VENV/bin/dg" launch --job "${config}_pipeline"
 echo "Done. Dagster UI: bash scripts/ui.sh   MLflow UI: bash scripts/mlflow_ui.sh   (state in $PIPELINE_STATE_DIR)"

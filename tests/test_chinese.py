@@ -147,3 +147,19 @@ def test_chinese_corpus_through_the_graph(chinese_corpus, tmp_path, monkeypatch)
     words = vectors.vocab.words
     assert {"苹果公司", "科学家", "上海"} <= set(words) and not any(w.endswith("。") for w in words)
     assert vectors.vectors.shape == (len(words), 16)
+
+
+def test_word_level_chinese_decodes_without_spaces(chinese_corpus):
+    """jieba's words are joined by spaces only to tokenize them: decoding gives the text as written
+    (Han and CJK punctuation run together), Latin words keep their spaces."""
+    from components.core.tokenizer import decode
+
+    _, result = chinese_corpus
+    dd = load_corpus(result.path)
+    tok = train_tokenizer(dd["train"]["text"], TokenizerSettings(kind="word", vocab_size=500, min_count=2))
+    text = "去年苹果公司发布了新手机。我们参观了博物馆。"
+    assert tok.decode(encode(tok, text)) != text  # the tokenizer's own decoder puts spaces between the words
+    assert decode(tok, encode(tok, text)) == text
+    latin = TokenizerSettings(kind="word", vocab_size=100, min_count=1)
+    en = train_tokenizer(["the cat sat on the mat", "a dog ran"], latin)
+    assert decode(en, encode(en, "the cat sat")) == "the cat sat"

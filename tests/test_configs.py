@@ -104,3 +104,26 @@ def test_core_validator_error_names_the_field():
     classes = _config_classes()
     with pytest.raises(ValueError, match="n_embd"):
         classes["transformer_lm"](model={"n_embd": 30, "n_head": 4, "param_budget": None})
+
+
+def test_an_unknown_key_is_one_line_naming_it_without_a_traceback(tmp_path):
+    """The project's own entry point (`python -m pipelines.check_config`, which scripts/run_pipeline.sh
+    runs before launching) prints Dagster's message alone for an unknown key, and passes a good file."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = yaml.safe_load((root / "configs" / "tiny.yaml").read_text())
+    cfg["ops"]["corpus"]["config"]["max_docs"] = 3
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run([sys.executable, "-m", "pipelines.check_config", str(bad)], cwd=root, capture_output=True,
+                          text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "max_docs" in lines[0] and "bad.yaml" in lines[0], proc.stderr
+    from pipelines.check_config import main
+
+    assert main(["tiny"]) == 0

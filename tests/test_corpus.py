@@ -188,14 +188,16 @@ def test_left_out_files_and_rows_are_reported(tmp_path):
 
 
 def test_paragraphs_split_as_blank_line_regex_does(tmp_path):
-    """.txt files are read line by line; the documents are those `re.split(r"\\n\\s*\\n", text)` gives."""
+    """.txt files are read line by line; the documents are those `re.split(r"\\n\\s*\\n", text)` gives
+    (CRLF line ends read as "\\n")."""
     text = "  \nFirst.\r\nsame doc\n\n\n  \t\nSecond, 中文.\n \n\x0cthird\u2028still third\n" + "x " * 500 + "\n\n"
     (tmp_path / "a.txt").write_text(text, encoding="utf-8")
     (tmp_path / "b.txt").write_text("only one line", encoding="utf-8")
     result = build_corpus(CorpusSettings(source="files", path=str(tmp_path), validation_fraction=0.3), tmp_path / "out")
     dd = load_corpus(result.path)
     got = sorted(list(dd["train"]["text"]) + list(dd["validation"]["text"]))
-    expected = [b.strip() for b in re.split(r"\n\s*\n", text) if b.strip()] + ["only one line"]
+    normalised = text.replace("\r\n", "\n")  # line ends are normalised
+    expected = [b.strip() for b in re.split(r"\n\s*\n", normalised) if b.strip()] + ["only one line"]
     assert got == sorted(expected)
 
 
@@ -220,3 +222,40 @@ def test_iter_texts_reads_a_dataset_column_in_batches(tmp_path):
     column = load_corpus(result.path)["train"]["text"]
     assert list(iter_texts(column, batch_rows=5)) == list(column)
     assert list(iter_texts(["a", "b"])) == ["a", "b"]
+
+
+def test_bom_and_crlf_are_cleaned_and_nul_bytes_refused(tmp_path):
+    """A Windows-saved UTF-8 file (BOM, CRLF) reads as the same documents as its plain form; a file of
+    NUL bytes is refused as binary, naming the file and where; the one-document error suggests
+    'paragraph' only where it is not already set; a dangling symlink is named with its target."""
+    plain = "First line of one.\nSecond line of one.\n\nFirst of two.\nSecond of two.\n\nThree.\n"
+    (tmp_path / "unix").mkdir()
+    (tmp_path / "win").mkdir()
+    (tmp_path / "unix" / "a.txt").write_text(plain, encoding="utf-8")
+    (tmp_path / "win" / "a.txt").write_bytes(b"\xef\xbb\xbf" + plain.replace("\n", "\r\n").encode("utf-8"))
+    (tmp_path / "win" / "b.jsonl").write_bytes(b"\xef\xbb\xbf" + b'{"text": "x y"}\r\n{"text": "z w"}\r\n')
+    texts = {}
+    for name in ("unix", "win"):
+        dd = load_corpus(build_corpus(CorpusSettings(source="files", path=str(tmp_path / name), validation_fraction=0.3),
+                                      tmp_path / f"{name}-out").path)
+        texts[name] = sorted(list(dd["train"]["text"]) + list(dd["validation"]["text"]))
+    assert not any("\ufeff" in t or "\r" in t for t in texts["win"]), texts["win"]
+    assert set(texts["unix"]) <= set(texts["win"]) and {"x y", "z w"} <= set(texts["win"])
+
+    (tmp_path / "nul.txt").write_bytes(b"\x00" * 4096)
+    with pytest.raises(PipelineInputError, match=r"nul.txt: .*NUL byte.*offset 0.*not text"):
+        build_corpus(CorpusSettings(source="files", path=str(tmp_path / "nul.txt")), tmp_path / "nul-out")
+    (tmp_path / "some-nul.txt").write_bytes(b"one\n\ntwo\x00three\n")
+    with pytest.raises(PipelineInputError, match=r"some-nul.txt: .*NUL byte at byte offset 8 \(line 3\)"):
+        build_corpus(CorpusSettings(source="files", path=str(tmp_path / "some-nul.txt")), tmp_path / "nul-out")
+
+    (tmp_path / "one.txt").write_text("just one paragraph\nof two lines\n")
+    with pytest.raises(PipelineInputError, match="only one document") as e:
+        build_corpus(CorpusSettings(source="files", path=str(tmp_path / "one.txt")), tmp_path / "one-out")
+    assert "txt_documents" not in str(e.value) and "blank line" in str(e.value)  # 'paragraph' is already the default
+    with pytest.raises(PipelineInputError, match="set corpus.txt_documents to 'paragraph'"):
+        build_corpus(CorpusSettings(source="files", path=str(tmp_path / "one.txt"), txt_documents="file"), tmp_path / "one-out")
+
+    os.symlink(tmp_path / "gone" / "deeper" / "data.txt", tmp_path / "link.txt")
+    with pytest.raises(PipelineInputError, match=r"link.txt: dangling symlink to .*gone/deeper/data.txt, which does not exist"):
+        build_corpus(CorpusSettings(source="files", path=str(tmp_path / "link.txt")), tmp_path / "link-out")

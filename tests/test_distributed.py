@@ -233,3 +233,60 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
     except (OSError, IndexError):
         return False
+
+
+def listeners() -> list[tuple[str, set[int]]]:
+    """(local address:port, owning pids) of every listening TCP socket this user's processes hold (`ss -ltnpH`)."""
+    import re
+
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    return [(line.split()[3], {int(p) for p in re.findall(r"pid=(\d+)", line)}) for line in out.splitlines() if "pid=" in line]
+
+
+def descendants(root: int) -> set[int]:
+    children: dict[int, set[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pid, ppid = int(stat.parent.name), int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, set()).add(pid)
+    found, todo = {root}, [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def test_a_torchrun_launch_listens_on_loopback_only(labels, tmp_path):
+    """The launcher's rendezvous store and every rank's sockets listen on 127.0.0.1 (or ::1) alone,
+    watched with `ss -ltnp` for as long as a 2-process launch runs; at least one listener of the
+    launch is seen, so the check cannot pass on a launch that was never watched."""
+    import shutil
+    import time
+
+    if not shutil.which("ss"):
+        pytest.skip("needs ss (iproute2)")
+    spec = make_spec(labels, tmp_path / "run", max_steps=30, eval_interval=30)
+    path = write_spec(spec, tmp_path / "run.spec.json")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "components.core.distributed", "launch", "--nproc-per-node=2", str(path)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    seen: dict[str, set[int]] = {}
+    try:
+        while proc.poll() is None:
+            tree = descendants(proc.pid)
+            for addr, pids in listeners():
+                if pids & tree:
+                    seen.setdefault(addr, set()).update(pids)
+            time.sleep(0.1)
+    finally:
+        proc.kill() if proc.poll() is None else None
+        output = proc.communicate()[0]
+    assert proc.returncode == 0, output[-3000:]
+    assert seen, "no listening socket of the launch was seen"
+    outside = [a for a in seen if not (a.startswith("127.0.0.1:") or a.startswith("[::1]:"))]
+    assert not outside, f"listening outside loopback: {outside} (all: {sorted(seen)})"

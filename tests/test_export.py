@@ -248,3 +248,34 @@ def test_generate_command_line(exports, capsys):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("The government") and "[fp32]" in proc.stderr
+
+
+def test_generation_is_bounded_and_says_when_the_prompt_is_cut(exports, capsys):
+    """max_new_tokens over the stated maximum is refused before anything is generated (library and
+    command line); a prompt longer than the model's context is cut to its last tokens, and says so."""
+    from components.core.__main__ import generate_main
+
+    cap = export_folder.MAX_NEW_TOKENS
+    with pytest.raises(ConfigError, match=rf"max_new_tokens=100000 is over the maximum of {cap}"):
+        generate(exports["fp32"], "The", max_new_tokens=100_000)
+    assert generate_main(["--model", str(exports["fp32"]), "--prompt", "The", "--max-new-tokens", "100000"]) == 2
+    assert f"over the maximum of {cap}" in capsys.readouterr().err
+    long_prompt = "The prime minister said that the government would act. " * 20
+    out = generate(exports["fp32"], long_prompt, max_new_tokens=2, temperature=0)
+    assert out.prompt_tokens == 32 and out.prompt_tokens_dropped > 0  # the tiny model's block_size
+    assert generate_main(["--model", str(exports["fp32"]), "--prompt", long_prompt, "--max-new-tokens", "2"]) == 0
+    err = capsys.readouterr().err
+    assert f"the prompt is {32 + out.prompt_tokens_dropped} tokens" in err and "only its last 32" in err
+    short = generate(exports["fp32"], "The", max_new_tokens=2, temperature=0)
+    assert short.prompt_tokens_dropped == 0
+
+
+def test_the_command_line_states_the_bound_it_enforces():
+    from components.core import __main__ as cli
+
+    assert cli.MAX_NEW_TOKENS == export_folder.MAX_NEW_TOKENS
+
+
+def test_export_weights_are_0644_like_their_neighbours(exports):
+    modes = {oct(os.stat(f).st_mode & 0o777) for f in exports["fp32"].iterdir() if f.is_file()}
+    assert modes == {"0o644"}, modes

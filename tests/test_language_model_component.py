@@ -2,7 +2,7 @@ import pytest
 
 from components.core.errors import PipelineInputError
 from components.orchestration.language_model import (
-    LanguageModelTrainConfig, RecurrentModelConfig, check_same_tokenizer, training_identity, with_defaults,
+    LanguageModelTrainConfig, RecurrentModelConfig, TransformerModelConfig, check_same_tokenizer, training_identity, with_defaults,
 )
 
 
@@ -35,3 +35,69 @@ def test_the_checkpoint_key_ignores_how_a_training_is_launched():
     assert key(batch_size=16) != inprocess  # what is trained: another checkpoint
     assert training_identity("transformer_lm", "transformer", {"model": {}, "train": {"batch_size": 8}}, labels, {"sha256": "b" * 64}) != \
         training_identity("transformer_lm", "transformer", {"model": {}, "train": {"batch_size": 8}}, labels, tokenizer)
+
+
+def component_config(name: str, **run):
+    """The asset's config as a run config `run` makes it: the component's defs.yaml defaults, then `run`."""
+    from pathlib import Path
+
+    import yaml
+
+    attrs = yaml.safe_load((Path(__file__).resolve().parents[1] / "pipelines/defs" / name / "defs.yaml").read_text())["attributes"]
+    model_cls = with_defaults("M", {"transformer": TransformerModelConfig, "recurrent": RecurrentModelConfig}[attrs["family"]],
+                              attrs.get("architecture", {}), name)
+    train_cls = with_defaults("T", LanguageModelTrainConfig, attrs.get("training", {}), name)
+    return attrs["family"], model_cls, train_cls, model_cls(**run.get("model", {})), train_cls(**run.get("train", {}))
+
+
+def test_an_explicit_width_is_never_resized_by_the_default_budget():
+    """transformer_lm's defs.yaml sets param_budget; a run config's own n_embd builds the model at that
+    width (the budget off, and said so), both written is an error naming both fields, and the
+    trained context follows an explicit model block_size."""
+    from components.core.errors import ConfigError
+    from components.core.lm import explicit_settings_win, resolve_settings
+
+    family, model_cls, train_cls, model, train = component_config(
+        "transformer_lm", model={"n_layer": 2, "n_embd": 32, "n_head": 2, "block_size": 32})
+    assert model.param_budget  # the component's default budget is there
+    m, t, notes = explicit_settings_win(family, model.model_dump(), model_cls().model_dump(), train.model_dump(), train_cls().model_dump())
+    assert resolve_settings(family, m, 512).n_embd == 32
+    assert t["block_size"] is None and any("param_budget" in n for n in notes) and any("train.block_size follows" in n for n in notes)
+    # n_head=3 does not divide 32: refused as with param_budget: null, not resized into a fit.
+    _, _, _, model3, _ = component_config("transformer_lm", model={"n_embd": 32, "n_head": 3})
+    m3, _, _ = explicit_settings_win(family, model3.model_dump(), model_cls().model_dump())
+    with pytest.raises(ValueError, match="n_embd=32 must be divisible by n_head=3"):
+        resolve_settings(family, m3, 512)
+    # Both written: an error naming both.
+    _, _, _, both, _ = component_config("transformer_lm", model={"n_embd": 32, "param_budget": 60000})
+    with pytest.raises(ConfigError, match=r"model\.n_embd=32 and model\.param_budget=60000 are both set"):
+        explicit_settings_win(family, both.model_dump(), model_cls().model_dump())
+    # The budget alone still sizes the width (configs/tiny.yaml), and the defaults alone change nothing.
+    _, _, _, budget, _ = component_config("transformer_lm", model={"param_budget": 60000})
+    mb, _, notes_b = explicit_settings_win(family, budget.model_dump(), model_cls().model_dump())
+    assert notes_b == [] and resolve_settings(family, mb, 512).n_embd != model_cls().n_embd
+    assert explicit_settings_win(family, model_cls().model_dump(), model_cls().model_dump())[2] == []
+    # The recurrent family: an explicit hidden_size turns rnn_lm's default budget off.
+    rfam, rcls, _, rmodel, _ = component_config("rnn_lm", model={"hidden_size": 40})
+    rm, _, _ = explicit_settings_win(rfam, rmodel.model_dump(), rcls().model_dump())
+    assert resolve_settings(rfam, rm, 512).hidden_size == 40
+
+
+def test_the_run_config_check_applies_the_same_rule():
+    """The check every step runs first (validation.check_run_config) judges a language model by the
+    settings it will train with: the issue's config passes, an n_head that does not divide the
+    explicit n_embd is named, and both a width and a budget are refused naming both fields."""
+    from components.orchestration.validation import check_run_config, config_classes
+    from pipelines.definitions import defs
+
+    classes = {k: v for k, v in config_classes(defs.assets).items() if k in ("transformer_lm", "rnn_lm")}
+
+    def problems(model):
+        return check_run_config({"transformer_lm": {"config": {"model": model}}}, classes, 128)
+
+    assert problems({"n_layer": 2, "n_embd": 32, "n_head": 2, "block_size": 32}) == []
+    (odd,) = problems({"n_layer": 2, "n_embd": 32, "n_head": 3, "block_size": 32})
+    assert "transformer_lm" in odd and "n_embd=32 must be divisible by n_head=3" in odd
+    (both,) = problems({"n_embd": 32, "param_budget": 60000})
+    assert "model.n_embd=32 and model.param_budget=60000 are both set" in both
+    assert problems({"param_budget": 60000, "n_layer": 2, "block_size": 32}) == []  # configs/tiny.yaml's kind

@@ -311,3 +311,65 @@ def test_ranks_split_one_global_batch():
     assert Parallel().is_main and not Parallel(rank=1, world_size=2).is_main
     with pytest.raises(ConfigError, match="rank=2"):
         Parallel(rank=2, world_size=2)
+
+
+def flip_tensor_bits(path, mask: int) -> None:
+    """XOR `mask` into a float32 in the middle of a safetensors file's data (past its header)."""
+    import struct
+
+    raw = bytearray(path.read_bytes())
+    header = 8 + struct.unpack("<Q", raw[:8])[0]
+    at = header + (len(raw) - header) // 2 // 4 * 4
+    (value,) = struct.unpack("<I", raw[at:at + 4])
+    raw[at:at + 4] = struct.pack("<I", value ^ mask)
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("mask", [0x0000_0003, 0x4000_0000], ids=["mantissa", "exponent"])
+def test_a_corrupted_checkpoint_is_refused_on_resume_naming_the_file(tmp_path, blocks, mask):
+    """Flipped bits in the weights' tensor data (the header and the step intact): the resume is refused,
+    naming the file, calling it corrupt and offering to start over; nothing is loaded into the model,
+    and resume=False does start over."""
+    from components.core.training import CheckpointCorruptError
+
+    train_b, val_b = blocks
+    s = quick(max_steps=6, eval_interval=0)
+    meta = {"tokenizer_sha256": TOK_HASH}
+    train(tiny_model(), train_b, val_b, s, tmp_path, stop_after_steps=3, model_meta=meta)
+    weights = tmp_path / "checkpoint" / WEIGHTS_FILE
+    flip_tensor_bits(weights, mask)
+    assert read_metadata(weights)["step"] == "3"  # still a readable file of the right step
+    with pytest.raises(CheckpointCorruptError, match=rf"{weights} is corrupt.*sha256.*resume=False") as e:
+        train(tiny_model(), train_b, val_b, s, tmp_path, model_meta=meta)
+    assert "start over with resume=false" in str(e.value).lower()
+    untouched = tiny_model(seed=5)
+    before = [p.clone() for p in untouched.parameters()]
+    with pytest.raises(CheckpointCorruptError):
+        load_checkpoint(tmp_path / "checkpoint", untouched)
+    assert all(torch.equal(a, b) for a, b in zip(before, untouched.parameters()))
+    # The train state is covered too.
+    r = train(tiny_model(), train_b, val_b, s, tmp_path, resume=False, stop_after_steps=3, model_meta=meta)
+    assert r.resumed_from == 0
+    state_file = tmp_path / "checkpoint" / STATE_FILE
+    raw = bytearray(state_file.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    state_file.write_bytes(bytes(raw))
+    with pytest.raises((CheckpointCorruptError, PipelineInputError), match=rf"{state_file}"):
+        train(tiny_model(), train_b, val_b, s, tmp_path, model_meta=meta)
+
+
+def test_weights_files_share_one_mode(tmp_path, blocks):
+    """Every .safetensors file the project writes is 0644 like its neighbours (safetensors alone
+    writes 0600): checkpoints and saved models here, export folders in tests/test_export.py."""
+    import os
+
+    from components.core.artifacts import WEIGHTS_MODE
+    from components.core.lm import save_lm
+
+    train_b, val_b = blocks
+    model = tiny_model()
+    r = train(model, train_b, val_b, quick(max_steps=1, eval_interval=0), tmp_path / "run")
+    files = [r.checkpoint_dir / WEIGHTS_FILE, save_lm(model, tmp_path / "saved" / WEIGHTS_FILE)]
+    modes = {f.name: oct(os.stat(f).st_mode & 0o777) for f in files}
+    assert WEIGHTS_MODE == 0o644 and set(modes.values()) == {"0o644"}, modes
+    assert oct(os.stat(r.checkpoint_dir / STATE_FILE).st_mode & 0o777) == "0o644"  # its neighbour

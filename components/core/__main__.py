@@ -7,7 +7,9 @@
 The folder is one written by `components.core.export.export_model` (the `model_export` asset's
 folders under .state/artifacts/model_export/<run id>/exports/<variant>/): it is checked (hashes,
 shapes, scheme, tokenizer) and loaded on its own; unset sampling settings come from its
-generation_config.json. The continuation is printed to stdout; errors go to stderr (exit code 2).
+generation_config.json. At most 4096 new tokens per call; a prompt longer than the model's context
+is cut to its last tokens, with a notice on stderr. The continuation is printed to stdout; errors go
+to stderr (exit code 2).
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+MAX_NEW_TOKENS = 4096  # the export's bound (components.core.export.folder.MAX_NEW_TOKENS), stated in --help
+
 
 def _generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="export folder (model.safetensors, config.json, tokenizer.json, generation_config.json)")
     p.add_argument("--prompt", default="", help="text to continue (empty: start a new document)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="new tokens (default: generation_config.json)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"new tokens, at most {MAX_NEW_TOKENS} (default: generation_config.json)")
     p.add_argument("--temperature", type=float, default=None, help="softmax temperature, 0 = greedy (default: generation_config.json)")
     p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens (default: generation_config.json)")
     p.add_argument("--seed", type=int, default=None, help="seed of the sampler (default: unseeded)")
@@ -39,6 +44,10 @@ def _run_generate(args: argparse.Namespace) -> int:
     except (ConfigError, PipelineInputError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if out.prompt_tokens_dropped:
+        total = out.prompt_tokens + out.prompt_tokens_dropped
+        print(f"notice: the prompt is {total} tokens, longer than the model's context: only its last {out.prompt_tokens} "
+              f"tokens were used (the first {out.prompt_tokens_dropped} were cut)", file=sys.stderr)
     print(args.prompt + out.text)
     if args.stats:
         print(f"[{out.variant}] {out.new_tokens} new tokens after {out.prompt_tokens} prompt tokens in {out.seconds:.2f} s", file=sys.stderr)

@@ -11,6 +11,16 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+WEIGHTS_MODE = 0o644  # every .safetensors file: readable by all, like its neighbours (safetensors writes 0600)
+
+
+def set_weights_mode(path: str | Path) -> Path:
+    """Give a written weights file the one mode of the project's weights (WEIGHTS_MODE), so a model
+    folder can be shared or served as it is."""
+    os.chmod(path, WEIGHTS_MODE)
+    return Path(path)
+
+
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bz2
 import hashlib
 import json
+import os
 import re
 import sys
 import tempfile
@@ -150,7 +151,10 @@ def check_path(path: Path) -> None:
         try:
             path.resolve(strict=True)
         except FileNotFoundError as e:
-            raise PipelineInputError(f"{path}: dangling symlink (its target {e.filename} does not exist)") from e
+            target = os.readlink(path)
+            final = path.resolve(strict=False)
+            also = "" if Path(path.parent, target) == final else f" (resolved: {final})"
+            raise PipelineInputError(f"{path}: dangling symlink to {target}, which does not exist{also}") from e
         except (RuntimeError, OSError) as e:  # RuntimeError up to Python 3.12, OSError(ELOOP) from 3.13
             raise PipelineInputError(f"{path}: symlink loop ({e})") from e
     elif not path.exists():
@@ -160,10 +164,20 @@ def check_path(path: Path) -> None:
 
 
 def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, line with its trailing newline) of a UTF-8 file, one line in memory at a time."""
+    """(line number, line with its trailing newline) of a UTF-8 file, one line in memory at a time.
+    A byte-order mark at the start is dropped and line ends are normalised to "\n" (CRLF, CR); a
+    NUL byte is refused, naming where: a file holding one is binary, not text."""
     offset = 0
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, start=1):
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw, offset = raw[3:], 3
+            nul = raw.find(b"\x00")
+            if nul >= 0:
+                raise PipelineInputError(
+                    f"{path}: a NUL byte at byte offset {offset + nul} (line {lineno}): a binary file, "
+                    "not text; remove it from the corpus or convert it to UTF-8 text"
+                )
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -172,7 +186,7 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
                     "convert the file to UTF-8"
                 ) from e
             offset += len(raw)
-            yield lineno, line
+            yield lineno, line.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _iter_txt(path: Path, mode: str) -> Iterator[dict[str, str]]:
@@ -462,9 +476,12 @@ def build_corpus(settings: CorpusSettings, out_dir: str | Path, cache_dir: Optio
         if n == 0:
             raise PipelineInputError(f"the corpus at {where} is empty (no document with text left after cleaning)")
         if n < 2:
+            fix = (
+                "for .txt files set corpus.txt_documents to 'paragraph'" if settings.txt_documents == "file"
+                else "add documents, or separate a .txt file's documents with a blank line"
+            )
             raise PipelineInputError(
-                f"the corpus at {where} has only one document; a train/validation split by document needs two or more "
-                "(for .txt files set corpus.txt_documents to 'paragraph')"
+                f"the corpus at {where} has only one document; a train/validation split by document needs two or more ({fix})"
             )
         train_idx, val_idx = split_documents(n, settings.validation_fraction, settings.seed)
         _write_splits(tmp / "all.arrow", val_idx, n, tmp / "train.arrow", tmp / "validation.arrow")

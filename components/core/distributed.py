@@ -1,7 +1,7 @@
 """Data-parallel training of a language model in several processes, launched by torchrun.
 
     python -m components.core.distributed launch --nproc-per-node 2 spec.json   # torchrun + a failure report
-    torchrun --standalone --nproc-per-node 2 -m components.core.distributed spec.json   # the same, plain
+    python -m components.core.distributed torchrun --nproc-per-node 2 -m components.core.distributed spec.json   # the same, plain
 
 The spec (`WorkerSpec`, JSON or YAML) names the model family and its settings, the training
 settings, the labels folder with the SHA-256 of each of its files (every rank checks them before
@@ -22,6 +22,13 @@ fails, it stops the others and writes out_dir/launch_failure.json naming which r
 (signal, exit code, or the exception a rank raised), then exits 1. Ranks and launcher stop within a
 second when the process that started them dies, so no orphan trains on into a folder a rerun uses.
 
+The launch is one machine's, and nothing it starts listens outside loopback: torchrun's own
+`--standalone` (and `--master-addr`) rendezvous store binds every interface whatever host it is
+given, an unauthenticated store reachable from the network. The launcher instead registers the
+`loopback` rendezvous (`LoopbackRendezvous`): the one store the agent and the ranks share is served
+on a socket this process binds to 127.0.0.1 on a free port. `torchrun` above is torch's launcher
+with that rendezvous registered, for launches outside `launch`.
+
 `LaunchSettings` is the one setting that chooses in-process or torchrun training; `world_size_problems`
 refuses, before anything launches, a world size that does not fit the machine (more CPU processes
 than cores, more GPU processes than GPUs) or the global batch.
@@ -38,6 +45,7 @@ import inspect
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -147,7 +155,8 @@ def backend_for(device: torch.device) -> str:
 
 def launch_env(launch: LaunchSettings, train_settings: TrainSettings) -> dict[str, str]:
     """Environment for the launcher: on the CPU, each rank's threads share the cores (torchrun
-    would set 1) and gloo talks over the loopback interface only (one machine)."""
+    would set 1) and gloo talks over the loopback interface only (one machine); on GPUs NCCL's
+    bootstrap sockets are on loopback too (the data moves between the GPUs of the one machine)."""
     env = {}
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if train_settings.device == "cpu" or gpus == 0:
@@ -155,6 +164,8 @@ def launch_env(launch: LaunchSettings, train_settings: TrainSettings) -> dict[st
         env["OMP_NUM_THREADS"] = str(threads)
         if "GLOO_SOCKET_IFNAME" not in os.environ:
             env["GLOO_SOCKET_IFNAME"] = "lo"
+    elif "NCCL_SOCKET_IFNAME" not in os.environ:
+        env["NCCL_SOCKET_IFNAME"] = "lo"
     return env
 
 
@@ -359,9 +370,62 @@ class FullStateCheckpoints:
 # The launcher
 
 
+LOOPBACK_RDZV = "loopback"
+RDZV_OPTIONS = {"--standalone", "--rdzv-backend", "--rdzv-endpoint", "--master-addr", "--master-port", "--nnodes"}
+
+
+def _loopback_rendezvous_class():
+    from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import StaticTCPRendezvous
+
+    class LoopbackRendezvous(StaticTCPRendezvous):
+        """One machine's rendezvous whose store (shared by the agent and its ranks) listens on a socket
+        bound to 127.0.0.1 on a free port, handed to the TCPStore as its listening socket: a store
+        given only a host name would bind every interface."""
+
+        def get_backend(self) -> str:
+            return LOOPBACK_RDZV
+
+        def next_rendezvous(self):
+            from torch.distributed import TCPStore
+
+            if not self._store:
+                listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                listener.bind(("127.0.0.1", 0))
+                listener.listen(128)
+                self.master_addr, self.master_port = listener.getsockname()
+                self._store = TCPStore(
+                    self.master_addr, self.master_port, self.world_size, True, self.timeout,
+                    multi_tenant=True, master_listen_fd=listener.fileno(),
+                )
+                self._listener = listener  # open as long as the store serves on it
+            return super().next_rendezvous()
+
+    return LoopbackRendezvous
+
+
+def _create_loopback_rendezvous(params: Any) -> Any:
+    if params.max_nodes != 1:
+        raise ConfigError(f"the {LOOPBACK_RDZV} rendezvous is one machine's: --nnodes=1, not {params.max_nodes}")
+    timeout = int(params.config.get("timeout", 600))
+    return _loopback_rendezvous_class()("127.0.0.1", 0, 0, 1, params.run_id, timeout)
+
+
+def register_loopback_rendezvous() -> None:
+    """Make `--rdzv-backend=loopback` known to torchrun in this process (idempotent)."""
+    from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
+
+    rendezvous_handler_registry.register(LOOPBACK_RDZV, _create_loopback_rendezvous)
+
+
 def torchrun_args(spec_path: str | Path, nproc_per_node: int, worker_module: str = WORKER_MODULE) -> list[str]:
-    """torchrun's arguments: one machine (a local rendezvous on a free port), no restarts."""
-    return ["--standalone", f"--nproc-per-node={nproc_per_node}", "--max-restarts=0", "-m", worker_module, str(spec_path)]
+    """torchrun's arguments: one machine, its rendezvous store on loopback (`LoopbackRendezvous`, which
+    `register_loopback_rendezvous` must have made known), no restarts."""
+    import uuid
+
+    return [
+        "--nnodes=1", f"--rdzv-backend={LOOPBACK_RDZV}", "--rdzv-endpoint=127.0.0.1:0", f"--rdzv-id={uuid.uuid4()}",
+        f"--nproc-per-node={nproc_per_node}", "--max-restarts=0", "-m", worker_module, str(spec_path),
+    ]
 
 
 def failure_report(error: Any, out_dir: str | Path) -> dict[str, Any]:
@@ -406,6 +470,7 @@ def launch(spec_path: str | Path, nproc_per_node: int, worker_module: str = WORK
     for key, value in launch_env(LaunchSettings(launcher="torchrun", nproc_per_node=nproc_per_node), spec.train).items():
         os.environ.setdefault(key, value)  # what the asset passes; the ranks inherit it
     exit_with_parent()
+    register_loopback_rendezvous()
     try:
         run(parse_args(torchrun_args(spec_path, nproc_per_node, worker_module)))
     except ChildFailedError as e:
@@ -423,6 +488,14 @@ def read_failure(out_dir: str | Path) -> dict[str, Any] | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "torchrun":  # torch's launcher, with the loopback rendezvous known
+        from torch.distributed.run import main as torchrun_main
+
+        register_loopback_rendezvous()
+        args = argv[1:]
+        chosen = any(a.split("=")[0].replace("_", "-") in RDZV_OPTIONS for a in args)
+        torchrun_main(args if chosen else torchrun_args("", 1)[:4] + args)  # unless told otherwise: loopback
+        return 0
     if argv and argv[0] == "launch":
         ap = argparse.ArgumentParser(prog="python -m components.core.distributed launch", description="torchrun a worker spec")
         ap.add_argument("--nproc-per-node", type=int, required=True)

@@ -29,6 +29,7 @@ from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field
 from safetensors.torch import save_model
 
+from .artifacts import set_weights_mode
 from .data import PAD_ID, TokenBlocks
 from .device import autocast_context, estimate_mfu, resolve_device, resolve_dtype, seed_everything
 from .errors import ConfigError, PipelineInputError
@@ -116,6 +117,53 @@ def resolve_settings(family: str, model_settings: ModelSettings | dict, vocab_si
     return _SIZERS[family](settings, vocab_size)
 
 
+WIDTH_FIELDS = {"transformer": ("n_embd",), "recurrent": ("n_embd", "hidden_size")}  # what param_budget sizes
+
+
+def explicit_settings_win(
+    family: str, model: dict, model_defaults: dict, train: dict | None = None, train_defaults: dict | None = None,
+) -> tuple[dict, dict, list[str]]:
+    """A setting the user changed is never silently overridden by one derived from a default.
+
+    `model`/`train` are the settings of a run, `*_defaults` what they would be had the user written
+    nothing (a component's defaults); a setting is the user's when it differs from its default.
+    - A width the user set (`n_embd`, or a recurrent `hidden_size`) turns a default `param_budget`
+      off: the model is built at that width, as with `param_budget: null`. A width and a
+      `param_budget` both set is a ConfigError naming both fields.
+    - The trained context follows the model's: a `model.block_size` the user set below a default
+      `train.block_size` makes the latter follow it (null: the model's and the labels' smaller); a
+      `train.block_size` the user set above a default `model.block_size` raises the model's to it.
+      Both set and in conflict stays the training loop's error naming both.
+    Returns (model, train, notes): the settings to train, and one note per setting turned off."""
+    model, train = dict(model), dict(train or {})
+    train_defaults = train_defaults or {}
+    notes: list[str] = []
+
+    def changed(d: dict, defaults: dict, key: str) -> bool:
+        return key in d and d[key] != defaults.get(key)
+
+    widths = [k for k in WIDTH_FIELDS[family] if changed(model, model_defaults, k)]
+    if widths and model.get("param_budget") is not None:
+        written = ", ".join(f"model.{k}={model[k]}" for k in widths)
+        if changed(model, model_defaults, "param_budget"):
+            raise ConfigError(
+                f"{written} and model.param_budget={model['param_budget']} are both set, but param_budget chooses "
+                f"{' and '.join(WIDTH_FIELDS[family])} itself: drop {written} to size the model by the budget, or set "
+                "model.param_budget: null to build it at that width"
+            )
+        notes.append(f"{written} is set: the default model.param_budget={model['param_budget']} is off (as with param_budget: null)")
+        model["param_budget"] = None
+    m_block, t_block = model.get("block_size"), train.get("block_size")
+    if m_block is not None and t_block is not None and t_block > m_block:
+        if changed(model, model_defaults, "block_size") and not changed(train, train_defaults, "block_size"):
+            notes.append(f"model.block_size={m_block} is set: train.block_size follows it (the default {t_block} is off)")
+            train["block_size"] = None
+        elif changed(train, train_defaults, "block_size") and not changed(model, model_defaults, "block_size"):
+            notes.append(f"train.block_size={t_block} is set: model.block_size follows it (the default {m_block} is off)")
+            model["block_size"] = t_block
+    return model, train, notes
+
+
 def build_model(family: str, model_settings: ModelSettings | dict, vocab_size: int) -> nn.Module:
     """The family's model from resolved settings (a pending param_budget is a ConfigError: resolve first)."""
     settings = _as_settings(family, model_settings)
@@ -132,7 +180,7 @@ def save_lm(model: nn.Module, path: str | Path, metadata: dict | None = None) ->
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_model(model, str(path), metadata=model_metadata(model, {"family": family_of(model), **(metadata or {})}))
-    return path
+    return set_weights_mode(path)
 
 
 def load_lm(path: str | Path, device: str | torch.device = "cpu", expected_meta: dict | None = None) -> nn.Module:

@@ -178,6 +178,19 @@ def encode(tok: Tokenizer, text: str) -> list[int]:
     return [i for ids, _ in iter_token_ids(tok, [text]) for i in ids.tolist()]
 
 
+# Between two of these, a space is one `segment_chinese` put there (Chinese is written without them).
+_CJK = r"\u3000-\u303f\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef\U00020000-\U0003134f"
+_SPACE_IN_CJK = re.compile(rf"(?<=[{_CJK}])\s+(?=[{_CJK}])")
+
+
+def decode(tok: Tokenizer, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+    """Text of token ids, as it was written: for a tokenizer whose input is segmented by jieba
+    (`segments_chinese`), the spaces the segmentation put between Han words (and CJK punctuation)
+    are removed again; other tokenizers decode as they do."""
+    text = tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+    return _SPACE_IN_CJK.sub("", text) if segments_chinese(tok) else text
+
+
 # --- training -------------------------------------------------------------------------------------
 
 

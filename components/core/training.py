@@ -48,6 +48,9 @@ Files under `out_dir`:
     checkpoint/train_state.pt      optimizer, step, the model identity, sampler and torch RNG states,
                                    history (torch.save; loaded with weights_only=True). A restore
                                    refuses a pair whose step or identity disagree.
+    checkpoint/sha256.json         the SHA-256 of both files, written with them: a restore refuses
+                                   (CheckpointCorruptError, naming the file) any file whose bytes
+                                   changed since, before anything is loaded.
     history.json                   the logged points of the (last) run
 """
 
@@ -68,7 +71,7 @@ from torch.profiler import record_function
 from safetensors import safe_open
 from safetensors.torch import load_file, load_model, save_model
 
-from .artifacts import atomic_dir, write_json
+from .artifacts import atomic_dir, read_json, set_weights_mode, sha256_file, write_json
 from .data import IGNORE_INDEX, Blocks
 from .device import DeviceSetting, DtypeSetting, autocast_context, resolve_device, resolve_dtype, synchronize
 from .errors import ConfigError, PipelineInputError
@@ -76,6 +79,7 @@ from .models.sizing import count_parameters
 
 WEIGHTS_FILE = "model.safetensors"
 STATE_FILE = "train_state.pt"
+CHECKSUM_FILE = "sha256.json"
 CHECKPOINT_DIR = "checkpoint"
 CHECKPOINT_FORMAT = "1"
 
@@ -175,6 +179,11 @@ class TrainingDivergedError(RuntimeError):
 class CheckpointMismatchError(ConfigError):
     """A checkpoint on disk belongs to another model (kind, config, vocabulary or tokenizer), or its
     two files (weights and train state) come from different saves."""
+
+
+class CheckpointCorruptError(PipelineInputError):
+    """A checkpoint file's bytes are not those written (its SHA-256 differs from the one recorded
+    with the checkpoint), or no SHA-256 was recorded: it is never resumed from."""
 
 
 @dataclass
@@ -356,11 +365,32 @@ def save_checkpoint(
     meta = {**model_metadata(model, model_meta), "step": str(step)}
     with atomic_dir(ckpt_dir) as tmp:
         save_model(model, str(tmp / WEIGHTS_FILE), metadata=meta)
+        set_weights_mode(tmp / WEIGHTS_FILE)
         if optimizer is not None:
             identity = {k: meta[k] for k in IDENTITY_KEYS}
             state = {"step": step, "metadata": identity, "optimizer": optimizer.state_dict(), **(train_state or {})}
             torch.save(state, tmp / STATE_FILE)
+        write_json(tmp / CHECKSUM_FILE, {f.name: sha256_file(f) for f in sorted(tmp.iterdir()) if f.is_file()})
     return ckpt_dir
+
+
+def verify_checkpoint_file(ckpt_dir: Path, name: str) -> None:
+    """`ckpt_dir/name` has the SHA-256 recorded when the checkpoint was written (CheckpointCorruptError if not)."""
+    path, sums = ckpt_dir / name, ckpt_dir / CHECKSUM_FILE
+    over = f"Start over with resume=False (or delete {ckpt_dir}); it is never resumed from"
+    if not sums.is_file():
+        raise CheckpointCorruptError(f"{ckpt_dir} records no checksums ({CHECKSUM_FILE}; an older or partial checkpoint) so "
+                                     f"{path} cannot be verified. {over}")
+    try:
+        expected = read_json(sums).get(name)
+    except (ValueError, AttributeError) as e:
+        raise CheckpointCorruptError(f"{sums} is corrupt ({e}). {over}") from e
+    got = sha256_file(path)
+    if got != expected:
+        raise CheckpointCorruptError(
+            f"{path} is corrupt: its sha256 is {got[:12]}… but {expected[:12] if expected else '(none)'}… was recorded "
+            f"when the checkpoint was written (in {sums}). {over}"
+        )
 
 
 def read_metadata(path: str | Path) -> dict[str, str]:
@@ -411,7 +441,8 @@ def load_checkpoint(
 
     Refuses (CheckpointMismatchError) a checkpoint whose model kind, config, vocabulary or
     tokenizer hash differ from `expected_meta`, and a train_state.pt whose step or model identity
-    differ from the weights' header — before anything is loaded into `model`.
+    differ from the weights' header; refuses (CheckpointCorruptError) a file whose SHA-256 is not
+    the one recorded in sha256.json — all before anything is loaded into `model`.
     """
     ckpt_dir = Path(ckpt_dir)
     meta = read_metadata(ckpt_dir)
@@ -419,6 +450,7 @@ def load_checkpoint(
         check_compatible(meta, expected_meta, ckpt_dir)
     state: dict = {}
     if (ckpt_dir / STATE_FILE).is_file():
+        verify_checkpoint_file(ckpt_dir, STATE_FILE)
         try:
             state = torch.load(ckpt_dir / STATE_FILE, map_location="cpu", weights_only=True)
         except Exception as e:
@@ -428,6 +460,7 @@ def load_checkpoint(
         _check_same_save(meta, state, ckpt_dir)
     elif optimizer is not None:
         raise PipelineInputError(f"{ckpt_dir} holds weights but no {STATE_FILE}; it cannot be resumed, start fresh with resume=False")
+    verify_checkpoint_file(ckpt_dir, WEIGHTS_FILE)
     load_weights_into(model, ckpt_dir)
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer"])

@@ -28,6 +28,7 @@ checkpoint for the rerun.
 
 
 import fcntl
+import os
 import shutil
 import sys
 from contextlib import contextmanager
@@ -44,10 +45,10 @@ from components.core.distributed import (
 )
 from components.core.errors import PipelineInputError
 from components.core.labels import load_labels
-from components.core.lm import LMResult, SamplingSettings, finish_lm, prepare_lm, train_lm
+from components.core.lm import LMResult, SamplingSettings, explicit_settings_win, finish_lm, prepare_lm, train_lm
 from components.core.models.recurrent import RecurrentSettings
 from components.core.models.transformer import TransformerSettings
-from components.core.tokenizer import load_tokenizer
+from components.core.tokenizer import decode as decode_text, encode as encode_text, load_tokenizer
 from components.core.training import WEIGHTS_FILE, TrainSettings, load_weights_into, model_metadata
 
 from .checks import claim_spec, judged
@@ -141,14 +142,26 @@ def scratch_dir(asset: str, identity: dict[str, Any]) -> Path:
 
 @contextmanager
 def exclusive(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `path`.lock (released by the kernel if the process dies)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as fh:
+    """Hold an exclusive lock on `path`.lock (released by the kernel if the process dies). Retention
+    removes a lock file nobody holds (recovery.remove_stale_locks): a lock taken on a file that was
+    unlinked meanwhile is dropped and taken again on the current one."""
+    lock = path.with_name(path.name + ".lock")
+    while True:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(lock, "a")
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            current = os.stat(lock).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(fh.fileno()).st_ino:
+            break
+        fh.close()
+    try:
+        yield
+    finally:
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        fh.close()
 
 
 def _history_summary(history: list[dict]) -> list[dict]:
@@ -192,6 +205,15 @@ def language_model_asset(
     )
     def _lm(context: dg.AssetExecutionContext, config: config_cls, labels: dict, tokenizer: dict, mlflow: MlflowTracker):
         check_same_tokenizer(labels, tokenizer)
+        # A width or block size the run config sets is never resized by a default (explicit_settings_win).
+        model_settings, train_settings, notes = explicit_settings_win(
+            family, config.model.model_dump(), model_cls().model_dump(), config.train.model_dump(), train_cls().model_dump()
+        )
+        for note in notes:
+            context.log.warning(note)
+        config = config.model_copy(update={
+            "model": config.model.model_copy(update=model_settings), "train": config.train.model_copy(update=train_settings),
+        })
         scratch = scratch_dir(name, training_identity(name, family, config.model_dump(), labels, tokenizer))
         with exclusive(scratch):
             output = _train_and_publish(context, mlflow, config, labels, tokenizer, scratch)
@@ -204,13 +226,15 @@ def language_model_asset(
         settings = config.model_dump()
         launch = LaunchSettings(**config.train.model_dump(include=set(LAUNCH_FIELDS)))
         train_settings = TrainSettings(**config.train.model_dump(exclude=set(LAUNCH_FIELDS)))
-        with stage(context, mlflow, {**settings, "family": family}) as s:
+        # The data's identity among the params: runs on different tokenizers compare side by side.
+        data = {"vocab_size": labels["vocab_size"], "tokenizer_sha256": labels["tokenizer_sha256"]}
+        with stage(context, mlflow, {**settings, "family": family, **data}) as s:
             train_data, val_data, meta = load_labels(labels["path"])
             tok = load_tokenizer(tokenizer["path"])
             common = dict(
                 sampling=SamplingSettings(**config.sampling.model_dump()),
-                decode=lambda ids: tok.decode(ids, skip_special_tokens=False),
-                encode=lambda text: tok.encode(text, add_special_tokens=False).ids,
+                decode=lambda ids: decode_text(tok, ids, skip_special_tokens=False),  # Chinese without jieba's spaces
+                encode=lambda text: encode_text(tok, text),
             )
             if launch.launcher == "torchrun":
                 result, launched = _train_torchrun(context, s, mlflow, config, launch, train_settings, labels, scratch, common)
@@ -347,14 +371,16 @@ def register_model(context: dg.AssetExecutionContext, s: Any, weights: Path, tok
     provenance = {"asset": name, "dagster_run_id": run_id, "mlflow_run_id": s.run.run_id}
     with tempfile.TemporaryDirectory(prefix=f"{name}-export-") as tmp:  # the run folder keeps only the weights
         folder = Path(tmp) / "model"
-        export_model(load_lm(weights), "fp32", folder, tokenizer_path=tokenizer["path"], config=result.config.model_dump(),
+        model = load_lm(weights)
+        export_model(model, "fp32", folder, tokenizer_path=tokenizer["path"], config=result.config.model_dump(),
                      train_settings=config.train.model_dump(), provenance=provenance, tokenizer_sha256=tokenizer["sha256"])
         return log_and_register(
             s.run, folder, name,
             description=f"{description} (asset `{name}`; one version per materialization).",
             model_description=f"Dagster run {run_id} ({dagster_run_url(run_id)}): val loss {result.metrics['val/loss']:.4f}.",
             tags=links,
-            params={"family": result.family, **{f"model.{k}": v for k, v in result.config.model_dump().items()}},
+            params={"family": result.family, "vocab_size": model.vocab_size, "tokenizer_sha256": tokenizer["sha256"],
+                    **{f"model.{k}": v for k, v in result.config.model_dump().items()}},
         )
 
 

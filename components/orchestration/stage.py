@@ -210,4 +210,4 @@ def stage(context: dg.AssetExecutionContext, tracker: MlflowTracker, params: dic
             yield Stage(context=context, run=run, tmp=tmp, final=final)
     n = keep_last()
     if n > 0:
-        prune(n, instance=context.instance, assets=["/".join(context.asset_key.path)])
+        prune(n, instance=context.instance, assets=["/".join(context.asset_key.path)], tracking_uri=tracker.resolved_uri())

@@ -18,6 +18,9 @@ from pydantic import ValidationError
 
 from components.core.distributed import LaunchSettings, world_size_problems
 from components.core.errors import ConfigError
+from components.core.lm import explicit_settings_win
+from components.core.models.recurrent import RecurrentSettings
+from components.core.models.transformer import TransformerSettings
 from components.core.training import TrainSettings
 
 LABELS = "labels"
@@ -70,6 +73,21 @@ def check_run_config(
         model = getattr(cfg, "model", None)
         t_block = getattr(train, "block_size", None)
         m_block = getattr(model, "block_size", None)
+        if hasattr(model, "param_budget") and isinstance(train, TrainSettings):
+            # A language model: the settings it trains with, by the rule its asset applies (lm.explicit_settings_win).
+            family = "recurrent" if hasattr(model, "hidden_size") else "transformer"
+            defaults = classes[op]()
+            try:
+                m, t, _ = explicit_settings_win(family, model.model_dump(), defaults.model.model_dump(),
+                                                train.model_dump(), defaults.train.model_dump())
+                resolved = {"recurrent": RecurrentSettings, "transformer": TransformerSettings}[family](**m)
+            except ConfigError as e:
+                problems.append(f"ops.{op}.config.model: {e}")
+                continue
+            except ValidationError as e:
+                problems += [f"ops.{op}.config.model: {x['msg']}" for x in e.errors()]
+                continue
+            t_block, m_block = t.get("block_size"), getattr(resolved, "block_size", None)
         if t_block is not None and t_block > labels_block_size:
             problems.append(f"ops.{op}.config.train.block_size={t_block} exceeds {labels_name}.block_size={labels_block_size}: lower it or raise {labels_name}.block_size")
         if t_block is not None and m_block is not None and t_block > m_block:

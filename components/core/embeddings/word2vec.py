@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..artifacts import atomic_dir
+from ..artifacts import atomic_dir, set_weights_mode
 from ..errors import ConfigError, PipelineInputError
 from .vocab import N_SPECIAL, Vocab, build_vocab, word_tokenize  # noqa: F401  (re-exported)
 
@@ -724,6 +724,7 @@ def save_embeddings(result: Word2VecResult, out_dir: str | Path) -> dict[str, Pa
     }
     with atomic_dir(out_dir) as tmp:
         save_file({"vectors": np.ascontiguousarray(result.vectors, dtype=np.float32)}, str(tmp / "vectors.safetensors"), metadata=meta)
+        set_weights_mode(tmp / "vectors.safetensors")
         result.vocab.save_tsv(tmp / "vocab.tsv")
         (tmp / "trainable").mkdir()
         # Plain SGD has no optimizer moments: the state is the two matrices and where the schedule stopped.
@@ -736,6 +737,7 @@ def save_embeddings(result: Word2VecResult, out_dir: str | Path) -> dict[str, Pa
             str(tmp / "trainable" / "state.safetensors"),
             metadata=state_meta,
         )
+        set_weights_mode(tmp / "trainable" / "state.safetensors")
     return {
         "vectors": out_dir / "vectors.safetensors",
         "vocab": out_dir / "vocab.tsv",

@@ -36,10 +36,10 @@ import torch.nn as nn
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from ..artifacts import atomic_dir, sha256_file
+from ..artifacts import atomic_dir, set_weights_mode, sha256_file
 from ..data import PAD_ID
 from ..errors import ConfigError, PipelineInputError
-from ..tokenizer import BOS, EOS, UNK, load_tokenizer
+from ..tokenizer import BOS, EOS, UNK, decode, encode, load_tokenizer
 from .precision import (
     VARIANTS, PrecisionSpec, apply_precision, check_shapes, eager, precision_state_dict,
     rewrite_recurrent, scheme_variant, spec_of, to_precision,
@@ -53,6 +53,7 @@ TOKENIZER = "tokenizer.json"
 GENERATION = "generation_config.json"
 CARD = "README.md"
 DEFAULT_GENERATION = {"max_new_tokens": 64, "temperature": 0.8, "top_k": 50}
+MAX_NEW_TOKENS = 4096  # per `generate` call: a bound on the time one request can take
 
 
 @dataclass
@@ -161,6 +162,7 @@ def save_weights(model: nn.Module, path: str | Path, *, config: dict | None = No
     tmp = path.with_name(f".{path.name}.partial")
     try:
         save_file(precision_state_dict(model), str(tmp), metadata=meta)
+        set_weights_mode(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -414,10 +416,11 @@ def generate_tokens(
 @dataclass
 class Generation:
     text: str  # the prompt's continuation (new tokens, decoded, up to the first [EOS])
-    prompt_tokens: int
+    prompt_tokens: int  # the prompt's tokens the model saw (at most its block_size)
     new_tokens: int
     seconds: float
     variant: str
+    prompt_tokens_dropped: int = 0  # the prompt's first tokens cut off to fit the model's context
 
 
 def generate(
@@ -432,7 +435,13 @@ def generate(
     loaded: tuple | None = None,
 ) -> Generation:
     """Continue `prompt` with the model of an export folder; unset sampling settings come from its
-    generation_config.json. An empty prompt starts a new document (after [EOS])."""
+    generation_config.json. An empty prompt starts a new document (after [EOS]). At most
+    MAX_NEW_TOKENS new tokens per call (more is a ConfigError, before anything runs); a prompt longer
+    than the model's context keeps its last block_size tokens (`prompt_tokens_dropped` says how many
+    went). Text is encoded and decoded as the model was trained (Chinese segmented by jieba for a
+    word-level tokenizer, and decoded without the spaces between its words)."""
+    if max_new_tokens is not None and max_new_tokens > MAX_NEW_TOKENS:
+        raise ConfigError(f"max_new_tokens={max_new_tokens} is over the maximum of {MAX_NEW_TOKENS} new tokens per call")
     folder = Path(folder)
     model, tokenizer, cfg = loaded or load_export(folder, device)
     gen = {**DEFAULT_GENERATION, **(_read_json(folder / GENERATION, "sampling defaults") if (folder / GENERATION).is_file() else {})}
@@ -441,15 +450,17 @@ def generate(
     k = gen.get("top_k") if top_k is None else top_k
     if n < 1:
         raise ConfigError(f"max_new_tokens must be >= 1, got {n}")
+    if n > MAX_NEW_TOKENS:
+        raise ConfigError(f"max_new_tokens={n} is over the maximum of {MAX_NEW_TOKENS} new tokens per call")
     if t < 0:
         raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {t}")
     if k is not None and k < 1:
         raise ConfigError(f"top_k must be >= 1 (or unset), got {k}")
-    ids = tokenizer.encode(prompt, add_special_tokens=False).ids if prompt else []
+    ids = encode(tokenizer, prompt) if prompt else []
     ids = ids or [EOS]
     block = getattr(getattr(model, "config", None), "block_size", None)
-    if block is not None:
-        ids = ids[-block:]
+    dropped = max(0, len(ids) - block) if block is not None else 0
+    ids = ids[dropped:]
     dev = next(model.parameters()).device
     idx = torch.tensor([ids], dtype=torch.long, device=dev)
     t0 = time.perf_counter()
@@ -458,8 +469,8 @@ def generate(
     if EOS in out:
         out = out[: out.index(EOS)]
     return Generation(
-        text=tokenizer.decode(out, skip_special_tokens=True), prompt_tokens=len(ids), new_tokens=len(out),
-        seconds=seconds, variant=cfg["quantization"]["variant"],
+        text=decode(tokenizer, out, skip_special_tokens=True), prompt_tokens=len(ids), new_tokens=len(out),
+        seconds=seconds, variant=cfg["quantization"]["variant"], prompt_tokens_dropped=dropped,
     )
 
 
