@@ -169,3 +169,27 @@ def test_every_claim_is_judged_once_per_asset_and_a_missing_or_broken_input_is_n
     assert by[("heads_differ", "attention_heads")].status == "not judged"
     worse = C.judge_all({"rnn_lm": {**manifests["rnn_lm"], "metrics": {"val/loss": 5.0}}}, ["rnn_lm"], [C.claim("better_than_uniform")])
     assert worse[0].status == "warning"  # a finding (warn), not an error
+
+
+def test_every_check_has_a_kind_and_every_article_claim_its_section_statements_and_falsifier():
+    assert {c.kind for c in C.CLAIMS} == {"claim", "invariant"}
+    for c in C.CLAIMS:
+        assert c.section in C.SECTIONS and c.statement and c.statement_zh and c.falsifier, c.name
+    # The invariants the design names are not counted as the article's claims.
+    kinds = {c.name: c.kind for c in C.CLAIMS}
+    for name in ("pad_row_is_zero", "pad_excluded_from_similarity", "attention_rows_sum_to_one", "ffn_holds_two_thirds",
+                 "reload_reproduces_logits", "int8_weights_size", "nf4_weights_size", "clipping_bounds_gradient", "better_than_uniform"):
+        assert kinds[name] == "invariant", name
+    assert all(c.blocking for c in C.invariants() if not c.warn)
+    with pytest.raises(ValueError, match="kind"):
+        C.Claim("x", "a", "s", C.better_than_uniform, kind="observation")
+
+
+def test_not_judged_is_never_a_pass():
+    v = C.not_judged("nothing measured")
+    assert not v.passed and not v.judged
+    j = C.Judgement(C.claim("int8_model_size"), "quantized_models", v)
+    assert j.status == "not judged"
+    quant = {"main_model": "transformer_lm", "checks": {"int8_size": {"value": None, "limit": 0.55, "all_in": None}}}
+    assert C.judge_all({"quantized_models": quant}, [], [C.claim("int8_weights_size"), C.claim("int8_model_size")])[0].status == "not judged"
+    assert [j.status for j in C.judge_all({"quantized_models": quant}, [], [C.claim("int8_model_size")])] == ["not judged"]

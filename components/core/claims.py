@@ -1,14 +1,19 @@
-"""The article's claims, each judged on a run's own artifacts.
+"""The article's claims, each judged on a run's own artifacts, and the invariants kept apart from them.
 
-One function per claim. It takes the manifest (the plain JSON dict an asset hands downstream) of the
+One function per check. It takes the manifest (the plain JSON dict an asset hands downstream) of the
 asset whose output it judges, reads the files that manifest names when it needs them, and returns a
-`Verdict`: whether the claim held, its sub-checks and the measured figures. The asset checks call
-these functions and so does the run's report, so a check and the report never disagree.
+`Verdict`: whether it held, its sub-checks and the measured figures. The asset checks call these
+functions and so does the run's report, so a check and the report never disagree.
 
-`CLAIMS` lists every claim with the asset it judges (`LANGUAGE_MODELS`: each language-model asset),
-its statement (the check's description), whether a failure blocks downstream steps, and whether it is
-a finding that needs a trained model of some size or a quiet machine (a warning when it fails) rather
-than a property that must hold.
+`CLAIMS` lists every check with its kind:
+- an article **claim** (`kind="claim"`): an empirical statement of the article that this run could
+  contradict. It names the article's section, says in Chinese and in English what it claims, and its
+  `falsifier` says which result would fail it; a test builds that world and asserts the failure.
+  Only these are counted in the report's headline.
+- an **invariant** (`kind="invariant"`): true by construction of the code (a zeroed PAD row, softmax
+  rows summing to one, the byte arithmetic of a format). A failure is a bug: a blocking integrity
+  check, listed apart and never counted as evidence for the article.
+A verdict that measured nothing is "not judged" (`Verdict.judged` false): never counted as passed.
 """
 
 from __future__ import annotations
@@ -20,12 +25,29 @@ from typing import Any, Callable
 import numpy as np
 
 LANGUAGE_MODELS = "*language models*"  # a claim judged on every language-model asset
+KINDS = ("claim", "invariant")
 SQRT2 = math.sqrt(2.0)
 ONEHOT_TOLERANCE = 1e-9  # one-hot distances are √2 up to float rounding
 SPREAD_OVER_RANDOM = 1.5  # learned distances' std/mean at least this × that of random directions
 ROW_SUM_TOLERANCE = 1e-5
 CLIP_TOLERANCE = 1e-4  # relative: clipping scales by clip / (norm + 1e-6), then float32 rounding
 TOPK_MARGIN = 1e-4  # nats: a loss "rises" by more than float rounding between attention paths
+
+# The article's sections as this project reads them (the `section` of each claim).
+SECTIONS = {
+    "1.1": "One-hot vectors and learned word vectors",
+    "1.2": "What word vectors learn: similarity and analogy (king − man + woman ≈ queen)",
+    "2.1": "Recurrent networks: one word after another",
+    "2.2": "Vanishing and exploding gradients; clipping",
+    "2.3": "The LSTM's gates",
+    "3.1": "Attention: a weighted mix of every word",
+    "3.2": "Positional encoding",
+    "3.3": "Multi-head attention, the FFN and the residual stream",
+    "4.1": "Long context: the N² score matrix and fused kernels",
+    "4.2": "Generation: the KV cache against a recurrent state",
+    "5.1": "Quantization: INT8 and 4-bit",
+    "5.2": "Export and reload",
+}
 
 
 @dataclass(frozen=True)
@@ -34,6 +56,7 @@ class Verdict:
     checks: dict[str, bool]
     figures: dict[str, Any]  # numbers, short strings
     note: str = ""
+    judged: bool = True  # False: nothing was measured to judge (never counted as passed)
 
 
 def verdict(checks: dict[str, bool], figures: dict[str, Any] | None = None, note: str = "") -> Verdict:
@@ -41,19 +64,30 @@ def verdict(checks: dict[str, bool], figures: dict[str, Any] | None = None, note
     return Verdict(passed=bool(checks) and all(checks.values()), checks=checks, figures=dict(figures or {}), note=note)
 
 
-def not_measured(note: str, figures: dict[str, Any] | None = None) -> Verdict:
-    """Nothing to judge (the stage did not measure it in this configuration): passes, and says so."""
-    return Verdict(passed=True, checks={}, figures=dict(figures or {}), note=note)
+def not_judged(note: str, figures: dict[str, Any] | None = None) -> Verdict:
+    """Nothing to judge (the stage did not measure it in this configuration): not passed, and says why."""
+    return Verdict(passed=False, checks={}, figures=dict(figures or {}), note=note, judged=False)
+
+
+not_measured = not_judged  # the older name
 
 
 @dataclass(frozen=True)
 class Claim:
     name: str  # the asset check's name
     asset: str  # the asset whose manifest is judged, or LANGUAGE_MODELS
-    statement: str
+    statement: str  # in English, the project's own words
     judge: Callable[[dict], Verdict] = field(repr=False)
     blocking: bool = False
     warn: bool = False  # a finding of a trained model or a timing: a warning, not an error, when it fails
+    kind: str = "claim"  # "claim": the article's, the run could contradict it; "invariant": true by construction
+    section: str = ""  # the article's section it tests (`SECTIONS`)
+    statement_zh: str = ""  # the statement in Chinese
+    falsifier: str = ""  # the result that fails it
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"claim {self.name}: kind {self.kind!r} is not one of {KINDS}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -172,6 +206,8 @@ def clipping_tames_exploding_gradients(gradient_study: dict) -> Verdict:
     if clip is not None and "clip/max_grad_norm_clipped" in m:
         checks["clipped_norm_within_bound"] = m["clip/max_grad_norm_clipped"] <= clip * (1 + CLIP_TOLERANCE)
         figures["clip_grad"] = clip
+    if "clip/steps_clip_engaged" in m:  # the clip acted: a bound never approached would prove nothing
+        checks["clip_engaged"] = m["clip/steps_clip_engaged"] > 0
     return verdict(checks, figures)
 
 
@@ -192,9 +228,14 @@ def position_breaks_order_symmetry(transformer_ablations: dict) -> Verdict:
 
 def ffn_holds_two_thirds(model_comparison: dict) -> Verdict:
     accounting = model_comparison["accounting"]  # parameter_accounting per Transformer: it judges "about two thirds"
+    figures = {}
+    for n, a in accounting.items():
+        figures[f"{n}_ffn_share"] = a["ffn_share"]
+        if a.get("total"):  # the share of all parameters (embedding included): what the FFN weighs in the whole model
+            figures[f"{n}_ffn_share_of_all_params"] = a["components"]["ffn"] / a["total"]
     return verdict(
         {f"{n}_ffn_share_two_thirds": bool(a["about_two_thirds"]) for n, a in accounting.items()} or {"some_transformer_measured": False},
-        {f"{n}_ffn_share": a["ffn_share"] for n, a in accounting.items()},
+        figures,
     )
 
 
@@ -369,6 +410,27 @@ def nf4_perplexity_cost(quantized_models: dict) -> Verdict:
     return _perplexity(quantized_models, "nf4_ppl", "nf4")
 
 
+def _model_size(quantized_models: dict, variant: str) -> Verdict:
+    c = quantized_models["checks"].get(f"{variant}_model_size")
+    if c is None or c["value"] is None:
+        return not_judged(f"{variant} or fp16 was not among quantized_models' variants: the whole model was not compared")
+    return verdict({f"{variant}_model_within_limit": c["value"] <= c["limit"]},
+                   {"model_ratio_vs_fp16": c["value"], "limit": c["limit"], "bytes": c["bytes"], "fp16_bytes": c["fp16_bytes"],
+                    "quantized_layers_ratio": c["layer_ratio"], "quantized_share_of_params": c["quantized_share"],
+                    "kept_float": c["kept_float"], "model": quantized_models["main_model"]})
+
+
+def int8_model_size(quantized_models: dict) -> Verdict:
+    """Fails when the whole INT8 model (quantized layers, and every part kept unquantized) takes more
+    than 0.60× the memory of the whole FP16 model."""
+    return _model_size(quantized_models, "int8")
+
+
+def nf4_model_size(quantized_models: dict) -> Verdict:
+    """Fails when the whole NF4 model takes more than 0.35× the memory of the whole FP16 model."""
+    return _model_size(quantized_models, "nf4")
+
+
 def reload_reproduces_logits(model_export: dict) -> Verdict:
     rows = model_export["rows"]
     return verdict(
@@ -386,78 +448,146 @@ def reload_reproduces_logits(model_export: dict) -> Verdict:
 
 
 CLAIMS: list[Claim] = [
-    Claim("pad_row_is_zero", "word_embeddings", "The [PAD] row is exactly the zero vector and no vector is NaN/inf.",
-          pad_row_is_zero, blocking=True),
-    Claim("pad_excluded_from_similarity", "word_embeddings",
-          "[PAD]'s vector is excluded from similarity: its row is zero (no direction), the similarity search leaves it out, and it "
-          "is never among the nearest neighbours of the 200 most frequent words.", pad_excluded_from_similarity, blocking=True),
+    # --- 1 word vectors
     Claim("onehot_equidistant_learned_not", "embedding_eval",
           "Distinct one-hot vectors are equidistant (every pair √2 apart, so they carry no similarity) while learned word vectors are "
           f"not: the spread (std/mean) of their pairwise distances is at least {SPREAD_OVER_RANDOM}× that of random directions of the "
-          "same dimension.", onehot_equidistant_learned_not),
-    Claim("better_than_uniform", LANGUAGE_MODELS, "Validation loss below ln(vocabulary size), the loss of guessing uniformly.",
-          better_than_uniform, warn=True),
-    Claim("clipping_bounds_gradient", LANGUAGE_MODELS,
-          "Clipping bounds the gradient norm: after clipping it is at most grad_clip at every log point (the norm before clipping, and "
-          "how often it exceeded grad_clip, reported beside it).", clipping_bounds_gradient),
+          "same dimension.", onehot_equidistant_learned_not,
+          section="1.1", statement_zh="独热向量两两等距（都相距 √2），看不出词与词的远近；学到的词向量不是等距的：两两距离的离散度至少是同维随机方向的 1.5 倍。",
+          falsifier="Learned vectors whose pairwise distances spread no wider than random directions' (std/mean below 1.5× random), "
+                    "e.g. random or mutually orthogonal vectors."),
+    # --- 2 recurrent networks
     Claim("gradients_vanish_and_explode", "gradient_study",
           "Vanishing and exploding both show: the contractive RNN decays (< 1), the expansive one grows (> 1), and the LSTM forgets "
-          "more slowly than the RNN.", gradients_vanish_and_explode),
+          "more slowly than the RNN.", gradients_vanish_and_explode,
+          section="2.2", statement_zh="梯度沿时间回传会消失也会爆炸：收缩的 RNN 每步衰减（< 1），扩张的 RNN 每步增长（> 1）；LSTM 比 RNN 忘得慢。",
+          falsifier="A per-step gradient factor ≥ 1 for the contractive RNN, ≤ 1 for the expansive one, or an LSTM whose factor is "
+                    "not above the RNN's."),
     Claim("clipping_tames_exploding_gradients", "gradient_study",
-          "At a learning rate where plain SGD on an RNN diverges, the same run with its gradient norm clipped stays finite, trains, and "
-          "its clipped norm never exceeds the threshold.", clipping_tames_exploding_gradients),
+          "At a learning rate where plain SGD on an RNN diverges, the same run with its gradient norm clipped stays finite and trains: "
+          "the clip engaged (the norm before clipping exceeded the threshold) and the clipped norm never exceeded it.",
+          clipping_tames_exploding_gradients,
+          section="2.2", statement_zh="在让普通 SGD 训练 RNN 发散的学习率下，同一训练加上梯度裁剪就不发散且能学：裁剪确实起了作用（裁剪前的范数超过阈值）。",
+          falsifier="The unclipped run does not diverge, the clipped one diverges or does not train, or the clip never engaged."),
+    # --- 3 the Transformer
     Claim("position_breaks_order_symmetry", "transformer_ablations",
           "Without positional encoding the model (bidirectional attention) is permutation-equivariant; with it, it is not.",
-          position_breaks_order_symmetry),
-    Claim("ffn_holds_two_thirds", "model_comparison",
-          "The FFN holds about two thirds of each Transformer's block parameters (attention + FFN + norms; measured from the module).", ffn_holds_two_thirds),
-    Claim("attention_scales_as_claimed", "attention_cost",
-          "Double the length, four times the memory: the reference's peak memory grows as N² (exponent 1.8–2.2, ×3.6–4.4 at the last "
-          "doubling), the fused kernel's as N (exponent ≤ 1.1), in the training pass.", attention_scales_as_claimed),
-    Claim("attention_time_scales_as_claimed", "attention_cost",
-          "Double the length, about four times the time: the reference's time grows as N² (exponent 1.5–2.8), the sliding window's "
-          "about as N (0.6–1.5, and below the reference's by 0.3 or more), in the training pass. Wall time on a shared CPU: a warning "
-          "when load or cache effects bend it.", attention_time_scales_as_claimed, warn=True),
-    Claim("kv_cache_grows_recurrent_state_does_not", "generation_cost",
-          "The KV cache carried between generated tokens grows with the context (2·n_layer·L·n_embd values) while the RNN's and "
-          "LSTM's state stays one size.", kv_cache_grows_recurrent_state_does_not),
-    Claim("kv_cache_pays", "generation_cost",
-          "With the KV cache a token's time grows at most linearly with the context (exponent ≤ 1.1) and grows less than without it "
-          "(which reruns the context). Wall time on a shared CPU: a warning when load bends it.", kv_cache_pays, warn=True),
-    Claim("arithmetic_matches_measurement", "long_context_cost",
-          "The arithmetic holds on our own runs: the KV cache measured in generation_cost equals 2·n_layer·n_head·head_dim·L·4 bytes "
-          "at every L; the reference attention's peak memory is a constant multiple of its N×N score matrix (max/min of the ratio ≤ "
-          "1.25 over the fitted N) and doubling N multiplies it by 3.6–4.4 (the article's ×4).", arithmetic_matches_measurement),
-    Claim("later_context_helps", "context_usage",
-          "Later context helps: every model's loss falls from the first positions to the last (gain > 0); the windowed Transformer "
-          "saturates no later than its receptive field and is no better than full attention after its window.",
-          later_context_helps, warn=True),
-    Claim("attention_rows_sum_to_one", "attention_heads",
-          f"Attention weights are a distribution per query: on validation text every row of every head of the trained Transformer "
-          f"sums to 1 (within {ROW_SUM_TOLERANCE:g}).", attention_rows_sum_to_one),
-    Claim("heads_differ", "attention_heads",
-          "The heads do not all do one thing: at least two head classes, and zeroing some head costs more than 0.01 nats.",
-          heads_differ, warn=True),
-    Claim("fact_neurons_matter", "ffn_memories",
-          "The attributed neurons carry the facts: zeroing the top-k lowers the answers' mean probability more than zeroing k random "
-          "neurons of the same layers (figures reported whatever they are).", fact_neurons_matter, warn=True),
+          position_breaks_order_symmetry,
+          section="3.2", statement_zh="没有位置编码，注意力对词序是置换等变的（“我爱你”和“你爱我”只是同一组数换了行）；加上位置编码就不是了。",
+          falsifier="The model with positional encoding permutes its outputs with its inputs (relative error no larger than float "
+                    "noise), or the model without it does not."),
     Claim("soft_attention_beats_topk", "attention_topk",
           "Soft attention beats picking only the top-scoring keys (blending the juice against ordering one dish): restricted to its "
           "top-k keys per query (renormalised) the trained Transformer's validation loss is higher than with the full softmax, and "
-          "rises as k falls.", soft_attention_beats_topk, warn=True),
-    Claim("int8_weights_size", "quantized_models",
-          "INT8 (codes + per-row scales) of the Transformer's quantized layers ≤ 0.55× their FP16 bytes.", int8_weights_size),
-    Claim("nf4_weights_size", "quantized_models",
-          "NF4 (4-bit codes + absmax blocks) of the Transformer's quantized layers ≤ 0.30× their FP16 bytes.", nf4_weights_size),
+          "rises as k falls.", soft_attention_beats_topk, warn=True,
+          section="3.1", statement_zh="软注意力（按权重混合所有词，像把果汁调在一起）胜过只挑得分最高的几个词：只保留前 k 个键时验证损失更高，k 越小越高。",
+          falsifier="A top-k restriction whose validation loss is no higher than the full softmax's (within 1e-4 nats), or a loss "
+                    "that does not rise as k falls."),
+    Claim("fact_neurons_matter", "ffn_memories",
+          "The attributed neurons carry the facts: zeroing the top-k lowers the answers' mean probability more than zeroing k random "
+          "neurons of the same layers (figures reported whatever they are).", fact_neurons_matter, warn=True,
+          section="3.3", statement_zh="FFN 里存着“事实”：把归因最高的 k 个神经元置零，答案的平均概率比置零 k 个随机神经元下降得更多。",
+          falsifier="Zeroing the attributed neurons lowers the answers' mean probability no more than zeroing random ones, or no "
+                    "fact prompt is found."),
+    # --- 4 long context
+    Claim("attention_scales_as_claimed", "attention_cost",
+          "Double the length, four times the memory: the reference's peak memory grows as N² (exponent 1.8–2.2, ×3.6–4.4 at the last "
+          "doubling), the fused kernel's as N (exponent ≤ 1.1), in the training pass.", attention_scales_as_claimed,
+          section="4.1", statement_zh="长度翻倍，显存翻四倍：朴素注意力的峰值内存按 N² 增长；融合内核（FlashAttention 式）按 N 增长。",
+          falsifier="A reference memory exponent outside 1.8–2.2 (or a last doubling outside ×3.6–4.4), or a fused kernel above N^1.1."),
+    Claim("attention_time_scales_as_claimed", "attention_cost",
+          "Double the length, about four times the time: the reference's time grows as N² (exponent 1.5–2.8), the sliding window's "
+          "about as N (0.6–1.5, and below the reference's by 0.3 or more), in the training pass. Wall time on a shared CPU: a warning "
+          "when load or cache effects bend it.", attention_time_scales_as_claimed, warn=True,
+          section="4.1", statement_zh="长度翻倍，时间约翻四倍：朴素注意力的时间按 N² 增长，滑动窗口注意力约按 N 增长。",
+          falsifier="A reference time exponent outside 1.5–2.8, or a window exponent outside 0.6–1.5 or not 0.3 below the reference's."),
+    Claim("kv_cache_grows_recurrent_state_does_not", "generation_cost",
+          "The KV cache carried between generated tokens grows with the context (2·n_layer·L·n_embd values) while the RNN's and "
+          "LSTM's state stays one size.", kv_cache_grows_recurrent_state_does_not,
+          section="4.2", statement_zh="生成时 Transformer 的 KV 缓存随上下文变长而增长，RNN/LSTM 的隐状态大小不变。",
+          falsifier="A KV cache that does not grow at every longer context, or a recurrent state whose size changes."),
+    Claim("kv_cache_pays", "generation_cost",
+          "With the KV cache a token's time grows at most linearly with the context (exponent ≤ 1.1) and grows less than without it "
+          "(which reruns the context). Wall time on a shared CPU: a warning when load bends it.", kv_cache_pays, warn=True,
+          section="4.2", statement_zh="有了 KV 缓存，每生成一个词的时间随上下文至多线性增长，并且比不用缓存（每次重算整个上下文）增长得慢。",
+          falsifier="A cached per-token time exponent above 1.1, or an uncached time growing no faster than the cached one."),
+    Claim("arithmetic_matches_measurement", "long_context_cost",
+          "The arithmetic holds on our own runs: the KV cache measured in generation_cost equals 2·n_layer·n_head·head_dim·L·4 bytes "
+          "at every L; the reference attention's peak memory is a constant multiple of its N×N score matrix (max/min of the ratio ≤ "
+          "1.25 over the fitted N) and doubling N multiplies it by 3.6–4.4 (the article's ×4).", arithmetic_matches_measurement,
+          section="4.1", statement_zh="文章的算术在我们自己的运行上成立：实测 KV 缓存等于 2·层数·头数·头维·L·4 字节；朴素注意力的峰值内存是 N×N 分数矩阵的固定倍数。",
+          falsifier="A measured cache that differs from the formula, or a peak memory whose ratio to N² drifts by more than 1.25× "
+                    "over N."),
+    Claim("later_context_helps", "context_usage",
+          "Later context helps: every model's loss falls from the first positions to the last (gain > 0); the windowed Transformer "
+          "saturates no later than its receptive field and is no better than full attention after its window.",
+          later_context_helps, warn=True,
+          section="4.1", statement_zh="更长的上下文有用：每个模型在靠后位置的损失低于开头；滑动窗口模型在感受野内就饱和，窗口之后不比全注意力好。",
+          falsifier="A model whose loss does not fall with position, or a window model that keeps improving beyond its receptive "
+                    "field or beats full attention after its window."),
+    Claim("heads_differ", "attention_heads",
+          "The heads do not all do one thing: at least two head classes, and zeroing some head costs more than 0.01 nats.",
+          heads_differ, warn=True,
+          section="3.3", statement_zh="多头注意力的各个头分工不同：至少有两类头，且置零某个头会让损失上升超过 0.01 nats。",
+          falsifier="Every head in one class, or no head whose removal costs more than 0.01 nats."),
+    # --- 5 quantization
+    Claim("int8_model_size", "quantized_models",
+          f"INT8 makes the whole model about half of FP16: every weight in memory (quantized layers, and what stays unquantized) "
+          f"≤ {0.60}× the whole FP16 model (the quantized layers' own ratio beside it).", int8_model_size,
+          section="5.1", statement_zh="INT8 让整个模型的内存约为 FP16 的一半（整模型 ≤ 0.60×，含未量化的部分）。",
+          falsifier="The whole INT8 model above 0.60× the FP16 model's bytes (e.g. when the embedding and head stay in float32)."),
+    Claim("nf4_model_size", "quantized_models",
+          f"4-bit (NF4) makes the whole model about a quarter of FP16: ≤ {0.35}× the whole FP16 model.", nf4_model_size,
+          section="5.1", statement_zh="4 比特（NF4）让整个模型约为 FP16 的四分之一（整模型 ≤ 0.35×）。",
+          falsifier="The whole NF4 model above 0.35× the FP16 model's bytes."),
     Claim("int8_perplexity_cost", "quantized_models",
           "INT8 raises the Transformer's validation perplexity by at most 1 % (a warning: the figure is reported either way).",
-          int8_perplexity_cost, warn=True),
+          int8_perplexity_cost, warn=True,
+          section="5.1", statement_zh="INT8 量化几乎不损失效果：验证困惑度最多上升 1%。",
+          falsifier="A validation perplexity more than 1 % above FP32's."),
     Claim("nf4_perplexity_cost", "quantized_models",
           "NF4 raises the Transformer's validation perplexity by at most 5 % (a warning: the figure is reported either way).",
-          nf4_perplexity_cost, warn=True),
+          nf4_perplexity_cost, warn=True,
+          section="5.1", statement_zh="NF4 量化的代价很小：验证困惑度最多上升 5%。",
+          falsifier="A validation perplexity more than 5 % above FP32's."),
+    # --- invariants: true by construction; a failure is a bug
+    Claim("pad_row_is_zero", "word_embeddings", "The [PAD] row is exactly the zero vector and no vector is NaN/inf.",
+          pad_row_is_zero, blocking=True, kind="invariant", section="1.1",
+          statement_zh="[PAD] 的向量恒为零，且没有 NaN/inf。", falsifier="A [PAD] row with any non-zero entry, or a non-finite vector."),
+    Claim("pad_excluded_from_similarity", "word_embeddings",
+          "[PAD]'s vector is excluded from similarity: its row is zero (no direction), the similarity search leaves it out, and it "
+          "is never among the nearest neighbours of the 200 most frequent words.", pad_excluded_from_similarity, blocking=True,
+          kind="invariant", section="1.1", statement_zh="[PAD] 不参与相似度：它的行为零，检索跳过它，它从不出现在近邻里。",
+          falsifier="[PAD] searchable, non-zero, or among a frequent word's neighbours."),
+    Claim("better_than_uniform", LANGUAGE_MODELS, "Validation loss below ln(vocabulary size), the loss of guessing uniformly "
+          "(a sanity check: any training at all passes it).", better_than_uniform, warn=True, kind="invariant", section="2.1",
+          statement_zh="验证损失低于 ln(词表大小)，即均匀瞎猜的损失（健全性检查）。", falsifier="A validation loss at or above ln(V)."),
+    Claim("clipping_bounds_gradient", LANGUAGE_MODELS,
+          "Clipping bounds the gradient norm: after clipping it is at most grad_clip at every log point (clip_grad_norm_ does this "
+          "by construction; how often the norm before clipping exceeded grad_clip is reported beside it).", clipping_bounds_gradient,
+          blocking=True, kind="invariant", section="2.2", statement_zh="裁剪后梯度范数不超过阈值（由 clip_grad_norm_ 的构造保证）。",
+          falsifier="A clipped norm above grad_clip at a log point."),
+    Claim("ffn_holds_two_thirds", "model_comparison",
+          "The FFN holds about two thirds of each Transformer's block parameters (attention + FFN + norms; 8d² of 12d² per layer for a "
+          "4× FFN, measured from the module; its share of all parameters, embedding included, beside it).", ffn_holds_two_thirds,
+          blocking=True, kind="invariant", section="3.3", statement_zh="4 倍宽的 FFN 占每层参数约三分之二（8d²/12d²，由结构决定）。",
+          falsifier="An FFN share of the blocks' parameters more than 0.05 from 2/3."),
+    Claim("attention_rows_sum_to_one", "attention_heads",
+          f"Attention weights are a distribution per query: on validation text every row of every head of the trained Transformer "
+          f"sums to 1 (within {ROW_SUM_TOLERANCE:g}).", attention_rows_sum_to_one, blocking=True, kind="invariant", section="3.1",
+          statement_zh="每个查询的注意力权重是一个分布：每行之和为 1（softmax 的构造）。", falsifier="A row summing to more than 1e-5 away from 1."),
+    Claim("int8_weights_size", "quantized_models",
+          "INT8 (codes + per-row scales) of the Transformer's quantized layers ≤ 0.55× their FP16 bytes (8 of 16 bits by the format).",
+          int8_weights_size, blocking=True, kind="invariant", section="5.1",
+          statement_zh="INT8 量化层（码 + 每行尺度）≤ 同层 FP16 字节的 0.55 倍（格式决定）。", falsifier="Quantized layers above 0.55× FP16."),
+    Claim("nf4_weights_size", "quantized_models",
+          "NF4 (4-bit codes + absmax blocks) of the Transformer's quantized layers ≤ 0.30× their FP16 bytes (4 of 16 bits by the format).",
+          nf4_weights_size, blocking=True, kind="invariant", section="5.1",
+          statement_zh="NF4 量化层（4 比特码 + 分块尺度）≤ 同层 FP16 字节的 0.30 倍（格式决定）。", falsifier="Quantized layers above 0.30× FP16."),
     Claim("reload_reproduces_logits", "model_export",
           "Every export folder, reloaded on its own, reproduces the exported model (float: bit-exact logits; quantized: the same "
-          "evaluation).", reload_reproduces_logits),
+          "evaluation).", reload_reproduces_logits, blocking=True, kind="invariant", section="5.2",
+          statement_zh="每个导出文件夹单独重新加载后复现导出时的模型。", falsifier="A reloaded folder whose logits or evaluation differ."),
 ]
 
 BY_NAME = {c.name: c for c in CLAIMS}
@@ -465,6 +595,14 @@ BY_NAME = {c.name: c for c in CLAIMS}
 
 def claim(name: str) -> Claim:
     return BY_NAME[name]
+
+
+def article_claims(claims: list[Claim] | None = None) -> list[Claim]:
+    return [c for c in (claims if claims is not None else CLAIMS) if c.kind == "claim"]
+
+
+def invariants(claims: list[Claim] | None = None) -> list[Claim]:
+    return [c for c in (claims if claims is not None else CLAIMS) if c.kind == "invariant"]
 
 
 @dataclass(frozen=True)
@@ -477,7 +615,7 @@ class Judgement:
     @property
     def status(self) -> str:
         """passed, failed (an error), warning (a failed finding), not judged."""
-        if self.verdict is None:
+        if self.verdict is None or not self.verdict.judged:
             return "not judged"
         if self.verdict.passed:
             return "passed"

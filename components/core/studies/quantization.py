@@ -54,6 +54,8 @@ INT8_SIZE_LIMIT = 0.55  # INT8 codes + scales ≤ 0.55 × the same layers in FP1
 NF4_SIZE_LIMIT = 0.30
 INT8_PPL_LIMIT_PCT = 1.0  # perplexity increase over FP32, percent
 NF4_PPL_LIMIT_PCT = 5.0
+INT8_MODEL_LIMIT = 0.60  # the whole INT8 model in memory ≤ 0.60 × the whole FP16 model (the article: about half)
+NF4_MODEL_LIMIT = 0.35  # the whole NF4 model ≤ 0.35 × FP16 (the article: about a quarter)
 BLOCKSIZES = (64, 128, 256, 512, 1024, 2048, 4096)
 
 
@@ -312,7 +314,19 @@ def check_figures(rows: list[dict], model: str) -> dict[str, dict[str, Any]]:
         "nf4_size": {"value": get("nf4", "layer_ratio_vs_fp16"), "limit": NF4_SIZE_LIMIT, "all_in": get("nf4", "layer_ratio_vs_fp16_all")},
         "int8_ppl": {"value": get("int8", "dppl_pct"), "limit": INT8_PPL_LIMIT_PCT},
         "nf4_ppl": {"value": get("nf4", "dppl_pct"), "limit": NF4_PPL_LIMIT_PCT},
+        **{f"{v}_model_size": _model_size(by, v, limit) for v, limit in (("int8", INT8_MODEL_LIMIT), ("nf4", NF4_MODEL_LIMIT))},
     }
+
+
+def _model_size(by: dict[str, dict], variant: str, limit: float) -> dict[str, Any]:
+    """The whole model in memory (every weight, quantized or kept, scales and code books) against the
+    whole FP16 model; None when either was not measured."""
+    if variant not in by or "fp16" not in by:
+        return {"value": None, "limit": limit}
+    q, h = by[variant], by["fp16"]
+    return {"value": q["memory_bytes"] / h["memory_bytes"], "limit": limit, "bytes": q["memory_bytes"], "fp16_bytes": h["memory_bytes"],
+            "layer_ratio": q["layer_ratio_vs_fp16"], "quantized_share": q["quantized_params"] / q["params"] if q["params"] else None,
+            "kept_float": q["kept_float"]}
 
 
 # --------------------------------------------------------------------------------------------------
