@@ -193,3 +193,166 @@ def test_not_judged_is_never_a_pass():
     quant = {"main_model": "transformer_lm", "checks": {"int8_size": {"value": None, "limit": 0.55, "all_in": None}}}
     assert C.judge_all({"quantized_models": quant}, [], [C.claim("int8_weights_size"), C.claim("int8_model_size")])[0].status == "not judged"
     assert [j.status for j in C.judge_all({"quantized_models": quant}, [], [C.claim("int8_model_size")])] == ["not judged"]
+
+
+# --- counterexamples: each article claim judged in a world where it must fail -------------------------
+# Built from real small models where that is cheap, otherwise from the manifests the stages write, with
+# figures of the shape a run records; each pair shows the claim passing in the world that should pass
+# it and failing in the one that should not.
+
+
+def test_position_breaks_symmetry_and_fails_when_the_positional_table_carries_nothing():
+    from components.core.studies.ablations import permutation_equivariance
+
+    seed_everything(0)
+    idx = torch.randint(1, V, (1, 12))
+    cfg = TransformerSettings(n_layer=1, n_head=2, n_embd=32, block_size=T, pos_encoding="learned")
+    with_pe = Transformer(cfg, V).eval()
+    no_pe = Transformer(cfg.model_copy(update={"pos_encoding": "none"}), V).eval()
+
+    def judge(a, b):
+        return C.position_breaks_order_symmetry({"metrics": {"permutation/no_pe_rel_err": permutation_equivariance(a, idx)["max_rel_err"],
+                                                             "permutation/with_pe_rel_err": permutation_equivariance(b, idx)["max_rel_err"]}})
+
+    assert judge(no_pe, with_pe).passed
+    # A "positional" table of zeros: the model with PE is as order-blind as the one without, so the claim fails.
+    with torch.no_grad():
+        with_pe.pos.wpe.weight.zero_()
+    v = judge(no_pe, with_pe)
+    assert not v.passed and not v.checks["with_pe_not_equivariant"] and v.figures["with_pe_rel_err"] < 1e-5
+
+
+def gradient_manifest(contractive=0.6, expansive=1.4, rnn_fresh=0.8, lstm_fresh=0.95, **clip) -> dict:
+    rows = [{"model": "rnn", "variant": "contractive", "step_factor": contractive}, {"model": "rnn", "variant": "expansive", "step_factor": expansive},
+            {"model": "rnn", "variant": "fresh", "step_factor": rnn_fresh}, {"model": "lstm", "variant": "fresh", "step_factor": lstm_fresh}]
+    m = {"clip/unclipped_diverged": 1.0, "clip/clipped_diverged": 0.0, "clip/clipped_trained": 1.0, "clip/max_grad_norm_unclipped": 80.0,
+         "clip/max_grad_norm_clipped": 1.0, "clip/max_grad_norm_before_clip": 12.0, "clip/steps_clip_engaged": 17.0}
+    m.update({f"clip/{k}": v for k, v in clip.items()})
+    return {"rows": rows, "metrics": m, "clip_grad": 1.0}
+
+
+def test_gradients_vanish_and_explode_fails_when_the_factors_do_not_split():
+    assert C.gradients_vanish_and_explode(gradient_manifest()).passed
+    # A "contractive" RNN whose gradient does not decay, or an LSTM that forgets as fast as the RNN.
+    assert not C.gradients_vanish_and_explode(gradient_manifest(contractive=1.02)).checks["rnn_contractive_decays"]
+    assert not C.gradients_vanish_and_explode(gradient_manifest(expansive=0.9)).passed
+    assert not C.gradients_vanish_and_explode(gradient_manifest(lstm_fresh=0.7)).checks["lstm_fresh_decays_slower_than_rnn"]
+
+
+def test_clipping_tames_explosion_fails_when_nothing_explodes_or_the_clip_never_acts():
+    assert C.clipping_tames_exploding_gradients(gradient_manifest()).passed
+    # A learning rate where plain SGD does not diverge: nothing to tame.
+    assert not C.clipping_tames_exploding_gradients(gradient_manifest(unclipped_diverged=0.0)).checks["unclipped_diverges"]
+    # The clip never engaged (the norm stayed under the threshold): the run proves nothing about clipping.
+    v = C.clipping_tames_exploding_gradients(gradient_manifest(steps_clip_engaged=0.0, max_grad_norm_before_clip=0.4))
+    assert not v.passed and not v.checks["clip_engaged"]
+    assert not C.clipping_tames_exploding_gradients(gradient_manifest(clipped_diverged=1.0)).passed
+    assert not C.clipping_tames_exploding_gradients({"metrics": {}}).judged  # no clipping experiment: not judged
+
+
+def test_fact_neurons_fail_when_zeroing_them_costs_no_more_than_random_ones():
+    m = {"ffn/p_top_k_zeroed_mean": 0.337, "ffn/p_random_k_zeroed_mean": 0.423}
+    assert C.fact_neurons_matter({"probe": [{"prompt": "in the United"}], "metrics": m}).passed
+    assert not C.fact_neurons_matter({"probe": [{"prompt": "in the United"}], "metrics": {**m, "ffn/p_top_k_zeroed_mean": 0.43}}).passed
+    assert not C.fact_neurons_matter({"probe": [], "metrics": m}).checks["fact_prompts_found"]
+
+
+def attention_fits(ref_mem=2.0, ref_ratio=4.0, fused_mem=0.8, ref_time=2.1, window_time=1.0) -> dict:
+    def fit(impl, me, mr, te):
+        return {"pass": "forward_backward", "impl": impl, "memory_exponent": me, "memory_ratio_last_doubling": mr, "time_exponent": te,
+                "time_r2": 0.99, "time_ratio_last_doubling": 2 ** te}
+    return {"fits": [fit("reference", ref_mem, ref_ratio, ref_time), fit("fused", fused_mem, 1.8, 1.3), fit("window", 1.0, 2.0, window_time)]}
+
+
+def test_attention_cost_claims_fail_on_a_linear_reference_or_a_quadratic_kernel():
+    assert C.attention_scales_as_claimed(attention_fits()).passed and C.attention_time_scales_as_claimed(attention_fits()).passed
+    # Memory that grows as N (a kernel that never builds the score matrix, mislabelled reference) or a fused path that grows as N².
+    assert not C.attention_scales_as_claimed(attention_fits(ref_mem=1.0, ref_ratio=2.0)).passed
+    assert not C.attention_scales_as_claimed(attention_fits(fused_mem=2.0)).checks["fused_memory_linear"]
+    # Time: a reference no steeper than linear, or a window as steep as the reference.
+    assert not C.attention_time_scales_as_claimed(attention_fits(ref_time=1.1)).passed
+    assert not C.attention_time_scales_as_claimed(attention_fits(window_time=2.0)).checks["window_time_linear"]
+
+
+def generation_manifest(kv=(1, 2, 4, 8), rnn=(5, 5, 5, 5), kv_exp=0.22, nc_exp=0.91, kv_ratio=2.3, nc_ratio=23.0) -> dict:
+    rows = [{"model": m, "context": L, "bytes_per_sequence": b} for m, bs in (("transformer_kv_cache", kv), ("rnn", rnn), ("lstm", rnn))
+            for L, b in zip((64, 128, 256, 512), bs)]
+    fits = [{"model": m, "time_exponent": e, "max_over_min": r, "ms_per_token_at_max": 1.0, "bytes_per_sequence_at_max": 1}
+            for m, e, r in (("transformer_kv_cache", kv_exp, kv_ratio), ("transformer_no_cache", nc_exp, nc_ratio), ("rnn", 0.0, 1.0), ("lstm", 0.0, 1.0))]
+    return {"rows": rows, "fits": fits}
+
+
+def test_kv_cache_claims_fail_when_the_cache_is_flat_or_costs_as_much_as_rerunning():
+    assert C.kv_cache_grows_recurrent_state_does_not(generation_manifest()).passed and C.kv_cache_pays(generation_manifest()).passed
+    assert not C.kv_cache_grows_recurrent_state_does_not(generation_manifest(kv=(4, 4, 4, 4))).checks["cache_grows_with_context"]
+    assert not C.kv_cache_grows_recurrent_state_does_not(generation_manifest(rnn=(5, 6, 7, 8))).checks["recurrent_state_constant"]
+    # A "cache" that reruns the context: per-token time grows like the uncached path's.
+    v = C.kv_cache_pays(generation_manifest(kv_exp=0.95, kv_ratio=25.0))
+    assert not v.passed and not v.checks["uncached_grows_faster"]
+    assert not C.kv_cache_pays(generation_manifest(kv_exp=1.5, nc_exp=2.0, nc_ratio=99.0)).checks["cached_at_most_linear"]
+
+
+def test_arithmetic_fails_when_the_cache_differs_from_the_formula_or_memory_drifts_from_n_squared():
+    good = {"kv_check": [{"measured_over_predicted": 1.0}] * 3,
+            "summary": {"reference_forward_peak_over_scores_min": 3.0, "reference_forward_peak_over_scores_max": 3.2,
+                        "reference_forward_memory_ratio_last_doubling": 3.99}}
+    assert C.arithmetic_matches_measurement(good).passed
+    assert not C.arithmetic_matches_measurement({**good, "kv_check": [{"measured_over_predicted": 1.5}]}).checks["kv_cache_equals_formula"]
+    drift = {**good, "summary": {**good["summary"], "reference_forward_peak_over_scores_max": 6.0, "reference_forward_memory_ratio_last_doubling": 2.0}}
+    v = C.arithmetic_matches_measurement(drift)
+    assert not v.checks["reference_forward_memory_tracks_n_squared"] and not v.checks["reference_forward_memory_x4_per_doubling"]
+
+
+def test_later_context_and_heads_fail_in_the_worlds_that_contradict_them():
+    usage = {"summaries": [{"model": "transformer_lm", "gain_from_context": 0.8, "receptive_field": None},
+                           {"model": "window_lm", "gain_from_context": 0.6, "receptive_field": 16, "saturation_position": 12}],
+             "window_gaps": [{"model": "window_lm", "gap_after_window": 0.02}], "metrics": {}}
+    assert C.later_context_helps(usage).passed
+    # A model that gains nothing from context (a unigram model), or a window still improving beyond its field.
+    flat = {**usage, "summaries": [{**usage["summaries"][0], "gain_from_context": -0.001}, usage["summaries"][1]]}
+    assert not C.later_context_helps(flat).passed
+    late = {**usage, "summaries": [usage["summaries"][0], {**usage["summaries"][1], "saturation_position": 40}]}
+    assert not C.later_context_helps(late).checks["window_lm_saturates_within_receptive_field"]
+    heads = {"heads": [{"kind": "previous-token"}, {"kind": "broad"}], "metrics": {"heads/max_ablation_increase": 0.04}}
+    assert C.heads_differ(heads).passed
+    assert not C.heads_differ({"heads": [{"kind": "broad"}] * 4, "metrics": {"heads/max_ablation_increase": 0.04}}).passed
+    assert not C.heads_differ({**heads, "metrics": {"heads/max_ablation_increase": 0.001}}).passed
+
+
+def quant_rows(int8_ppl=0.3, nf4_ppl=2.0, int8_bytes=1.05e6, nf4_bytes=0.6e6, fp16_bytes=2.1e6) -> list[dict]:
+    base = {"model": "transformer_lm", "params": 1_000_000, "quantized_params": 750_000, "kept_float": "embedding (float16)"}
+    return [{**base, "variant": "fp32", "memory_bytes": 2 * fp16_bytes, "dppl_pct": 0.0, "layer_ratio_vs_fp16": None, "layer_ratio_vs_fp16_all": None},
+            {**base, "variant": "fp16", "memory_bytes": fp16_bytes, "dppl_pct": 0.0, "layer_ratio_vs_fp16": None, "layer_ratio_vs_fp16_all": None},
+            {**base, "variant": "int8", "memory_bytes": int8_bytes, "dppl_pct": int8_ppl, "layer_ratio_vs_fp16": 0.51, "layer_ratio_vs_fp16_all": 0.51},
+            {**base, "variant": "nf4", "memory_bytes": nf4_bytes, "dppl_pct": nf4_ppl, "layer_ratio_vs_fp16": 0.26, "layer_ratio_vs_fp16_all": 0.27}]
+
+
+def test_quantization_claims_fail_on_a_whole_model_kept_in_float32_or_a_costly_perplexity():
+    from components.core.studies.quantization import check_figures
+
+    def manifest(rows):
+        return {"main_model": "transformer_lm", "checks": check_figures(rows, "transformer_lm")}
+
+    ok = manifest(quant_rows())
+    for judge in (C.int8_model_size, C.nf4_model_size, C.int8_perplexity_cost, C.nf4_perplexity_cost):
+        assert judge(ok).passed, judge
+    # The quantized layers at half and a quarter (the invariants hold), but the embedding and head kept in
+    # float32: the whole model is 0.885× and 0.70× of FP16, the default run's figures before this claim.
+    kept = manifest(quant_rows(int8_bytes=0.885 * 2.1e6, nf4_bytes=0.70 * 2.1e6))
+    assert C.int8_weights_size(kept).passed and C.nf4_weights_size(kept).passed
+    v = C.int8_model_size(kept)
+    assert not v.passed and v.figures["model_ratio_vs_fp16"] == pytest.approx(0.885) and v.figures["quantized_layers_ratio"] == 0.51
+    assert not C.nf4_model_size(kept).passed
+    costly = manifest(quant_rows(int8_ppl=3.0, nf4_ppl=12.0))
+    assert not C.int8_perplexity_cost(costly).passed and not C.nf4_perplexity_cost(costly).passed
+    # Without an FP16 variant the whole model is not compared: not judged, not passed.
+    assert not C.int8_model_size(manifest([r for r in quant_rows() if r["variant"] != "fp16"])).judged
+
+
+def test_every_article_claim_has_a_counterexample_here():
+    import inspect
+    import sys
+
+    source = inspect.getsource(sys.modules[__name__])
+    missing = [c.name for c in C.article_claims() if f"C.{c.name}(" not in source and f'C.claim("{c.name}")' not in source]
+    assert not missing, f"article claims without a counterexample test: {missing}"
