@@ -356,3 +356,59 @@ def test_every_article_claim_has_a_counterexample_here():
     source = inspect.getsource(sys.modules[__name__])
     missing = [c.name for c in C.article_claims() if f"C.{c.name}(" not in source and f'C.claim("{c.name}")' not in source]
     assert not missing, f"article claims without a counterexample test: {missing}"
+
+
+# --- word vectors: meaning and king − man + woman, in a planted world and in its shuffled twin -------
+
+
+def planted_vectors(tmp_path, shuffled: bool):
+    """Vectors with the structure the claims look for, and files of human-style pair scores and
+    analogy questions about them; `shuffled` hands the same vectors to the words at random."""
+    from components.core.embeddings.evaluate import evaluate_embeddings
+
+    rng = np.random.default_rng(0)
+    D = 50
+    g, r = 3 * np.eye(D)[0], 3 * np.eye(D)[1]
+    vec = {}
+    man = rng.standard_normal(D)
+    vec.update(man=man, woman=man + g, king=man + r, queen=man + r + g)
+    questions = [": gender"]
+    for i in range(20):
+        vec[f"he{i}"] = rng.standard_normal(D)
+        vec[f"she{i}"] = vec[f"he{i}"] + g
+    questions += [f"he{i} she{i} he{j} she{j}" for i in range(20) for j in range(20) if i != j][:150]
+    pairs = []
+    for i, s in enumerate(np.linspace(0, 10, 40)):
+        x = rng.standard_normal(D)
+        vec[f"x{i}"], vec[f"y{i}"] = x, (s / 10) * x + (1 - s / 10) * rng.standard_normal(D)
+        pairs.append(f"x{i}\ty{i}\t{s:.2f}")
+    for i in range(300):
+        vec[f"other{i}"] = rng.standard_normal(D)
+    words = list(vec)
+    vectors = np.stack([vec[w] for w in words]).astype(np.float32)
+    if shuffled:
+        vectors = vectors[rng.permutation(len(words))]
+    (tmp_path / "analogies.txt").write_text("\n".join(questions) + "\n")
+    (tmp_path / "pairs.tsv").write_text("\n".join(pairs) + "\n")
+    report = evaluate_embeddings(words, vectors, analogy_path=tmp_path / "analogies.txt", wordsim_path=tmp_path / "pairs.tsv",
+                                 simlex_path=tmp_path / "pairs.tsv", min_analogy_questions=10, min_similarity_pairs=10)
+    return {"metrics": report.metrics()}
+
+
+def test_meaning_and_king_queen_hold_in_a_planted_world_and_fail_when_the_vectors_are_shuffled(tmp_path):
+    world = planted_vectors(tmp_path, shuffled=False)
+    v = C.word_vectors_carry_similarity(world)
+    assert v.passed, v
+    assert v.figures["spearman_lo"] > 0.5 and v.figures["related_minus_unrelated_lo"] > 0
+    v = C.king_man_woman_queen(world)
+    assert v.passed, v
+    assert v.figures["queen_rank"] == 1 and v.figures["analogy_accuracy_lo"] > 0.5 > v.figures["chance"]
+    # The same vectors handed to the words at random: no meaning, queen a random word, analogies at chance.
+    shuffled = planted_vectors(tmp_path, shuffled=True)
+    v = C.word_vectors_carry_similarity(shuffled)
+    assert not v.passed and not v.checks["spearman_interval_above_zero"]
+    v = C.king_man_woman_queen(shuffled)
+    assert not v.passed and not v.checks["analogy_accuracy_above_chance"]
+    assert v.figures["queen_rank"] > 10
+    # No WordSim pair in the vocabulary: not judged.
+    assert not C.word_vectors_carry_similarity({"metrics": {"wordsim353/oov": 1.0}}).judged
