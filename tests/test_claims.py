@@ -412,3 +412,23 @@ def test_meaning_and_king_queen_hold_in_a_planted_world_and_fail_when_the_vector
     assert v.figures["queen_rank"] > 10
     # No WordSim pair in the vocabulary: not judged.
     assert not C.word_vectors_carry_similarity({"metrics": {"wordsim353/oov": 1.0}}).judged
+
+
+def test_serial_bottleneck_passes_where_attention_is_cheaper_per_token_and_fails_where_it_costs_more():
+    from components.core.studies.long_context import crossover
+
+    def world(tf_us_per_token: float) -> dict:
+        lens = [64, 128, 256]
+        tf = [{"model": "transformer", "seq_len": T, "batch_size": 8, "train_step_ms": tf_us_per_token * 8 * T * (1 + T / 1024) / 1000,
+               "sequential_steps": 8} for T in lens]
+        rec = [{"model": m, "seq_len": T, "batch_size": 8, "train_step_ms": 2.0 * 8 * T / 1000, "sequential_steps": T} for m in ("rnn", "lstm") for T in lens]
+        return {"train_rows": tf + rec, "crossovers": [crossover(tf, rec, m) for m in ("rnn", "lstm")]}
+
+    v = C.recurrence_is_the_serial_bottleneck(world(0.5))  # a device wide enough to run positions in parallel
+    assert v.passed, v
+    assert v.figures["rnn_sequential_steps_at_256"] == 256 and v.figures["transformer_sequential_steps_at_256"] == 8
+    # What a 2-core CPU measures: the Transformer costs more per token at every length (2.7× at the longest).
+    v = C.recurrence_is_the_serial_bottleneck(world(4.3))
+    assert not v.passed and not v.checks["transformer_cheaper_per_token_than_rnn_at_longest"]
+    assert v.checks["rnn_critical_path_grows_with_length"] and v.figures["transformer_costlier_than_rnn_at_every_length"]
+    assert not C.recurrence_is_the_serial_bottleneck({"train_rows": [], "crossovers": []}).judged

@@ -348,6 +348,38 @@ def arithmetic_matches_measurement(long_context_cost: dict) -> Verdict:
     return verdict(checks, {k: float(v) for k, v in s.items() if v is not None})
 
 
+def recurrence_is_the_serial_bottleneck(long_context_cost: dict) -> Verdict:
+    """Two measurements of the article's "the 100th word waits for the 99 before it". The critical
+    path of a forward pass (dependent steps: T·n_layer for a recurrent model, 2·n_layer for the
+    Transformer whatever T) must grow with T for the recurrent models only; and the wall time per
+    token of a training step must be lower for the Transformer than for each recurrent model at the
+    longest length measured. Fails when the Transformer costs more per token there (a machine with
+    little parallel width, such as a 2-core CPU, cannot use the shorter critical path)."""
+    rows = long_context_cost["train_rows"]
+    steps: dict[str, dict[int, int]] = {}
+    for r in rows:
+        if "sequential_steps" in r:
+            steps.setdefault(r["model"], {})[r["seq_len"]] = r["sequential_steps"]
+    if "transformer" not in steps or len(steps) < 2:
+        return not_judged("the training steps record no critical path (sequential_steps)")
+    checks, figures = {}, {}
+    tf = steps["transformer"]
+    checks["transformer_depth_independent_of_length"] = len(set(tf.values())) == 1
+    for c in long_context_cost["crossovers"]:
+        n = c["recurrent"]
+        rec = steps.get(n, {})
+        lens = sorted(set(rec) & set(tf))
+        checks[f"{n}_critical_path_grows_with_length"] = len(lens) >= 2 and all(rec[b] > rec[a] for a, b in zip(lens, lens[1:]))
+        if lens:
+            figures[f"{n}_sequential_steps_at_{lens[-1]}"] = rec[lens[-1]]
+            figures[f"transformer_sequential_steps_at_{lens[-1]}"] = tf[lens[-1]]
+        ratio = c.get("ratio_at_max_len")
+        checks[f"transformer_cheaper_per_token_than_{n}_at_longest"] = ratio is not None and ratio < 1.0
+        figures[f"transformer_over_{n}_time_per_token_at_longest"] = ratio
+        figures[f"transformer_costlier_than_{n}_at_every_length"] = c["transformer_costlier_at_every_len"]
+    return verdict(checks, figures)
+
+
 def later_context_helps(context_usage: dict) -> Verdict:
     checks = {f"{s['model']}_gains_from_context": s["gain_from_context"] > 0 for s in context_usage["summaries"]}
     for s in context_usage["summaries"]:
@@ -563,6 +595,14 @@ CLAIMS: list[Claim] = [
           section="4.1", statement_zh="文章的算术在我们自己的运行上成立：实测 KV 缓存等于 2·层数·头数·头维·L·4 字节；朴素注意力的峰值内存是 N×N 分数矩阵的固定倍数。",
           falsifier="A measured cache that differs from the formula, or a peak memory whose ratio to N² drifts by more than 1.25× "
                     "over N."),
+    Claim("recurrence_is_the_serial_bottleneck", "long_context_cost",
+          "Recurrence is the serial bottleneck: a recurrent forward pass has T·n_layer dependent steps (the 100th word waits for "
+          "the 99 before it) while the Transformer's has 2·n_layer whatever T, and, measured, the Transformer's training step "
+          "costs less per token than the RNN's and the LSTM's at the longest length (a timing: a warning when it does not).",
+          recurrence_is_the_serial_bottleneck, warn=True,
+          section="2.1", statement_zh="循环网络是串行的瓶颈：第 100 个词要等前 99 个算完（关键路径 T·层数步），Transformer 的关键路径只有 2·层数步；实测在最长序列上 Transformer 每个词的训练时间更短。",
+          falsifier="The Transformer costing more per token than a recurrent model at the longest length measured (as on a 2-core "
+                    "CPU, with no parallel width to use), or a critical path that does not grow with T for the recurrent models."),
     Claim("later_context_helps", "context_usage",
           "Later context helps: every model's loss falls from the first positions to the last (gain > 0); the windowed Transformer "
           "saturates no later than its receptive field and is no better than full attention after its window.",
