@@ -250,11 +250,16 @@ def test_clipping_tames_explosion_fails_when_nothing_explodes_or_the_clip_never_
     assert not C.clipping_tames_exploding_gradients({"metrics": {}}).judged  # no clipping experiment: not judged
 
 
-def test_fact_neurons_fail_when_zeroing_them_costs_no_more_than_random_ones():
-    m = {"ffn/p_top_k_zeroed_mean": 0.337, "ffn/p_random_k_zeroed_mean": 0.423}
-    assert C.fact_neurons_matter({"probe": [{"prompt": "in the United"}], "metrics": m}).passed
-    assert not C.fact_neurons_matter({"probe": [{"prompt": "in the United"}], "metrics": {**m, "ffn/p_top_k_zeroed_mean": 0.43}}).passed
+def test_fact_neurons_fail_when_on_held_out_prompts_they_cost_no_more_than_matched_random_ones():
+    m = {"ffn/p_top_k_zeroed_mean": 0.337, "ffn/p_random_k_zeroed_mean": 0.423, "ffn/heldout_extra_drop_mean": 0.06,
+         "ffn/heldout_extra_drop_lo": 0.02, "ffn/heldout_extra_drop_hi": 0.1}
+    assert C.fact_neurons_matter({"probe": [{"prompt_text": "in the United"}], "metrics": m}).passed
+    # Selected by their effect on the selecting prompt, they always hurt there; on held-out prompts they do
+    # no more than random neurons of matched activation: the claim fails.
+    v = C.fact_neurons_matter({"probe": [{}], "metrics": {**m, "ffn/heldout_extra_drop_mean": 0.0, "ffn/heldout_extra_drop_lo": -0.03}})
+    assert not v.passed and not v.checks["heldout_drop_beyond_matched_random"]
     assert not C.fact_neurons_matter({"probe": [], "metrics": m}).checks["fact_prompts_found"]
+    assert not C.fact_neurons_matter({"probe": [{}], "metrics": {"ffn/p_top_k_zeroed_mean": 0.3}}).judged  # no held-out prompt
 
 
 def attention_fits(ref_mem=2.0, ref_ratio=4.0, fused_mem=0.8, ref_time=2.1, window_time=1.0) -> dict:
