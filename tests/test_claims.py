@@ -437,3 +437,17 @@ def test_serial_bottleneck_passes_where_attention_is_cheaper_per_token_and_fails
     assert not v.passed and not v.checks["transformer_cheaper_per_token_than_rnn_at_longest"]
     assert v.checks["rnn_critical_path_grows_with_length"] and v.figures["transformer_costlier_than_rnn_at_every_length"]
     assert not C.recurrence_is_the_serial_bottleneck({"train_rows": [], "crossovers": []}).judged
+
+
+def test_sqrt_d_keeps_the_softmax_unsaturated_and_fails_when_the_scale_does_not_follow_d():
+    from components.core.studies import ablations
+
+    probes = [ablations._unit_variance_probe(d, T=32, seed=0) for d in (16, 64, 256, 1024)]
+    v = C.sqrt_d_keeps_softmax_unsaturated({"scaling": {"unit_variance": probes}})
+    assert v.passed, v
+    assert v.figures["d1024_entropy_unscaled"] < 0.5 * v.figures["d1024_entropy_scaled"]
+    # A "scaled" attention whose scale is a constant (1/√16 whatever d): it saturates as d grows.
+    fixed = [ablations._unit_variance_probe(d, T=32, seed=0, fixed_scale=0.25) for d in (16, 64, 256, 1024)]
+    v = C.sqrt_d_keeps_softmax_unsaturated({"scaling": {"unit_variance": fixed}})
+    assert not v.passed and not v.checks["scaled_entropy_steady"]
+    assert not C.sqrt_d_keeps_softmax_unsaturated({"scaling": {}}).judged

@@ -257,6 +257,29 @@ def position_breaks_order_symmetry(transformer_ablations: dict) -> Verdict:
     )
 
 
+def sqrt_d_keeps_softmax_unsaturated(transformer_ablations: dict) -> Verdict:
+    """Why attention divides its scores by √d: for unit-variance q and k the unscaled score's variance
+    is d, so as the head grows the softmax saturates (its rows' entropy falls toward one-hot) and the
+    gradient through it dies; scaled, the entropy stays put. Fails when the unscaled entropy does not
+    fall as d grows (to below half the scaled one at the largest d), when the scaled entropy moves by
+    more than 30 % across d, or when the scaled scores do not pass more gradient at the largest d."""
+    probes = sorted((transformer_ablations.get("scaling") or {}).get("unit_variance") or [], key=lambda r: r["head_dim"])
+    if len(probes) < 2:
+        return not_judged("the ablations measured no softmax entropy over head sizes")
+    unscaled = [r["entropy_unscaled"] for r in probes]
+    scaled = [r["entropy_scaled"] for r in probes]
+    last = probes[-1]
+    return verdict(
+        {"unscaled_entropy_falls_with_d": all(b < a for a, b in zip(unscaled, unscaled[1:])) and unscaled[-1] < 0.5 * scaled[-1],
+         "scaled_entropy_steady": max(scaled) <= 1.3 * min(scaled),
+         "scaled_passes_more_gradient_at_largest_d": last["score_grad_rms_scaled"] > last["score_grad_rms_unscaled"]},
+        {**{f"d{r['head_dim']}_entropy_scaled": r["entropy_scaled"] for r in probes},
+         **{f"d{r['head_dim']}_entropy_unscaled": r["entropy_unscaled"] for r in probes},
+         f"d{last['head_dim']}_score_grad_rms_scaled": last["score_grad_rms_scaled"],
+         f"d{last['head_dim']}_score_grad_rms_unscaled": last["score_grad_rms_unscaled"]},
+    )
+
+
 def ffn_holds_two_thirds(model_comparison: dict) -> Verdict:
     accounting = model_comparison["accounting"]  # parameter_accounting per Transformer: it judges "about two thirds"
     figures = {}
@@ -559,6 +582,13 @@ CLAIMS: list[Claim] = [
           section="3.2", statement_zh="没有位置编码，注意力对词序是置换等变的（“我爱你”和“你爱我”只是同一组数换了行）；加上位置编码就不是了。",
           falsifier="The model with positional encoding permutes its outputs with its inputs (relative error no larger than float "
                     "noise), or the model without it does not."),
+    Claim("sqrt_d_keeps_softmax_unsaturated", "transformer_ablations",
+          "Dividing the scores by √d keeps the softmax from saturating: with unit-variance queries and keys, the unscaled "
+          "attention rows' entropy falls as the head size d grows (below half the scaled entropy at the largest d) and passes "
+          "less gradient, while the scaled entropy stays steady (within 30 % across d).", sqrt_d_keeps_softmax_unsaturated,
+          section="3.1", statement_zh="除以 √d 防止 softmax 饱和：不缩放时，注意力行的熵随头维度 d 增大而下降（趋向独热），梯度变小；缩放后熵基本不变。",
+          falsifier="An unscaled entropy that does not fall with d, a scaled entropy that moves by more than 30 % across d, or "
+                    "scaled scores passing no more gradient than unscaled ones at the largest d."),
     Claim("soft_attention_beats_topk", "attention_topk",
           "Soft attention beats picking only the top-scoring keys (blending the juice against ordering one dish): restricted to its "
           "top-k keys per query (renormalised) the trained Transformer's validation loss is higher than with the full softmax, and "

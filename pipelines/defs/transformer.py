@@ -76,3 +76,4 @@ def transformer_ablations(
 
 
 position_breaks_order_symmetry = claim_check("position_breaks_order_symmetry", transformer_ablations)
+sqrt_d_keeps_softmax_unsaturated = claim_check("sqrt_d_keeps_softmax_unsaturated", transformer_ablations)

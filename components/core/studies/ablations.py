@@ -336,13 +336,14 @@ def _model_attention_probe(model: Transformer, x: torch.Tensor, y: torch.Tensor)
     }
 
 
-def _unit_variance_probe(d: int, T: int, seed: int) -> dict[str, float]:
-    """Causal softmax over q·k of unit-variance q, k (d dims): entropy and the gradient reaching the scores."""
+def _unit_variance_probe(d: int, T: int, seed: int, fixed_scale: float | None = None) -> dict[str, float]:
+    """Causal softmax over q·k of unit-variance q, k (d dims): entropy and the gradient reaching the scores.
+    `fixed_scale`: the "scaled" variant multiplies by this constant instead of 1/√d (a scale that does not follow d)."""
     gen = torch.Generator().manual_seed(seed)
     q, k, v, g = (torch.randn(4, 1, T, d, generator=gen, dtype=torch.float64) for _ in range(4))  # (4, 1, T, d)
     g = g / math.sqrt(d)  # a read-out of O(1) variance whatever d, so only the softmax differs
     res = {"head_dim": d}
-    for key, scale in (("scaled", 1.0 / math.sqrt(d)), ("unscaled", 1.0)):
+    for key, scale in (("scaled", 1.0 / math.sqrt(d) if fixed_scale is None else fixed_scale), ("unscaled", 1.0)):
         s = ((q @ k.transpose(-2, -1)) * scale).requires_grad_()  # (4, 1, T, T)
         w = F.softmax(s.masked_fill(~allowed_keys(T, "cpu"), float("-inf")), dim=-1)  # (4, 1, T, T)
         ((w @ v) * g).sum().backward()  # a random linear read-out of the attention output
