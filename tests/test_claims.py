@@ -451,3 +451,23 @@ def test_sqrt_d_keeps_the_softmax_unsaturated_and_fails_when_the_scale_does_not_
     v = C.sqrt_d_keeps_softmax_unsaturated({"scaling": {"unit_variance": fixed}})
     assert not v.passed and not v.checks["scaled_entropy_steady"]
     assert not C.sqrt_d_keeps_softmax_unsaturated({"scaling": {}}).judged
+
+
+def depth_rows(nores_grad_12=0.001, nores_loss_12=3.5, res_loss_12=1.9, res_loss_2=2.0) -> list[dict]:
+    rows = []
+    for d in (2, 4, 8, 12):
+        rows.append({"n_layer": d, "residual": True, "val_loss": res_loss_12 if d == 12 else res_loss_2, "first_layer_grad_norm_init": 1.0})
+        rows.append({"n_layer": d, "residual": False, "val_loss": nores_loss_12 if d == 12 else 2.2,
+                     "first_layer_grad_norm_init": nores_grad_12 if d == 12 else 0.5})
+    return rows
+
+
+def test_residuals_let_depth_train_and_fail_when_depth_still_hurts_or_the_plain_stack_keeps_its_gradient():
+    assert C.residuals_let_depth_train({"depth": depth_rows()}).passed
+    # Depth still hurting with residuals on this budget (the default run's 6 layers worse than 2).
+    v = C.residuals_let_depth_train({"depth": depth_rows(res_loss_12=2.1)})
+    assert not v.passed and not v.checks["with_residuals_depth_does_not_hurt"]
+    # A plain stack whose first layer keeps its gradient and trains as well: residuals made no difference.
+    v = C.residuals_let_depth_train({"depth": depth_rows(nores_grad_12=0.8, nores_loss_12=1.8)})
+    assert not v.checks["without_residuals_gradient_fades_with_depth"] and not v.checks["without_residuals_deep_model_worse"]
+    assert not C.residuals_let_depth_train({"depth": []}).judged

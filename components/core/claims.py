@@ -280,6 +280,30 @@ def sqrt_d_keeps_softmax_unsaturated(transformer_ablations: dict) -> Verdict:
     )
 
 
+DEPTH_LOSS_MARGIN = 0.02  # nats: "no worse" with depth, beyond run-to-run noise of a short training
+
+
+def residuals_let_depth_train(transformer_ablations: dict) -> Verdict:
+    """The residual stream lets depth train: fails when, at the deepest depth of the study, the model
+    without residuals passes at least a tenth of the first-layer gradient (at init) that the model with
+    them does, or is not worse than it; or when, with residuals, the deepest model's validation loss is
+    worse than the shallowest's by more than DEPTH_LOSS_MARGIN (depth still hurting on this budget)."""
+    rows = transformer_ablations.get("depth") or []
+    by = {(r["n_layer"], r["residual"]): r for r in rows}
+    depths = sorted({r["n_layer"] for r in rows})
+    if len(depths) < 2 or any((d, f) not in by for d in depths for f in (True, False)):
+        return not_judged("the ablations ran no depth study with and without residuals")
+    lo, hi = depths[0], depths[-1]
+    figures = {f"{'res' if f else 'nores'}_{d}_{k}": by[(d, f)][k] for d in depths for f in (True, False)
+               for k in ("val_loss", "first_layer_grad_norm_init")}
+    return verdict(
+        {"without_residuals_gradient_fades_with_depth": by[(hi, False)]["first_layer_grad_norm_init"] < 0.1 * by[(hi, True)]["first_layer_grad_norm_init"],
+         "without_residuals_deep_model_worse": by[(hi, False)]["val_loss"] > by[(hi, True)]["val_loss"],
+         "with_residuals_depth_does_not_hurt": by[(hi, True)]["val_loss"] <= by[(lo, True)]["val_loss"] + DEPTH_LOSS_MARGIN},
+        {**figures, "margin": DEPTH_LOSS_MARGIN},
+    )
+
+
 def ffn_holds_two_thirds(model_comparison: dict) -> Verdict:
     accounting = model_comparison["accounting"]  # parameter_accounting per Transformer: it judges "about two thirds"
     figures = {}
@@ -589,6 +613,13 @@ CLAIMS: list[Claim] = [
           section="3.1", statement_zh="除以 √d 防止 softmax 饱和：不缩放时，注意力行的熵随头维度 d 增大而下降（趋向独热），梯度变小；缩放后熵基本不变。",
           falsifier="An unscaled entropy that does not fall with d, a scaled entropy that moves by more than 30 % across d, or "
                     "scaled scores passing no more gradient than unscaled ones at the largest d."),
+    Claim("residuals_let_depth_train", "transformer_ablations",
+          "Residual connections let depth train: on the same short budget, without residuals the first layer of the deepest "
+          "model gets under a tenth of the gradient it gets with them and the deep model ends worse; with residuals the deepest "
+          "model is no worse than the shallowest (within 0.02 nats).", residuals_let_depth_train, warn=True,
+          section="3.3", statement_zh="残差连接让深层网络能训练：没有残差时，最深模型第一层收到的梯度不到有残差时的十分之一，且结果更差；有残差时加深不再变差。",
+          falsifier="A model without residuals whose first layer keeps a tenth of the gradient or more at depth, or that trains "
+                    "no worse; or, with residuals, a deepest model worse than the shallowest by more than 0.02 nats."),
     Claim("soft_attention_beats_topk", "attention_topk",
           "Soft attention beats picking only the top-scoring keys (blending the juice against ordering one dish): restricted to its "
           "top-k keys per query (renormalised) the trained Transformer's validation loss is higher than with the full softmax, and "
