@@ -15,7 +15,7 @@ from typing import Any
 import dagster as dg
 
 from components.core.claims import BY_NAME, judge_all
-from components.core.report import claim_counts, headline_metrics, render_report, section_from_manifest, summary_markdown
+from components.core.report import claim_counts, headline_metrics, invariant_counts, render_report, section_from_manifest, summary_markdown
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker, dagster_run_url
 
@@ -82,8 +82,9 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
             page = render_report(title, info, sections, judgements, recorded_checks(context, set(BY_NAME)))
             path = s.tmp / REPORT_FILE
             path.write_text(page, encoding="utf-8")
-            counts = claim_counts(judgements)
-            count_metrics = {f"claims/{k.replace(' ', '_')}": float(v) for k, v in counts.items()}
+            counts, inv = claim_counts(judgements), invariant_counts(judgements)
+            count_metrics = {**{f"claims/{k.replace(' ', '_')}": float(v) for k, v in counts.items()},
+                             **{f"invariants/{k.replace(' ', '_')}": float(v) for k, v in inv.items()}}
             headline = headline_metrics(sections)
             summary = summary_markdown(title, judgements, headline, REPORT_FILE)
             # The run's summary on its parent run: the page, the headline metrics, the description.
@@ -91,18 +92,19 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
             parent.log_metrics({**headline, **count_metrics})
             # The parent's description keeps its link back to the Dagster run above the summary.
             parent.set_note(f"Dagster run [{run.run_id[:8]}]({dagster_run_url(run.run_id)}) of `{run.job_name}`.\n\n{summary}")
-            claims = [{"claim": j.claim.name, "asset": j.asset, "status": j.status,
-                       **({"error": j.error} if j.verdict is None else {})} for j in judgements]
+            claims = [{"claim": j.claim.name, "asset": j.asset, "status": j.status, "kind": j.claim.kind, "section": j.claim.section,
+                       **({"error": j.error} if j.verdict is None else {}),
+                       **({"note": j.verdict.note} if j.verdict is not None and not j.verdict.judged else {})} for j in judgements]
             failed = [f"{c['claim']} on {c['asset']}: {c['status']}" for c in claims if c["status"] in ("failed", "not judged")]
             return s.publish(
-                {"path": s.final_path(path), "claims": claims, "counts": counts, "mlflow_parent_run_id": parent.run_id},
+                {"path": s.final_path(path), "claims": claims, "counts": counts, "invariant_counts": inv, "mlflow_parent_run_id": parent.run_id},
                 metrics=count_metrics,
                 files={"report": path},
                 artifacts=[path],
                 values={
                     "report_url": dg.MetadataValue.url(parent.artifact_url(REPORT_FILE)),
                     "mlflow_parent_url": dg.MetadataValue.url(parent.url),
-                    "claims": dg.MetadataValue.md("\n".join(f"- {c['status']}: `{c['claim']}` ({c['asset']})" for c in claims)),
+                    "claims": dg.MetadataValue.md("\n".join(f"- {c['status']}: `{c['claim']}` ({c['asset']}{', invariant' if c['kind'] == 'invariant' else ''})" for c in claims)),
                 },
                 warnings=failed,
             )

@@ -138,7 +138,7 @@ def test_run_ablations_on_real_text(corpus, tmp_path):
     res = run_ablations(
         TransformerSettings(n_layer=2, n_head=4, n_embd=32, block_size=32, pos_encoding="rope"),
         TrainSettings(max_steps=500, batch_size=16, lr=3e-3, warmup_steps=10, eval_interval=0, eval_batches=8, threads=1),
-        AblationSettings(ablation_steps=120, deep_n_layer=6, permutation_len=12),
+        AblationSettings(ablation_steps=120, deep_n_layer=6, permutation_len=12, depths=[1, 4], depth_steps=10, depth_n_embd=16, depth_block_size=16),
         train_data, val_data, vocab, tmp_path,
         log_metrics=lambda m, step: logged.append(m),
     )
@@ -158,6 +158,11 @@ def test_run_ablations_on_real_text(corpus, tmp_path):
     assert "| no_residual |" in res.markdown and "我爱你" in res.markdown
     assert all(isinstance(f, Figure) for f in res.figures.values())
     assert all((d / "checkpoint" / "model.safetensors").is_file() for d in res.run_dirs.values())
+    # The residual study: every depth with and without residuals, the first layer's gradient measured.
+    assert [(r["n_layer"], r["residual"]) for r in res.depth] == [(1, True), (1, False), (4, True), (4, False)]
+    by = {(r["n_layer"], r["residual"]): r for r in res.depth}
+    assert by[(4, False)]["first_layer_grad_norm_init"] < by[(4, True)]["first_layer_grad_norm_init"]
+    assert "Depth with and without residual" in res.markdown
 
 
 def test_ablation_settings_validate():

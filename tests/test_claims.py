@@ -169,3 +169,305 @@ def test_every_claim_is_judged_once_per_asset_and_a_missing_or_broken_input_is_n
     assert by[("heads_differ", "attention_heads")].status == "not judged"
     worse = C.judge_all({"rnn_lm": {**manifests["rnn_lm"], "metrics": {"val/loss": 5.0}}}, ["rnn_lm"], [C.claim("better_than_uniform")])
     assert worse[0].status == "warning"  # a finding (warn), not an error
+
+
+def test_every_check_has_a_kind_and_every_article_claim_its_section_statements_and_falsifier():
+    assert {c.kind for c in C.CLAIMS} == {"claim", "invariant"}
+    for c in C.CLAIMS:
+        assert c.section in C.SECTIONS and c.statement and c.statement_zh and c.falsifier, c.name
+    # The invariants the design names are not counted as the article's claims.
+    kinds = {c.name: c.kind for c in C.CLAIMS}
+    for name in ("pad_row_is_zero", "pad_excluded_from_similarity", "attention_rows_sum_to_one", "ffn_holds_two_thirds",
+                 "reload_reproduces_logits", "int8_weights_size", "nf4_weights_size", "clipping_bounds_gradient", "better_than_uniform"):
+        assert kinds[name] == "invariant", name
+    assert all(c.blocking for c in C.invariants() if not c.warn)
+    with pytest.raises(ValueError, match="kind"):
+        C.Claim("x", "a", "s", C.better_than_uniform, kind="observation")
+
+
+def test_not_judged_is_never_a_pass():
+    v = C.not_judged("nothing measured")
+    assert not v.passed and not v.judged
+    j = C.Judgement(C.claim("int8_model_size"), "quantized_models", v)
+    assert j.status == "not judged"
+    quant = {"main_model": "transformer_lm", "checks": {"int8_size": {"value": None, "limit": 0.55, "all_in": None}}}
+    assert C.judge_all({"quantized_models": quant}, [], [C.claim("int8_weights_size"), C.claim("int8_model_size")])[0].status == "not judged"
+    assert [j.status for j in C.judge_all({"quantized_models": quant}, [], [C.claim("int8_model_size")])] == ["not judged"]
+
+
+# --- counterexamples: each article claim judged in a world where it must fail -------------------------
+# Built from real small models where that is cheap, otherwise from the manifests the stages write, with
+# figures of the shape a run records; each pair shows the claim passing in the world that should pass
+# it and failing in the one that should not.
+
+
+def test_position_breaks_symmetry_and_fails_when_the_positional_table_carries_nothing():
+    from components.core.studies.ablations import permutation_equivariance
+
+    seed_everything(0)
+    idx = torch.randint(1, V, (1, 12))
+    cfg = TransformerSettings(n_layer=1, n_head=2, n_embd=32, block_size=T, pos_encoding="learned")
+    with_pe = Transformer(cfg, V).eval()
+    no_pe = Transformer(cfg.model_copy(update={"pos_encoding": "none"}), V).eval()
+
+    def judge(a, b):
+        return C.position_breaks_order_symmetry({"metrics": {"permutation/no_pe_rel_err": permutation_equivariance(a, idx)["max_rel_err"],
+                                                             "permutation/with_pe_rel_err": permutation_equivariance(b, idx)["max_rel_err"]}})
+
+    assert judge(no_pe, with_pe).passed
+    # A "positional" table of zeros: the model with PE is as order-blind as the one without, so the claim fails.
+    with torch.no_grad():
+        with_pe.pos.wpe.weight.zero_()
+    v = judge(no_pe, with_pe)
+    assert not v.passed and not v.checks["with_pe_not_equivariant"] and v.figures["with_pe_rel_err"] < 1e-5
+
+
+def gradient_manifest(contractive=0.6, expansive=1.4, rnn_fresh=0.8, lstm_fresh=0.95, **clip) -> dict:
+    rows = [{"model": "rnn", "variant": "contractive", "step_factor": contractive}, {"model": "rnn", "variant": "expansive", "step_factor": expansive},
+            {"model": "rnn", "variant": "fresh", "step_factor": rnn_fresh}, {"model": "lstm", "variant": "fresh", "step_factor": lstm_fresh}]
+    m = {"clip/unclipped_diverged": 1.0, "clip/clipped_diverged": 0.0, "clip/clipped_trained": 1.0, "clip/max_grad_norm_unclipped": 80.0,
+         "clip/max_grad_norm_clipped": 1.0, "clip/max_grad_norm_before_clip": 12.0, "clip/steps_clip_engaged": 17.0}
+    m.update({f"clip/{k}": v for k, v in clip.items()})
+    return {"rows": rows, "metrics": m, "clip_grad": 1.0}
+
+
+def test_gradients_vanish_and_explode_fails_when_the_factors_do_not_split():
+    assert C.gradients_vanish_and_explode(gradient_manifest()).passed
+    # A "contractive" RNN whose gradient does not decay, or an LSTM that forgets as fast as the RNN.
+    assert not C.gradients_vanish_and_explode(gradient_manifest(contractive=1.02)).checks["rnn_contractive_decays"]
+    assert not C.gradients_vanish_and_explode(gradient_manifest(expansive=0.9)).passed
+    assert not C.gradients_vanish_and_explode(gradient_manifest(lstm_fresh=0.7)).checks["lstm_fresh_decays_slower_than_rnn"]
+
+
+def test_clipping_tames_explosion_fails_when_nothing_explodes_or_the_clip_never_acts():
+    assert C.clipping_tames_exploding_gradients(gradient_manifest()).passed
+    # A learning rate where plain SGD does not diverge: nothing to tame.
+    assert not C.clipping_tames_exploding_gradients(gradient_manifest(unclipped_diverged=0.0)).checks["unclipped_diverges"]
+    # The clip never engaged (the norm stayed under the threshold): the run proves nothing about clipping.
+    v = C.clipping_tames_exploding_gradients(gradient_manifest(steps_clip_engaged=0.0, max_grad_norm_before_clip=0.4))
+    assert not v.passed and not v.checks["clip_engaged"]
+    assert not C.clipping_tames_exploding_gradients(gradient_manifest(clipped_diverged=1.0)).passed
+    assert not C.clipping_tames_exploding_gradients({"metrics": {}}).judged  # no clipping experiment: not judged
+
+
+def test_fact_neurons_fail_when_on_held_out_prompts_they_cost_no_more_than_matched_random_ones():
+    m = {"ffn/p_top_k_zeroed_mean": 0.337, "ffn/p_random_k_zeroed_mean": 0.423, "ffn/heldout_extra_drop_mean": 0.06,
+         "ffn/heldout_extra_drop_lo": 0.02, "ffn/heldout_extra_drop_hi": 0.1}
+    assert C.fact_neurons_matter({"probe": [{"prompt_text": "in the United"}], "metrics": m}).passed
+    # Selected by their effect on the selecting prompt, they always hurt there; on held-out prompts they do
+    # no more than random neurons of matched activation: the claim fails.
+    v = C.fact_neurons_matter({"probe": [{}], "metrics": {**m, "ffn/heldout_extra_drop_mean": 0.0, "ffn/heldout_extra_drop_lo": -0.03}})
+    assert not v.passed and not v.checks["heldout_drop_beyond_matched_random"]
+    assert not C.fact_neurons_matter({"probe": [], "metrics": m}).checks["fact_prompts_found"]
+    assert not C.fact_neurons_matter({"probe": [{}], "metrics": {"ffn/p_top_k_zeroed_mean": 0.3}}).judged  # no held-out prompt
+
+
+def attention_fits(ref_mem=2.0, ref_ratio=4.0, fused_mem=0.8, ref_time=2.1, window_time=1.0) -> dict:
+    def fit(impl, me, mr, te):
+        return {"pass": "forward_backward", "impl": impl, "memory_exponent": me, "memory_ratio_last_doubling": mr, "time_exponent": te,
+                "time_r2": 0.99, "time_ratio_last_doubling": 2 ** te}
+    return {"fits": [fit("reference", ref_mem, ref_ratio, ref_time), fit("fused", fused_mem, 1.8, 1.3), fit("window", 1.0, 2.0, window_time)]}
+
+
+def test_attention_cost_claims_fail_on_a_linear_reference_or_a_quadratic_kernel():
+    assert C.attention_scales_as_claimed(attention_fits()).passed and C.attention_time_scales_as_claimed(attention_fits()).passed
+    # Memory that grows as N (a kernel that never builds the score matrix, mislabelled reference) or a fused path that grows as N².
+    assert not C.attention_scales_as_claimed(attention_fits(ref_mem=1.0, ref_ratio=2.0)).passed
+    assert not C.attention_scales_as_claimed(attention_fits(fused_mem=2.0)).checks["fused_memory_linear"]
+    # Time: a reference no steeper than linear, or a window as steep as the reference.
+    assert not C.attention_time_scales_as_claimed(attention_fits(ref_time=1.1)).passed
+    assert not C.attention_time_scales_as_claimed(attention_fits(window_time=2.0)).checks["window_time_linear"]
+
+
+def generation_manifest(kv=(1, 2, 4, 8), rnn=(5, 5, 5, 5), kv_exp=0.22, nc_exp=0.91, kv_ratio=2.3, nc_ratio=23.0) -> dict:
+    rows = [{"model": m, "context": L, "bytes_per_sequence": b} for m, bs in (("transformer_kv_cache", kv), ("rnn", rnn), ("lstm", rnn))
+            for L, b in zip((64, 128, 256, 512), bs)]
+    fits = [{"model": m, "time_exponent": e, "max_over_min": r, "ms_per_token_at_max": 1.0, "bytes_per_sequence_at_max": 1}
+            for m, e, r in (("transformer_kv_cache", kv_exp, kv_ratio), ("transformer_no_cache", nc_exp, nc_ratio), ("rnn", 0.0, 1.0), ("lstm", 0.0, 1.0))]
+    return {"rows": rows, "fits": fits}
+
+
+def test_kv_cache_claims_fail_when_the_cache_is_flat_or_costs_as_much_as_rerunning():
+    assert C.kv_cache_grows_recurrent_state_does_not(generation_manifest()).passed and C.kv_cache_pays(generation_manifest()).passed
+    assert not C.kv_cache_grows_recurrent_state_does_not(generation_manifest(kv=(4, 4, 4, 4))).checks["cache_grows_with_context"]
+    assert not C.kv_cache_grows_recurrent_state_does_not(generation_manifest(rnn=(5, 6, 7, 8))).checks["recurrent_state_constant"]
+    # A "cache" that reruns the context: per-token time grows like the uncached path's.
+    v = C.kv_cache_pays(generation_manifest(kv_exp=0.95, kv_ratio=25.0))
+    assert not v.passed and not v.checks["uncached_grows_faster"]
+    assert not C.kv_cache_pays(generation_manifest(kv_exp=1.5, nc_exp=2.0, nc_ratio=99.0)).checks["cached_at_most_linear"]
+
+
+def test_arithmetic_fails_when_the_cache_differs_from_the_formula_or_memory_drifts_from_n_squared():
+    good = {"kv_check": [{"measured_over_predicted": 1.0}] * 3,
+            "summary": {"reference_forward_peak_over_scores_min": 3.0, "reference_forward_peak_over_scores_max": 3.2,
+                        "reference_forward_memory_ratio_last_doubling": 3.99}}
+    assert C.arithmetic_matches_measurement(good).passed
+    assert not C.arithmetic_matches_measurement({**good, "kv_check": [{"measured_over_predicted": 1.5}]}).checks["kv_cache_equals_formula"]
+    drift = {**good, "summary": {**good["summary"], "reference_forward_peak_over_scores_max": 6.0, "reference_forward_memory_ratio_last_doubling": 2.0}}
+    v = C.arithmetic_matches_measurement(drift)
+    assert not v.checks["reference_forward_memory_tracks_n_squared"] and not v.checks["reference_forward_memory_x4_per_doubling"]
+
+
+def test_later_context_and_heads_fail_in_the_worlds_that_contradict_them():
+    usage = {"summaries": [{"model": "transformer_lm", "gain_from_context": 0.8, "receptive_field": None},
+                           {"model": "window_lm", "gain_from_context": 0.6, "receptive_field": 16, "saturation_position": 12}],
+             "window_gaps": [{"model": "window_lm", "gap_after_window": 0.02}], "metrics": {}}
+    assert C.later_context_helps(usage).passed
+    # A model that gains nothing from context (a unigram model), or a window still improving beyond its field.
+    flat = {**usage, "summaries": [{**usage["summaries"][0], "gain_from_context": -0.001}, usage["summaries"][1]]}
+    assert not C.later_context_helps(flat).passed
+    late = {**usage, "summaries": [usage["summaries"][0], {**usage["summaries"][1], "saturation_position": 40}]}
+    assert not C.later_context_helps(late).checks["window_lm_saturates_within_receptive_field"]
+    heads = {"heads": [{"kind": "previous-token"}, {"kind": "broad"}], "metrics": {"heads/max_ablation_increase": 0.04}}
+    assert C.heads_differ(heads).passed
+    assert not C.heads_differ({"heads": [{"kind": "broad"}] * 4, "metrics": {"heads/max_ablation_increase": 0.04}}).passed
+    assert not C.heads_differ({**heads, "metrics": {"heads/max_ablation_increase": 0.001}}).passed
+
+
+def quant_rows(int8_ppl=0.3, nf4_ppl=2.0, int8_bytes=1.05e6, nf4_bytes=0.6e6, fp16_bytes=2.1e6) -> list[dict]:
+    base = {"model": "transformer_lm", "params": 1_000_000, "quantized_params": 750_000, "kept_float": "embedding (float16)"}
+    return [{**base, "variant": "fp32", "memory_bytes": 2 * fp16_bytes, "dppl_pct": 0.0, "layer_ratio_vs_fp16": None, "layer_ratio_vs_fp16_all": None},
+            {**base, "variant": "fp16", "memory_bytes": fp16_bytes, "dppl_pct": 0.0, "layer_ratio_vs_fp16": None, "layer_ratio_vs_fp16_all": None},
+            {**base, "variant": "int8", "memory_bytes": int8_bytes, "dppl_pct": int8_ppl, "layer_ratio_vs_fp16": 0.51, "layer_ratio_vs_fp16_all": 0.51},
+            {**base, "variant": "nf4", "memory_bytes": nf4_bytes, "dppl_pct": nf4_ppl, "layer_ratio_vs_fp16": 0.26, "layer_ratio_vs_fp16_all": 0.27}]
+
+
+def test_quantization_claims_fail_on_a_whole_model_kept_in_float32_or_a_costly_perplexity():
+    from components.core.studies.quantization import check_figures
+
+    def manifest(rows):
+        return {"main_model": "transformer_lm", "checks": check_figures(rows, "transformer_lm")}
+
+    ok = manifest(quant_rows())
+    for judge in (C.int8_model_size, C.nf4_model_size, C.int8_perplexity_cost, C.nf4_perplexity_cost):
+        assert judge(ok).passed, judge
+    # The quantized layers at half and a quarter (the invariants hold), but the embedding and head kept in
+    # float32: the whole model is 0.885× and 0.70× of FP16, the default run's figures before this claim.
+    kept = manifest(quant_rows(int8_bytes=0.885 * 2.1e6, nf4_bytes=0.70 * 2.1e6))
+    assert C.int8_weights_size(kept).passed and C.nf4_weights_size(kept).passed
+    v = C.int8_model_size(kept)
+    assert not v.passed and v.figures["model_ratio_vs_fp16"] == pytest.approx(0.885) and v.figures["quantized_layers_ratio"] == 0.51
+    assert not C.nf4_model_size(kept).passed
+    costly = manifest(quant_rows(int8_ppl=3.0, nf4_ppl=12.0))
+    assert not C.int8_perplexity_cost(costly).passed and not C.nf4_perplexity_cost(costly).passed
+    # Without an FP16 variant the whole model is not compared: not judged, not passed.
+    assert not C.int8_model_size(manifest([r for r in quant_rows() if r["variant"] != "fp16"])).judged
+
+
+def test_every_article_claim_has_a_counterexample_here():
+    import inspect
+    import sys
+
+    source = inspect.getsource(sys.modules[__name__])
+    missing = [c.name for c in C.article_claims() if f"C.{c.name}(" not in source and f'C.claim("{c.name}")' not in source]
+    assert not missing, f"article claims without a counterexample test: {missing}"
+
+
+# --- word vectors: meaning and king − man + woman, in a planted world and in its shuffled twin -------
+
+
+def planted_vectors(tmp_path, shuffled: bool):
+    """Vectors with the structure the claims look for, and files of human-style pair scores and
+    analogy questions about them; `shuffled` hands the same vectors to the words at random."""
+    from components.core.embeddings.evaluate import evaluate_embeddings
+
+    rng = np.random.default_rng(0)
+    D = 50
+    g, r = 3 * np.eye(D)[0], 3 * np.eye(D)[1]
+    vec = {}
+    man = rng.standard_normal(D)
+    vec.update(man=man, woman=man + g, king=man + r, queen=man + r + g)
+    questions = [": gender"]
+    for i in range(20):
+        vec[f"he{i}"] = rng.standard_normal(D)
+        vec[f"she{i}"] = vec[f"he{i}"] + g
+    questions += [f"he{i} she{i} he{j} she{j}" for i in range(20) for j in range(20) if i != j][:150]
+    pairs = []
+    for i, s in enumerate(np.linspace(0, 10, 40)):
+        x = rng.standard_normal(D)
+        vec[f"x{i}"], vec[f"y{i}"] = x, (s / 10) * x + (1 - s / 10) * rng.standard_normal(D)
+        pairs.append(f"x{i}\ty{i}\t{s:.2f}")
+    for i in range(300):
+        vec[f"other{i}"] = rng.standard_normal(D)
+    words = list(vec)
+    vectors = np.stack([vec[w] for w in words]).astype(np.float32)
+    if shuffled:
+        vectors = vectors[rng.permutation(len(words))]
+    (tmp_path / "analogies.txt").write_text("\n".join(questions) + "\n")
+    (tmp_path / "pairs.tsv").write_text("\n".join(pairs) + "\n")
+    report = evaluate_embeddings(words, vectors, analogy_path=tmp_path / "analogies.txt", wordsim_path=tmp_path / "pairs.tsv",
+                                 simlex_path=tmp_path / "pairs.tsv", min_analogy_questions=10, min_similarity_pairs=10)
+    return {"metrics": report.metrics()}
+
+
+def test_meaning_and_king_queen_hold_in_a_planted_world_and_fail_when_the_vectors_are_shuffled(tmp_path):
+    world = planted_vectors(tmp_path, shuffled=False)
+    v = C.word_vectors_carry_similarity(world)
+    assert v.passed, v
+    assert v.figures["spearman_lo"] > 0.5 and v.figures["related_minus_unrelated_lo"] > 0
+    v = C.king_man_woman_queen(world)
+    assert v.passed, v
+    assert v.figures["queen_rank"] == 1 and v.figures["analogy_accuracy_lo"] > 0.5 > v.figures["chance"]
+    # The same vectors handed to the words at random: no meaning, queen a random word, analogies at chance.
+    shuffled = planted_vectors(tmp_path, shuffled=True)
+    v = C.word_vectors_carry_similarity(shuffled)
+    assert not v.passed and not v.checks["spearman_interval_above_zero"]
+    v = C.king_man_woman_queen(shuffled)
+    assert not v.passed and not v.checks["analogy_accuracy_above_chance"]
+    assert v.figures["queen_rank"] > 10
+    # No WordSim pair in the vocabulary: not judged.
+    assert not C.word_vectors_carry_similarity({"metrics": {"wordsim353/oov": 1.0}}).judged
+
+
+def test_serial_bottleneck_passes_where_attention_is_cheaper_per_token_and_fails_where_it_costs_more():
+    from components.core.studies.long_context import crossover
+
+    def world(tf_us_per_token: float) -> dict:
+        lens = [64, 128, 256]
+        tf = [{"model": "transformer", "seq_len": T, "batch_size": 8, "train_step_ms": tf_us_per_token * 8 * T * (1 + T / 1024) / 1000,
+               "sequential_steps": 8} for T in lens]
+        rec = [{"model": m, "seq_len": T, "batch_size": 8, "train_step_ms": 2.0 * 8 * T / 1000, "sequential_steps": T} for m in ("rnn", "lstm") for T in lens]
+        return {"train_rows": tf + rec, "crossovers": [crossover(tf, rec, m) for m in ("rnn", "lstm")]}
+
+    v = C.recurrence_is_the_serial_bottleneck(world(0.5))  # a device wide enough to run positions in parallel
+    assert v.passed, v
+    assert v.figures["rnn_sequential_steps_at_256"] == 256 and v.figures["transformer_sequential_steps_at_256"] == 8
+    # What a 2-core CPU measures: the Transformer costs more per token at every length (2.7× at the longest).
+    v = C.recurrence_is_the_serial_bottleneck(world(4.3))
+    assert not v.passed and not v.checks["transformer_cheaper_per_token_than_rnn_at_longest"]
+    assert v.checks["rnn_critical_path_grows_with_length"] and v.figures["transformer_costlier_than_rnn_at_every_length"]
+    assert not C.recurrence_is_the_serial_bottleneck({"train_rows": [], "crossovers": []}).judged
+
+
+def test_sqrt_d_keeps_the_softmax_unsaturated_and_fails_when_the_scale_does_not_follow_d():
+    from components.core.studies import ablations
+
+    probes = [ablations._unit_variance_probe(d, T=32, seed=0) for d in (16, 64, 256, 1024)]
+    v = C.sqrt_d_keeps_softmax_unsaturated({"scaling": {"unit_variance": probes}})
+    assert v.passed, v
+    assert v.figures["d1024_entropy_unscaled"] < 0.5 * v.figures["d1024_entropy_scaled"]
+    # A "scaled" attention whose scale is a constant (1/√16 whatever d): it saturates as d grows.
+    fixed = [ablations._unit_variance_probe(d, T=32, seed=0, fixed_scale=0.25) for d in (16, 64, 256, 1024)]
+    v = C.sqrt_d_keeps_softmax_unsaturated({"scaling": {"unit_variance": fixed}})
+    assert not v.passed and not v.checks["scaled_entropy_steady"]
+    assert not C.sqrt_d_keeps_softmax_unsaturated({"scaling": {}}).judged
+
+
+def depth_rows(nores_grad_12=0.001, nores_loss_12=3.5, res_loss_12=1.9, res_loss_2=2.0) -> list[dict]:
+    rows = []
+    for d in (2, 4, 8, 12):
+        rows.append({"n_layer": d, "residual": True, "val_loss": res_loss_12 if d == 12 else res_loss_2, "first_layer_grad_norm_init": 1.0})
+        rows.append({"n_layer": d, "residual": False, "val_loss": nores_loss_12 if d == 12 else 2.2,
+                     "first_layer_grad_norm_init": nores_grad_12 if d == 12 else 0.5})
+    return rows
+
+
+def test_residuals_let_depth_train_and_fail_when_depth_still_hurts_or_the_plain_stack_keeps_its_gradient():
+    assert C.residuals_let_depth_train({"depth": depth_rows()}).passed
+    # Depth still hurting with residuals on this budget (the default run's 6 layers worse than 2).
+    v = C.residuals_let_depth_train({"depth": depth_rows(res_loss_12=2.1)})
+    assert not v.passed and not v.checks["with_residuals_depth_does_not_hurt"]
+    # A plain stack whose first layer keeps its gradient and trains as well: residuals made no difference.
+    v = C.residuals_let_depth_train({"depth": depth_rows(nores_grad_12=0.8, nores_loss_12=1.8)})
+    assert not v.checks["without_residuals_gradient_fades_with_depth"] and not v.checks["without_residuals_deep_model_worse"]
+    assert not C.residuals_let_depth_train({"depth": []}).judged

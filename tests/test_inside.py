@@ -136,6 +136,12 @@ def test_both_studies_end_to_end_on_a_trained_small_model():
     assert len(mem.neurons) == 3 and all(len(n["key_contexts"]) == 4 and "[[" in n["key_contexts"][0] for n in mem.neurons)
     assert len(mem.probe) == 4 and all(r["p_answer"] >= 0.2 for r in mem.probe)
     assert {"ffn/p_top_k_zeroed_mean", "ffn/p_random_k_zeroed_mean"} <= set(mem.metrics())
+    # A periodic sequence repeats every prompt word for word: no fact has a different, held-out prompt,
+    # so the claim (judged on held-out prompts only) is not judged here.
+    assert mem.metrics()["ffn/heldout_facts"] == 0 and "ffn/heldout_extra_drop_lo" not in mem.metrics()
+    from components.core import claims as C
+
+    assert not C.fact_neurons_matter({"probe": mem.probe, "metrics": mem.metrics()}).judged
     assert mem.gap == []  # these token "words" have no capitalised entity to replace
 
 
@@ -151,3 +157,17 @@ def test_marked_context_shows_whole_characters_of_byte_level_tokens():
     assert "\ufffd" in decode(ids[-1:])  # the last byte alone is no character
     assert marked(ids, decode) == "the [[λ]]" and marked(ids[:3], decode) == "th[[e]]"
     assert marked(ids[:-1], decode, after=ids[-1:]) == "the [[λ]]"  # the token that starts λ, finished by the next
+
+
+def test_heldout_prompts_are_other_prompts_of_the_same_answer_and_random_neurons_are_activation_matched():
+    from components.core.studies.inside import heldout_test
+
+    torch.manual_seed(0)
+    m = Transformer(TransformerSettings(n_layer=2, n_head=2, n_embd=16, block_size=16), V).eval()
+    s = InsideSettings(random_draws=3, device="cpu")
+    prompt = [3, 5, 7, 9, 11]
+    r = heldout_test(m, prompt, 4, [(0, 1), (1, 2)], s, np.random.default_rng(0), "cpu")
+    p0 = float(last_position(m, prompt, "cpu")[0][4])
+    assert r["heldout_p_answer"] == pytest.approx(p0)
+    assert r["heldout_p_top_k_zeroed"] == pytest.approx(ablate_neurons(m, prompt, 4, [(0, 1), (1, 2)], "cpu"))
+    assert 0 < r["heldout_p_matched_random_zeroed"] < 1

@@ -53,7 +53,12 @@ def test_the_page_holds_every_stage_claim_and_plot_and_escapes_text(tmp_path):
     for j in js:
         assert f'<tr class="{j.status.replace(" ", "_")}" id="claim-{j.claim.name}-{j.asset}">' in page
         assert html.escape(j.claim.statement) in page
-    assert "2 passed" in page and "1 failed" in page and "1 warnings" in page and "1 not judged" in page
+    # The headline counts the article's claims only (here heads_differ, not judged: never a pass); the two
+    # per-model invariants are listed apart, each counted once with its worst verdict.
+    assert '<p class="summary"><span>0 passed</span><span class="fail">0 failed</span><span class="warn">0 warnings</span><span>1 not judged</span>' in page
+    assert '<span>0 held</span><span class="fail">1 broken</span><span class="warn">1 warnings</span>' in page
+    assert page.index('id="claims"') < page.index("claim-heads_differ-attention_heads") < page.index('id="invariants"') < page.index("claim-better_than_uniform-rnn_lm")
+    assert html.escape(C.claim("heads_differ").statement_zh) in page and html.escape(C.claim("heads_differ").falsifier) in page
     assert "labels_are_shifted_inputs" in page
     # The plot is in the page itself; text is escaped; markdown tables are tables; long tables say so.
     assert "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode() in page
@@ -68,4 +73,5 @@ def test_summary_for_the_parent_run_fits_mlflows_description():
     assert headline["rnn_lm/m7"] == 7.0 and len(headline) == 2000
     text = summary_markdown("Run report", js, headline, "report.html")
     assert len(text) <= 7000 and "`clipping_bounds_gradient`" in text and "✘ failed" in text and "report.html" in text
+    assert "The article's claims: **0 passed**, 0 failed, 0 warnings, 1 not judged" in text and "1 broken" in text
     assert "rnn_lm/m0" in text and "rnn_lm/m1999" not in text and "(all metrics on this run)" in text

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from .claims import Judgement
+from .claims import SECTIONS, Judgement
 
 STATUS_ORDER = ("failed", "warning", "not judged", "passed")
 STATUS_MARK = {"passed": "✔ passed", "failed": "✘ failed", "warning": "⚠ warning", "not judged": "– not judged"}
@@ -62,8 +62,28 @@ def headline_metrics(sections: Iterable[Section]) -> dict[str, float]:
     return {f"{s.asset}/{k}": float(v) for s in sections for k, v in s.metrics.items()}
 
 
+def grouped_status(judgements: list[Judgement]) -> dict[str, str]:
+    """One status per check name: a check judged on several assets (each language model) counts once,
+    with its worst verdict (failed, warning, not judged, passed in that order)."""
+    out: dict[str, str] = {}
+    for j in judgements:
+        prev = out.get(j.claim.name)
+        out[j.claim.name] = j.status if prev is None else min(prev, j.status, key=STATUS_ORDER.index)
+    return out
+
+
+def _counts(judgements: list[Judgement], kind: str) -> dict[str, int]:
+    statuses = grouped_status([j for j in judgements if j.claim.kind == kind]).values()
+    return {status: sum(s == status for s in statuses) for status in STATUS_ORDER}
+
+
 def claim_counts(judgements: list[Judgement]) -> dict[str, int]:
-    return {status: sum(j.status == status for j in judgements) for status in STATUS_ORDER}
+    """The headline: the article's claims only, each once (invariants are counted apart)."""
+    return _counts(judgements, "claim")
+
+
+def invariant_counts(judgements: list[Judgement]) -> dict[str, int]:
+    return _counts(judgements, "invariant")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -136,20 +156,44 @@ details{margin:.4em 0}summary{cursor:pointer;color:#0b5394}nav a{margin-right:1e
 """
 
 
-def claims_html(judgements: list[Judgement], with_asset: bool = True) -> str:
-    head = "<th>verdict</th><th>claim</th>" + ("<th>asset</th>" if with_asset else "") + "<th>statement</th><th>measured</th>"
+def _measured(j: Judgement, limit: int = 12) -> str:
+    v = j.verdict
+    if v is None:
+        return html.escape(j.error)
+    return figures_html({**v.checks, **v.figures}, limit) + (f"<br><em>{html.escape(v.note)}</em>" if v.note else "")
+
+
+def _row(j: Judgement, cells: str, with_id: bool = True, before: str = "") -> str:
+    rid = f' id="{anchor("claim", j.claim.name, j.asset)}"' if with_id else ""
+    return f'<tr class="{j.status.replace(" ", "_")}"{rid}>{before}<td class="verdict">{STATUS_MARK[j.status]}</td>{cells}</tr>'
+
+
+def claims_html(judgements: list[Judgement], with_asset: bool = True, with_id: bool = True) -> str:
+    """Checks as a compact table (verdict, name, asset, statement, figures): the invariants, and each
+    stage's own checks under its section."""
+    head = "<th>verdict</th><th>check</th>" + ("<th>asset</th>" if with_asset else "") + "<th>statement</th><th>measured</th>"
     rows = []
     for j in judgements:
-        v = j.verdict
-        measured = j.error if v is None else figures_html({**v.checks, **v.figures}) + (f"<br><em>{html.escape(v.note)}</em>" if v.note else "")
-        if v is None:
-            measured = html.escape(measured)
         asset = f'<td><a href="#{anchor("asset", j.asset)}">{html.escape(j.asset)}</a></td>' if with_asset else ""
-        rows.append(
-            f'<tr class="{j.status.replace(" ", "_")}" id="{anchor("claim", j.claim.name, j.asset)}"><td class="verdict">{STATUS_MARK[j.status]}</td>'
-            f"<td><code>{html.escape(j.claim.name)}</code></td>{asset}<td>{html.escape(j.claim.statement)}</td>"
-            f'<td class="figures">{measured}</td></tr>'
-        )
+        kind = "" if j.claim.kind == "claim" else f"<em>{html.escape(j.claim.kind)}</em> "
+        rows.append(_row(j, f"<td><code>{html.escape(j.claim.name)}</code></td>{asset}<td>{kind}{html.escape(j.claim.statement)}</td>"
+                            f'<td class="figures">{_measured(j)}</td>', with_id))
+    return f'<table class="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def article_claims_html(judgements: list[Judgement]) -> str:
+    """The article's claims in the article's order: section, statement in Chinese and English, what
+    would fail it, the verdict and every measured figure (intervals included)."""
+    head = "<th>§</th><th>verdict</th><th>claim</th><th>statement (中文 / English)</th><th>fails if</th><th>measured</th>"
+    order = list(SECTIONS)
+    rows = []
+    for j in sorted(judgements, key=lambda j: order.index(j.claim.section) if j.claim.section in order else len(order)):
+        c = j.claim
+        section = f'<td title="{html.escape(SECTIONS.get(c.section, ""), quote=True)}">{html.escape(c.section)}</td>'
+        rows.append(_row(j, (
+            f'<td><code>{html.escape(c.name)}</code><br><a href="#{anchor("asset", j.asset)}">{html.escape(j.asset)}</a></td>'
+            f'<td><span lang="zh">{html.escape(c.statement_zh)}</span><br>{html.escape(c.statement)}</td>'
+            f'<td>{html.escape(c.falsifier)}</td><td class="figures">{_measured(j, 40)}</td>'), before=section))
     return f'<table class="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
@@ -161,7 +205,7 @@ def section_html(s: Section, judgements: list[Judgement]) -> str:
         parts.append(f'<p><a href="{html.escape(s.link, quote=True)}">MLflow run</a></p>')
     mine = [j for j in judgements if j.asset == s.asset]
     if mine:
-        parts.append(claims_html(mine, with_asset=False))
+        parts.append(claims_html(mine, with_asset=False, with_id=False))
     if s.warnings:
         parts.append('<ul class="warnings">' + "".join(f"<li>{html.escape(w)}</li>" for w in s.warnings) + "</ul>")
     if s.metrics:
@@ -189,7 +233,7 @@ def render_report(
     value shown at the top (values starting with http are links); `data_checks`: further checks of
     the run as Dagster recorded them ({name, asset, passed, severity}), shown after the claims."""
     groups = list(dict.fromkeys(s.group for s in sections))
-    counts = claim_counts(judgements)
+    counts, inv = claim_counts(judgements), invariant_counts(judgements)
     info = "".join(
         f"<tr><th>{html.escape(k)}</th><td>"
         + (f'<a href="{html.escape(str(v), quote=True)}">{html.escape(str(v))}</a>' if str(v).startswith("http") else esc(v))
@@ -200,14 +244,23 @@ def render_report(
         f'<p class="summary"><span>{counts["passed"]} passed</span><span class="fail">{counts["failed"]} failed</span>'
         f'<span class="warn">{counts["warning"]} warnings</span><span>{counts["not judged"]} not judged</span></p>'
     )
-    ordered = sorted(judgements, key=lambda j: STATUS_ORDER.index(j.status))
+    article = [j for j in judgements if j.claim.kind == "claim"]
+    integrity = sorted((j for j in judgements if j.claim.kind != "claim"), key=lambda j: STATUS_ORDER.index(j.status))
     body = [
         f"<h1>{html.escape(title)}</h1>",
         f"<table>{info}</table>",
-        "<nav>" + '<a href="#claims">claims</a>' + "".join(f'<a href="#{anchor("stage", g)}">{html.escape(g)}</a>' for g in groups) + "</nav>",
+        "<nav>" + '<a href="#claims">claims</a><a href="#invariants">invariants</a>'
+        + "".join(f'<a href="#{anchor("stage", g)}">{html.escape(g)}</a>' for g in groups) + "</nav>",
         '<h2 id="claims">The article\'s claims, measured on this run</h2>',
+        '<p class="desc">Each claim could fail on this run: its falsifier says how. Counted once per claim (a claim judged on '
+        "several models counts with its worst verdict); “not judged” means nothing was measured and is never a pass. The "
+        "invariants below are not counted here.</p>",
         summary,
-        claims_html(ordered),
+        article_claims_html(article),
+        '<h2 id="invariants">Invariants and sanity checks (true by construction; not evidence for the article)</h2>',
+        f'<p class="summary"><span>{inv["passed"]} held</span><span class="fail">{inv["failed"]} broken</span>'
+        f'<span class="warn">{inv["warning"]} warnings</span><span>{inv["not judged"]} not judged</span></p>',
+        claims_html(integrity),
     ]
     if data_checks:
         rows = [{"check": c["name"], "asset": c["asset"], "passed": c["passed"], "severity": c.get("severity", "")} for c in data_checks]
@@ -224,17 +277,21 @@ def render_report(
 def summary_markdown(title: str, judgements: list[Judgement], headline: dict[str, float], report_name: str, limit: int = 7000) -> str:
     """The run's summary as markdown (MLflow's run description): claim counts, each claim's verdict,
     then headline figures while the text stays under `limit` characters."""
-    counts = claim_counts(judgements)
+    counts, inv = claim_counts(judgements), invariant_counts(judgements)
     lines = [
         f"### {title}",
         "",
-        f"Claims: **{counts['passed']} passed**, {counts['failed']} failed, {counts['warning']} warnings, {counts['not judged']} not judged. "
+        f"The article's claims: **{counts['passed']} passed**, {counts['failed']} failed, {counts['warning']} warnings, "
+        f"{counts['not judged']} not judged. Invariants (by construction, not counted): {inv['passed']} held, {inv['failed']} broken, "
+        f"{inv['warning']} warnings, {inv['not judged']} not judged. "
         f"The whole report, with every stage's figures and plots: artifact `{report_name}`.",
         "",
-        "| verdict | claim | asset |",
-        "|---|---|---|",
+        "| verdict | § | claim | asset |",
+        "|---|---|---|---|",
     ]
-    lines += [f"| {STATUS_MARK[j.status]} | `{j.claim.name}` | {j.asset} |" for j in sorted(judgements, key=lambda j: STATUS_ORDER.index(j.status))]
+    ordered = sorted(judgements, key=lambda j: (j.claim.kind != "claim", STATUS_ORDER.index(j.status)))
+    lines += [f"| {STATUS_MARK[j.status]} | {j.claim.section if j.claim.kind == 'claim' else j.claim.kind} | `{j.claim.name}` | {j.asset} |"
+              for j in ordered]
     lines += ["", "| headline metric | value |", "|---|---:|"]
     more = "| … | (all metrics on this run) |"
     size = sum(len(x) + 1 for x in lines)

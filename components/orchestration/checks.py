@@ -23,20 +23,29 @@ def _metadata_value(v: Any) -> Any:
 def check_result(c: Claim, v: Verdict, *, named: bool = False) -> dg.AssetCheckResult:
     """The verdict as a check result; `named` for a check yielded by its asset (a check spec)."""
     metadata = {k: _metadata_value(x) for k, x in {**v.checks, **v.figures}.items() if x is not None}
+    metadata.update(kind=c.kind, section=c.section, verdict="passed" if v.passed else ("failed" if v.judged else "not judged"))
     if v.note:
         metadata["note"] = v.note
+    # Not judged (nothing measured) is no pass: a failed check at WARN severity whose metadata says why.
     return dg.AssetCheckResult(
         check_name=c.name if named else None,
         passed=v.passed,
-        severity=dg.AssetCheckSeverity.WARN if c.warn else dg.AssetCheckSeverity.ERROR,
+        severity=dg.AssetCheckSeverity.WARN if c.warn or not v.judged else dg.AssetCheckSeverity.ERROR,
         metadata=metadata,
     )
+
+
+def description(c: Claim) -> str:
+    """The check's description: the statement, and for an article claim its section and falsifier."""
+    if c.kind == "invariant":
+        return f"Invariant (true by construction): {c.statement}"
+    return f"Article §{c.section}: {c.statement} Fails if: {c.falsifier}"
 
 
 def claim_spec(name: str, asset: str) -> dg.AssetCheckSpec:
     """A check spec of claim `name` for an asset that evaluates it itself (`yield judged(...)`)."""
     c = claim(name)
-    return dg.AssetCheckSpec(c.name, asset=asset, description=c.statement, blocking=c.blocking)
+    return dg.AssetCheckSpec(c.name, asset=asset, description=description(c), blocking=c.blocking)
 
 
 def judged(name: str, manifest: dict) -> dg.AssetCheckResult:
@@ -48,7 +57,7 @@ def claim_check(name: str, asset: Any) -> dg.AssetChecksDefinition:
     """An asset check of claim `name` on `asset` (its manifest judged by the claim's function)."""
     c = claim(name)
 
-    @dg.asset_check(asset=asset, name=c.name, description=c.statement, blocking=c.blocking)
+    @dg.asset_check(asset=asset, name=c.name, description=description(c), blocking=c.blocking)
     def _check(manifest: dict) -> dg.AssetCheckResult:
         return check_result(c, c.judge(manifest))
 

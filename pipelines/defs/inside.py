@@ -5,6 +5,7 @@ only the top-scoring keys costs.
     transformer_lm, transformer_1head_lm, labels, tokenizer ──► attention_heads
     transformer_lm, labels, tokenizer, corpus ──► ffn_memories
     transformer_lm, labels ──► attention_topk (top-k keys per query against the full softmax)
+    transformer_lm, lstm_lm, tokenizer ──► article_examples (我爱你 / 你爱我, 今天 天气 真 不错, one query's mix, the LSTM's gates)
 """
 
 import dagster as dg
@@ -12,6 +13,7 @@ import dagster as dg
 from components.core.corpus import load_corpus
 from components.core.labels import load_labels
 from components.core.lm import load_lm
+from components.core.studies.examples import ExamplesSettings, article_examples as run_article_examples
 from components.core.studies.attention_topk import AttentionTopKSettings, attention_topk as run_attention_topk
 from components.core.studies.inside import InsideSettings, attention_heads as run_attention_heads, ffn_memories as run_ffn_memories, known_words
 from components.core.tokenizer import load_tokenizer
@@ -24,6 +26,10 @@ GROUP = "inside"
 
 class InsideConfig(dg.Config, InsideSettings):
     """Sentences, thresholds and sizes of the look inside the Transformer."""
+
+
+class ExamplesConfig(dg.Config, ExamplesSettings):
+    """Sentences of the article's examples run through the trained models."""
 
 
 class AttentionTopKConfig(dg.Config, AttentionTopKSettings):
@@ -112,3 +118,23 @@ def attention_topk(
 
 
 soft_attention_beats_topk = claim_check("soft_attention_beats_topk", attention_topk)
+
+
+@dg.asset(group_name=GROUP, kinds={"pytorch"})
+def article_examples(
+    context: dg.AssetExecutionContext, config: ExamplesConfig, transformer_lm: dict, lstm_lm: dict, tokenizer: dict, mlflow: MlflowTracker,
+) -> dg.Output[dict]:
+    """The article's own examples through this run's tokenizer and models: 我爱你 / 你爱我 first-layer
+    scores with and without positional encoding (equal up to the permutation without it); 今天 天气 真
+    不错 as word-level input/label pairs; one query's attention as a weighted mix over a sentence; the
+    trained LSTM's gates token by token."""
+    with stage(context, mlflow, config.model_dump()) as s:
+        decode, encode = _codec(tokenizer)
+        r = run_article_examples(load_lm(transformer_lm["weights"]), load_lm(lstm_lm["weights"]), encode, decode, config)
+        return s.publish(
+            {"word_order": {k: v for k, v in r.word_order.items() if k not in ("without_position", "with_position")},
+             "metrics": r.metrics, "attention_mix": r.attention_mix, "lstm_gates": r.lstm_gates, "shifted_pairs": r.shifted_pairs},
+            metrics=r.metrics,
+            tables={"attention_mix": r.attention_mix, "lstm_gates": r.lstm_gates, "shifted_pairs": r.shifted_pairs},
+            texts=r.texts,
+        )

@@ -119,6 +119,7 @@ def long_context_cost(
 
 
 arithmetic_matches_measurement = claim_check("arithmetic_matches_measurement", long_context_cost)
+recurrence_is_the_serial_bottleneck = claim_check("recurrence_is_the_serial_bottleneck", long_context_cost)
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"})

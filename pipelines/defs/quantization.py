@@ -117,6 +117,8 @@ int8_weights_size = claim_check("int8_weights_size", quantized_models)
 nf4_weights_size = claim_check("nf4_weights_size", quantized_models)
 int8_perplexity_cost = claim_check("int8_perplexity_cost", quantized_models)
 nf4_perplexity_cost = claim_check("nf4_perplexity_cost", quantized_models)
+int8_model_size = claim_check("int8_model_size", quantized_models)
+nf4_model_size = claim_check("nf4_model_size", quantized_models)
 
 
 def _train_settings(source: dict, client: Any) -> dict:

@@ -65,7 +65,7 @@ def transformer_ablations(
             model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
         )
         return s.publish(
-            {"table": result.table, "metrics": result.metrics, "permutation": result.permutation, "scaling": result.scaling},
+            {"table": result.table, "metrics": result.metrics, "permutation": result.permutation, "scaling": result.scaling, "depth": result.depth},
             metrics=result.metrics,
             tables={"ablations": result.table},
             figures=result.figures,
@@ -76,3 +76,5 @@ def transformer_ablations(
 
 
 position_breaks_order_symmetry = claim_check("position_breaks_order_symmetry", transformer_ablations)
+sqrt_d_keeps_softmax_unsaturated = claim_check("sqrt_d_keeps_softmax_unsaturated", transformer_ablations)
+residuals_let_depth_train = claim_check("residuals_let_depth_train", transformer_ablations)

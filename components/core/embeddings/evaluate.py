@@ -315,6 +315,76 @@ def evaluate_word_pairs(
     return SimilarityResult(spearman, pearson, len(gold), oov, min_pairs, invalid, Path(path).name)
 
 
+# --- the claims' figures: meaning with an interval, king − man + woman against chance ------------
+
+
+def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95 % Wilson score interval of a proportion k/n."""
+    if n == 0:
+        return math.nan, math.nan
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def similarity_meaning(
+    words: Sequence[str], vectors: np.ndarray, path: str | Path, *, related: float = 7.0, unrelated: float = 3.0,
+    n_boot: int = 1000, seed: int = 0,
+) -> dict:
+    """Do related words sit closer? On a human-scored pair file (WordSim353: 0–10): the Spearman
+    correlation of cosine with the human score with a bootstrap interval over pairs, and the mean
+    cosine of related pairs (score ≥ `related`) minus unrelated ones (≤ `unrelated`), with its
+    bootstrap interval. Empty when fewer than 10 pairs are in the vocabulary."""
+    from scipy import stats
+
+    index = WordIndex(words, vectors)
+    pairs, _ = read_word_pairs(path)
+    kept = [(s, float(index.vector(a) @ index.vector(b))) for a, b, s in pairs if a in index and b in index]
+    if len(kept) < 10:
+        return {}
+    gold, cos = (np.array(x) for x in zip(*kept))
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(n_boot):
+        i = rng.integers(0, len(gold), len(gold))
+        if np.ptp(cos[i]) > 0 and np.ptp(gold[i]) > 0:
+            boots.append(stats.spearmanr(gold[i], cos[i])[0])
+    rel, unrel = cos[gold >= related], cos[gold <= unrelated]
+    out = {"pairs": len(gold), "spearman": float(stats.spearmanr(gold, cos)[0]),
+           "spearman_lo": float(np.percentile(boots, 2.5)), "spearman_hi": float(np.percentile(boots, 97.5)),
+           "related_pairs": len(rel), "unrelated_pairs": len(unrel)}
+    if len(rel) >= 3 and len(unrel) >= 3:
+        diffs = [rng.choice(rel, len(rel)).mean() - rng.choice(unrel, len(unrel)).mean() for _ in range(n_boot)]
+        out.update(related_cos=float(rel.mean()), unrelated_cos=float(unrel.mean()), related_minus_unrelated=float(rel.mean() - unrel.mean()),
+                   related_minus_unrelated_lo=float(np.percentile(diffs, 2.5)), related_minus_unrelated_hi=float(np.percentile(diffs, 97.5)))
+    return out
+
+
+def analogy_rank(
+    words: Sequence[str], vectors: np.ndarray, a: str = "man", b: str = "king", c: str = "woman", target: str = "queen",
+    *, restrict_vocab: int = 30000, n_random: int = 200, seed: int = 0,
+) -> dict:
+    """Where `target` ranks for b − a + c (3CosAdd, the inputs excluded) among the `restrict_vocab`
+    most frequent words, against where `n_random` random words rank for the same query: the article's
+    king − man + woman ≈ queen, measured against chance. Empty when a word is missing."""
+    index = WordIndex(words, vectors, restrict_vocab)
+    if not all(w.upper() in index.pos for w in (a, b, c, target)):
+        return {}
+    q = index.unit[index.pos[b.upper()]] - index.unit[index.pos[a.upper()]] + index.unit[index.pos[c.upper()]]
+    scores = index.unit @ (q / np.linalg.norm(q))
+    excluded = {p for w in (a, b, c) for p in index.variants[w.upper()]}
+    scores[list(excluded)] = -np.inf
+    order = np.argsort(-scores)
+    rank = {int(p): r for r, p in enumerate(order, start=1)}
+    candidates = [p for p in range(len(index)) if p not in excluded and index.key[p] != target.upper()]
+    rng = np.random.default_rng(seed)
+    random_ranks = np.array([rank[int(p)] for p in rng.choice(candidates, min(n_random, len(candidates)), replace=False)])
+    return {"query": f"{b} - {a} + {c}", "target": target, "target_rank": rank[index.pos[target.upper()]], "candidates": len(index) - len(excluded),
+            "random_rank_median": float(np.median(random_ranks)), "random_rank_p05": float(np.percentile(random_ranks, 5)),
+            "random_words": len(random_ranks), "top": [index.words[int(p)] for p in order[:5]]}
+
+
 # --- neighbours, one-hot versus learned, PCA ----------------------------------------------------
 
 
@@ -462,6 +532,9 @@ class EmbeddingReport:
     figure: object  # matplotlib.figure.Figure
     spread: dict = field(default_factory=dict)  # `distance_spread`
     notes: list[str] = field(default_factory=list)
+    meaning: dict = field(default_factory=dict)  # `similarity_meaning` on WordSim353
+    king_rank: dict = field(default_factory=dict)  # `analogy_rank`: king − man + woman → queen against random words
+    searchable: int = 0  # words the analogies are searched among (chance = 1 / (this − 3))
 
     def metrics(self) -> dict[str, float]:
         """Headline numbers under stable names. An accuracy or correlation computed on too few
@@ -485,6 +558,12 @@ class EmbeddingReport:
             m["probe/related_higher_share"] = self.onehot["related_higher"] / self.onehot["triples_scored"]
         if self.spread:
             m.update(spread_metrics(self.spread))
+        m.update({f"wordsim353/{k}": float(v) for k, v in self.meaning.items()})
+        m.update({f"king/{k}": float(v) for k, v in self.king_rank.items() if isinstance(v, (int, float))})
+        if self.searchable > 3 and self.analogy.answered:
+            lo, hi = wilson_interval(self.analogy.correct, self.analogy.answered)
+            m.update({"analogy/chance": 1.0 / (self.searchable - 3), "analogy/accuracy_lo": lo, "analogy/accuracy_hi": hi,
+                      "analogy/correct": float(self.analogy.correct)})
         return m
 
     def tables(self) -> dict[str, str]:
@@ -505,6 +584,10 @@ class EmbeddingReport:
         rows += [f"| {i} | {w} | {s:.4f} |" for i, (w, s) in enumerate(self.king_man_woman, start=1)]
         if not self.king_man_woman:
             rows.append("| - | king, man or woman is not in the vocabulary | - |")
+        k = self.king_rank
+        if k:
+            rows += ["", f"{k['target']} ranks {k['target_rank']} of {k['candidates']} candidates for {k['query']}; {k['random_words']} random "
+                         f"words rank {k['random_rank_median']:.0f} at the median and {k['random_rank_p05']:.0f} at the 5th percentile."]
         king = "\n".join(rows)
 
         o = self.onehot
@@ -584,6 +667,9 @@ def evaluate_embeddings(
         figure=pca_figure(index, probe_words),
         spread=distance_spread(index, distance_words) if len(index) >= 3 else {},
         notes=notes,
+        meaning=similarity_meaning(words, vectors, wordsim_path or gensim_test_file("wordsim353.tsv")),
+        king_rank=analogy_rank(words, vectors, restrict_vocab=restrict_vocab),
+        searchable=len(WordIndex(words, vectors, restrict_vocab)),
     )
 
 

@@ -11,7 +11,9 @@ Variants (one name each, used everywhere: settings, tables, export folders):
 
 What is quantized: every `nn.Linear` whose weight is not shared with another module. A tied output
 head (the Transformer's `lm_head` *is* its token embedding) stays a float embedding, like the
-embeddings, LayerNorms and biases, in `keep_dtype`. Recurrent layers (`nn.LSTM`, `nn.RNN`, the
+embeddings, LayerNorms and biases, in `keep_dtype`, unless `quantize_embedding`: then the head is
+quantized like any Linear layer and the embedding becomes a `HeadTiedEmbedding` that dequantizes
+the rows it looks up from the head's codes (the matrix stored once, quantized; the [PAD] row zero). Recurrent layers (`nn.LSTM`, `nn.RNN`, the
 explicit LSTM) hold their matrices as raw parameters used by fused kernels or hand-written matmuls,
 which bitsandbytes cannot replace; for the quantized variants they are first rewritten as
 `LinearRecurrence` (the same equations with W_ih and W_hh as `nn.Linear` layers), so their matrices
@@ -89,6 +91,9 @@ class PrecisionSpec(BaseModel):
     recurrent_as_linear: list[str] = Field(default_factory=list)  # recurrent modules rewritten as LinearRecurrence
     kept_float: list[str] = Field(default_factory=list)  # what stays float, and why
     aliases: dict[str, str] = Field(default_factory=dict)  # tied tensor name -> the stored name
+    # Embeddings tied to a quantized output head: embedding module -> head layer whose codes it reads
+    # (its rows dequantized on lookup; the matrix is stored once, quantized).
+    embeddings_from_head: dict[str, str] = Field(default_factory=dict)
 
     @property
     def quantized(self) -> bool:
@@ -312,6 +317,49 @@ def _quantized_linear(
     return layer.to(device)  # quantizes (float weights) or moves (stored tensors)
 
 
+class HeadTiedEmbedding(nn.Module):
+    """A token embedding whose matrix is a quantized output head's weight (weight tying, quantized):
+    a lookup dequantizes the rows it needs (INT8: codes × row scale / 127; 4-bit: the whole matrix
+    through bitsandbytes' `dequantize_4bit`, then the rows). It holds no tensor of its own; the head
+    is referenced, not registered, so the state dict stores the matrix once, as the head's codes."""
+
+    def __init__(self, head: nn.Module, padding_idx: int | None, dtype: torch.dtype):
+        super().__init__()
+        object.__setattr__(self, "_head", head)  # not a submodule: stored and counted once, as the head
+        self.padding_idx, self.dtype = padding_idx, dtype
+
+    def matrix(self) -> torch.Tensor:
+        """The dequantized (V, C) matrix."""
+        lib, w = bnb(), self._head.weight
+        if isinstance(self._head, lib.nn.Linear8bitLt):
+            scb = getattr(w, "SCB", None)
+            if scb is None:
+                scb = self._head.state.SCB
+            return (w.data.float() * (scb.float().unsqueeze(1) / 127.0)).to(self.dtype)
+        with eager():
+            return lib.functional.dequantize_4bit(w.data, w.quant_state).to(self.dtype)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        lib, w = bnb(), self._head.weight
+        if isinstance(self._head, lib.nn.Linear8bitLt):
+            scb = getattr(w, "SCB", None)
+            if scb is None:
+                scb = self._head.state.SCB
+            x = w.data[idx].float() * (scb[idx].float().unsqueeze(-1) / 127.0)
+        else:
+            x = F.embedding(idx, self.matrix().float())
+        if self.padding_idx is not None:  # the [PAD] row stays exactly zero, as in the float model
+            x = x.masked_fill((idx == self.padding_idx).unsqueeze(-1), 0.0)
+        return x.to(self.dtype)
+
+
+def _tie_embeddings_to_heads(model: nn.Module, pairs: dict[str, str], dtype: torch.dtype) -> None:
+    """Replace each embedding of `pairs` (embedding module -> quantized head) by a HeadTiedEmbedding."""
+    for emb_name, head_name in pairs.items():
+        emb = model.get_submodule(emb_name)
+        _set_submodule(model, emb_name, HeadTiedEmbedding(model.get_submodule(head_name), getattr(emb, "padding_idx", None), dtype))
+
+
 def is_quantized_layer(module: nn.Module) -> bool:
     if "bitsandbytes" not in type(module).__module__:
         return False
@@ -343,9 +391,12 @@ def to_precision(
     int8_threshold: float = 6.0,
     blocksize: int = 64,
     double_quant: bool = True,
+    quantize_embedding: bool = False,
 ) -> nn.Module:
     """A copy of `model` at `variant`, in eval mode on `device`, carrying its `PrecisionSpec` as
-    `model.precision_spec`. The caller's model is not touched."""
+    `model.precision_spec`. The caller's model is not touched. With `quantize_embedding`, an output
+    head tied to the token embedding is quantized like the other Linear layers and the embedding
+    reads its rows from the head's codes (`HeadTiedEmbedding`): the matrix stored once, quantized."""
     if variant not in VARIANTS:
         raise ConfigError(f"variant {variant!r} is unknown; use one of: {', '.join(VARIANTS)}")
     device = torch.device(device)
@@ -368,6 +419,10 @@ def to_precision(
     )
     spec.recurrent_as_linear = rewrite_recurrent(m)
     tied = _tied_linears(m)
+    heads = {}
+    if quantize_embedding:  # a head tied to an nn.Embedding: quantize it, and let the embedding read its codes
+        heads = {n: o.rsplit(".", 1)[0] for n, o in tied.items() if o.endswith(".weight") and isinstance(m.get_submodule(o.rsplit(".", 1)[0]), nn.Embedding)}
+        tied = {n: o for n, o in tied.items() if n not in heads}
     targets = [n for n, mod in m.named_modules() if isinstance(mod, nn.Linear) and n not in tied]
     # Quantize from the float32 weights; everything else goes to keep_dtype first (a bitsandbytes
     # parameter must never be cast: .to(dtype) would turn its integer codes into floats).
@@ -376,6 +431,8 @@ def to_precision(
     for name in targets:
         _set_submodule(m, name, _quantized_linear(variant, originals[name], spec, device))
     spec.modules = targets
+    spec.embeddings_from_head = {emb: head for head, emb in heads.items()}
+    _tie_embeddings_to_heads(m, spec.embeddings_from_head, DTYPES[keep_dtype])
     spec.kept_float = _kept_float(m, tied, spec)
     spec.aliases = _aliases(m)
     setattr(m, PRECISION_ATTR, spec)
@@ -440,6 +497,8 @@ def expected_shapes(skeleton: nn.Module, spec: PrecisionSpec) -> dict[str, tuple
         if k in spec.aliases:
             continue
         layer, _, leaf = k.rpartition(".")
+        if layer in spec.embeddings_from_head:  # stored once, as its head's codes
+            continue
         if layer in quantized and leaf == "weight":
             out_f, in_f = v.shape
             if spec.variant == "int8":
@@ -514,6 +573,7 @@ def apply_precision(skeleton: nn.Module, spec: PrecisionSpec, tensors: dict[str,
             spec.variant, None, spec, torch.device("cpu"), shape=tuple(lin.weight.shape), bias=own.get("bias"), tensors=own
         )
         _set_submodule(m, name, layer)
+    _tie_embeddings_to_heads(m, spec.embeddings_from_head, DTYPES[spec.keep_dtype])
     rest = {k: v for k, v in full.items() if k.rpartition(".")[0] not in quantized and not any(k.startswith(q + ".weight.") for q in quantized)}
     missing, unexpected = m.load_state_dict(rest, strict=False)
     missing = [k for k in missing if k.rpartition(".")[0] not in quantized and not k.endswith("weight_format")]

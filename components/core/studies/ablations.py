@@ -63,6 +63,10 @@ class AblationSettings(BaseModel):
     permutation_len: int = Field(16, ge=3, description="Tokens in the permutation-equivariance check.")
     permutation_trials: int = Field(3, ge=1, description="Permutations tried (the first is the reversal, 我爱你 → 你爱我).")
     probe_blocks: int = Field(8, ge=1, description="Validation blocks for the at-init and attention-entropy probes.")
+    depths: list[int] = Field([2, 4, 8, 12], description="Depths of the residual study (with and without residuals, same budget); [] = skip.")
+    depth_steps: int = Field(30, ge=1, description="Optimizer steps per model of the residual study.")
+    depth_n_embd: int = Field(32, ge=8, description="Width of the residual study's models (small: 2 × len(depths) trainings).")
+    depth_block_size: int = Field(32, ge=8, description="Context of the residual study's models.")
 
     @field_validator("ablations")
     @classmethod
@@ -88,6 +92,7 @@ class AblationResult:
     warnings: list[str]
     table_path: Path
     figures: dict[str, Figure] = field(default_factory=dict)
+    depth: list[dict] = field(default_factory=list)  # `residual_depth_study`
 
 
 def _runs(model_settings: TransformerSettings, s: AblationSettings) -> dict[str, tuple[TransformerSettings, str, str | None]]:
@@ -160,6 +165,7 @@ def run_ablations(
     scaling = score_scaling_at_init(model_settings, vocab_size, *probe, seed=ts.seed)
     seed_everything(ts.seed)
     accounting = parameter_accounting(_build(model_settings, vocab_size))
+    depth = residual_depth_study(model_settings, train_settings, settings, train_data, val_data, vocab_size, out_dir / "depth") if settings.depths else []
 
     metrics = {f"{r['run']}/{k}": float(r[k]) for r in rows for k in ("val_loss", "val_ppl", "delta_val_loss", "attn_entropy")}
     metrics.update({
@@ -171,12 +177,15 @@ def run_ablations(
         "scaling/grad_norm_scaled": scaling["scaled"]["grad_norm"],
         "scaling/grad_norm_unscaled": scaling["unscaled"]["grad_norm"],
         "params/ffn_share": accounting["ffn_share"],
+        **{f"depth/{r['n_layer']}_{'res' if r['residual'] else 'nores'}/{k}": float(r[k])
+           for r in depth for k in ("val_loss", "first_layer_grad_norm_init")},
     })
     table_path = write_json(out_dir / "ablations.json", {
-        "table": rows, "permutation": permutation, "scaling": scaling, "accounting": accounting, "warnings": notes,
+        "table": rows, "permutation": permutation, "scaling": scaling, "accounting": accounting, "warnings": notes, "depth": depth,
     })
     markdown = "\n\n".join([
         ablation_markdown(rows), permutation_markdown(permutation), scaling_markdown(scaling), accounting_markdown(accounting),
+        depth_markdown(depth),
     ])
     (out_dir / "ablations.md").write_text(markdown + "\n", encoding="utf-8")
     figures = {
@@ -184,7 +193,56 @@ def run_ablations(
         "ablation_curves": plot_ablation_curves(histories),
         "score_scaling": plot_score_scaling(scaling),
     }
-    return AblationResult(rows, markdown, metrics, permutation, scaling, accounting, run_dirs, notes, table_path, figures)
+    return AblationResult(rows, markdown, metrics, permutation, scaling, accounting, run_dirs, notes, table_path, figures, depth)
+
+
+def depth_markdown(depth: list[dict]) -> str:
+    if not depth:
+        return ""
+    lines = ["### Depth with and without residual connections (same budget)", "",
+             "| n_layer | residual | val loss | first-layer grad norm at init | after training |", "|---:|---|---:|---:|---:|"]
+    lines += [f"| {r['n_layer']} | {'yes' if r['residual'] else 'no'} | {r['val_loss']:.4f} | {r['first_layer_grad_norm_init']:.3g} | "
+              f"{r['first_layer_grad_norm_trained']:.3g} |" for r in depth]
+    return "\n".join(lines)
+
+
+def first_layer_grad_norm(model: Transformer, x: torch.Tensor, y: torch.Tensor) -> float:
+    """The gradient norm reaching the first block's parameters on one batch (what depth lets through)."""
+    model.zero_grad(set_to_none=True)
+    model.train()
+    model(x, y)[1].backward()
+    norm = float(torch.nn.utils.get_total_norm([p.grad for p in model.h[0].parameters() if p.grad is not None]))
+    model.zero_grad(set_to_none=True)
+    return norm
+
+
+def residual_depth_study(
+    model_settings: TransformerSettings, train_settings: TrainSettings, s: AblationSettings, train_data: TokenBlocks,
+    val_data: TokenBlocks, vocab_size: int, out_dir: Path,
+) -> list[dict]:
+    """Small Transformers at each of `s.depths`, with and without residual connections, trained on the
+    same budget (`depth_steps`, same seed and batches): validation loss, and the gradient norm that
+    reaches the first layer at init and after training."""
+    T = min(s.depth_block_size, model_settings.block_size, train_data.block_size)
+    ts = train_settings.model_copy(update={
+        "max_steps": s.depth_steps, "lr_decay_steps": None, "warmup_steps": min(train_settings.warmup_steps, s.depth_steps // 5),
+        "block_size": T, "eval_interval": 0, "eval_batches": 4, "log_interval": s.depth_steps, "checkpoint_interval": s.depth_steps,
+    })
+    x, y = _probe_batch(val_data, min(8, val_data.n_blocks), T)
+    rows = []
+    for depth in s.depths:
+        for residual in (True, False):
+            cfg = TransformerSettings(**{**model_settings.model_dump(), "n_layer": depth, "n_embd": s.depth_n_embd,
+                                         "n_head": max(1, s.depth_n_embd // 16), "block_size": T, "residual": residual,
+                                         "param_budget": None, "dropout": 0.0})
+            seed_everything(ts.seed)
+            model = Transformer(cfg, vocab_size)
+            g0 = first_layer_grad_norm(model, x, y)
+            res = train(model, train_data, val_data, ts, out_dir / f"depth{depth}_{'res' if residual else 'nores'}", resume=False,
+                        raise_on_divergence=False)
+            rows.append({"n_layer": depth, "residual": residual, "val_loss": res.val_loss, "first_layer_grad_norm_init": g0,
+                         "first_layer_grad_norm_trained": first_layer_grad_norm(model, x, y), "params": res.params})
+    return rows
 
 
 def _build(cfg: TransformerSettings, vocab_size: int) -> Transformer:
@@ -336,13 +394,14 @@ def _model_attention_probe(model: Transformer, x: torch.Tensor, y: torch.Tensor)
     }
 
 
-def _unit_variance_probe(d: int, T: int, seed: int) -> dict[str, float]:
-    """Causal softmax over q·k of unit-variance q, k (d dims): entropy and the gradient reaching the scores."""
+def _unit_variance_probe(d: int, T: int, seed: int, fixed_scale: float | None = None) -> dict[str, float]:
+    """Causal softmax over q·k of unit-variance q, k (d dims): entropy and the gradient reaching the scores.
+    `fixed_scale`: the "scaled" variant multiplies by this constant instead of 1/√d (a scale that does not follow d)."""
     gen = torch.Generator().manual_seed(seed)
     q, k, v, g = (torch.randn(4, 1, T, d, generator=gen, dtype=torch.float64) for _ in range(4))  # (4, 1, T, d)
     g = g / math.sqrt(d)  # a read-out of O(1) variance whatever d, so only the softmax differs
     res = {"head_dim": d}
-    for key, scale in (("scaled", 1.0 / math.sqrt(d)), ("unscaled", 1.0)):
+    for key, scale in (("scaled", 1.0 / math.sqrt(d) if fixed_scale is None else fixed_scale), ("unscaled", 1.0)):
         s = ((q @ k.transpose(-2, -1)) * scale).requires_grad_()  # (4, 1, T, T)
         w = F.softmax(s.masked_fill(~allowed_keys(T, "cpu"), float("-inf")), dim=-1)  # (4, 1, T, T)
         ((w @ v) * g).sum().backward()  # a random linear read-out of the attention output

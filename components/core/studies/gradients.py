@@ -153,6 +153,8 @@ class ClippingResult:
     max_grad_norm_unclipped: float
     max_grad_norm_clipped_after_clip: float
     notes: list[str]
+    max_grad_norm_clipped_before_clip: float = float("nan")  # the clipped run's norm before its clip
+    steps_clip_engaged: int = 0  # steps of the clipped run whose norm exceeded the threshold (the clip acted)
 
     @property
     def shows_clipping_helps(self) -> bool:
@@ -214,6 +216,8 @@ def clipping_experiment(
         max_grad_norm_unclipped=max((h["grad_norm"] for h in hu if "grad_norm" in h), default=float("nan")),
         max_grad_norm_clipped_after_clip=max((h["grad_norm_clipped"] for h in hc if "grad_norm_clipped" in h), default=float("nan")),
         notes=notes,
+        max_grad_norm_clipped_before_clip=max((h["grad_norm"] for h in hc if "grad_norm" in h), default=float("nan")),
+        steps_clip_engaged=sum(h["grad_norm"] > s.clip_grad for h in hc if "grad_norm" in h),
     )
 
 
@@ -236,6 +240,8 @@ class GradientStudyResult:
             out["clip/clipped_trained"] = float(self.clipping.clipped_trained)
             out["clip/max_grad_norm_unclipped"] = self.clipping.max_grad_norm_unclipped
             out["clip/max_grad_norm_clipped"] = self.clipping.max_grad_norm_clipped_after_clip
+            out["clip/max_grad_norm_before_clip"] = self.clipping.max_grad_norm_clipped_before_clip
+            out["clip/steps_clip_engaged"] = float(self.clipping.steps_clip_engaged)
         return out
 
 

@@ -296,15 +296,19 @@ def find_fact_prompts(model: nn.Module, blocks: TokenBlocks, s: InsideSettings, 
         for b, t in ok.nonzero().tolist():
             cands.append((float(p[b, t]), int(idx[b]), t, int(y[b, t])))
     cands.sort(reverse=True)
-    facts, answers = [], set()
+    facts, by_answer = [], {}
     for p, b, t, ans in cands:
-        if ans in answers or not _is_word(decode([ans])):
-            continue
         prompt = [int(v) for v in blocks.x[b, t - s.fact_context + 1:t + 1]]
-        facts.append({"prompt": prompt, "answer": ans, "probability": p, "prompt_text": decode(prompt), "answer_text": decode([ans])})
-        answers.add(ans)
-        if len(facts) == s.n_facts:
-            break
+        if ans in by_answer:  # a second, different prompt of the same answer: the held-out prompt of that fact
+            f = by_answer[ans]
+            if "heldout_prompt" not in f and prompt != f["prompt"]:
+                f.update(heldout_prompt=prompt, heldout_probability=p, heldout_text=decode(prompt))
+            continue
+        if len(facts) == s.n_facts or not _is_word(decode([ans])):
+            continue
+        f = {"prompt": prompt, "answer": ans, "probability": p, "prompt_text": decode(prompt), "answer_text": decode([ans])}
+        facts.append(f)
+        by_answer[ans] = f
     return facts
 
 
@@ -370,12 +374,36 @@ def fact_probe(model: nn.Module, facts: list[dict], s: InsideSettings, device) -
                         break
                 draw.append((layer, j))
             p_rand.append(ablate_neurons(model, f["prompt"], f["answer"], draw, device))
-        rows.append({
+        row = {
             "prompt_text": f["prompt_text"], "answer_text": f["answer_text"], "p_answer": p0, "p_top_k_zeroed": p_top,
             "p_random_k_zeroed": float(np.mean(p_rand)), "top_neurons": [f"L{layer}.{i}" for layer, i in neurons],
             "top_attribution": float(attr.reshape(-1)[top[0]]), "_neurons": neurons,
-        })
+        }
+        if "heldout_prompt" in f:
+            row.update(heldout_test(model, f["heldout_prompt"], f["answer"], neurons, s, rng, device), heldout_text=f["heldout_text"])
+        rows.append(row)
     return rows
+
+
+def heldout_test(model: nn.Module, prompt: list[int], answer: int, neurons: list[tuple[int, int]], s: InsideSettings,
+                 rng: np.random.Generator, device) -> dict:
+    """The neurons selected on one prompt, zeroed on another prompt of the same answer (held out: the
+    selection never saw it), against random neurons of the same layers matched in activation there
+    (each drawn among the 10 neurons nearest in |activation| rank to the one it replaces)."""
+    p0, acts = last_position(model, prompt, device)
+    p_top = ablate_neurons(model, prompt, answer, neurons, device)
+    chosen = set(neurons)
+    ranks = {layer: torch.argsort(a.abs(), descending=True).tolist() for layer, a in enumerate(acts)}
+    pos = {layer: {n: r for r, n in enumerate(order)} for layer, order in ranks.items()}
+    p_rand = []
+    for _ in range(s.random_draws):
+        draw: list[tuple[int, int]] = []
+        for layer, i in neurons:
+            r = pos[layer][i]
+            near = [n for n in ranks[layer][max(0, r - 10):r + 11] if (layer, n) not in chosen and (layer, n) not in draw]
+            draw.append((layer, int(rng.choice(near))))
+        p_rand.append(ablate_neurons(model, prompt, answer, draw, device))
+    return {"heldout_p_answer": float(p0[answer]), "heldout_p_top_k_zeroed": p_top, "heldout_p_matched_random_zeroed": float(np.mean(p_rand))}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -536,6 +564,17 @@ class MemoriesResult:
             out["ffn/p_answer_mean"] = float(np.mean([r["p_answer"] for r in self.probe]))
             out["ffn/p_top_k_zeroed_mean"] = float(np.mean([r["p_top_k_zeroed"] for r in self.probe]))
             out["ffn/p_random_k_zeroed_mean"] = float(np.mean([r["p_random_k_zeroed"] for r in self.probe]))
+            held = [r for r in self.probe if "heldout_p_top_k_zeroed" in r]
+            out["ffn/heldout_facts"] = float(len(held))
+            if held:
+                # per fact: how much more the selected neurons lower the held-out answer than matched random ones
+                d = np.array([r["heldout_p_matched_random_zeroed"] - r["heldout_p_top_k_zeroed"] for r in held])
+                boots = np.random.default_rng(0).choice(d, (1000, len(d))).mean(1)
+                out.update({"ffn/heldout_p_answer_mean": float(np.mean([r["heldout_p_answer"] for r in held])),
+                            "ffn/heldout_p_top_k_zeroed_mean": float(np.mean([r["heldout_p_top_k_zeroed"] for r in held])),
+                            "ffn/heldout_p_matched_random_zeroed_mean": float(np.mean([r["heldout_p_matched_random_zeroed"] for r in held])),
+                            "ffn/heldout_extra_drop_mean": float(d.mean()), "ffn/heldout_extra_drop_lo": float(np.percentile(boots, 2.5)),
+                            "ffn/heldout_extra_drop_hi": float(np.percentile(boots, 97.5))})
         if self.gap:
             for k in ("top1_p_real", "top1_p_made_up", "entropy_real", "entropy_made_up", "fact_neurons_activation_real", "fact_neurons_activation_made_up"):
                 out[f"ffn/{k}_mean"] = float(np.mean([r[k] for r in self.gap]))

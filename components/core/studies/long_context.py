@@ -128,8 +128,10 @@ def transformer_train_rows(model: nn.Module, seq_lens: list[int], batch_size: in
         x = torch.randint(1, vocab, (batch_size, T), generator=gen).to(device)  # (B, T)
         y = torch.randint(1, vocab, (batch_size, T), generator=gen).to(device)  # (B, T)
         sec = train_step_seconds(m, opt, x, y, device, warmup=s.warmup, repeats=s.repeats)
+        # The critical path of a forward pass: attention and FFN sub-layers, each over every position at
+        # once, so 2·n_layer dependent steps whatever T (the recurrent models wait T·n_layer).
         rows.append({"model": "transformer", "seq_len": T, "batch_size": batch_size, "train_step_ms": 1000 * sec,
-                     "tokens_per_s": batch_size * T / sec, "device": str(device)})
+                     "tokens_per_s": batch_size * T / sec, "sequential_steps": 2 * cfg.n_layer, "device": str(device)})
     return rows
 
 
@@ -304,7 +306,8 @@ def long_context_cost(
     seq_lens = sorted({r["seq_len"] for r in rec_rows})
     batch = rec_rows[0]["batch_size"]
     tf_rows = transformer_train_rows(transformer, seq_lens, batch, settings)
-    train_rows = tf_rows + [{k: r[k] for k in ("model", "seq_len", "batch_size", "train_step_ms", "tokens_per_s")} for r in rec_rows]
+    train_rows = tf_rows + [{k: r[k] for k in ("model", "seq_len", "batch_size", "train_step_ms", "tokens_per_s", "sequential_steps") if k in r}
+                            for r in rec_rows]
     crossovers = [crossover(tf_rows, rec_rows, name) for name in dict.fromkeys(r["model"] for r in rec_rows)]
     arithmetic = arithmetic_table(settings, shapes)
     kv = check_kv_arithmetic(generation["rows"], transformer.config.model_dump())

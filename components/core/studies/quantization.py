@@ -15,9 +15,14 @@ Per model and variant (`quantize_and_measure`):
   the validation split, median of `repeats`; through the model's `generate`, with its KV cache when
   it has one (the recurrent models carry their state); and how many greedy tokens match FP32's.
 
-What is quantized and what stays float is decided by `export.precision.to_precision` (tied
-embedding/head, LayerNorms and biases stay float; recurrent matrices are rewritten as Linear layers
-first) and reported per row. On a CPU the 4-bit and 8-bit layers run bitsandbytes' CPU kernels:
+What is quantized and what stays float is decided by `export.precision.to_precision` (LayerNorms
+and biases stay float, in `keep_dtype`, FP16 by default; the output head tied to the embedding is
+quantized too with `quantize_embedding`, the embedding reading its rows from the head's codes;
+recurrent matrices are rewritten as Linear layers first) and reported per row. The article's claim
+is about the whole model: each row gives the whole model against the whole FP16 model
+(`memory_vs_fp16`, judged ≤ 0.60× for INT8 and ≤ 0.35× for NF4) beside the quantized layers' own
+ratio; and its generation speed against the float variant that computes in the same dtype, the
+difference per token being the cost of dequantizing. On a CPU the 4-bit and 8-bit layers run bitsandbytes' CPU kernels:
 they save memory, not time — dequantizing costs more than FP32 GEMMs of this size; on a GPU the
 same code path runs the CUDA kernels (see `cuda_bnb_check`).
 """
@@ -57,6 +62,8 @@ INT8_SIZE_LIMIT = 0.55  # INT8 codes + scales ≤ 0.55 × the same layers in FP1
 NF4_SIZE_LIMIT = 0.30
 INT8_PPL_LIMIT_PCT = 1.0  # perplexity increase over FP32, percent
 NF4_PPL_LIMIT_PCT = 5.0
+INT8_MODEL_LIMIT = 0.60  # the whole INT8 model in memory ≤ 0.60 × the whole FP16 model (the article: about half)
+NF4_MODEL_LIMIT = 0.35  # the whole NF4 model ≤ 0.35 × FP16 (the article: about a quarter)
 BLOCKSIZES = (64, 128, 256, 512, 1024, 2048, 4096)
 
 
@@ -81,7 +88,10 @@ class QuantizationSettings(BaseModel):
     )
     compute_dtype: DtypeName = Field("float32", description="dtype the 4-bit layers (nf4, fp4) compute their matmuls in.")
     keep_dtype: DtypeName = Field(
-        "float32", description="dtype of what the quantized variants keep unquantized (embeddings, tied head, norms, biases)."
+        "float16", description="dtype of what the quantized variants keep unquantized (norms, biases; the embedding when not quantized)."
+    )
+    quantize_embedding: bool = Field(
+        True, description="Quantize the output head tied to the token embedding too (the embedding reads its rows from the head's codes)."
     )
     int8_threshold: float = Field(
         6.0, ge=0.0, description="LLM.int8 outlier threshold: input columns with a value above it are multiplied in 16 bit (0 = all int8)."
@@ -114,7 +124,7 @@ class QuantizationSettings(BaseModel):
     def precision_kwargs(self) -> dict[str, Any]:
         return {
             "keep_dtype": self.keep_dtype, "compute_dtype": self.compute_dtype, "int8_threshold": self.int8_threshold,
-            "blocksize": self.blocksize, "double_quant": self.double_quant,
+            "blocksize": self.blocksize, "double_quant": self.double_quant, "quantize_embedding": self.quantize_embedding,
         }
 
 
@@ -284,6 +294,7 @@ def quantize_and_measure(
             if log:
                 log(f"{name} {variant}: {wb['total']} B in memory, val ppl {ev['val_ppl']:.3f} ({row['dppl_pct']:+.2f} %), {tps:.0f} tokens/s")
             del q
+    _like_for_like(rows, settings)
     metrics = _metrics(rows)
     return QuantizationResult(
         rows=rows, metrics=metrics, figures={"quantization": plot_quantization(rows)}, markdown=markdown_table(rows, settings, dev),
@@ -291,12 +302,32 @@ def quantize_and_measure(
     )
 
 
+COMPUTE_VARIANT = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def _like_for_like(rows: list[dict], settings: QuantizationSettings) -> None:
+    """Per row, in place: the whole model against the whole FP16 model (`memory_vs_fp16`), and the
+    generation speed against the float variant that computes in the same dtype (LLM.int8 multiplies
+    in float16; the 4-bit layers in `compute_dtype`): `gen_vs_same_dtype` (its tokens/s over that
+    variant's) and `dequant_ms_per_token` (the extra time per token: unpacking codes and scales)."""
+    by = {(r["model"], r["variant"]): r for r in rows}
+    for r in rows:
+        fp16 = by.get((r["model"], "fp16"))
+        r["memory_vs_fp16"] = r["memory_bytes"] / fp16["memory_bytes"] if fp16 else None
+        ref_variant = {"int8": "fp16"}.get(r["variant"], COMPUTE_VARIANT[settings.compute_dtype]) if r["variant"] in QUANT_VARIANTS else None
+        ref = by.get((r["model"], ref_variant)) if ref_variant else None
+        r["gen_reference"] = ref_variant if ref else None
+        r["gen_vs_same_dtype"] = r["gen_tokens_per_s"] / ref["gen_tokens_per_s"] if ref else None
+        r["dequant_ms_per_token"] = 1000 / r["gen_tokens_per_s"] - 1000 / ref["gen_tokens_per_s"] if ref else None
+
+
 def _metrics(rows: list[dict]) -> dict[str, float]:
     out: dict[str, float] = {}
     for r in rows:
         p = f"quant/{r['model']}/{r['variant']}"
         for k in ("memory_bytes", "disk_bytes", "val_loss", "val_ppl", "dppl_pct", "logits_max_abs_diff", "gen_tokens_per_s",
-                  "eval_tokens_per_s", "layer_ratio_vs_fp16", "layer_ratio_vs_fp16_all", "greedy_match", "memory_vs_fp32"):
+                  "eval_tokens_per_s", "layer_ratio_vs_fp16", "layer_ratio_vs_fp16_all", "greedy_match", "memory_vs_fp32",
+                  "memory_vs_fp16", "gen_vs_same_dtype", "dequant_ms_per_token"):
             if r.get(k) is not None:
                 out[f"{p}/{k}"] = float(r[k])
     return out
@@ -315,7 +346,19 @@ def check_figures(rows: list[dict], model: str) -> dict[str, dict[str, Any]]:
         "nf4_size": {"value": get("nf4", "layer_ratio_vs_fp16"), "limit": NF4_SIZE_LIMIT, "all_in": get("nf4", "layer_ratio_vs_fp16_all")},
         "int8_ppl": {"value": get("int8", "dppl_pct"), "limit": INT8_PPL_LIMIT_PCT},
         "nf4_ppl": {"value": get("nf4", "dppl_pct"), "limit": NF4_PPL_LIMIT_PCT},
+        **{f"{v}_model_size": _model_size(by, v, limit) for v, limit in (("int8", INT8_MODEL_LIMIT), ("nf4", NF4_MODEL_LIMIT))},
     }
+
+
+def _model_size(by: dict[str, dict], variant: str, limit: float) -> dict[str, Any]:
+    """The whole model in memory (every weight, quantized or kept, scales and code books) against the
+    whole FP16 model; None when either was not measured."""
+    if variant not in by or "fp16" not in by:
+        return {"value": None, "limit": limit}
+    q, h = by[variant], by["fp16"]
+    return {"value": q["memory_bytes"] / h["memory_bytes"], "limit": limit, "bytes": q["memory_bytes"], "fp16_bytes": h["memory_bytes"],
+            "layer_ratio": q["layer_ratio_vs_fp16"], "quantized_share": q["quantized_params"] / q["params"] if q["params"] else None,
+            "kept_float": q["kept_float"]}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -331,17 +374,22 @@ def _fmt_bytes(n: float) -> str:
 
 
 def markdown_table(rows: list[dict], settings: QuantizationSettings, device: torch.device) -> str:
-    head = "| model | variant | memory | disk | ×FP32 | quantized layers vs FP16 (codes+scales / all) | val ppl | Δppl | max abs Δlogit | gen tok/s | cache | greedy = FP32 |"
-    lines = [head, "|" + "---|" * 12]
+    head = ("| model | variant | memory | disk | ×FP32 | whole model ×FP16 | quantized layers vs FP16 (codes+scales / all) | val ppl | Δppl "
+            "| max abs Δlogit | gen tok/s | vs float of the same compute dtype (dequant ms/token) | cache | greedy = FP32 |")
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         ratio = "-" if r["layer_ratio_vs_fp16"] is None else f"{r['layer_ratio_vs_fp16']:.3f} / {r['layer_ratio_vs_fp16_all']:.3f}"
+        whole = "-" if r.get("memory_vs_fp16") is None else f"{r['memory_vs_fp16']:.3f}"
+        like = "-" if r.get("gen_vs_same_dtype") is None else f"{r['gen_vs_same_dtype']:.2f}× {r['gen_reference']} ({r['dequant_ms_per_token']:+.2f})"
         lines.append(
-            f"| {r['model']} | {r['variant']} | {_fmt_bytes(r['memory_bytes'])} | {_fmt_bytes(r['disk_bytes'])} | {r['memory_vs_fp32']:.2f} | {ratio} "
-            f"| {r['val_ppl']:.3f} | {r['dppl_pct']:+.2f} % | {r['logits_max_abs_diff']:.3g} | {r['gen_tokens_per_s']:.0f} | {r['cache']} | {100 * r['greedy_match']:.0f} % |"
+            f"| {r['model']} | {r['variant']} | {_fmt_bytes(r['memory_bytes'])} | {_fmt_bytes(r['disk_bytes'])} | {r['memory_vs_fp32']:.2f} | {whole} | {ratio} "
+            f"| {r['val_ppl']:.3f} | {r['dppl_pct']:+.2f} % | {r['logits_max_abs_diff']:.3g} | {r['gen_tokens_per_s']:.0f} | {like} | {r['cache']} "
+            f"| {100 * r['greedy_match']:.0f} % |"
         )
     notes = sorted({f"- {r['model']} ({r['variant']}): quantized {r['quantized']}; kept float: {r['kept_float']}" for r in rows if r["variant"] in QUANT_VARIANTS})
     return "\n".join([
-        f"Device {device}; 4-bit compute dtype {settings.compute_dtype}; unquantized tensors in {settings.keep_dtype}; "
+        f"Device {device}; 4-bit compute dtype {settings.compute_dtype} (LLM.int8 multiplies in float16); unquantized tensors in "
+        f"{settings.keep_dtype}; tied embedding/head {'quantized (the embedding reads the head codes)' if settings.quantize_embedding else 'kept float'}; "
         f"LLM.int8 threshold {settings.int8_threshold}; 4-bit blocks of {settings.blocksize}{' with double quantization' if settings.double_quant else ''}.",
         "",
         *lines,

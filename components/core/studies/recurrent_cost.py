@@ -123,6 +123,8 @@ def measure_recurrent_cost(
                 "prefill_ms": 1000 * prefill_s,
                 "ms_per_generated_token": 1000 * decode_s / s.gen_tokens,
                 "params": count_parameters(m),
+                # the critical path of a forward pass: every layer's step t waits for its step t − 1
+                "sequential_steps": T * m.config.n_layer,
                 "device": str(device),
             })
     return rows
