@@ -74,3 +74,57 @@ def test_bad_settings_are_named():
         ngram_baseline(train, train, V, NgramSettings(orders=[], block_size=2))
     with pytest.raises(ConfigError, match="block_size"):
         ngram_baseline(train, train, V, NgramSettings(orders=[2], block_size=8))
+
+
+# --- the claim every language model is judged by ----------------------------------------------------
+# Period 8: 1 2 1 3 1 2 1 4. After "2 1" comes 3 or 4 by what stood four tokens back: a trigram cannot
+# tell, a Transformer that sees the block can.
+
+
+def _periodic(n_periods: int, block: int):
+    return pack_blocks(np.array([1, 2, 1, 3, 1, 2, 1, 4] * n_periods), block, 6)
+
+
+def _manifest(model, val, block, base) -> dict:
+    from components.core.training import eval_targets, evaluate
+
+    loss = evaluate(model, val, batch_size=16, max_batches=None, device="cpu")
+    return {"metrics": {"val/loss": loss, "val/targets": eval_targets(val, 16, None)}, "train_settings": {"block_size": block},
+            "tokenizer_sha256": "tok", "baseline": {"val_loss": base.best["val_loss"], "model": base.best["model"],
+                                                    "block_size": base.block_size, "n_targets": base.n_targets, "tokenizer_sha256": "tok"}}
+
+
+def test_beats_ngram_baseline_passes_for_a_trained_model_and_fails_untrained_or_on_other_targets(tmp_path):
+    import torch
+
+    from components.core import claims as C
+    from components.core.device import seed_everything
+    from components.core.models.transformer import Transformer, TransformerSettings
+    from components.core.training import TrainSettings, train
+
+    block = 16
+    tr, va = _periodic(256, block), _periodic(32, block)
+    base = ngram_baseline(tr, va, 6, NgramSettings(orders=[2, 3], block_size=block))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        seed_everything(0)
+        settings = TransformerSettings(n_layer=2, n_head=2, n_embd=32, block_size=block, pos_encoding="rope")
+        untrained = Transformer(settings, 6)
+        v = C.beats_ngram_baseline(_manifest(untrained, va, block, base))
+        assert not v.passed and v.checks["same_targets"] and not v.checks["below_ngram"] and v.figures["margin"] < 0
+
+        model = Transformer(settings, 6)
+        s = TrainSettings(max_steps=120, batch_size=16, lr=1e-2, min_lr=1e-3, warmup_steps=5, eval_interval=0, log_interval=10, seed=0)
+        train(model, tr, va, s, tmp_path / "lm")
+        trained = _manifest(model, va, block, base)
+    finally:
+        torch.set_num_threads(threads)
+    v = C.beats_ngram_baseline(trained)
+    assert v.passed, v
+    # The same model judged against a baseline scored on other targets (a subset) fails: the comparison says nothing.
+    other = {**trained, "baseline": {**trained["baseline"], "n_targets": trained["baseline"]["n_targets"] - 16}}
+    v = C.beats_ngram_baseline(other)
+    assert not v.passed and not v.checks["same_targets"] and v.checks["below_ngram"]
+    # Without a baseline on its labels the claim is not measured, and says so.
+    assert C.beats_ngram_baseline({**trained, "baseline": None}).note

@@ -13,11 +13,12 @@ from components.core.report import Section, headline_metrics, render_report, sec
 
 
 def judgements():
-    lm = {"vocab_size": 100, "metrics": {"val/loss": 4.0}, "history": [{"grad_norm": 2.0, "grad_norm_clipped": 1.0}],
-          "train_settings": {"grad_clip": 1.0}}
-    bad_lm = {**lm, "metrics": {"val/loss": 9.0}, "history": [{"grad_norm": 2.0, "grad_norm_clipped": 2.0}]}
+    baseline = {"val_loss": 4.5, "model": "kn_3gram", "block_size": 32, "n_targets": 100, "tokenizer_sha256": "t"}
+    lm = {"vocab_size": 100, "metrics": {"val/loss": 4.0, "val/targets": 100}, "history": [{"grad_norm": 2.0, "grad_norm_clipped": 1.0}],
+          "train_settings": {"grad_clip": 1.0, "block_size": 32}, "tokenizer_sha256": "t", "baseline": baseline}
+    bad_lm = {**lm, "metrics": {"val/loss": 9.0, "val/targets": 100}, "history": [{"grad_norm": 2.0, "grad_norm_clipped": 2.0}]}
     return C.judge_all({"rnn_lm": lm, "lstm_lm": bad_lm}, ["rnn_lm", "lstm_lm"],
-                       [C.claim("better_than_uniform"), C.claim("clipping_bounds_gradient"), C.claim("heads_differ")])
+                       [C.claim("beats_ngram_baseline"), C.claim("clipping_bounds_gradient"), C.claim("heads_differ")])
 
 
 def test_the_page_holds_every_stage_claim_and_plot_and_escapes_text(tmp_path):
@@ -47,7 +48,7 @@ def test_the_page_holds_every_stage_claim_and_plot_and_escapes_text(tmp_path):
         assert f'id="asset-{asset}"' in page
     # Every claim with its verdict, on every model it judges.
     assert {(j.claim.name, j.asset, j.status) for j in js} == {
-        ("better_than_uniform", "rnn_lm", "passed"), ("better_than_uniform", "lstm_lm", "warning"),
+        ("beats_ngram_baseline", "rnn_lm", "passed"), ("beats_ngram_baseline", "lstm_lm", "warning"),
         ("clipping_bounds_gradient", "rnn_lm", "passed"), ("clipping_bounds_gradient", "lstm_lm", "failed"),
         ("heads_differ", "attention_heads", "not judged")}
     for j in js:

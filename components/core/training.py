@@ -113,7 +113,10 @@ class TrainSettings(BaseModel):
     grad_clip: float = Field(1.0, ge=0, allow_inf_nan=False, description="Maximum global gradient norm; 0 disables clipping.")
     grad_accum: int = Field(1, ge=1, description="Micro-batches accumulated per optimizer step.")
     eval_interval: int = Field(50, ge=0, description="Evaluate on the validation split every this many steps (0 = at the end only).")
-    eval_batches: int = Field(20, ge=1, description="Validation batches per evaluation (the first blocks, so it is deterministic).")
+    eval_batches: Optional[int] = Field(
+        None, ge=1, description="Validation batches per evaluation (the first blocks, so it is deterministic); None = the whole "
+        "validation split, the one fixed set every model's validation loss (and the n-gram baseline's) is measured on.",
+    )
     log_interval: int = Field(10, ge=1, description="Log training metrics every this many steps.")
     checkpoint_interval: int = Field(
         0, ge=0, description="Checkpoint every this many steps; 0 = at evaluation points and at the end."
@@ -194,6 +197,7 @@ class TrainResult:
     history: list[dict]  # one dict per log/eval point: step, train/loss, val/loss, val/ppl, lr, grad_norm, ...
     checkpoint_dir: Path
     resumed_from: int = 0  # the step a resume started at (0 = fresh run)
+    val_targets: int = 0  # how many validation targets val_loss is the mean over (all of them unless eval_batches is set)
 
     def metrics(self) -> dict[str, float]:
         """Headline numbers under the shared metric names."""
@@ -207,6 +211,7 @@ class TrainResult:
             "wall_s": self.wall_s,
             "params": float(self.params),
             "steps": float(self.steps),
+            "val/targets": float(self.val_targets),
         }
 
 
@@ -444,6 +449,12 @@ class _Unsharded:
 
 # ----------------------------------------------------------------------------------------------
 # Evaluation
+
+
+def eval_targets(data: Blocks, batch_size: int, max_batches: int | None) -> int:
+    """The number of targets `evaluate` averages over (the first max_batches * batch_size blocks; None = all)."""
+    n = data.n_blocks if max_batches is None else min(data.n_blocks, batch_size * max_batches)
+    return int((np.asarray(data.y[:n]) != IGNORE_INDEX).sum())
 
 
 @torch.no_grad()
@@ -815,4 +826,5 @@ def train(
         history=history,
         checkpoint_dir=ckpt_dir,
         resumed_from=resumed_from,
+        val_targets=eval_targets(val_data, s.batch_size, s.eval_batches),
     )
