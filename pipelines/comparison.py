@@ -12,7 +12,7 @@ from pydantic import Field
 from components.core.labels import load_labels
 from components.core.lm import load_lm
 from components.core.studies.ablations import accounting_markdown, parameter_accounting
-from components.core.studies.comparison import compare_models, tiers_text, train_other_seeds
+from components.core.studies.comparison import compare_models, parameter_split, tiers_text, train_other_seeds
 from components.orchestration.checks import claim_check
 from components.orchestration.language_model import LM_TAG, TRAINING_POOL
 from components.orchestration.stage import stage
@@ -84,8 +84,12 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
             if not same:
                 context.log.warning("ngram_baseline was scored on other validation targets than the models: left out of the comparison")
             accounting = {n: parameter_accounting(load_lm(m["weights"])) for n, m in models.items() if m["family"] == "transformer"}
+            split = {n: parameter_split(load_lm(m["weights"])) for n, m in models.items()}
+            for row in result.rows:  # where each model's budget sits: embedding, output head, core
+                row.update({f"params_{k}": v for k, v in split[row["model"]].items() if k != "total"})
             metrics: dict[str, Any] = dict(result.metrics())
             metrics.update({f"{n}/ffn_share": a["ffn_share"] for n, a in accounting.items()})
+            metrics.update({f"{n}/params_{k}": float(v) for n, sp in split.items() for k, v in sp.items() if k != "total"})
             # One child run per model with the shared metric names: MLflow's compare view lines them up.
             for row in result.rows:
                 m = models[row["model"]]

@@ -145,3 +145,16 @@ def test_the_ngram_is_a_row_and_a_line_and_each_model_is_measured_against_it():
     # Single seeds: no spread to judge by, so the exact order decides.
     assert result.pairs == [{"a": "lstm", "b": "rnn", "verdict": "worse", "a_mean": 4.5, "b_mean": 4.0, "difference": 0.5,
                              "spread": 0.0, "a_seeds": 1, "b_seeds": 1}]
+
+
+def test_parameter_split_counts_a_tied_head_once_and_sums_to_the_total():
+    from components.core.models.recurrent import RecurrentLM, RecurrentSettings
+    from components.core.models.transformer import Transformer, TransformerSettings
+    from components.core.studies.comparison import parameter_split
+
+    tf = Transformer(TransformerSettings(n_layer=1, n_head=2, n_embd=16, block_size=8), 50)
+    sp = parameter_split(tf)
+    assert sp["embedding"] == 50 * 16 and sp["head"] == 0 and sp["total"] == sum(p.numel() for p in tf.parameters())
+    rnn = RecurrentLM(RecurrentSettings(cell="rnn", n_embd=8, hidden_size=12), 50)
+    sp = parameter_split(rnn)
+    assert sp["embedding"] == 50 * 8 and sp["head"] == 12 * 50 and sp["core"] == 8 * 12 + 12 * 12 + 2 * 12

@@ -90,6 +90,22 @@ def seed_spread(val_losses: dict[str, list[float]]) -> dict[str, dict[str, float
     }
 
 
+def parameter_split(model) -> dict[str, int]:
+    """A model's parameters in three parts: the token (and position) embedding, the output head
+    (0 when tied to the embedding: the same tensor is counted once, as embedding) and the core
+    (everything between: recurrent cells, attention, FFN, norms). Their sum is the parameter count."""
+    out = {"embedding": 0, "head": 0, "core": 0}
+    seen: set[int] = set()
+    for name, p in model.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        part = "embedding" if name.split(".")[0] in ("wte", "wpe") else "head" if name.startswith("lm_head") else "core"
+        out[part] += p.numel()
+    out["total"] = sum(out.values())
+    return out
+
+
 def pair_verdicts(val_losses: dict[str, list[float]]) -> list[dict[str, Any]]:
     """For each pair of models (a, b) with their final validation losses over seeds: "better" when
     a's mean loss is below b's by more than the larger of their seed spreads (max − min over seeds),
@@ -136,7 +152,7 @@ class ComparisonResult:
         return min(self.baseline, key=lambda r: r["val_loss"]) if self.baseline else None
 
     def markdown(self) -> str:
-        cols = ["model", "params", "val_loss", "val_ppl", "tokens_per_s_mean", "train_time_s", "val_loss_at_matched_time"]
+        cols = ["model", "params"] + [c for c in ("params_embedding", "params_head", "params_core") if any(c in r for r in self.rows)] + ["val_loss", "val_ppl", "tokens_per_s_mean", "train_time_s", "val_loss_at_matched_time"]
         cols += [c for c in ("val_loss_seed_mean", "val_loss_seed_spread") if any(c in r for r in self.rows)]
         head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
 
