@@ -103,6 +103,11 @@ class TrainSettings(BaseModel):
         description="Context length to train on: the labels' blocks are cropped to it. None = the labels' "
         "block_size (or the model's config.block_size if smaller). Larger than the labels hold is an error.",
     )
+    flops_budget: Optional[float] = Field(
+        None, gt=0, description="Training FLOPs to spend (the model's flops_per_token × tokens): when set, max_steps becomes the "
+        "number of steps that spend it, so the schedule ends at the budget (a model compared at equal FLOPs is never a "
+        "snapshot taken mid-schedule); None = max_steps as given.",
+    )
     lr: float = Field(3e-3, ge=0, allow_inf_nan=False, description="Peak learning rate, reached after warmup_steps.")
     min_lr: float = Field(3e-4, ge=0, allow_inf_nan=False, description="Learning rate at the end of the cosine decay.")
     warmup_steps: int = Field(20, ge=0, description="Steps of linear warmup from ~0 to lr.")
