@@ -158,3 +158,10 @@ def test_parameter_split_counts_a_tied_head_once_and_sums_to_the_total():
     rnn = RecurrentLM(RecurrentSettings(cell="rnn", n_embd=8, hidden_size=12), 50)
     sp = parameter_split(rnn)
     assert sp["embedding"] == 50 * 8 and sp["head"] == 12 * 50 and sp["core"] == 8 * 12 + 12 * 12 + 2 * 12
+
+
+def test_flops_axis_is_tokens_times_flops_per_token():
+    from components.core.studies.comparison import flops_axis
+
+    h = [{"step": 10, "step_ms": 50.0, "tokens_per_s": 2000.0, "val/loss": 3.0}, {"step": 20, "val/loss": 2.5}]
+    assert flops_axis(h, 6.0) == [(6000.0, 3.0), (12000.0, 2.5)] and flops_axis(h, None) == []

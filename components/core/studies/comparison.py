@@ -36,6 +36,14 @@ def tokens_axis(history: list[dict]) -> list[tuple[float, float]]:
     return [(h["step"] * per_step, float(h["val/loss"])) for h in history if "val/loss" in h]
 
 
+def flops_axis(history: list[dict], flops_per_token: float | None) -> list[tuple[float, float]]:
+    """(training FLOPs spent, val loss) at each evaluation point: tokens seen × the model's training
+    FLOPs per token (empty without the figure)."""
+    if not flops_per_token:
+        return []
+    return [(n * flops_per_token, loss) for n, loss in tokens_axis(history)]
+
+
 def ranked_tiers(losses: dict[str, float], tolerance: dict[str, float] | None = None) -> list[list[str]]:
     """Models sorted by loss, in tiers: a model joins the tier of the one before it when their losses
     differ by no more than the larger of the two models' tolerance (their seed-to-seed spread), so an
@@ -232,14 +240,16 @@ def compare_models(models: dict[str, dict[str, Any]], seed_losses: dict[str, lis
     result = ComparisonResult(rows=rows, matched_time_s=matched, settledness=settledness, seeds=spreads, baseline=base_rows,
                               pairs=pair_verdicts(all_losses))
     tokens = {name: tokens_axis(m["history"]) for name, m in models.items()}
-    result.figures["comparison"] = plot_comparison(curves, rows, matched, tokens, base_rows)
+    flops = {name: flops_axis(m["history"], m["metrics"].get("flops_per_token")) for name, m in models.items()}
+    result.figures["comparison"] = plot_comparison(curves, rows, matched, tokens, base_rows, flops)
     return result
 
 
 def plot_comparison(curves: dict[str, list[tuple[float, float]]], rows: list[dict], matched: float,
-                    tokens: dict[str, list[tuple[float, float]]] | None = None, baseline: list[dict] | None = None) -> Figure:
-    fig = Figure(figsize=(15, 4.2), layout="constrained")
-    ax1, ax_tok, ax2 = fig.subplots(1, 3)
+                    tokens: dict[str, list[tuple[float, float]]] | None = None, baseline: list[dict] | None = None,
+                    flops: dict[str, list[tuple[float, float]]] | None = None) -> Figure:
+    fig = Figure(figsize=(20, 4.2), layout="constrained")
+    ax1, ax_tok, ax_fl, ax2 = fig.subplots(1, 4)
     for i, (name, pts) in enumerate(curves.items()):
         if pts:
             t, loss = zip(*pts)
@@ -247,8 +257,11 @@ def plot_comparison(curves: dict[str, list[tuple[float, float]]], rows: list[dic
         if tokens and tokens.get(name):
             n, loss = zip(*tokens[name])
             ax_tok.plot(n, loss, marker="o", ms=3, label=name, color=f"C{i}")
+        if flops and flops.get(name):
+            f, loss = zip(*flops[name])
+            ax_fl.plot(f, loss, marker="o", ms=3, label=name, color=f"C{i}")
     for j, b in enumerate(baseline or []):  # the count models: one horizontal line each, on both loss panels
-        for a in (ax1, ax_tok):
+        for a in (ax1, ax_tok, ax_fl):
             a.axhline(b["val_loss"], color="black", ls=(":", "-.", "--")[j % 3], lw=1, label=f"{b['model']} (n-gram)")
     ax1.axvline(matched, color="grey", ls="--", lw=1)
     ax1.set_xlabel("training time (s)")
@@ -260,7 +273,12 @@ def plot_comparison(curves: dict[str, list[tuple[float, float]]], rows: list[dic
     ax_tok.set_title("Loss vs tokens")
     if ax_tok.get_legend_handles_labels()[0]:
         ax_tok.legend()
-    for a in (ax1, ax_tok):
+    ax_fl.set_xlabel("training FLOPs (flops_per_token × tokens)")
+    ax_fl.set_ylabel("validation loss")
+    ax_fl.set_title("Loss vs FLOPs")
+    if ax_fl.get_legend_handles_labels()[0]:
+        ax_fl.legend(fontsize=7)
+    for a in (ax1, ax_tok, ax_fl):
         a.grid(True, alpha=0.3)
     names = [r["model"] for r in rows]
     ax2.bar(names, [r["tokens_per_s_mean"] for r in rows], color=[f"C{i}" for i in range(len(rows))])
