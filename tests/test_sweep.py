@@ -45,3 +45,13 @@ def test_bad_grids_name_the_setting(bad, field):
 def test_a_budget_below_one_step_is_refused():
     with pytest.raises(ConfigError, match="smaller than one step"):
         check_grid(SweepSettings(), where="tune", tokens_per_step=16 * 128, budget_tokens=1000)
+
+
+def test_the_tune_job_is_one_job_away_and_off_the_default_route():
+    from pipelines.definitions import DEFAULT_ROUTE, defs
+
+    graph = defs.resolve_asset_graph()
+    route = {k.to_user_string() for k in DEFAULT_ROUTE.resolve(graph)}
+    assert "lr_sweep" not in route and "ngram_baseline" in route
+    job = defs.resolve_job_def("tune")
+    assert {n.name for n in job.graph.node_defs} == {"lr_sweep"}
