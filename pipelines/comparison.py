@@ -12,7 +12,7 @@ from pydantic import Field
 from components.core.labels import load_labels
 from components.core.lm import load_lm
 from components.core.studies.ablations import accounting_markdown, parameter_accounting
-from components.core.studies.comparison import compare_models, tiers_text, train_other_seeds
+from components.core.studies.comparison import compare_models, parameter_split, tiers_text, train_other_seeds
 from components.orchestration.checks import claim_check
 from components.orchestration.language_model import LM_TAG, TRAINING_POOL
 from components.orchestration.stage import stage
@@ -48,11 +48,12 @@ class ModelComparisonConfig(dg.Config):
 def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinition, dg.AssetChecksDefinition]:
     ins = {k.path[-1]: dg.AssetIn(k) for k in lm_keys}
     ins["labels"] = dg.AssetIn(dg.AssetKey("labels"))
+    ins["ngram_baseline"] = dg.AssetIn(dg.AssetKey("ngram_baseline"))
 
     # In the training pool: with extra seeds it trains, and it must not share the cores with another training.
     @dg.asset(name="model_comparison", group_name=GROUP, kinds={"pytorch"}, ins=ins, pool=TRAINING_POOL)
     def model_comparison(context: dg.AssetExecutionContext, config: ModelComparisonConfig, mlflow: MlflowTracker,
-                         labels: dict, **lms: dict) -> dg.Output[dict]:
+                         labels: dict, ngram_baseline: dict, **lms: dict) -> dg.Output[dict]:
         """Every language model of the graph on the same labels at matched parameter budgets and
         matched wall-clock: val loss, perplexity, tokens/s, parameters, with the seed-to-seed spread
         when `extra_seeds` is set; plus each Transformer's parameter accounting per component and its
@@ -76,10 +77,19 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
                 seed_losses = train_other_seeds(chosen, config.extra_seeds, train, val, int(meta["vocab_size"]), s.tmp / "seeds",
                                                 model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]}, log=context.log.info)
                 shutil.rmtree(s.tmp / "seeds")  # scratch checkpoints: only the losses are kept
-            result = compare_models(models, seed_losses)
+            # The count models are rows and lines only where they were scored on the models' own targets.
+            same = all(m["metrics"].get("val/targets") == ngram_baseline["n_targets"] for m in models.values()) and \
+                ngram_baseline.get("tokenizer_sha256") in hashes
+            result = compare_models(models, seed_losses, ngram_baseline["rows"] if same else None)
+            if not same:
+                context.log.warning("ngram_baseline was scored on other validation targets than the models: left out of the comparison")
             accounting = {n: parameter_accounting(load_lm(m["weights"])) for n, m in models.items() if m["family"] == "transformer"}
+            split = {n: parameter_split(load_lm(m["weights"])) for n, m in models.items()}
+            for row in result.rows:  # where each model's budget sits: embedding, output head, core
+                row.update({f"params_{k}": v for k, v in split[row["model"]].items() if k != "total"})
             metrics: dict[str, Any] = dict(result.metrics())
             metrics.update({f"{n}/ffn_share": a["ffn_share"] for n, a in accounting.items()})
+            metrics.update({f"{n}/params_{k}": float(v) for n, sp in split.items() for k, v in sp.items() if k != "total"})
             # One child run per model with the shared metric names: MLflow's compare view lines them up.
             for row in result.rows:
                 m = models[row["model"]]
@@ -99,9 +109,9 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
                                "ranking_settled_beyond_spread": bool(st["ranking_settled_beyond_spread"])})
             return s.publish(
                 {"rows": result.rows, "matched_time_s": result.matched_time_s, "accounting": accounting, "settledness": st,
-                 "seeds": result.seeds},
+                 "seeds": result.seeds, "baseline": result.baseline, "pairs": result.pairs},
                 metrics=metrics,
-                tables={"comparison": result.rows},
+                tables={"comparison": result.rows + result.baseline, "pairs": result.pairs},
                 figures=result.figures,
                 texts={"summary": result.markdown(), **{f"parameter_accounting_{n}": accounting_markdown(a) for n, a in accounting.items()}},
                 values=values,

@@ -35,8 +35,9 @@ CONFIG_DIR = PROJECT_ROOT / "configs"
 # re-materialized on its own (say `corpus` with a new config from the UI), everything downstream
 # follows, once its parents are all present.
 AUTOMATION = dg.AutomationCondition.eager()
-# Everything but the sharded route: what "the whole graph" means for jobs, automation and the report.
-DEFAULT_ROUTE = dg.AssetSelection.all() - dg.AssetSelection.groups(SHARD_GROUP)
+TUNE_GROUP = "tune"  # the learning-rate sweep (pipelines/defs/tune.py): its own job, never part of a default run
+# Everything but the sharded route and the sweep: what "the whole graph" means for jobs, automation and the report.
+DEFAULT_ROUTE = dg.AssetSelection.all() - dg.AssetSelection.groups(SHARD_GROUP, TUNE_GROUP)
 
 OWNERS = ["team:ml"]
 
@@ -85,7 +86,8 @@ def build_defs(executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
     """The code location; `executor` replaces Dagster's default (multiprocess, or in-process where a
     config file says so) for every job."""
     loaded = dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
-    sharded = {spec.key for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition) for spec in a.specs if spec.group_name == SHARD_GROUP}
+    sharded = {spec.key for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition) for spec in a.specs
+               if spec.group_name in (SHARD_GROUP, TUNE_GROUP)}  # off the default route
     lm_keys = [k for k in language_model_keys(loaded) if k not in sharded]
     comparison, ffn_check = model_comparison_asset(lm_keys)
     upstream = [a for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition) and not set(a.keys) & sharded] + [comparison]
@@ -124,7 +126,7 @@ def with_metadata(spec: dg.AssetSpec, code_version: str) -> dg.AssetSpec:
     components/orchestration/versions.py), owners, tags, and for language models the freshness policy."""
     spec = spec.replace_attributes(
         # The sharded route follows new shards through its sensor, not eagerly (a new shard must not retrain the tokenizer).
-        automation_condition=None if spec.group_name == SHARD_GROUP else AUTOMATION,
+        automation_condition=None if spec.group_name in (SHARD_GROUP, TUNE_GROUP) else AUTOMATION,
         code_version=code_version,
         owners=OWNERS,
         freshness_policy=LM_FRESHNESS if LM_TAG in spec.tags else spec.freshness_policy,

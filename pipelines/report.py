@@ -22,7 +22,7 @@ from components.orchestration.tracking import MlflowTracker, dagster_run_url
 GROUP = "report"
 REPORT_FILE = "report.html"
 # The article's order of the stages (asset groups); a group not listed follows them.
-STAGES = ("ingest", "embeddings", "recurrent", "transformer", "long_context", "inside", "quantization")
+STAGES = ("ingest", "embeddings", "baseline", "recurrent", "transformer", "long_context", "inside", "quantization")
 
 
 def asset_specs(defs: list[dg.AssetsDefinition]) -> list[dg.AssetSpec]:

@@ -160,14 +160,16 @@ def test_clipping_bounds_the_gradient_norm_in_a_real_history_and_fails_without_c
 def test_every_claim_is_judged_once_per_asset_and_a_missing_or_broken_input_is_not_judged():
     names = [c.name for c in C.CLAIMS]
     assert len(names) == len(set(names))
-    manifests = {"rnn_lm": {"vocab_size": 100, "metrics": {"val/loss": 4.0}, "history": [], "train_settings": {"grad_clip": 1.0}},
+    baseline = {"val_loss": 4.5, "model": "kn_3gram", "block_size": 32, "n_targets": 100, "tokenizer_sha256": "t"}
+    manifests = {"rnn_lm": {"vocab_size": 100, "metrics": {"val/loss": 4.0, "val/targets": 100}, "history": [], "tokenizer_sha256": "t",
+                            "train_settings": {"grad_clip": 1.0, "block_size": 32}, "baseline": baseline},
                  "attention_topk": {"rows": "not rows"}}
-    js = C.judge_all(manifests, ["rnn_lm"], [C.claim("better_than_uniform"), C.claim("soft_attention_beats_topk"), C.claim("heads_differ")])
+    js = C.judge_all(manifests, ["rnn_lm"], [C.claim("beats_ngram_baseline"), C.claim("soft_attention_beats_topk"), C.claim("heads_differ")])
     by = {(j.claim.name, j.asset): j for j in js}
-    assert by[("better_than_uniform", "rnn_lm")].status == "passed"
+    assert by[("beats_ngram_baseline", "rnn_lm")].status == "passed"
     assert by[("soft_attention_beats_topk", "attention_topk")].status == "not judged" and "TypeError" in by[("soft_attention_beats_topk", "attention_topk")].error
     assert by[("heads_differ", "attention_heads")].status == "not judged"
-    worse = C.judge_all({"rnn_lm": {**manifests["rnn_lm"], "metrics": {"val/loss": 5.0}}}, ["rnn_lm"], [C.claim("better_than_uniform")])
+    worse = C.judge_all({"rnn_lm": {**manifests["rnn_lm"], "metrics": {"val/loss": 5.0, "val/targets": 100}}}, ["rnn_lm"], [C.claim("beats_ngram_baseline")])
     assert worse[0].status == "warning"  # a finding (warn), not an error
 
 
@@ -178,11 +180,11 @@ def test_every_check_has_a_kind_and_every_article_claim_its_section_statements_a
     # The invariants the design names are not counted as the article's claims.
     kinds = {c.name: c.kind for c in C.CLAIMS}
     for name in ("pad_row_is_zero", "pad_excluded_from_similarity", "attention_rows_sum_to_one", "ffn_holds_two_thirds",
-                 "reload_reproduces_logits", "int8_weights_size", "nf4_weights_size", "clipping_bounds_gradient", "better_than_uniform"):
+                 "reload_reproduces_logits", "int8_weights_size", "nf4_weights_size", "clipping_bounds_gradient"):
         assert kinds[name] == "invariant", name
     assert all(c.blocking for c in C.invariants() if not c.warn)
     with pytest.raises(ValueError, match="kind"):
-        C.Claim("x", "a", "s", C.better_than_uniform, kind="observation")
+        C.Claim("x", "a", "s", C.beats_ngram_baseline, kind="observation")
 
 
 def test_not_judged_is_never_a_pass():

@@ -94,3 +94,74 @@ def test_other_seeds_retrain_the_recorded_settings(tmp_path, one_thread):
     assert losses["lstm"][1] != losses["lstm"][0] and len(lines) == 1
     again = train_other_seeds({"lstm": manifest}, [2], train, val, V, tmp_path / "again")
     assert again["lstm"][1] == losses["lstm"][1]  # a seed is a seed: the same run twice gives the same loss
+
+
+def test_identical_models_with_different_seeds_are_tied_and_a_better_one_is_better(tmp_path, one_thread):
+    """Two copies of one tiny LSTM, each trained with three seeds of its own, come out "tied"; the
+    same LSTM trained five times as long comes out "better" than both, beyond their spread.
+
+    Three seeds are few: the rule is not immune to an unlucky draw. On this toy, seeds 1–10 give
+    3.031, 3.031, 3.053, 3.003, 3.009, 3.004, 2.996, 2.999, 3.008, 3.006, so seeds 1–3 against 4–6
+    would come out "worse" (0.034 apart, spread 0.023); the groups below are 4–6 and 7–9."""
+    import numpy as np
+    from gensim.test.utils import datapath
+
+    from components.core.data import TokenBlocks
+    from components.core.lm import train_lm
+    from components.core.studies.comparison import pair_verdicts
+    from components.core.training import TrainSettings
+
+    text = open(datapath("lee_background.cor"), encoding="utf-8").read()[:8_000]
+    chars = sorted(set(text))
+    ids = np.array([chars.index(c) + 1 for c in text], dtype=np.uint16)
+    n = (len(ids) - 1) // 17 * 17
+    x, y = ids[:n].reshape(-1, 17)[:, :16], ids[1 : n + 1].reshape(-1, 17)[:, 1:].astype(np.int32)
+    train, val = TokenBlocks(x[:-16].copy(), y[:-16].copy()), TokenBlocks(x[-16:].copy(), y[-16:].copy())
+    V = len(chars) + 1
+    model = {"cell": "lstm", "n_embd": 16, "hidden_size": 16}
+
+    def losses(steps: int, seeds: list[int]) -> list[float]:
+        return [train_lm("recurrent", model, TrainSettings(max_steps=steps, batch_size=8, lr=1e-2, min_lr=1e-3, warmup_steps=2,
+                                                           eval_interval=0, seed=s, device="cpu", dtype="float32"),
+                         train, val, V, tmp_path / f"{steps}-{s}").metrics["val/loss"] for s in seeds]
+
+    a, b, long = losses(40, [4, 5, 6]), losses(40, [7, 8, 9]), losses(200, [1, 2, 3])
+    by = {(p["a"], p["b"]): p for p in pair_verdicts({"a": a, "b": b, "long": long})}
+    assert by[("a", "b")]["verdict"] == "tied" and by[("a", "b")]["a_seeds"] == 3
+    assert by[("a", "long")]["verdict"] == "worse" and by[("b", "long")]["verdict"] == "worse"
+
+
+def test_the_ngram_is_a_row_and_a_line_and_each_model_is_measured_against_it():
+    models = {
+        "rnn": {"metrics": {"params": 1000, "val/loss": 4.0, "val/ppl": math.exp(4.0), "train/tokens_per_s_mean": 100.0}, "history": _history(100.0, [5.0, 4.0])},
+        "lstm": {"metrics": {"params": 1000, "val/loss": 4.5, "val/ppl": math.exp(4.5), "train/tokens_per_s_mean": 100.0}, "history": _history(100.0, [5.0, 4.5])},
+    }
+    result = compare_models(models, baseline=[{"model": "kn_2gram", "val_loss": 4.6}, {"model": "kn_3gram", "val_loss": 4.2}])
+    assert "| kn_3gram |" in result.markdown() and result.best_ngram["model"] == "kn_3gram"
+    m = result.metrics()
+    assert m["rnn/margin_over_ngram"] == pytest.approx(0.2) and m["lstm/margin_over_ngram"] == pytest.approx(-0.3)
+    ax = result.figures["comparison"].axes[0]
+    assert {line.get_label() for line in ax.get_lines()} >= {"kn_2gram (n-gram)", "kn_3gram (n-gram)"}
+    # Single seeds: no spread to judge by, so the exact order decides.
+    assert result.pairs == [{"a": "lstm", "b": "rnn", "verdict": "worse", "a_mean": 4.5, "b_mean": 4.0, "difference": 0.5,
+                             "spread": 0.0, "a_seeds": 1, "b_seeds": 1}]
+
+
+def test_parameter_split_counts_a_tied_head_once_and_sums_to_the_total():
+    from components.core.models.recurrent import RecurrentLM, RecurrentSettings
+    from components.core.models.transformer import Transformer, TransformerSettings
+    from components.core.studies.comparison import parameter_split
+
+    tf = Transformer(TransformerSettings(n_layer=1, n_head=2, n_embd=16, block_size=8), 50)
+    sp = parameter_split(tf)
+    assert sp["embedding"] == 50 * 16 and sp["head"] == 0 and sp["total"] == sum(p.numel() for p in tf.parameters())
+    rnn = RecurrentLM(RecurrentSettings(cell="rnn", n_embd=8, hidden_size=12), 50)
+    sp = parameter_split(rnn)
+    assert sp["embedding"] == 50 * 8 and sp["head"] == 12 * 50 and sp["core"] == 8 * 12 + 12 * 12 + 2 * 12
+
+
+def test_flops_axis_is_tokens_times_flops_per_token():
+    from components.core.studies.comparison import flops_axis
+
+    h = [{"step": 10, "step_ms": 50.0, "tokens_per_s": 2000.0, "val/loss": 3.0}, {"step": 20, "val/loss": 2.5}]
+    assert flops_axis(h, 6.0) == [(6000.0, 3.0), (12000.0, 2.5)] and flops_axis(h, None) == []

@@ -48,7 +48,7 @@ def state(tmp_path_factory):
 
     ensure_stores(dagster=True)  # what `pipelines.maintenance init` does first, in this process
     inst = instance(state)
-    result = materialize(inst, ["corpus", "tokenizer", "labels"])
+    result = materialize(inst, ["corpus", "tokenizer", "labels", "ngram_baseline"])
     assert result.success, "\n".join(step_errors(inst, result.run_id))
     yield state, inst
     mp.undo()

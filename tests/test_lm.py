@@ -157,3 +157,33 @@ def test_params_non_embedding_is_params_minus_the_embedding_tables(family, setti
         a = parameter_accounting(model)
         assert a["non_embedding"] == count_parameters(model, non_embedding=True)
         assert a["non_embedding"] == a["blocks"] + a["components"]["head"]
+
+
+def test_a_flops_budget_sets_the_steps_so_the_schedule_ends_at_it(tmp_path):
+    """Two models of different cost given one FLOPs budget train for different step counts, each
+    spending it (to within one step), and each schedule's last step is its decay's end."""
+    import numpy as np
+    import pytest
+
+    from components.core.data import TokenBlocks
+    from components.core.errors import ConfigError
+    from components.core.lm import train_lm
+    from components.core.training import TrainSettings, lr_at
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(1, 30, size=(64, 16)).astype(np.uint16)
+    blocks = TokenBlocks(x, np.roll(x, -1, axis=1).astype(np.int32))
+    budget = 1.5e7
+    spent = {}
+    for name, family, model in (("small", "recurrent", {"cell": "rnn", "n_embd": 8, "hidden_size": 8}),
+                                ("big", "recurrent", {"cell": "lstm", "n_embd": 16, "hidden_size": 32})):
+        ts = TrainSettings(flops_budget=budget, batch_size=4, warmup_steps=1, eval_interval=0, device="cpu", dtype="float32")
+        res = train_lm(family, model, ts, blocks, blocks, 30, tmp_path / name)
+        per_step = res.metrics["flops_per_token"] * 4 * 16
+        spent[name] = res.metrics["steps"]
+        assert budget - per_step < res.metrics["steps"] * per_step <= budget
+        assert lr_at(int(res.metrics["steps"]), ts.model_copy(update={"max_steps": int(res.metrics["steps"])})) == ts.min_lr
+    assert spent["small"] > spent["big"]
+    with pytest.raises(ConfigError, match="flops_budget"):
+        train_lm("recurrent", {"cell": "rnn", "n_embd": 8, "hidden_size": 8}, TrainSettings(flops_budget=10.0, batch_size=4, device="cpu"),
+                 blocks, blocks, 30, tmp_path / "tiny")

@@ -66,7 +66,7 @@ def test_two_runs_on_a_fresh_folder_both_succeed_with_their_own_inputs(set_up_st
 def test_concurrent_runs_with_different_configs_never_mix_data(set_up_state):
     """Configs that differ only in vocabulary size, each training an LSTM: each reads its own run's files."""
     state = set_up_state
-    select = INGEST + ",lstm_lm"
+    select = INGEST + ",ngram_baseline,lstm_lm"
     vocab = {"a": 512, "b": 700}
     # Each run executes its steps in its own process (in_process executor: what the config jobs use);
     # the two runs still share the state folder and the stores at the same time.
@@ -95,7 +95,7 @@ def test_concurrent_runs_with_different_configs_never_mix_data(set_up_state):
 def test_killed_run_is_marked_failed_and_the_rerun_resumes(set_up_state, tmp_path):
     state = set_up_state
     cfg = tiny(**{"lstm_lm.config.train.max_steps": 400, "lstm_lm.config.train.checkpoint_interval": 10})
-    proc = launch(state, INGEST + ",lstm_lm", cfg, name="killed")
+    proc = launch(state, INGEST + ",ngram_baseline,lstm_lm", cfg, name="killed")
     checkpoints = state / "checkpoints" / "lstm_lm"
     deadline = time.time() + 300
     while not list(checkpoints.rglob("train_state.pt")):

@@ -59,7 +59,7 @@ from .artifacts import read_json, sha256_file, write_json
 from .device import resolve_device
 from .errors import ConfigError, PipelineInputError
 from .labels import load_labels
-from .lm import Family, build_model, prepare_lm
+from .lm import Family, build_model, prepare_lm, steps_for_budget
 from .training import CHECKPOINT_DIR, WEIGHTS_FILE, Parallel, TrainResult, TrainSettings, read_metadata, train
 
 Launcher = Literal["inprocess", "torchrun"]
@@ -292,7 +292,7 @@ def run_worker(
             model = DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda" else None, **no_buffer_sync)
     try:
         result = train(
-            model, train_data, val_data, spec.train, spec.out_dir,
+            model, train_data, val_data, steps_for_budget(prep, spec.train), spec.out_dir,
             log_metrics=log_metrics, progress=progress, model_meta=prep.header,
             step_callback=prep.step_callback, parallel=parallel,
         )

@@ -281,6 +281,22 @@ def prepare_lm(
     return PreparedLM(family, settings, model, device, dtype, T, backend, header, lstm_gate_callback if explicit_lstm else None)
 
 
+def steps_for_budget(prep: PreparedLM, s: TrainSettings) -> TrainSettings:
+    """`s` with max_steps set to the steps that spend s.flops_budget (the model's training FLOPs per
+    token × the tokens of one step); `s` itself without a budget. A budget below one step, or one
+    that leaves no room after warmup, is an error naming the setting."""
+    if s.flops_budget is None:
+        return s
+    per_step = prep.model.flops_per_token(prep.block_size) * s.batch_size * prep.block_size * s.grad_accum
+    steps = int(s.flops_budget // per_step)
+    if steps < 1:
+        raise ConfigError(f"train.flops_budget={s.flops_budget:.3g} is smaller than one step ({per_step:.3g} FLOPs for "
+                          f"{s.batch_size} × {prep.block_size} tokens of this model)")
+    if steps <= s.warmup_steps:
+        raise ConfigError(f"train.flops_budget={s.flops_budget:.3g} buys {steps} steps, not more than warmup_steps={s.warmup_steps}")
+    return s.model_copy(update={"max_steps": steps})
+
+
 def train_lm(
     family: str,
     model_settings: ModelSettings | dict,
@@ -306,6 +322,7 @@ def train_lm(
     `progress(point, step, max_steps, eta_s)` is called at the loop's log points.
     """
     prep = prepare_lm(family, model_settings, train_settings, train_data, vocab_size, model_meta=model_meta)
+    train_settings = steps_for_budget(prep, train_settings)
     result = train(
         prep.model, train_data, val_data, train_settings, out_dir,
         log_metrics=log_metrics, progress=progress, resume=resume, model_meta=prep.header,

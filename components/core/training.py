@@ -107,6 +107,11 @@ class TrainSettings(BaseModel):
         description="Context length to train on: the labels' blocks are cropped to it. None = the labels' "
         "block_size (or the model's config.block_size if smaller). Larger than the labels hold is an error.",
     )
+    flops_budget: Optional[float] = Field(
+        None, gt=0, description="Training FLOPs to spend (the model's flops_per_token × tokens): when set, max_steps becomes the "
+        "number of steps that spend it, so the schedule ends at the budget (a model compared at equal FLOPs is never a "
+        "snapshot taken mid-schedule); None = max_steps as given.",
+    )
     lr: float = Field(3e-3, ge=0, allow_inf_nan=False, description="Peak learning rate, reached after warmup_steps.")
     min_lr: float = Field(3e-4, ge=0, allow_inf_nan=False, description="Learning rate at the end of the cosine decay.")
     warmup_steps: int = Field(20, ge=0, description="Steps of linear warmup from ~0 to lr.")
@@ -117,7 +122,10 @@ class TrainSettings(BaseModel):
     grad_clip: float = Field(1.0, ge=0, allow_inf_nan=False, description="Maximum global gradient norm; 0 disables clipping.")
     grad_accum: int = Field(1, ge=1, description="Micro-batches accumulated per optimizer step.")
     eval_interval: int = Field(50, ge=0, description="Evaluate on the validation split every this many steps (0 = at the end only).")
-    eval_batches: int = Field(20, ge=1, description="Validation batches per evaluation (the first blocks, so it is deterministic).")
+    eval_batches: Optional[int] = Field(
+        None, ge=1, description="Validation batches per evaluation (the first blocks, so it is deterministic); None = the whole "
+        "validation split, the one fixed set every model's validation loss (and the n-gram baseline's) is measured on.",
+    )
     log_interval: int = Field(10, ge=1, description="Log training metrics every this many steps.")
     checkpoint_interval: int = Field(
         0, ge=0, description="Checkpoint every this many steps; 0 = at evaluation points and at the end."
@@ -203,6 +211,7 @@ class TrainResult:
     history: list[dict]  # one dict per log/eval point: step, train/loss, val/loss, val/ppl, lr, grad_norm, ...
     checkpoint_dir: Path
     resumed_from: int = 0  # the step a resume started at (0 = fresh run)
+    val_targets: int = 0  # how many validation targets val_loss is the mean over (all of them unless eval_batches is set)
 
     def metrics(self) -> dict[str, float]:
         """Headline numbers under the shared metric names."""
@@ -216,6 +225,7 @@ class TrainResult:
             "wall_s": self.wall_s,
             "params": float(self.params),
             "steps": float(self.steps),
+            "val/targets": float(self.val_targets),
         }
 
 
@@ -477,6 +487,12 @@ class _Unsharded:
 
 # ----------------------------------------------------------------------------------------------
 # Evaluation
+
+
+def eval_targets(data: Blocks, batch_size: int, max_batches: int | None) -> int:
+    """The number of targets `evaluate` averages over (the first max_batches * batch_size blocks; None = all)."""
+    n = data.n_blocks if max_batches is None else min(data.n_blocks, batch_size * max_batches)
+    return int((np.asarray(data.y[:n]) != IGNORE_INDEX).sum())
 
 
 @torch.no_grad()
@@ -848,4 +864,5 @@ def train(
         history=history,
         checkpoint_dir=ckpt_dir,
         resumed_from=resumed_from,
+        val_targets=eval_targets(val_data, s.batch_size, s.eval_batches),
     )

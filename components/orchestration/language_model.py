@@ -33,7 +33,7 @@ import shutil
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Iterator, Literal, Optional
 
 import dagster as dg
 from pydantic import create_model
@@ -60,7 +60,7 @@ from .tracking import MlflowTracker, config_hash, dagster_asset_url, dagster_run
 
 LM_TAG = "pipeline/language_model"  # tag key every language-model asset carries (value: family)
 TRAINING_POOL = "training"  # one training at a time per device (pool limit in dagster.yaml)
-LM_CLAIMS = ("better_than_uniform", "clipping_bounds_gradient")  # judged on every language model by its own step
+LM_CLAIMS = ("beats_ngram_baseline", "clipping_bounds_gradient")  # judged on every language model by its own step
 
 
 class RecurrentModelConfig(dg.Config, RecurrentSettings):
@@ -179,9 +179,11 @@ def language_model_asset(
     group: str,
     labels: str = "labels",
     tokenizer: str = "tokenizer",
+    baseline: str | None = "ngram_baseline",
 ) -> dg.AssetsDefinition:
     """labels, tokenizer: the assets it trains on (`sharded_labels` and `shard_tokenizer` for a
-    sharded corpus: the labels are then one memory-mapped view over every shard)."""
+    sharded corpus: the labels are then one memory-mapped view over every shard). baseline: the
+    n-gram asset counted on the same labels, whose loss the model must beat (None: not judged)."""
     where = f"language model `{name}`"
     model_cls = with_defaults(f"{_camel(name)}ModelConfig", FAMILY_MODEL_CONFIG[family], model, where)
     train_cls = with_defaults(f"{_camel(name)}TrainConfig", LanguageModelTrainConfig, train, where)
@@ -201,9 +203,11 @@ def language_model_asset(
         tags={LM_TAG: family},
         pool=TRAINING_POOL,
         check_specs=[claim_spec(c, name) for c in LM_CLAIMS],
-        ins={"labels": dg.AssetIn(dg.AssetKey(labels)), "tokenizer": dg.AssetIn(dg.AssetKey(tokenizer))},
+        ins={"labels": dg.AssetIn(dg.AssetKey(labels)), "tokenizer": dg.AssetIn(dg.AssetKey(tokenizer)),
+             **({"baseline": dg.AssetIn(dg.AssetKey(baseline))} if baseline else {})},
     )
-    def _lm(context: dg.AssetExecutionContext, config: config_cls, labels: dict, tokenizer: dict, mlflow: MlflowTracker):
+    def _lm(context: dg.AssetExecutionContext, config: config_cls, labels: dict, tokenizer: dict, mlflow: MlflowTracker,
+            **baseline_in: dict):
         check_same_tokenizer(labels, tokenizer)
         # A width or block size the run config sets is never resized by a default (explicit_settings_win).
         model_settings, train_settings, notes = explicit_settings_win(
@@ -216,13 +220,13 @@ def language_model_asset(
         })
         scratch = scratch_dir(name, training_identity(name, family, config.model_dump(), labels, tokenizer))
         with exclusive(scratch):
-            output = _train_and_publish(context, mlflow, config, labels, tokenizer, scratch)
+            output = _train_and_publish(context, mlflow, config, labels, tokenizer, scratch, baseline_in.get("baseline"))
             shutil.rmtree(scratch, ignore_errors=True)  # under the lock: a waiting run starts clean
         yield output
         for c in LM_CLAIMS:
             yield judged(c, output.value)
 
-    def _train_and_publish(context, mlflow, config, labels, tokenizer, scratch) -> dg.Output[dict]:
+    def _train_and_publish(context, mlflow, config, labels, tokenizer, scratch, ngram: dict | None) -> dg.Output[dict]:
         settings = config.model_dump()
         launch = LaunchSettings(**config.train.model_dump(include=set(LAUNCH_FIELDS)))
         train_settings = TrainSettings(**config.train.model_dump(exclude=set(LAUNCH_FIELDS)))
@@ -274,6 +278,9 @@ def language_model_asset(
                     "inputs": {"labels": labels["dagster_run_id"], "tokenizer": tokenizer["dagster_run_id"]},
                     "history": _history_summary(result.history),
                     "registered_model": registered,
+                    # The count model to beat, on the same validation targets (the claim checks that they are).
+                    "baseline": {k: ngram[k] for k in ("val_loss", "block_size", "n_targets", "tokenizer_sha256")}
+                    | {"model": ngram["best"]["model"]} if ngram else None,
                 },
                 metrics=metrics,
                 figures=result.figures,
@@ -393,6 +400,8 @@ class LanguageModel(dg.Component, dg.Model, dg.Resolvable):
       architecture / training / sampling: default settings (any field of the family's config classes)
       labels / tokenizer: the assets it trains on (default `labels` and `tokenizer`; `sharded_labels`
         and `shard_tokenizer` train it on a sharded corpus through one memory-mapped view)
+      baseline: the n-gram asset on the same labels its loss must beat (default `ngram_baseline`;
+        null: no baseline, the claim is not measured)
     """
 
     name: str
@@ -404,10 +413,11 @@ class LanguageModel(dg.Component, dg.Model, dg.Resolvable):
     sampling: dict[str, Any] = {}
     labels: str = "labels"
     tokenizer: str = "tokenizer"
+    baseline: Optional[str] = "ngram_baseline"
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         asset = language_model_asset(
             self.name, self.family, self.architecture, self.training, self.sampling, self.description or self.name, self.group,
-            labels=self.labels, tokenizer=self.tokenizer,
+            labels=self.labels, tokenizer=self.tokenizer, baseline=self.baseline,
         )
         return dg.Definitions(assets=[asset])

@@ -53,7 +53,8 @@ class TopKResult:
         return self.rows[-1]["val_loss"]
 
     def metrics(self) -> dict[str, float]:
-        out = {"topk/full_val_loss": self.full_loss}
+        # On the first `blocks` validation blocks: a subset, not the model's val/loss (the whole split).
+        out = {"topk/full_val_loss": self.full_loss, "topk/eval_blocks": float(self.blocks)}
         for r in self.rows[:-1]:
             out[f"topk/top{r['k']}_val_loss"] = r["val_loss"]
             out[f"topk/top{r['k']}_loss_increase"] = r["loss_increase"]
@@ -79,7 +80,7 @@ def top_weight_shares(model: nn.Module, blocks: TokenBlocks, ks: list[int], batc
     return {k: sums[k] / count for k in ks}
 
 
-def plot_topk(rows: list[dict], block_size: int) -> Figure:
+def plot_topk(rows: list[dict], block_size: int, n_blocks: int | None = None) -> Figure:
     fig = Figure(figsize=(6.5, 4), tight_layout=True)
     ax = fig.add_subplot()
     labels = [r["keys"] for r in rows]
@@ -88,7 +89,7 @@ def plot_topk(rows: list[dict], block_size: int) -> Figure:
         ax.annotate(f"{r['val_loss']:.3f}", (i, r["val_loss"]), xytext=(4, 4), textcoords="offset points", fontsize=8)
     ax.set_xticks(range(len(rows)), labels)
     ax.set_xlabel(f"keys each query attends to (of up to {block_size})")
-    ax.set_ylabel("validation loss (nats/token)")
+    ax.set_ylabel("validation loss (nats/token)" + (f", first {n_blocks} blocks (a subset)" if n_blocks else ""))
     ax.set_title("Top-k attention against the full softmax")
     ax.grid(True, alpha=0.3)
     return fig
@@ -116,4 +117,4 @@ def attention_topk(model: nn.Module, val: TokenBlocks, settings: AttentionTopKSe
                      "weight_share": shares[k]})
     rows.append({"keys": "all (softmax)", "k": None, "val_loss": full, "val_ppl": float(np.exp(full)), "loss_increase": 0.0,
                  "weight_share": 1.0})
-    return TopKResult(rows=rows, block_size=int(blocks.block_size), blocks=n, figures={"topk_attention": plot_topk(rows, int(blocks.block_size))})
+    return TopKResult(rows=rows, block_size=int(blocks.block_size), blocks=n, figures={"topk_attention": plot_topk(rows, int(blocks.block_size), n)})

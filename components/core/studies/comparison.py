@@ -36,6 +36,14 @@ def tokens_axis(history: list[dict]) -> list[tuple[float, float]]:
     return [(h["step"] * per_step, float(h["val/loss"])) for h in history if "val/loss" in h]
 
 
+def flops_axis(history: list[dict], flops_per_token: float | None) -> list[tuple[float, float]]:
+    """(training FLOPs spent, val loss) at each evaluation point: tokens seen × the model's training
+    FLOPs per token (empty without the figure)."""
+    if not flops_per_token:
+        return []
+    return [(n * flops_per_token, loss) for n, loss in tokens_axis(history)]
+
+
 def ranked_tiers(losses: dict[str, float], tolerance: dict[str, float] | None = None) -> list[list[str]]:
     """Models sorted by loss, in tiers: a model joins the tier of the one before it when their losses
     differ by no more than the larger of the two models' tolerance (their seed-to-seed spread), so an
@@ -90,6 +98,44 @@ def seed_spread(val_losses: dict[str, list[float]]) -> dict[str, dict[str, float
     }
 
 
+def parameter_split(model) -> dict[str, int]:
+    """A model's parameters in three parts: the token (and position) embedding, the output head
+    (0 when tied to the embedding: the same tensor is counted once, as embedding) and the core
+    (everything between: recurrent cells, attention, FFN, norms). Their sum is the parameter count."""
+    out = {"embedding": 0, "head": 0, "core": 0}
+    seen: set[int] = set()
+    for name, p in model.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        part = "embedding" if name.split(".")[0] in ("wte", "wpe") else "head" if name.startswith("lm_head") else "core"
+        out[part] += p.numel()
+    out["total"] = sum(out.values())
+    return out
+
+
+def pair_verdicts(val_losses: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """For each pair of models (a, b) with their final validation losses over seeds: "better" when
+    a's mean loss is below b's by more than the larger of their seed spreads (max − min over seeds),
+    "worse" when above by more, else "tied". A model trained with one seed only is given the largest
+    spread measured on the others (seed noise at this data and budget; `a_seeds`/`b_seeds` say so)."""
+    out = []
+    names = sorted(val_losses)
+    measured = [max(v) - min(v) for v in val_losses.values() if len(v) > 1]
+    assumed = max(measured) if measured else 0.0
+    spread = {n: (max(v) - min(v)) if len(v) > 1 else assumed for n, v in val_losses.items()}
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            la, lb = val_losses[a], val_losses[b]
+            ma, mb = float(np.mean(la)), float(np.mean(lb))
+            tol = max(spread[a], spread[b])
+            diff = ma - mb
+            verdict = "tied" if abs(diff) <= tol else ("better" if diff < 0 else "worse")
+            out.append({"a": a, "b": b, "verdict": verdict, "a_mean": ma, "b_mean": mb, "difference": diff, "spread": tol,
+                        "a_seeds": len(la), "b_seeds": len(lb)})
+    return out
+
+
 def loss_at_time(points: list[tuple[float, float]], t: float) -> float:
     """Validation loss at training time t: linear interpolation between evaluation points
     (before the first evaluation there is no measurement: NaN)."""
@@ -106,9 +152,15 @@ class ComparisonResult:
     settledness: dict[str, Any] = field(default_factory=dict)
     seeds: dict[str, dict[str, float]] = field(default_factory=dict)  # seed_spread of the models retrained with other seeds
     figures: dict[str, Figure] = field(default_factory=dict)
+    baseline: list[dict[str, Any]] = field(default_factory=list)  # the n-gram rows (model, val_loss), on the same targets
+    pairs: list[dict[str, Any]] = field(default_factory=list)  # pair_verdicts over seeds
+
+    @property
+    def best_ngram(self) -> dict[str, Any] | None:
+        return min(self.baseline, key=lambda r: r["val_loss"]) if self.baseline else None
 
     def markdown(self) -> str:
-        cols = ["model", "params", "val_loss", "val_ppl", "tokens_per_s_mean", "train_time_s", "val_loss_at_matched_time"]
+        cols = ["model", "params"] + [c for c in ("params_embedding", "params_head", "params_core") if any(c in r for r in self.rows)] + ["val_loss", "val_ppl", "tokens_per_s_mean", "train_time_s", "val_loss_at_matched_time"]
         cols += [c for c in ("val_loss_seed_mean", "val_loss_seed_spread") if any(c in r for r in self.rows)]
         head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
 
@@ -116,6 +168,8 @@ class ComparisonResult:
             return f"{v:,.0f}" if isinstance(v, (int, float)) and abs(v) >= 1000 else (f"{v:.4g}" if isinstance(v, float) else str(v))
 
         body = "\n".join("| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in self.rows)
+        if self.baseline:  # the count models, scored on the same validation targets: rows of their own
+            body += "\n" + "\n".join("| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in self.baseline)
         st = self.settledness
         settled = (f"\n\nRanking by validation loss at the last evaluation: {' < '.join(st.get('ranking_last_eval', []))}; at the one "
                    f"before: {' < '.join(st.get('ranking_previous_eval', []))} — "
@@ -127,12 +181,24 @@ class ComparisonResult:
                         + f". Models closer than their spread are tied: {tiers_text(st['tiers_last_eval'])} at the last "
                         f"evaluation, {tiers_text(st['tiers_previous_eval'])} at the one before — "
                         + ("settled beyond seed noise." if st["ranking_settled_beyond_spread"] else "**still changing beyond seed noise**."))
+        best = self.best_ngram
+        if best is not None:
+            settled += "\n\nAgainst the best n-gram (" + best["model"] + f", {best['val_loss']:.4f} on the same targets): " + ", ".join(
+                f"{r['model']} {best['val_loss'] - r.get('val_loss_seed_mean', r['val_loss']):+.3f}" for r in self.rows) + " nats ahead."
+        if self.pairs:
+            settled += "\n\nPairs, beyond the larger seed spread: " + "; ".join(
+                f"{p['a']} {p['verdict']} than {p['b']}" if p["verdict"] != "tied" else f"{p['a']} tied with {p['b']}" for p in self.pairs) + "."
         return head + body + f"\n\nMatched wall-clock: validation loss after {self.matched_time_s:.1f} s of training each." + settled
 
     def metrics(self) -> dict[str, float]:
         out = {"matched_time_s": self.matched_time_s, "ranking_settled": float(bool(self.settledness.get("ranking_settled")))}
         if "ranking_settled_beyond_spread" in self.settledness:
             out["ranking_settled_beyond_spread"] = float(self.settledness["ranking_settled_beyond_spread"])
+        best = self.best_ngram
+        if best is not None:
+            out["ngram/val_loss"] = float(best["val_loss"])
+            for r in self.rows:
+                out[f"{r['model']}/margin_over_ngram"] = float(best["val_loss"]) - float(r.get("val_loss_seed_mean", r["val_loss"]))
         for r in self.rows:
             for k in ("val_loss", "val_ppl", "tokens_per_s_mean", "params", "val_loss_at_matched_time", "val_loss_seed_mean", "val_loss_seed_spread"):
                 if k in r:
@@ -140,10 +206,13 @@ class ComparisonResult:
         return out
 
 
-def compare_models(models: dict[str, dict[str, Any]], seed_losses: dict[str, list[float]] | None = None) -> ComparisonResult:
+def compare_models(models: dict[str, dict[str, Any]], seed_losses: dict[str, list[float]] | None = None,
+                   baseline: list[dict[str, Any]] | None = None) -> ComparisonResult:
     """`models`: name -> {"metrics": the shared training metrics, "history": the eval history}.
     `seed_losses`: name -> final validation losses of the same model trained with other seeds (the
-    model's own run included); their spread decides which differences are beyond seed noise."""
+    model's own run included); their spread decides which differences are beyond seed noise.
+    `baseline`: the n-gram rows ({"model", "val_loss"}) scored on the same validation targets: a row
+    of the table and a line on every loss plot each."""
     spreads = seed_spread(seed_losses or {})
     curves = {name: training_time_axis(m["history"]) for name, m in models.items()}
     # The longest time every model reached: the fair budget for "who is better per second".
@@ -165,16 +234,22 @@ def compare_models(models: dict[str, dict[str, Any]], seed_losses: dict[str, lis
             }
         )
     settledness = ranking_settledness(curves, {n: v["spread"] for n, v in spreads.items()} or None)
-    result = ComparisonResult(rows=rows, matched_time_s=matched, settledness=settledness, seeds=spreads)
+    base_rows = [{"model": r["model"], "params": 0, "val_loss": float(r["val_loss"]), "val_ppl": float(np.exp(r["val_loss"]))}
+                 for r in (baseline or [])]
+    all_losses = {n: list(seed_losses[n]) if seed_losses and n in seed_losses else [float(models[n]["metrics"]["val/loss"])] for n in models}
+    result = ComparisonResult(rows=rows, matched_time_s=matched, settledness=settledness, seeds=spreads, baseline=base_rows,
+                              pairs=pair_verdicts(all_losses))
     tokens = {name: tokens_axis(m["history"]) for name, m in models.items()}
-    result.figures["comparison"] = plot_comparison(curves, rows, matched, tokens)
+    flops = {name: flops_axis(m["history"], m["metrics"].get("flops_per_token")) for name, m in models.items()}
+    result.figures["comparison"] = plot_comparison(curves, rows, matched, tokens, base_rows, flops)
     return result
 
 
 def plot_comparison(curves: dict[str, list[tuple[float, float]]], rows: list[dict], matched: float,
-                    tokens: dict[str, list[tuple[float, float]]] | None = None) -> Figure:
-    fig = Figure(figsize=(15, 4.2), layout="constrained")
-    ax1, ax_tok, ax2 = fig.subplots(1, 3)
+                    tokens: dict[str, list[tuple[float, float]]] | None = None, baseline: list[dict] | None = None,
+                    flops: dict[str, list[tuple[float, float]]] | None = None) -> Figure:
+    fig = Figure(figsize=(20, 4.2), layout="constrained")
+    ax1, ax_tok, ax_fl, ax2 = fig.subplots(1, 4)
     for i, (name, pts) in enumerate(curves.items()):
         if pts:
             t, loss = zip(*pts)
@@ -182,6 +257,12 @@ def plot_comparison(curves: dict[str, list[tuple[float, float]]], rows: list[dic
         if tokens and tokens.get(name):
             n, loss = zip(*tokens[name])
             ax_tok.plot(n, loss, marker="o", ms=3, label=name, color=f"C{i}")
+        if flops and flops.get(name):
+            f, loss = zip(*flops[name])
+            ax_fl.plot(f, loss, marker="o", ms=3, label=name, color=f"C{i}")
+    for j, b in enumerate(baseline or []):  # the count models: one horizontal line each, on both loss panels
+        for a in (ax1, ax_tok, ax_fl):
+            a.axhline(b["val_loss"], color="black", ls=(":", "-.", "--")[j % 3], lw=1, label=f"{b['model']} (n-gram)")
     ax1.axvline(matched, color="grey", ls="--", lw=1)
     ax1.set_xlabel("training time (s)")
     ax1.set_ylabel("validation loss")
@@ -192,7 +273,12 @@ def plot_comparison(curves: dict[str, list[tuple[float, float]]], rows: list[dic
     ax_tok.set_title("Loss vs tokens")
     if ax_tok.get_legend_handles_labels()[0]:
         ax_tok.legend()
-    for a in (ax1, ax_tok):
+    ax_fl.set_xlabel("training FLOPs (flops_per_token × tokens)")
+    ax_fl.set_ylabel("validation loss")
+    ax_fl.set_title("Loss vs FLOPs")
+    if ax_fl.get_legend_handles_labels()[0]:
+        ax_fl.legend(fontsize=7)
+    for a in (ax1, ax_tok, ax_fl):
         a.grid(True, alpha=0.3)
     names = [r["model"] for r in rows]
     ax2.bar(names, [r["tokens_per_s_mean"] for r in rows], color=[f"C{i}" for i in range(len(rows))])

@@ -82,7 +82,7 @@ def summarize_curve(loss: np.ndarray, bucket: int, saturation: float) -> dict:
             "gain_from_context": gain, "saturation_position": sat, "mean_loss": float(loss.mean())}
 
 
-def plot_context_usage(curves: dict[str, np.ndarray], windows: dict[str, int]) -> Figure:
+def plot_context_usage(curves: dict[str, np.ndarray], windows: dict[str, int], n_blocks: int | None = None) -> Figure:
     fig = Figure(figsize=(11, 4.4), layout="constrained")
     ax, ax_gap = fig.subplots(1, 2)
     for name, c in curves.items():
@@ -92,7 +92,7 @@ def plot_context_usage(curves: dict[str, np.ndarray], windows: dict[str, int]) -
         ax.text(w, ax.get_ylim()[1], f" {name} window", fontsize=8, va="top")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("tokens of context (position + 1)")
-    ax.set_ylabel("validation loss (nats)")
+    ax.set_ylabel("validation loss (nats)" + (f", first {n_blocks} blocks (a subset)" if n_blocks else ""))
     ax.set_title("loss by position in the context window")
     full = [n for n, c in curves.items() if n not in windows and n.startswith("transformer")]
     if full:
@@ -162,5 +162,5 @@ def context_usage(models: dict[str, nn.Module], val: TokenBlocks, settings: Cont
                          "gap_after_window": float(d[w:].mean()) if w < T else float("nan")})
     return ContextUsageResult(
         curves={n: c.tolist() for n, c in curves.items()}, summaries=summaries, buckets=buckets, window_gaps=gaps,
-        figures={"context_usage": plot_context_usage(curves, windows)},
+        figures={"context_usage": plot_context_usage(curves, windows, min(blocks.n_blocks, s.max_blocks))},
     )

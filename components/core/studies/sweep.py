@@ -1,0 +1,130 @@
+"""A learning-rate sweep at a fixed budget: every trial trains the same model for the same number of
+steps, each with its own full schedule (warmup, then cosine to min_lr = lr × min_lr_ratio ending at
+the budget, never a snapshot taken mid-schedule), and is scored on the whole validation split. The
+chosen value is the one with the lowest validation loss; ties go to the smaller learning rate.
+
+`run_sweep` is generic (a trial is a callable from settings to a loss), so the selection is tested
+on a problem whose best learning rate is known; `lm_trial` makes a trial of a language model.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import ConfigError
+
+
+class SweepSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    lrs: list[float] = Field([1e-3, 2e-3, 4e-3, 8e-3], description="Peak learning rates to try (each > 0).")
+    warmup_steps: list[int] = Field([30], description="Warmup lengths to try with every learning rate (each >= 0, below max_steps).")
+    max_steps: int = Field(600, description="The budget: optimizer steps of every trial (its schedule ends there).")
+    min_lr_ratio: float = Field(0.1, gt=0, le=1, description="min_lr = lr × this at the end of each trial's cosine.")
+    batch_size: int = Field(16, description="Blocks per step (with block_size, the tokens one step costs).")
+
+
+def check_grid(s: SweepSettings, *, where: str = "sweep", tokens_per_step: int | None = None, budget_tokens: int | None = None) -> None:
+    """Bad grids and budgets fail before any trial trains, naming the setting."""
+    if not s.lrs:
+        raise ConfigError(f"{where}.lrs is empty: give at least one learning rate")
+    bad = [x for x in s.lrs if not (isinstance(x, (int, float)) and math.isfinite(x) and x > 0)]
+    if bad:
+        raise ConfigError(f"{where}.lrs holds non-positive or non-finite values {bad}: every learning rate must be > 0")
+    if not s.warmup_steps:
+        raise ConfigError(f"{where}.warmup_steps is empty: give at least one warmup length (0 for none)")
+    if any(w < 0 for w in s.warmup_steps):
+        raise ConfigError(f"{where}.warmup_steps holds negative values {[w for w in s.warmup_steps if w < 0]}")
+    if s.batch_size < 1:
+        raise ConfigError(f"{where}.batch_size={s.batch_size} must be >= 1")
+    if s.max_steps < 1:
+        raise ConfigError(f"{where}.max_steps={s.max_steps} is smaller than one step: the budget must allow at least one step")
+    if budget_tokens is not None and tokens_per_step is not None and budget_tokens < tokens_per_step:
+        raise ConfigError(f"{where}: a budget of {budget_tokens} tokens is smaller than one step ({tokens_per_step} tokens)")
+    if max(s.warmup_steps) >= s.max_steps:
+        raise ConfigError(f"{where}.warmup_steps={max(s.warmup_steps)} does not fit in max_steps={s.max_steps}: the schedule would never decay")
+
+
+@dataclass
+class SweepResult:
+    trials: list[dict[str, Any]]  # per trial: lr, warmup_steps, val_loss, and what the trial returned
+    best: dict[str, Any]
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def markdown(self) -> str:
+        lines = ["| lr | warmup | val loss |", "|---|---|---|"]
+        for t in sorted(self.trials, key=lambda t: (t["warmup_steps"], t["lr"])):
+            mark = " **(chosen)**" if t is self.best else ""
+            lines.append(f"| {t['lr']:g} | {t['warmup_steps']} | {t['val_loss']:.4f}{mark} |")
+        return "\n".join(lines)
+
+
+def run_sweep(s: SweepSettings, trial: Callable[[dict[str, Any]], dict[str, Any]], *, where: str = "sweep",
+              log: Callable[[dict[str, Any]], None] | None = None) -> SweepResult:
+    """Every (lr, warmup) of the grid through `trial(params) -> {"val_loss": ..., ...}`, where params
+    holds lr, min_lr, warmup_steps, max_steps and batch_size. A trial that diverges returns a
+    non-finite loss and is never chosen. `log(trial_row)` after each trial."""
+    check_grid(s, where=where)
+    trials = []
+    for warmup in s.warmup_steps:
+        for lr in s.lrs:
+            params = {"lr": float(lr), "min_lr": float(lr) * s.min_lr_ratio, "warmup_steps": int(warmup), "max_steps": s.max_steps,
+                      "batch_size": s.batch_size}
+            out = trial(params)
+            row = {**params, **out, "val_loss": float(out["val_loss"])}
+            trials.append(row)
+            if log:
+                log(row)
+    finite = [t for t in trials if math.isfinite(t["val_loss"])]
+    if not finite:
+        raise RuntimeError(f"{where}: every trial diverged (lrs {s.lrs}); try smaller learning rates")
+    best = min(finite, key=lambda t: (t["val_loss"], t["lr"]))
+    result = SweepResult(trials=trials, best=best)
+    result.figures["sweep"] = plot_sweep(trials, best)
+    return result
+
+
+def plot_sweep(trials: list[dict], best: dict):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5, 3.5), layout="constrained")
+    ax = fig.subplots()
+    for w in sorted({t["warmup_steps"] for t in trials}):
+        pts = sorted((t["lr"], t["val_loss"]) for t in trials if t["warmup_steps"] == w and math.isfinite(t["val_loss"]))
+        if pts:
+            ax.plot(*zip(*pts), "o-", label=f"warmup {w}")
+    ax.plot([best["lr"]], [best["val_loss"]], "k*", ms=12, label="chosen")
+    ax.set_xscale("log")
+    ax.set_xlabel("peak learning rate")
+    ax.set_ylabel("validation loss (all targets)")
+    ax.set_title(f"lr sweep at {best['max_steps']} steps")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def lm_trial(family: str, model_settings: dict, base_train: dict, train_data, val_data, vocab_size: int, out_dir: str | Path,
+             *, model_meta: dict | None = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A trial that trains the language model `family` with `base_train` updated by the trial's
+    params and returns its validation loss on the whole validation split (diverged: inf)."""
+    from ..lm import SamplingSettings, train_lm
+    from ..training import TrainingDivergedError, TrainSettings
+
+    def trial(params: dict[str, Any]) -> dict[str, Any]:
+        ts = TrainSettings(**{**base_train, **params, "eval_batches": None})
+        tag = f"lr{params['lr']:g}_w{params['warmup_steps']}"
+        try:
+            res = train_lm(family, model_settings, ts, train_data, val_data, vocab_size, Path(out_dir) / tag,
+                           sampling=SamplingSettings(num_samples=0), resume=False, model_meta=model_meta)
+        except TrainingDivergedError:
+            return {"val_loss": float("inf"), "diverged": True}
+        m = res.metrics
+        return {"val_loss": float(m["val/loss"]), "train_loss": float(m["train/loss"]), "tokens_per_s": float(m["train/tokens_per_s_mean"]),
+                "wall_s": float(m["wall_s"]), "history": [(h["step"], h["val/loss"]) for h in res.history if "val/loss" in h]}
+
+    return trial

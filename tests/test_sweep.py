@@ -1,0 +1,57 @@
+"""The learning-rate sweep: it picks the best rate where the best rate is known, and refuses bad grids."""
+
+import pytest
+import torch
+
+from components.core.errors import ConfigError
+from components.core.studies.sweep import SweepSettings, check_grid, run_sweep
+
+
+def regression_trial(params: dict) -> dict:
+    """Least squares on inputs ±2 by plain SGD: the loss's curvature is mean(x²) = 4, so a step of
+    lr = 1/4 lands on the minimum at once; smaller steps creep, larger ones overshoot (lr > 1/2 diverges)."""
+    torch.manual_seed(0)
+    x = torch.tensor([2.0, -2.0, 2.0, -2.0])
+    y = 3.0 * x
+    w = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=params["lr"])
+    for _ in range(params["max_steps"]):
+        opt.zero_grad()
+        loss = 0.5 * ((w * x - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        return {"val_loss": float(0.5 * ((w * x - y) ** 2).mean())}
+
+
+def test_the_sweep_picks_the_known_best_learning_rate():
+    seen = []
+    result = run_sweep(SweepSettings(lrs=[0.05, 0.1, 0.25, 0.4, 0.6], warmup_steps=[0], max_steps=5), regression_trial, log=seen.append)
+    assert result.best["lr"] == 0.25 and result.best["val_loss"] < 1e-10
+    assert len(result.trials) == len(seen) == 5 and result.trials[-1]["val_loss"] > result.trials[0]["val_loss"]  # 0.6 overshoots
+    assert "**(chosen)**" in result.markdown() and "sweep" in result.figures
+
+
+@pytest.mark.parametrize("bad, field", [
+    (dict(lrs=[]), "lrs is empty"), (dict(lrs=[1e-3, 0.0]), "lrs holds non-positive"), (dict(lrs=[-1e-3]), "lrs holds non-positive"),
+    (dict(warmup_steps=[]), "warmup_steps is empty"), (dict(max_steps=0), "max_steps=0 is smaller than one step"),
+    (dict(warmup_steps=[700]), "warmup_steps=700"),
+])
+def test_bad_grids_name_the_setting(bad, field):
+    with pytest.raises(ConfigError, match=field):
+        run_sweep(SweepSettings(**bad), regression_trial, where="tune")
+
+
+def test_a_budget_below_one_step_is_refused():
+    with pytest.raises(ConfigError, match="smaller than one step"):
+        check_grid(SweepSettings(), where="tune", tokens_per_step=16 * 128, budget_tokens=1000)
+
+
+def test_the_tune_job_is_one_job_away_and_off_the_default_route():
+    from pipelines.definitions import DEFAULT_ROUTE, defs
+
+    graph = defs.resolve_asset_graph()
+    route = {k.to_user_string() for k in DEFAULT_ROUTE.resolve(graph)}
+    assert "lr_sweep" not in route and "ngram_baseline" in route
+    job = defs.resolve_job_def("tune")
+    assert {n.name for n in job.graph.node_defs} == {"lr_sweep"}
