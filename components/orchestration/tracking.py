@@ -13,8 +13,10 @@ that raced both end on the same parent whichever order their writes landed in.
 Links both ways: the Dagster run is tagged with its parent's id and URL (`mlflow/parent_run_id`,
 `mlflow/parent_run_url`); every MLflow run carries the URL of its Dagster run (`dagster.run_url`)
 and, nested, of its asset page (`dagster.asset_url`), also as clickable links in its description.
-The MLflow UI's address is MLFLOW_UI_URL, the Dagster UI's DAGSTER_UI_URL (scripts/env.sh exports
-both; scripts/mlflow_ui.sh and scripts/ui.sh listen on their ports). Runs carry MLflow's source
+The addresses are the state folder's recorded ones (`state.ui_addresses`: DAGSTER_UI_URL and
+MLFLOW_UI_URL when the folder was first used, else the defaults), where scripts/ui.sh and
+scripts/mlflow_ui.sh serve, so links recorded by earlier runs keep working whichever address a later
+start asks for. Runs carry MLflow's source
 fields (`mlflow.source.type` JOB, `mlflow.source.name` module:asset or module:job, the git commit
 when the project is a git checkout) and `mlflow.user`.
 
@@ -41,15 +43,12 @@ from typing import Any, Iterator
 
 import dagster as dg
 
-from .state import PROJECT_ROOT, default_tracking_uri, ensure_stores, experiment_artifact_location
+from .state import PROJECT_ROOT, default_tracking_uri, ensure_stores, experiment_artifact_location, ui_addresses
 
 PARENT_ROLE = "dagster_run"
 EXPERIMENT = "wordvec-to-transformer"
 UI_URL_ENV = "MLFLOW_UI_URL"
-DEFAULT_UI_URL = "http://127.0.0.1:5000"
 MAX_NOTE_CHARS = 8000  # MLflow's limit on a tag value
-DAGSTER_UI_URL_ENV = "DAGSTER_UI_URL"
-DEFAULT_DAGSTER_UI_URL = "http://127.0.0.1:3000"
 # MLflow 3.17's UI has two views of an experiment, GenAI (traces) and machine learning (runs,
 # charts, models). Which one opens follows the `workflowType` URL parameter, else the sidebar switch
 # (stored in the browser, GenAI by default); the experiment tag below is what MLflow's API records
@@ -70,8 +69,9 @@ EXPERIMENT_TAGS = {
 
 
 def dagster_ui_url() -> str:
-    """The Dagster UI's address: DAGSTER_UI_URL, default http://127.0.0.1:3000."""
-    return (os.environ.get(DAGSTER_UI_URL_ENV) or DEFAULT_DAGSTER_UI_URL).rstrip("/")
+    """The Dagster UI's address: the state folder's recorded one (DAGSTER_UI_URL when it was first
+    used, default http://127.0.0.1:3000), where scripts/ui.sh serves."""
+    return ui_addresses()["dagster"]
 
 
 def dagster_run_url(run_id: str) -> str:
@@ -242,8 +242,9 @@ class AssetRun:
 class MlflowTracker(dg.ConfigurableResource):
     """MLflow tracking. Defaults to a SQLite store inside the state folder; point `tracking_uri`, or
     the MLFLOW_TRACKING_URI environment variable, at a server (e.g. http://127.0.0.1:5000) to use
-    one. Links in Dagster's metadata point at `ui_url`, or the MLFLOW_UI_URL environment variable
-    (which scripts/mlflow_ui.sh honours too), else at the tracking server."""
+    one. Links in Dagster's metadata point at `ui_url`; else, with a tracking server, at
+    MLFLOW_UI_URL or the server; else at the state folder's recorded MLflow address (MLFLOW_UI_URL
+    when the folder was first used), where scripts/mlflow_ui.sh serves."""
 
     tracking_uri: str = ""
     experiment: str = EXPERIMENT
@@ -254,8 +255,11 @@ class MlflowTracker(dg.ConfigurableResource):
 
     def resolved_ui_url(self) -> str:
         uri = self.resolved_uri()
-        server = uri if uri.startswith(("http://", "https://")) else ""
-        return (self.ui_url or os.environ.get(UI_URL_ENV) or server or DEFAULT_UI_URL).rstrip("/")
+        if self.ui_url:
+            return self.ui_url.rstrip("/")
+        if uri.startswith(("http://", "https://")):
+            return (os.environ.get(UI_URL_ENV) or uri).rstrip("/")
+        return ui_addresses()["mlflow"]
 
     def client(self):
         from mlflow.tracking import MlflowClient
