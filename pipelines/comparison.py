@@ -81,13 +81,15 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
             metrics: dict[str, Any] = dict(result.metrics())
             metrics.update({f"{n}/ffn_share": a["ffn_share"] for n, a in accounting.items()})
             # One child run per model with the shared metric names: MLflow's compare view lines them up.
+            # Named `model_comparison/<model>`, so none is mistaken for the model's own run (`<model>_lm`);
+            # the trained architecture as `resolved.*`, the name the models' own runs give it.
             for row in result.rows:
                 m = models[row["model"]]
                 s.run.child(
-                    row["model"],
+                    f"model_comparison/{row['model']}",
                     {"val/loss": row["val_loss"], "val/ppl": row["val_ppl"], "train/tokens_per_s_mean": row["tokens_per_s_mean"],
                      "params": row["params"], "val/loss_at_matched_time": row["val_loss_at_matched_time"]},
-                    params={"family": m["family"], **{f"model.{k}": v for k, v in m["model_config"].items()}},
+                    params={"family": m["family"], **{f"resolved.{k}": v for k, v in m["model_config"].items()}},
                     series={"val/loss": [(h["step"], h["val/loss"]) for h in m["history"] if "val/loss" in h]},
                 )
             st = result.settledness

@@ -229,6 +229,9 @@ def language_model_asset(
                     **common,
                 )
                 launched = {"launcher": "inprocess", "world_size": 1}
+            # The architecture that trained, beside the requested one (`model.*`): a parameter
+            # budget resizes widths, so `model.hidden_size` 256 may have trained 286 wide.
+            s.run.log_params({"resolved": result.config.model_dump()})
             weights = s.tmp / WEIGHTS_FILE
             shutil.copy2(result.weights_path, weights)  # weights and config only: no optimizer state
             (s.tmp / "samples.txt").write_text("\n\n----------\n\n".join(result.samples) + "\n", encoding="utf-8")
@@ -352,9 +355,10 @@ def register_model(context: dg.AssetExecutionContext, s: Any, weights: Path, tok
         return log_and_register(
             s.run, folder, name,
             description=f"{description} (asset `{name}`; one version per materialization).",
-            model_description=f"Dagster run {run_id} ({dagster_run_url(run_id)}): val loss {result.metrics['val/loss']:.4f}.",
+            model_description=(f"Dagster run [{run_id[:8]}]({dagster_run_url(run_id)}) (asset [{name}]({dagster_asset_url(context.asset_key)})): "
+                               f"val loss {result.metrics['val/loss']:.4f}."),
             tags=links,
-            params={"family": result.family, **{f"model.{k}": v for k, v in result.config.model_dump().items()}},
+            params={"family": result.family, **{f"resolved.{k}": v for k, v in result.config.model_dump().items()}},
         )
 
 
