@@ -26,7 +26,7 @@ from components.core.artifacts import atomic_dir, file_info
 
 from .recovery import prune, recover_dead_runs, run_lease
 from .state import artifacts_root
-from .tracking import AssetRun, MlflowTracker, figure_png, finite_metrics, png_markdown
+from .tracking import AssetRun, MlflowTracker, figure_png, finite_metrics
 from .validation import validate_run_config
 
 RETENTION_ENV = "PIPELINE_KEEP_LAST"
@@ -136,13 +136,13 @@ class Stage:
                 metadata[name] = table_metadata(rows)
         figure_files = {}
         for name, fig in (figures or {}).items():
-            png_bytes = figure_png(fig)  # rendered once: the file (report, MLflow `<name>.png`) and Dagster's inline image
+            png_bytes = figure_png(fig)  # rendered once: the file (report; MLflow `<name>.png`, which Dagster's metadata shows)
             png = self.tmp / "figures" / f"{name}.png"
             png.parent.mkdir(exist_ok=True)
             png.write_bytes(png_bytes)
             self.run.log_artifact(png)
             figure_files[name] = {**file_info(png), "path": self.final_path(png)}
-            metadata[name] = png_markdown(png_bytes)
+            metadata[name] = self.run.figure_markdown(name, png.name)
             plt.close(fig)
         for name, text in (texts or {}).items():
             self.run.log_text(text, f"{name}.md")
