@@ -5,6 +5,7 @@ report judges the same claims with the same functions."""
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import dagster as dg
@@ -45,6 +46,9 @@ def check_result(c: Claim, v: Verdict, *, named: bool = False) -> dg.AssetCheckR
     metadata.update({k: _metadata_value(x) for k, x in {**v.checks, **v.figures}.items() if x is not None})
     if v.note:
         metadata["note"] = v.note
+    # When it was judged: the check page's "Timestamp" is when Dagster planned the check (the run's
+    # creation), which for a check evaluated by its asset's step is before the materialization.
+    metadata["judged_at"] = dg.MetadataValue.timestamp(time.time())
     return dg.AssetCheckResult(
         check_name=c.name if named else None,
         passed=v.passed,

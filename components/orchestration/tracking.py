@@ -234,11 +234,13 @@ class AssetRun:
 
         return f"{self.ui_base}/get-artifact?{urlencode({'path': path, 'run_uuid': self.run_id})}"
 
-    def figure_markdown(self, name: str, path: str) -> dg.MetadataValue:
-        """A logged figure for Dagster's metadata: the image as the MLflow server serves it, and a link
-        to it in the MLflow UI. Short enough (under Dagster's 1,000 characters) that the asset page
-        shows the image in place instead of behind "[Show Markdown]"; the event log keeps no image."""
-        return dg.MetadataValue.md(f"![{name}]({self.artifact_file_url(path)})\n\n[{name} in MLflow, full size]({self.artifact_url(path)})")
+    def figure_markdown(self, name: str, path: str, shown: str | None = None) -> dg.MetadataValue:
+        """A logged figure (artifact `path`) for Dagster's metadata: the image `shown` (default: the
+        figure; a preview that fits the page) as the MLflow server serves it, and a link to the figure
+        full size in the MLflow UI. Short enough (under Dagster's 1,000 characters) that Dagster shows
+        the image in place instead of behind "[Show Markdown]"; the event log keeps no image."""
+        src = self.artifact_file_url(shown or path)
+        return dg.MetadataValue.md(f"![{name}]({src})\n\n[{name} in MLflow, full size]({self.artifact_url(path)})")
 
     def parent(self) -> "AssetRun":
         """The run this one is nested in (for an asset's run: the Dagster run's parent run, which holds
@@ -409,8 +411,8 @@ def settle_parent(client: Any, experiment_id: str, parent: str) -> None:
         client.set_terminated(parent, "FINISHED")
 
 
-# Dagster shows a figure at its pixel size, up to the width of the metadata table: at 100 dpi 8 pt labels are 11 px, the smallest that reads; at the former 80 dpi they were
-# 9 px, and 5 pt tick labels 5 px. Figures that hold many labels grow with them instead (see
+# Figures are rendered at 100 dpi: 8 pt labels are 11 px, the smallest that reads; at the former
+# 80 dpi they were 9 px, and 5 pt tick labels 5 px. Figures that hold many labels grow with them instead (see
 # components/core/plots.py: plot_head_maps), so the image stays readable without zooming.
 FIGURE_DPI = 100
 
@@ -420,3 +422,17 @@ def figure_png(fig: Any, dpi: int = FIGURE_DPI) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     return buf.getvalue()
+
+# Dagster shows an image at its pixel size and cuts off what does not fit its metadata table (about
+# 800 px of a 1600 px window, 640 px of a 1280 px one, for the value column): a wider figure is
+# shown as a preview rendered at this width, linked to the full-size file.
+INLINE_MAX_PX = 640
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) in pixels from a PNG's header."""
+    import struct
+
+    if png[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not a PNG")
+    return struct.unpack(">II", png[16:24])
