@@ -88,7 +88,8 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
                 s.run.child(
                     f"model_comparison/{row['model']}",
                     {"val/loss": row["val_loss"], "val/ppl": row["val_ppl"], "train/tokens_per_s_mean": row["tokens_per_s_mean"],
-                     "params": row["params"], "val/loss_at_matched_time": row["val_loss_at_matched_time"]},
+                     "params": row["params"], "val/loss_at_matched_time": row["val_loss_at_matched_time"],
+                     "machine/loaded": float(m["metrics"].get("machine/loaded", 0.0))},
                     params={"family": m["family"], **{f"resolved.{k}": v for k, v in m["model_config"].items()}},
                     series={"val/loss": [(h["step"], h["val/loss"]) for h in m["history"] if "val/loss" in h]},
                 )
@@ -99,6 +100,9 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
             if "tiers_last_eval" in st:
                 values.update({"ranking_beyond_spread": tiers_text(st["tiers_last_eval"]),
                                "ranking_settled_beyond_spread": bool(st["ranking_settled_beyond_spread"])})
+            # Speeds measured on a loaded machine (the models record their load) are not comparable.
+            loaded = sorted(n for n, m in models.items() if m["metrics"].get("machine/loaded"))
+            values["speeds_measured_loaded"] = ", ".join(loaded) or "none"
             return s.publish(
                 {"rows": result.rows, "matched_time_s": result.matched_time_s, "accounting": accounting, "settledness": st,
                  "seeds": result.seeds},
@@ -107,11 +111,13 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
                 figures=result.figures,
                 texts={"summary": result.markdown(), **{f"parameter_accounting_{n}": accounting_markdown(a) for n, a in accounting.items()}},
                 values=values,
-                warnings=[] if settled else [
+                warnings=([f"tokens_per_s_mean of {', '.join(loaded)} measured on a loaded machine (their runs' machine/load_1m_*): "
+                           "the speeds are not comparable"] if loaded else [])
+                + ([] if settled else [
                     "the ranking by validation loss still changes between the last two evaluations"
                     + (" beyond the seed-to-seed spread" if "tiers_last_eval" in st else "")
                     + f" ({' < '.join(st.get('ranking_previous_eval', []))} → {' < '.join(st.get('ranking_last_eval', []))}): "
-                    "train longer before trusting it"],
+                    "train longer before trusting it"]),
             )
 
     ffn_holds_two_thirds = claim_check("ffn_holds_two_thirds", model_comparison)

@@ -212,6 +212,7 @@ def language_model_asset(
                 decode=lambda ids: tok.decode(ids, skip_special_tokens=False),
                 encode=lambda text: tok.encode(text, add_special_tokens=False).ids,
             )
+            load_before = machine_load()
             if launch.launcher == "torchrun":
                 result, launched = _train_torchrun(context, s, mlflow, config, launch, train_settings, labels, scratch, common)
             else:
@@ -235,7 +236,7 @@ def language_model_asset(
             weights = s.tmp / WEIGHTS_FILE
             shutil.copy2(result.weights_path, weights)  # weights and config only: no optimizer state
             (s.tmp / "samples.txt").write_text("\n\n----------\n\n".join(result.samples) + "\n", encoding="utf-8")
-            metrics = result.metrics
+            metrics = {**result.metrics, **load_figures(load_before, machine_load(), launched.get("world_size", 1))}
             registered = register_model(context, s, weights, tokenizer, result, config, description)
             output = s.publish(
                 {
@@ -266,7 +267,7 @@ def language_model_asset(
                     "attention_backend": str(result.attention_backend.get("observed", result.attention_backend)),
                     **launched,
                 },
-                warnings=result.warnings,
+                warnings=result.warnings + ([LOADED_WARNING.format(**metrics)] if metrics["machine/loaded"] else []),
             )
         return output
 
@@ -325,6 +326,28 @@ def language_model_asset(
         return finish_lm(prep, trained, val_data, world_size=int(reported["world_size"]), **common), launched
 
     return _lm
+
+
+# The training speed (train/tokens_per_s_mean) is only comparable between runs on a quiet machine:
+# the 1-minute load average before and after training, beside the threads training used. Above
+# those threads (+0.75, as the benchmarks judge it), something else competed for the cores.
+LOADED_WARNING = ("machine loaded while training (1-min load average {machine/load_1m_before:.2f} before, "
+                  "{machine/load_1m_after:.2f} after, for {machine/threads:.0f} training threads): "
+                  "train/tokens_per_s_mean is not comparable with a quiet run's")
+
+
+def machine_load() -> float:
+    import os
+
+    return os.getloadavg()[0]
+
+
+def load_figures(before: float, after: float, processes: int = 1) -> dict[str, float]:
+    import torch
+
+    threads = torch.get_num_threads() * max(1, int(processes))
+    return {"machine/load_1m_before": before, "machine/load_1m_after": after, "machine/threads": float(threads),
+            "machine/loaded": float(max(before, after) > threads + 0.75)}
 
 
 def register_model(context: dg.AssetExecutionContext, s: Any, weights: Path, tokenizer: dict, result: Any, config: Any,
