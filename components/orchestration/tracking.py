@@ -123,6 +123,21 @@ def adhoc_run_name(asset_keys: Any, created: _dt.datetime | None) -> str:
     return f"assets:{shown} @ {when:%Y-%m-%d %H:%M} UTC"
 
 
+def job_label(job_name: str) -> str:
+    """A job's name as MLflow shows it: Dagster's implicit job of asset-graph and automation runs
+    (`__ASSET_JOB`) reads `asset selection`."""
+    return "asset selection" if job_name.startswith("__") else job_name
+
+
+def run_subject(job_name: str, asset_keys: Any = None) -> str:
+    """What a Dagster run ran, for a description: the job `tiny_pipeline`, or the assets selected."""
+    if not job_name.startswith("__"):
+        return f"job `{job_name}`"
+    names = sorted(k.to_user_string() for k in asset_keys or [])
+    shown = ", ".join(f"`{n}`" for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"the assets {shown}" if names else "an asset selection"
+
+
 def config_hash(params: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -321,8 +336,8 @@ class MlflowTracker(dg.ConfigurableResource):
                     "dagster.role": PARENT_ROLE,
                     "dagster.job": job_name,
                     "dagster.run_url": run_url,
-                    "mlflow.note.content": f"Dagster run [{dagster_run_id[:8]}]({run_url}) of `{job_name}`.",
-                    **source_tags(f"pipelines.definitions:{job_name}"),
+                    "mlflow.note.content": f"Dagster run [{dagster_run_id[:8]}]({run_url}) of {run_subject(job_name, asset_selection)}.",
+                    **source_tags(f"pipelines.definitions:{job_label(job_name)}"),
                 },
             )
             found = client.search_runs([experiment_id], filter_string=query, max_results=50)
