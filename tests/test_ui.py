@@ -471,6 +471,19 @@ def graphql(url: str, query: str, **variables) -> dict:
     return out["data"]
 
 
+def follow(page: Page, link) -> Page:
+    """Click `link` as a user does; the page showing its target (this tab or a new one)."""
+    href = link.get_attribute("href")
+    link.click()
+    deadline = time.monotonic() + UI_TIMEOUT_MS / 1000
+    while time.monotonic() < deadline:
+        for p in reversed(page.context.pages):
+            if p.url.split("?")[0] == href.split("?")[0]:
+                return p
+        page.wait_for_timeout(250)
+    raise AssertionError(f"{href} did not open: {[p.url for p in page.context.pages]}")
+
+
 def test_the_ui_scripts_serve_where_the_recorded_links_point_and_say_so(servers):
     for name, key in (("ui", "dagster"), ("mlflow_ui", "mlflow")):
         log = servers["logs"][name].read_text()
@@ -510,9 +523,9 @@ def test_recorded_links_lead_to_their_pages(servers, readme_run, new_page, scree
     page.goto(parent_url)
     expect(page.get_by_role("heading", name=f"tiny_pipeline:{run_id[:8]}")).to_be_visible()
     close_mlflow_assistant(page)
-    page.get_by_role("link", name=run_id[:8], exact=True).first.click()
-    expect(page).to_have_url(f"{servers['dagster']}/runs/{run_id}")
-    expect(page.get_by_text(run_id).first).to_be_visible()
+    dagster = follow(page, page.get_by_role("link", name=run_id[:8], exact=True).first)
+    assert dagster.url == f"{servers['dagster']}/runs/{run_id}"
+    expect(dagster.get_by_text(run_id).first).to_be_visible()
     # An asset's `mlflow_url` → its MLflow run; the run's description → the asset page.
     page.goto(f"{servers['dagster']}/assets/rnn_lm")
     row = page.get_by_role("row").filter(has=page.get_by_role("cell", name="mlflow_url", exact=True))
@@ -523,8 +536,9 @@ def test_recorded_links_lead_to_their_pages(servers, readme_run, new_page, scree
     mlflow = opened.value
     expect(mlflow.get_by_role("heading", name="rnn_lm", exact=True)).to_be_visible()
     close_mlflow_assistant(mlflow)
-    mlflow.get_by_role("link", name="rnn_lm", exact=True).first.click()  # "Asset [rnn_lm](…)" in its description
-    expect(mlflow).to_have_url(f"{servers['dagster']}/assets/rnn_lm")
+    asset = follow(mlflow, mlflow.get_by_role("link", name="rnn_lm", exact=True).first)  # "Asset [rnn_lm](…)" in its description
+    assert asset.url.startswith(f"{servers['dagster']}/assets/rnn_lm")
+    expect(asset.get_by_role("heading", name="rnn_lm").first).to_be_visible()
     # `report_url` → the page in MLflow's artifact view.
     page.goto(mats["report"].metadata["report_url"].value)
     expect(page.get_by_text("report.html").first).to_be_visible()
@@ -535,8 +549,11 @@ def test_recorded_links_lead_to_their_pages(servers, readme_run, new_page, scree
     assert links and all(u.startswith((servers["dagster"] + "/", servers["mlflow"] + "/")) for u in links), links
     report = new_page()
     report.goto(Path(manifest(inst, run_id, "report")["path"]).as_uri())
-    report.get_by_role("link", name="MLflow run").first.click()
-    expect(report.get_by_role("heading", name="corpus", exact=True)).to_be_visible()
+    first = report.get_by_role("link", name="MLflow run").first
+    target_run = re.search(r"/runs/([0-9a-f]{32})", first.get_attribute("href")).group(1)
+    client, _ = mlflow_runs(servers["state"])
+    target = follow(report, first)
+    expect(target.get_by_role("heading", name=client.get_run(target_run).info.run_name, exact=True)).to_be_visible()
 
 
 def test_mlflow_params_give_the_trained_architecture(servers, readme_run, new_page, screenshots):
@@ -575,9 +592,7 @@ def test_registry_version_links_to_its_dagster_run(servers, readme_run, new_page
     link = page.get_by_role("link", name=run_id[:8], exact=True).first
     expect(link).to_have_attribute("href", f"{servers['dagster']}/runs/{run_id}")
     page.screenshot(path=screenshots / "mlflow_registry_version.png")
-    link.click()
-    target = page.context.pages[-1]
-    expect(target).to_have_url(f"{servers['dagster']}/runs/{run_id}")
+    target = follow(page, link)
     expect(target.get_by_text(run_id).first).to_be_visible()
 
 
