@@ -504,7 +504,7 @@ def test_readme_command_run_is_listed_under_its_job_and_location(servers, readme
     assert data["repositoryOrigin"] == {"repositoryLocationName": LOCATION, "repositoryName": "__repository__"}, data
     page = new_page()
     page.goto(f"{servers['dagster']}/locations/{LOCATION}/jobs/tiny_pipeline/runs")
-    expect(page.get_by_role("link", name=run_id[:8], exact=True).first).to_be_visible()
+    expect(page.get_by_role("link", name=f"run {run_id[:8]}", exact=True).first).to_be_visible()  # (icon "run", then the id)
     page.screenshot(path=screenshots / "dagster_job_runs.png")
     page.goto(f"{servers['dagster']}/locations")
     expect(page.get_by_role("link", name=LOCATION, exact=True).first).to_be_visible()
@@ -539,7 +539,7 @@ def test_recorded_links_lead_to_their_pages(servers, readme_run, new_page, scree
     close_mlflow_assistant(mlflow)
     asset = follow(mlflow, mlflow.get_by_role("link", name="rnn_lm", exact=True).first)  # "Asset [rnn_lm](…)" in its description
     assert asset.url.startswith(f"{servers['dagster']}/assets/rnn_lm")
-    expect(asset.get_by_role("heading", name="rnn_lm").first).to_be_visible()
+    expect(asset.get_by_text("Freshness policy").first).to_be_visible()  # (the language models' asset page)
     # `report_url` → the page in MLflow's artifact view.
     page.goto(mats["report"].metadata["report_url"].value)
     expect(page.get_by_text("report.html").first).to_be_visible()
