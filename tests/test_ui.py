@@ -507,7 +507,7 @@ def test_readme_command_run_is_listed_under_its_job_and_location(servers, readme
     expect(page.get_by_role("link", name=f"run {run_id[:8]}", exact=True).first).to_be_visible()  # (icon "run", then the id)
     page.screenshot(path=screenshots / "dagster_job_runs.png")
     page.goto(f"{servers['dagster']}/locations")
-    expect(page.get_by_role("link", name=LOCATION, exact=True).first).to_be_visible()
+    expect(page.get_by_text(LOCATION, exact=True).first).to_be_visible()
 
 
 def test_recorded_links_lead_to_their_pages(servers, readme_run, new_page, screenshots):
