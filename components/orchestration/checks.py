@@ -40,7 +40,8 @@ def reason(c: Claim, v: Verdict, limit: int = 4) -> str:
 
 def check_result(c: Claim, v: Verdict, *, named: bool = False) -> dg.AssetCheckResult:
     """The verdict as a check result; `named` for a check yielded by its asset (a check spec). Its
-    description and first metadata entry `reason` say in one line why it passed or failed."""
+    description (which the check page shows above the metadata) and the metadata entry `reason`
+    say in one line why it passed or failed."""
     line = reason(c, v)
     metadata: dict[str, Any] = {"reason": line}
     metadata.update({k: _metadata_value(x) for k, x in {**v.checks, **v.figures}.items() if x is not None})
