@@ -27,16 +27,17 @@ state_init() {
 # (what DAGSTER_UI_URL / MLFLOW_UI_URL asked for, may be empty) differs, and fail with what to do when
 # its port is taken by something else. Call after state_init.
 serve_address() {
-  local name=$1 requested=${2%/} recorded port
+  local name=$1 requested=${2%/} recorded port label
+  label=$([ "$name" = dagster ] && echo "Dagster UI" || echo "MLflow UI")
   recorded=$("$VENV/bin/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' \
     "$PIPELINE_STATE_DIR/ui_addresses.json" "$name")
   if [ -n "$requested" ] && [ "$requested" != "$recorded" ]; then
-    echo "note: the runs recorded in $PIPELINE_STATE_DIR link to the $name UI at $recorded: serving there, not at $requested." >&2
+    echo "note: the runs recorded in $PIPELINE_STATE_DIR link to the $label at $recorded: serving there, not at $requested." >&2
     echo "      (to move it: $VENV/bin/python -m pipelines.maintenance addresses --$name $requested; links recorded so far keep $recorded)" >&2
   fi
   port="${recorded##*:}"; port="${port%%/*}"
   if ! "$VENV/bin/python" -c 'import socket, sys; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$port" 2>/dev/null; then
-    echo "error: port $port of $recorded, where the runs in $PIPELINE_STATE_DIR link to the $name UI, is taken." >&2
+    echo "error: port $port of $recorded, where the runs in $PIPELINE_STATE_DIR link to the $label, is taken." >&2
     echo "       Free it, or move the address (links recorded so far keep $recorded):" >&2
     echo "       $VENV/bin/python -m pipelines.maintenance addresses --$name http://127.0.0.1:<free port>" >&2
     return 1
