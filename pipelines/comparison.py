@@ -91,13 +91,16 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
             metrics.update({f"{n}/ffn_share": a["ffn_share"] for n, a in accounting.items()})
             metrics.update({f"{n}/params_{k}": float(v) for n, sp in split.items() for k, v in sp.items() if k != "total"})
             # One child run per model with the shared metric names: MLflow's compare view lines them up.
+            # Named `model_comparison/<model>`, so none is mistaken for the model's own run (`<model>_lm`);
+            # the trained architecture as `resolved.*`, the name the models' own runs give it.
             for row in result.rows:
                 m = models[row["model"]]
                 s.run.child(
-                    row["model"],
+                    f"model_comparison/{row['model']}",
                     {"val/loss": row["val_loss"], "val/ppl": row["val_ppl"], "train/tokens_per_s_mean": row["tokens_per_s_mean"],
-                     "params": row["params"], "val/loss_at_matched_time": row["val_loss_at_matched_time"]},
-                    params={"family": m["family"], **{f"model.{k}": v for k, v in m["model_config"].items()}},
+                     "params": row["params"], "val/loss_at_matched_time": row["val_loss_at_matched_time"],
+                     "machine/loaded": float(m["metrics"].get("machine/loaded", 0.0))},
+                    params={"family": m["family"], **{f"resolved.{k}": v for k, v in m["model_config"].items()}},
                     series={"val/loss": [(h["step"], h["val/loss"]) for h in m["history"] if "val/loss" in h]},
                 )
             st = result.settledness
@@ -107,6 +110,9 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
             if "tiers_last_eval" in st:
                 values.update({"ranking_beyond_spread": tiers_text(st["tiers_last_eval"]),
                                "ranking_settled_beyond_spread": bool(st["ranking_settled_beyond_spread"])})
+            # Speeds measured on a loaded machine (the models record their load) are not comparable.
+            loaded = sorted(n for n, m in models.items() if m["metrics"].get("machine/loaded"))
+            values["speeds_measured_loaded"] = ", ".join(loaded) or "none"
             return s.publish(
                 {"rows": result.rows, "matched_time_s": result.matched_time_s, "accounting": accounting, "settledness": st,
                  "seeds": result.seeds, "baseline": result.baseline, "pairs": result.pairs},
@@ -115,11 +121,13 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
                 figures=result.figures,
                 texts={"summary": result.markdown(), **{f"parameter_accounting_{n}": accounting_markdown(a) for n, a in accounting.items()}},
                 values=values,
-                warnings=[] if settled else [
+                warnings=([f"tokens_per_s_mean of {', '.join(loaded)} measured on a loaded machine (their runs' machine/load_1m_*): "
+                           "the speeds are not comparable"] if loaded else [])
+                + ([] if settled else [
                     "the ranking by validation loss still changes between the last two evaluations"
                     + (" beyond the seed-to-seed spread" if "tiers_last_eval" in st else "")
                     + f" ({' < '.join(st.get('ranking_previous_eval', []))} → {' < '.join(st.get('ranking_last_eval', []))}): "
-                    "train longer before trusting it"],
+                    "train longer before trusting it"]),
             )
 
     ffn_holds_two_thirds = claim_check("ffn_holds_two_thirds", model_comparison)

@@ -4,6 +4,8 @@
     python -m pipelines.maintenance recover              # mark runs whose processes are gone failed; MLflow mirrors Dagster
     python -m pipelines.maintenance prune [--keep N]     # keep the newest N run folders per asset (+ the latest materialization)
     python -m pipelines.maintenance shards [--keys]      # a `corpus_shards` partition per file of the shard folder
+    python -m pipelines.maintenance addresses [--get dagster|mlflow] [--dagster URL] [--mlflow URL]
+                                                         # the UI addresses the state folder's links point to
 
 The scripts in scripts/ run `init` before launching Dagster or MLflow. `init` recovers too: a run
 killed while it held the `training` pool's slot would otherwise keep a new run's training step
@@ -11,6 +13,11 @@ waiting for that slot, and the in-step recovery only runs once a step has its sl
 daemon, the `recover_dead_runs` sensor does the same every minute). Imports neither the asset
 graph nor torch (but `shards`, which reads the shard folder as the assets do), so it works while
 the pipeline code is broken.
+
+`init` also records the UI addresses (`<state>/ui_addresses.json`, from DAGSTER_UI_URL and
+MLFLOW_UI_URL, else the defaults) unless the folder has them already: every link a run records points
+there, and scripts/ui.sh and scripts/mlflow_ui.sh serve there. `addresses --dagster URL` moves the
+Dagster one (links recorded before keep the old address).
 
 The stores are those the pipeline uses: DAGSTER_HOME's instance (SQLite files, or the database its
 dagster.yaml names: configs/deploy/dagster.yaml) and MLFLOW_TRACKING_URI (default: the SQLite DB in
@@ -25,7 +32,7 @@ import os
 import sys
 
 from components.orchestration.services import StoreUnreachable, open_instance
-from components.orchestration.state import dagster_home, default_tracking_uri, ensure_stores
+from components.orchestration.state import dagster_home, default_tracking_uri, ensure_stores, record_ui_addresses, ui_addresses
 
 
 def _instance(uri: str, setting: str | None):
@@ -66,7 +73,20 @@ def main(argv: list[str] | None = None) -> int:
     pr.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
     sh = sub.add_parser("shards", help="add a partition for every shard file in the shard folder (what the shard_sensor does first)")
     sh.add_argument("--keys", action="store_true", help="print the shard keys, one per line, instead of the JSON report")
+    ad = sub.add_parser("addresses", help="the UI addresses this state folder's links point to (recorded on first use)")
+    ad.add_argument("--get", choices=["dagster", "mlflow"], help="print only this address")
+    ad.add_argument("--dagster", help="record a new Dagster UI address (earlier links keep the old one)")
+    ad.add_argument("--mlflow", help="record a new MLflow UI address (earlier links keep the old one)")
     args = parser.parse_args(argv)
+
+    if args.command == "addresses":  # touches no store
+        try:
+            addresses = record_ui_addresses(args.dagster, args.mlflow) if args.dagster or args.mlflow else ui_addresses()
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(addresses[args.get] if args.get else json.dumps(addresses, indent=1))
+        return 0
 
     # The scripts' layout: DAGSTER_HOME defaults to <state>/dagster (scripts/env.sh exports the same).
     os.environ.setdefault("DAGSTER_HOME", str(dagster_home()))
@@ -78,6 +98,12 @@ def main(argv: list[str] | None = None) -> int:
             from components.orchestration.recovery import recover_dead_runs, sync_mlflow_parents
 
             report = {"stores": ensure_stores(uri, dagster=True, setting=setting)}
+            if args.command == "init":
+                try:
+                    report["ui_addresses"] = ui_addresses()
+                except ValueError as e:  # a malformed DAGSTER_UI_URL / MLFLOW_UI_URL, or a broken record
+                    print(f"error: {e}", file=sys.stderr)
+                    return 2
             instance = _instance(uri, setting)
             try:
                 report.update(recover_dead_runs(instance, uri, grace_s=getattr(args, "grace", 0.0)))

@@ -17,7 +17,7 @@ import dagster as dg
 from components.core.claims import BY_NAME, judge_all
 from components.core.report import claim_counts, headline_metrics, invariant_counts, render_report, section_from_manifest, summary_markdown
 from components.orchestration.stage import stage
-from components.orchestration.tracking import MlflowTracker, dagster_run_url
+from components.orchestration.tracking import MlflowTracker, dagster_run_url, job_label, run_subject
 
 GROUP = "report"
 REPORT_FILE = "report.html"
@@ -76,8 +76,8 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
             judgements = judge_all(manifests, language_models)
             parent = s.run.parent()
             run = context.run
-            title = f"Run report: {run.job_name} · {run.run_id[:8]}"
-            info = {"Dagster run": run.run_id, "job": run.job_name, "MLflow parent run": parent.url,
+            title = f"Run report: {job_label(run.job_name)} · {run.run_id[:8]}"
+            info = {"Dagster run": run.run_id, "job": job_label(run.job_name), "MLflow parent run": parent.url,
                     "assets": len(sections), "claims judged": len(judgements)}
             page = render_report(title, info, sections, judgements, recorded_checks(context, set(BY_NAME)))
             path = s.tmp / REPORT_FILE
@@ -91,7 +91,7 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
             parent.log_artifact(path)
             parent.log_metrics({**headline, **count_metrics})
             # The parent's description keeps its link back to the Dagster run above the summary.
-            parent.set_note(f"Dagster run [{run.run_id[:8]}]({dagster_run_url(run.run_id)}) of `{run.job_name}`.\n\n{summary}")
+            parent.set_note(f"Dagster run [{run.run_id[:8]}]({dagster_run_url(run.run_id)}) of {run_subject(run.job_name, run.asset_selection)}.\n\n{summary}")
             claims = [{"claim": j.claim.name, "asset": j.asset, "status": j.status, "kind": j.claim.kind, "section": j.claim.section,
                        **({"error": j.error} if j.verdict is None else {}),
                        **({"note": j.verdict.note} if j.verdict is not None and not j.verdict.judged else {})} for j in judgements]

@@ -17,6 +17,30 @@ export DAGSTER_UI_URL="${DAGSTER_UI_URL:-http://127.0.0.1:3000}"
 # a lock, whoever starts first; a no-op (≈30 ms) once done. Then mark runs whose processes are gone
 # as failed (frees their pool slots, which a new run's training step would otherwise wait for).
 # Call after scripts/setup.sh.
+# init also records the UI addresses on the folder's first use (from DAGSTER_UI_URL and MLFLOW_UI_URL);
+# every link a run records points there (see serve_address).
 state_init() {
   "$VENV/bin/python" -m pipelines.maintenance init > /dev/null
+}
+# serve_address dagster|mlflow REQUESTED: print the address that UI must serve on, the state folder's
+# recorded one, so that the links earlier runs recorded keep working; say so on stderr when REQUESTED
+# (what DAGSTER_UI_URL / MLFLOW_UI_URL asked for, may be empty) differs, and fail with what to do when
+# its port is taken by something else. Call after state_init.
+serve_address() {
+  local name=$1 requested=${2%/} recorded port label
+  label=$([ "$name" = dagster ] && echo "Dagster UI" || echo "MLflow UI")
+  recorded=$("$VENV/bin/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' \
+    "$PIPELINE_STATE_DIR/ui_addresses.json" "$name")
+  if [ -n "$requested" ] && [ "$requested" != "$recorded" ]; then
+    echo "note: the runs recorded in $PIPELINE_STATE_DIR link to the $label at $recorded: serving there, not at $requested." >&2
+    echo "      (to move it: $VENV/bin/python -m pipelines.maintenance addresses --$name $requested; links recorded so far keep $recorded)" >&2
+  fi
+  port="${recorded##*:}"; port="${port%%/*}"
+  if ! "$VENV/bin/python" -c 'import socket, sys; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$port" 2>/dev/null; then
+    echo "error: port $port of $recorded, where the runs in $PIPELINE_STATE_DIR link to the $label, is taken." >&2
+    echo "       Free it, or move the address (links recorded so far keep $recorded):" >&2
+    echo "       $VENV/bin/python -m pipelines.maintenance addresses --$name http://127.0.0.1:<free port>" >&2
+    return 1
+  fi
+  echo "$recorded"
 }

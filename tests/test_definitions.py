@@ -59,7 +59,9 @@ def test_assets_carry_code_versions_owners_tags_and_freshness(monkeypatch):
         if key in lms:
             policy = n.freshness_policy
             assert policy is not None and policy.fail_window.to_timedelta() == dt.timedelta(days=8), key
-            assert policy.warn_window.to_timedelta() == dt.timedelta(days=7, hours=12)
+            assert policy.warn_window.to_timedelta() == dt.timedelta(days=7, hours=2)
+            # The UI words both windows in whole days (moment's humanize): they must read differently.
+            assert round(policy.warn_window.to_timedelta() / dt.timedelta(days=1)) == 7
         else:
             assert n.freshness_policy is None, key
     # Same module, different defs.yaml defaults: different versions.

@@ -337,3 +337,28 @@ def test_prune_keeps_newest_and_latest_materialization(stores, instance):
     assert kept == sorted([latest, runs[-1], runs[-2]])
     assert report["bytes_freed_by"]["artifacts"] == 3 * 1000 + 500 + 100  # (the total adds the history it freed)
     assert not leftover.exists() and not old.exists() and fresh.exists()
+
+
+def test_ui_addresses_are_recorded_on_first_use_and_move_only_when_asked(tmp_path, monkeypatch):
+    """The links a run records and the addresses the UI scripts serve on come from one record, made
+    by the folder's first user: a later DAGSTER_UI_URL / MLFLOW_UI_URL does not move it."""
+    from components.orchestration.state import record_ui_addresses, ui_addresses
+    from components.orchestration.tracking import MlflowTracker, dagster_run_url
+
+    monkeypatch.setenv("PIPELINE_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_UI_URL", raising=False)
+    monkeypatch.setenv("DAGSTER_UI_URL", "http://127.0.0.1:3311/")
+    assert ui_addresses() == {"dagster": "http://127.0.0.1:3311", "mlflow": "http://127.0.0.1:5000"}
+    monkeypatch.setenv("DAGSTER_UI_URL", "http://127.0.0.1:4444")
+    monkeypatch.setenv("MLFLOW_UI_URL", "http://127.0.0.1:5511")
+    assert dagster_run_url("r") == "http://127.0.0.1:3311/runs/r"
+    assert MlflowTracker().resolved_ui_url() == "http://127.0.0.1:5000"
+    assert MlflowTracker(ui_url="http://h:1/").resolved_ui_url() == "http://h:1"  # the resource's field wins
+    record_ui_addresses(mlflow="http://127.0.0.1:5511")
+    assert MlflowTracker().resolved_ui_url() == "http://127.0.0.1:5511" and dagster_run_url("r").startswith("http://127.0.0.1:3311/")
+    with pytest.raises(ValueError, match="MLFLOW_UI_URL.*with a port"):
+        monkeypatch.setenv("PIPELINE_STATE_DIR", str(tmp_path / "other"))
+        monkeypatch.setenv("MLFLOW_UI_URL", "http://127.0.0.1")
+        ui_addresses()
+    assert not (tmp_path / "other" / "ui_addresses.json").exists()  # nothing half-recorded

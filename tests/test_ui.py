@@ -1,12 +1,15 @@
-"""Both UIs in a real browser, as a user drives them: `scripts/ui.sh` (dg dev: webserver and
-daemon) and `scripts/mlflow_ui.sh` (the MLflow server over the SQLite store) on free ports of
-127.0.0.1 with a temporary state folder, driven by Playwright through Debian's Chromium
-(`apt-get install chromium`; Playwright is only the driver, its own browser download is never used).
+"""Both UIs in a real browser, as a user meets them: `scripts/ui.sh` (dg dev: webserver and
+daemon) and `scripts/mlflow_ui.sh` (the MLflow server over the SQLite store) on 127.0.0.1 with a
+temporary state folder, driven by Playwright through Debian's Chromium (`apt-get install chromium`;
+Playwright is only the driver, its own browser download is never used).
 
-One pair of servers and one run of `tiny_pipeline`, launched from the launchpad, serve every test.
-Each test opens its own browser context (a fresh profile) and saves screenshots into one folder,
-listed at the end of the session. Without Chromium the tests are skipped, except under CI (`CI`
-set), where that is a failure.
+The README's order: first `bash scripts/run_pipeline.sh tiny` (the README's main command) with the
+address settings of that moment, then both UIs started asking for other ports (as a user does when
+the defaults are taken); the scripts serve where the recorded links point, and say so. Free ports
+stand in for the defaults 3000 and 5000, which a shared machine may have taken. A second run of
+`tiny_pipeline`, launched from the launchpad, serves the launchpad's tests. Each test opens its own
+browser context (a fresh profile) and saves screenshots into one folder, listed at the end of the
+session. Without Chromium the tests are skipped, except under CI (`CI` set), where that is a failure.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SCREENSHOTS
-from cli import BIN, ROOT, env_for, instance, materializations, mlflow_runs, step_errors
+from cli import BIN, ROOT, check_evaluations, env_for, instance, manifest, materializations, mlflow_runs, step_errors
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 # Headless and quiet: no GPU, no network beyond the two servers, no first-run pages.
@@ -32,6 +35,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
                   "--disable-component-update", "--disable-sync", "--no-first-run"]
 VIEWPORT = {"width": 1600, "height": 1000}
 LANGUAGE_MODELS = ["rnn_lm", "lstm_lm", "transformer_lm"]
+LOCATION = "wordvec_to_transformer"  # the code location's fixed name (workspace.yaml, [tool.dg.project])
 EXPERIMENT = "wordvec-to-transformer"
 # Bounded waits, generous for a loaded 2-core machine.
 UI_TIMEOUT_MS = 60_000
@@ -117,17 +121,55 @@ def wait_until_up(proc: subprocess.Popen, url: str, log: Path, deadline: float) 
         time.sleep(0.5)
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory):
-    """`scripts/ui.sh` and `scripts/mlflow_ui.sh` on free ports, each in its own process group,
-    stopped by that group's id whatever the tests did."""
-    base = tmp_path_factory.mktemp("ui")
-    state = base / "state"
-    dagster_url, mlflow_url = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+def server_env(state: Path, dagster_url: str, mlflow_url: str) -> dict[str, str]:
     env = {**env_for(state), "DAGSTER_UI_URL": dagster_url, "MLFLOW_UI_URL": mlflow_url, "VENV": str(BIN.parent)}
     for unset in ("PORT", "MLFLOW_TRACKING_URI"):  # the scripts' other address settings: not these servers'
         env.pop(unset, None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def readme_run(tmp_path_factory):
+    """`bash scripts/run_pipeline.sh tiny` in a fresh state folder, before any UI runs, with the
+    address settings of that moment (free ports standing in for the defaults). Up to 30 minutes:
+    about 1 minute on a quiet machine, 16 on a 2-core one shared with other test sessions."""
+    base = tmp_path_factory.mktemp("ui")
+    state = base / "state"
+    addresses = {"dagster": f"http://127.0.0.1:{free_port()}", "mlflow": f"http://127.0.0.1:{free_port()}"}
+    log = base / "run_pipeline.log"
+    with open(log, "w") as out:
+        proc = subprocess.run(["bash", "scripts/run_pipeline.sh", "tiny"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                              env=server_env(state, addresses["dagster"], addresses["mlflow"]), timeout=3 * RUN_TIMEOUT_MS / 1000)
+    text = log.read_text()
+    found = re.search(r"^Run ([0-9a-f-]{36}) of tiny_pipeline in code location (\S+)", text, re.M)
+    assert proc.returncode == 0 and found, text[-3000:]
+    return {"base": base, "state": state, "addresses": addresses, "run_id": found.group(1), "location": found.group(2)}
+
+
+def dg_dev_group(port: int) -> int | None:
+    """The process group of the `dg dev` serving `port` (scripts/ui.sh starts it in one of its own)."""
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(c.endswith(b"/dg") for c in cmd[:2]) and b"dev" in cmd and str(port).encode() in cmd:
+                return os.getpgid(int(d.name))
+    return None
+
+
+@pytest.fixture(scope="module")
+def servers(readme_run):
+    """`scripts/ui.sh` and `scripts/mlflow_ui.sh` asked for other free ports than the run recorded:
+    they serve on the recorded addresses. Each in its own process group, stopped by that group's id
+    whatever the tests did; ui.sh must take dg dev's own process group down with it."""
+    base, state = readme_run["base"], readme_run["state"]
+    requested = {"dagster": f"http://127.0.0.1:{free_port()}", "mlflow": f"http://127.0.0.1:{free_port()}"}
+    dagster_url, mlflow_url = readme_run["addresses"]["dagster"], readme_run["addresses"]["mlflow"]
+    env = server_env(state, requested["dagster"], requested["mlflow"])
     procs, logs = [], {}
+    dg_group = None
     try:
         for name in ("ui", "mlflow_ui"):
             logs[name] = base / f"{name}.log"
@@ -137,9 +179,13 @@ def servers(tmp_path_factory):
         deadline = time.monotonic() + SERVER_START_S
         wait_until_up(procs[0], f"{dagster_url}/server_info", logs["ui"], deadline)
         wait_until_up(procs[1], f"{mlflow_url}/health", logs["mlflow_ui"], deadline)
-        yield {"state": state, "dagster": dagster_url, "mlflow": mlflow_url, "procs": dict(zip(logs, procs)), "logs": logs}
+        dg_group = dg_dev_group(int(dagster_url.rsplit(":", 1)[1]))
+        yield {"state": state, "dagster": dagster_url, "mlflow": mlflow_url, "requested": requested,
+               "procs": dict(zip(logs, procs)), "logs": logs}
     finally:
         stop(procs)
+    # SIGTERM to ui.sh stops dg dev (webserver, daemon, code server) too, within the grace period.
+    assert dg_group is not None and not group_members(dg_group), group_members(dg_group or 0)
 
 
 # --- browser ---------------------------------------------------------------------------------
@@ -370,7 +416,7 @@ def test_mlflow_registry_holds_the_language_models(servers, tiny_run, new_page, 
     table = page.get_by_role("main").get_by_role("table")
     for name in sorted(registered):
         row = table.get_by_role("row").filter(has=page.get_by_role("link", name=name, exact=True))
-        expect(row).to_contain_text("Version 1")
+        expect(row).to_contain_text(re.compile(r"Version \d+"))  # one version per run (the README's and the launchpad's)
     page.screenshot(path=screenshots / "mlflow_registry.png")
 
 
@@ -415,3 +461,185 @@ def test_mlflow_server_runs_two_workers_and_no_job_runner(servers):
     assert not [c for c in cmds if "mlflow.server.jobs" in c or "huey" in c], cmds
     rss_mib = sum(m["rss"] for m in members) / 2**20
     print(json.dumps({"mlflow_processes": len(members), "rss_mib": round(rss_mib)}))
+
+
+# --- the README's run, its links, checks and figures, with the UIs asked for other ports -------
+
+
+def graphql(url: str, query: str, **variables) -> dict:
+    body = json.dumps({"query": query, "variables": variables}).encode()
+    req = urllib.request.Request(f"{url}/graphql", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        out = json.load(r)
+    assert "errors" not in out, out
+    return out["data"]
+
+
+def follow(page: Page, link) -> Page:
+    """Click `link` as a user does; the page showing its target (this tab or a new one)."""
+    href = link.get_attribute("href")
+    link.click()
+    deadline = time.monotonic() + UI_TIMEOUT_MS / 1000
+    while time.monotonic() < deadline:
+        for p in reversed(page.context.pages):
+            if p.url.split("?")[0] == href.split("?")[0]:
+                return p
+        page.wait_for_timeout(250)
+    raise AssertionError(f"{href} did not open: {[p.url for p in page.context.pages]}")
+
+
+def test_the_ui_scripts_serve_where_the_recorded_links_point_and_say_so(servers):
+    for name, key in (("ui", "dagster"), ("mlflow_ui", "mlflow")):
+        log = servers["logs"][name].read_text()
+        served = servers[key]
+        assert f"at {served}: serving there, not at {servers['requested'][key]}" in log, log[-2000:]
+    for url in servers["requested"].values():  # nothing listens where the settings asked
+        with pytest.raises(OSError):
+            urllib.request.urlopen(url, timeout=5)
+
+
+def test_readme_command_run_is_listed_under_its_job_and_location(servers, readme_run, new_page, screenshots):
+    run_id = readme_run["run_id"]
+    assert readme_run["location"] == LOCATION
+    data = graphql(servers["dagster"], """query($id: ID!) { runOrError(runId: $id) { ... on Run {
+        jobName status repositoryOrigin { repositoryLocationName repositoryName } } } }""", id=run_id)["runOrError"]
+    assert data["jobName"] == "tiny_pipeline" and data["status"] == "SUCCESS", data
+    assert data["repositoryOrigin"] == {"repositoryLocationName": LOCATION, "repositoryName": "__repository__"}, data
+    page = new_page()
+    page.goto(f"{servers['dagster']}/locations/{LOCATION}/jobs/tiny_pipeline/runs")
+    expect(page.get_by_role("link", name=f"run {run_id[:8]}", exact=True).first).to_be_visible()  # (icon "run", then the id)
+    page.screenshot(path=screenshots / "dagster_job_runs.png")
+    page.goto(f"{servers['dagster']}/locations")
+    expect(page.get_by_text(LOCATION, exact=True).first).to_be_visible()
+
+
+def test_recorded_links_lead_to_their_pages(servers, readme_run, new_page, screenshots):
+    """Every kind of link the README's run recorded, followed in the browser with the UIs started
+    after it: Dagster → MLflow (`mlflow_url`, `report_url`, the run's `mlflow/parent_run_url`) and
+    MLflow → Dagster (the description's links)."""
+    run_id = readme_run["run_id"]
+    inst = instance(servers["state"])
+    mats = materializations(inst, run_id)
+    parent_url = inst.get_run_by_id(run_id).tags["mlflow/parent_run_url"]
+    assert parent_url.startswith(servers["mlflow"] + "/")
+    page = new_page()
+    # The Dagster run's tag → its MLflow parent run; its description → back to the Dagster run.
+    page.goto(parent_url)
+    expect(page.get_by_role("heading", name=f"tiny_pipeline:{run_id[:8]}")).to_be_visible()
+    close_mlflow_assistant(page)
+    dagster = follow(page, page.get_by_role("link", name=run_id[:8], exact=True).first)
+    assert dagster.url == f"{servers['dagster']}/runs/{run_id}"
+    expect(dagster.get_by_text(run_id).first).to_be_visible()
+    # An asset's `mlflow_url` → its MLflow run; the run's description → the asset page.
+    page.goto(f"{servers['dagster']}/assets/rnn_lm")
+    row = page.get_by_role("row").filter(has=page.get_by_role("cell", name="mlflow_url", exact=True))
+    link = row.get_by_role("link").first
+    expect(link).to_have_attribute("href", mats["rnn_lm"].metadata["mlflow_url"].value)
+    with page.context.expect_page() as opened:
+        link.click()
+    mlflow = opened.value
+    expect(mlflow.get_by_role("heading", name="rnn_lm", exact=True)).to_be_visible()
+    close_mlflow_assistant(mlflow)
+    asset = follow(mlflow, mlflow.get_by_role("link", name="rnn_lm", exact=True).first)  # "Asset [rnn_lm](…)" in its description
+    assert asset.url.startswith(f"{servers['dagster']}/assets/rnn_lm")
+    expect(asset.get_by_text("Freshness policy").first).to_be_visible()  # (the language models' asset page)
+    # `report_url` → the page in MLflow's artifact view.
+    page.goto(mats["report"].metadata["report_url"].value)
+    expect(page.get_by_text("report.html").first).to_be_visible()
+    page.screenshot(path=screenshots / "mlflow_report.png")
+    # Every link inside report.html points at one of the two servers, and its page answers.
+    html_page = Path(manifest(inst, run_id, "report")["path"]).read_text()
+    links = sorted(set(re.findall(r'href="(http[^"]+)"', html_page)))
+    assert links and all(u.startswith((servers["dagster"] + "/", servers["mlflow"] + "/")) for u in links), links
+    report = new_page()
+    report.goto(Path(manifest(inst, run_id, "report")["path"]).as_uri())
+    first = report.get_by_role("link", name="MLflow run").first
+    target_run = re.search(r"/runs/([0-9a-f]{32})", first.get_attribute("href")).group(1)
+    client, _ = mlflow_runs(servers["state"])
+    target = follow(report, first)
+    expect(target.get_by_role("heading", name=client.get_run(target_run).info.run_name, exact=True)).to_be_visible()
+
+
+def test_mlflow_params_give_the_trained_architecture(servers, readme_run, new_page, screenshots):
+    """`resolved.*` is the architecture that trained (the budget resizes widths), beside the
+    requested `model.*`; model_comparison's children are not named like the models' own runs."""
+    run_id = readme_run["run_id"]
+    inst = instance(servers["state"])
+    client, all_runs = mlflow_runs(servers["state"])
+    mine = [r for r in all_runs if r.data.tags.get("dagster.run_id") == run_id]
+    for name in LANGUAGE_MODELS:
+        trained = manifest(inst, run_id, name)["model_config"]
+        (run,) = [r for r in mine if r.info.run_name == name]
+        resolved = {k.removeprefix("resolved."): v for k, v in run.data.params.items() if k.startswith("resolved.")}
+        assert resolved == {k: str(v) for k, v in trained.items()}, (name, resolved, trained)
+        assert any(k.startswith("model.") for k in run.data.params)
+    children = sorted(r.info.run_name for r in mine if r.data.tags.get("dagster.role") == "comparison_child")
+    assert children and all(c.startswith("model_comparison/") for c in children), children
+    (rnn,) = [r for r in mine if r.info.run_name == "rnn_lm"]
+    page = new_page()
+    page.goto(f"{servers['mlflow']}/#/experiments/{rnn.info.experiment_id}/runs/{rnn.info.run_id}?workflowType=machine_learning")
+    close_mlflow_assistant(page)
+    width = next(k for k in ("hidden_size", "n_embd") if f"resolved.{k}" in rnn.data.params)
+    row = page.get_by_role("row").filter(has=page.get_by_text(f"resolved.{width}", exact=True))
+    expect(row.first).to_contain_text(rnn.data.params[f"resolved.{width}"])
+    page.screenshot(path=screenshots / "mlflow_rnn_params.png")
+
+
+def test_registry_version_links_to_its_dagster_run(servers, readme_run, new_page, screenshots):
+    run_id = readme_run["run_id"]
+    client, _ = mlflow_runs(servers["state"])
+    (version,) = [v for v in client.search_model_versions("name='rnn_lm'") if v.tags.get("dagster.run_id") == run_id]
+    assert f"[{run_id[:8]}]({servers['dagster']}/runs/{run_id})" in version.description, version.description
+    page = new_page()
+    page.goto(f"{servers['mlflow']}/#/models/rnn_lm/versions/{version.version}")
+    close_mlflow_assistant(page)
+    link = page.get_by_role("link", name=run_id[:8], exact=True).first
+    expect(link).to_have_attribute("href", f"{servers['dagster']}/runs/{run_id}")
+    page.screenshot(path=screenshots / "mlflow_registry_version.png")
+    target = follow(page, link)
+    expect(target.get_by_text(run_id).first).to_be_visible()
+
+
+def test_check_page_gives_its_reason_in_one_line(servers, readme_run, new_page, screenshots):
+    run_id = readme_run["run_id"]
+    evaluation = check_evaluations(instance(servers["state"]), run_id)[("better_than_uniform", "rnn_lm")]
+    line = evaluation.metadata["reason"].value
+    assert evaluation.description == line and "\n" not in line and line.startswith(("passed", "failed", "warning"))
+    page = new_page()
+    page.goto(f"{servers['dagster']}/assets/rnn_lm?view=checks")
+    page.get_by_text("better_than_uniform", exact=True).first.click()
+    expect(page.get_by_text(line, exact=True).first).to_be_visible()
+    page.screenshot(path=screenshots / "dagster_check.png")
+
+
+def test_a_wide_figure_fits_the_asset_page_and_links_its_full_size(servers, readme_run, new_page, screenshots):
+    """transformer_lm's attention maps (about 1,500 px wide at 100 dpi): shown in place, not behind
+    "[Show Markdown]", as a preview no wider than its column; the link opens the full-size file."""
+    page = new_page()
+    page.goto(f"{servers['dagster']}/assets/transformer_lm?view=events")
+    img = page.locator('img[alt="attention_maps"]').first
+    expect(img).to_be_visible()
+    page.wait_for_function("e => e.complete && e.naturalWidth > 0", arg=img.element_handle())
+    natural, shown, column = img.evaluate(
+        "e => [e.naturalWidth, e.getBoundingClientRect().width, e.closest('td').getBoundingClientRect().width]")
+    assert 0 < natural <= shown + 1 and shown <= column, (natural, shown, column)  # whole, at its pixel size
+    img.scroll_into_view_if_needed()
+    page.screenshot(path=screenshots / "dagster_figure.png")
+    full = page.get_by_role("link", name="attention_maps in MLflow, full size").first
+    href = full.get_attribute("href")
+    assert href.startswith(servers["mlflow"] + "/") and "/artifacts/attention_maps.png" in href, href
+
+
+def test_report_fits_mlflows_artifact_frame(servers, readme_run, new_page):
+    """The report page in a 715 px wide window (MLflow's artifact frame): no sideways scrolling."""
+    page = new_page()
+    page.set_viewport_size({"width": 715, "height": 900})
+    page.goto(Path(manifest(instance(servers["state"]), readme_run["run_id"], "report")["path"]).as_uri())
+    width = page.evaluate("() => document.scrollingElement.scrollWidth")
+    assert width <= 715, width
+
+
+def test_mlflow_telemetry_is_off(servers):
+    with urllib.request.urlopen(f"{servers['mlflow']}/ajax-api/3.0/mlflow/ui-telemetry", timeout=30) as r:
+        config = json.load(r)
+    assert config.get("disable_ui_telemetry") is True, config

@@ -153,6 +153,9 @@ tr.not_judged td.verdict{color:#666}td.verdict{white-space:nowrap}.figures{font-
 img{max-width:100%;border:1px solid #eee;margin:.3em 0}figure{margin:.6em 0}figcaption{font-size:.85em;color:#555}
 details{margin:.4em 0}summary{cursor:pointer;color:#0b5394}nav a{margin-right:1em}.more{font-size:.8em;color:#666}
 .desc{color:#444}ul.warnings{color:#9a6700}
+table{display:block;max-width:100%;overflow-x:auto}td,th{overflow-wrap:break-word}a{overflow-wrap:anywhere}img{height:auto}
+pre{white-space:pre-wrap;overflow-wrap:anywhere}nav{display:flex;flex-wrap:wrap;gap:.2em 0}
+@media (max-width:800px){body{padding:.5em .8em}td,th{padding:.2em .35em}table.claims{display:table;table-layout:fixed;width:100%}table.claims td,table.claims th{overflow-wrap:anywhere}table.claims td.verdict{white-space:normal}table.claims th:nth-child(1){width:14%}table.claims th:nth-child(2){width:20%}table.claims th:nth-child(3){width:15%}table.claims th:nth-child(4){width:28%}}
 """
 
 
@@ -269,7 +272,7 @@ def render_report(
         body.append(f'<h2 id="{anchor("stage", g)}">Stage: {html.escape(g)}</h2>')
         body += [section_html(s, judgements) for s in sections if s.group == g]
     return (
-        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>{html.escape(title)}</title>'
         f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
     )
 

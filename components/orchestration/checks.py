@@ -5,6 +5,7 @@ report judges the same claims with the same functions."""
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import dagster as dg
@@ -16,22 +17,47 @@ def _metadata_value(v: Any) -> Any:
     if isinstance(v, (bool, int, str)):
         return v
     if isinstance(v, float):
-        return v if math.isfinite(v) else str(v)  # NaN/inf shown as text
+        return float(f"{v:.4g}") if math.isfinite(v) else str(v)  # 4 significant digits, as the report shows; NaN/inf as text
     return dg.MetadataValue.json(v) if isinstance(v, (dict, list)) else str(v)
 
 
+def reason(c: Claim, v: Verdict, limit: int = 4) -> str:
+    """The verdict in one line, what the run's report shows in the claim's row: which sub-checks
+    failed (or that all held), the note, then the first figures, rounded."""
+    from components.core.report import fmt
+
+    failed = [k for k, ok in v.checks.items() if not ok]
+    if failed:
+        head = ("warning" if c.warn else "failed") + ": not " + ", not ".join(failed)
+    elif not v.judged:
+        head = "not judged"
+    else:
+        head = "passed: " + ", ".join(v.checks)
+    figures = [f"{k} {fmt(x)}" for k, x in v.figures.items() if isinstance(x, (bool, int, float, str)) and x is not None]
+    shown = "; ".join(figures[:limit]) + (f"; … {len(figures) - limit} more" if len(figures) > limit else "")
+    return head + (f" ({v.note})" if v.note else "") + (f" — {shown}" if shown else "")
+
+
 def check_result(c: Claim, v: Verdict, *, named: bool = False) -> dg.AssetCheckResult:
-    """The verdict as a check result; `named` for a check yielded by its asset (a check spec)."""
-    metadata = {k: _metadata_value(x) for k, x in {**v.checks, **v.figures}.items() if x is not None}
+    """The verdict as a check result; `named` for a check yielded by its asset (a check spec). Its
+    description (which the check page shows above the metadata) and the metadata entry `reason`
+    say in one line why it passed or failed. Not judged (nothing measured) is no pass: a failed
+    check at WARN severity whose reason says why."""
+    line = reason(c, v)
+    metadata: dict[str, Any] = {"reason": line}
+    metadata.update({k: _metadata_value(x) for k, x in {**v.checks, **v.figures}.items() if x is not None})
     metadata.update(kind=c.kind, section=c.section, verdict="passed" if v.passed else ("failed" if v.judged else "not judged"))
     if v.note:
         metadata["note"] = v.note
-    # Not judged (nothing measured) is no pass: a failed check at WARN severity whose metadata says why.
+    # When it was judged: the check page's "Timestamp" is when Dagster planned the check (the run's
+    # creation), which for a check evaluated by its asset's step is before the materialization.
+    metadata["judged_at"] = dg.MetadataValue.timestamp(time.time())
     return dg.AssetCheckResult(
         check_name=c.name if named else None,
         passed=v.passed,
         severity=dg.AssetCheckSeverity.WARN if c.warn or not v.judged else dg.AssetCheckSeverity.ERROR,
         metadata=metadata,
+        description=line,
     )
 
 

@@ -240,6 +240,7 @@ def language_model_asset(
                 decode=lambda ids: decode_text(tok, ids, skip_special_tokens=False),  # Chinese without jieba's spaces
                 encode=lambda text: encode_text(tok, text),
             )
+            load_before = machine_load()
             if launch.launcher == "torchrun":
                 result, launched = _train_torchrun(context, s, mlflow, config, launch, train_settings, labels, scratch, common)
             else:
@@ -257,10 +258,13 @@ def language_model_asset(
                     **common,
                 )
                 launched = {"launcher": "inprocess", "world_size": 1}
+            # The architecture that trained, beside the requested one (`model.*`): a parameter
+            # budget resizes widths, so `model.hidden_size` 256 may have trained 286 wide.
+            s.run.log_params({"resolved": result.config.model_dump()})
             weights = s.tmp / WEIGHTS_FILE
             shutil.copy2(result.weights_path, weights)  # weights and config only: no optimizer state
             (s.tmp / "samples.txt").write_text("\n\n----------\n\n".join(result.samples) + "\n", encoding="utf-8")
-            metrics = result.metrics
+            metrics = {**result.metrics, **load_figures(load_before, machine_load(), launched.get("world_size", 1))}
             registered = register_model(context, s, weights, tokenizer, result, config, description)
             output = s.publish(
                 {
@@ -294,7 +298,7 @@ def language_model_asset(
                     "attention_backend": str(result.attention_backend.get("observed", result.attention_backend)),
                     **launched,
                 },
-                warnings=result.warnings,
+                warnings=result.warnings + ([LOADED_WARNING.format(**metrics)] if metrics["machine/loaded"] else []),
             )
         return output
 
@@ -355,6 +359,28 @@ def language_model_asset(
     return _lm
 
 
+# The training speed (train/tokens_per_s_mean) is only comparable between runs on a quiet machine:
+# the 1-minute load average before and after training, beside the threads training used. Above
+# those threads (+0.75, as the benchmarks judge it), something else competed for the cores.
+LOADED_WARNING = ("machine loaded while training (1-min load average {machine/load_1m_before:.2f} before, "
+                  "{machine/load_1m_after:.2f} after, for {machine/threads:.0f} training threads): "
+                  "train/tokens_per_s_mean is not comparable with a quiet run's")
+
+
+def machine_load() -> float:
+    import os
+
+    return os.getloadavg()[0]
+
+
+def load_figures(before: float, after: float, processes: int = 1) -> dict[str, float]:
+    import torch
+
+    threads = torch.get_num_threads() * max(1, int(processes))
+    return {"machine/load_1m_before": before, "machine/load_1m_after": after, "machine/threads": float(threads),
+            "machine/loaded": float(max(before, after) > threads + 0.75)}
+
+
 def register_model(context: dg.AssetExecutionContext, s: Any, weights: Path, tokenizer: dict, result: Any, config: Any,
                    description: str) -> dict[str, str]:
     """The trained model as an MLflow model (an FP32 export folder: weights, config, tokenizer) of the
@@ -384,10 +410,11 @@ def register_model(context: dg.AssetExecutionContext, s: Any, weights: Path, tok
         return log_and_register(
             s.run, folder, name,
             description=f"{description} (asset `{name}`; one version per materialization).",
-            model_description=f"Dagster run {run_id} ({dagster_run_url(run_id)}): val loss {result.metrics['val/loss']:.4f}.",
+            model_description=(f"Dagster run [{run_id[:8]}]({dagster_run_url(run_id)}) (asset [{name}]({dagster_asset_url(context.asset_key)})): "
+                               f"val loss {result.metrics['val/loss']:.4f}."),
             tags=links,
             params={"family": result.family, "vocab_size": model.vocab_size, "tokenizer_sha256": tokenizer["sha256"],
-                    **{f"model.{k}": v for k, v in result.config.model_dump().items()}},
+                    **{f"resolved.{k}": v for k, v in result.config.model_dump().items()}},
         )
 
 

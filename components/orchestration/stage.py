@@ -26,7 +26,7 @@ from components.core.artifacts import atomic_dir, file_info
 
 from .recovery import prune, recover_dead_runs, run_lease
 from .state import artifacts_root
-from .tracking import AssetRun, MlflowTracker, figure_png, finite_metrics, png_markdown
+from .tracking import FIGURE_DPI, INLINE_MAX_PX, AssetRun, MlflowTracker, figure_png, finite_metrics, png_size
 from .validation import validate_run_config
 
 RETENTION_ENV = "PIPELINE_KEEP_LAST"
@@ -92,6 +92,21 @@ class Stage:
         """Training progress into the run's log in the Dagster UI (called at the loop's log points)."""
         self.context.log.info(progress_line(point, step, max_steps, eta_s))
 
+    def _inline_preview(self, fig: Any, name: str, png_bytes: bytes) -> str:
+        """The artifact Dagster's metadata shows in place: the figure itself when it is at most
+        INLINE_MAX_PX wide, else the figure rendered again at that width (`previews/<name>.png` on
+        the MLflow run; the full-size file stays `<name>.png`, linked beside it)."""
+        import tempfile
+
+        width = png_size(png_bytes)[0]
+        if width <= INLINE_MAX_PX:
+            return f"{name}.png"
+        with tempfile.TemporaryDirectory() as tmp:
+            preview = Path(tmp) / f"{name}.png"
+            preview.write_bytes(figure_png(fig, dpi=FIGURE_DPI * INLINE_MAX_PX / width))
+            self.run.log_artifact(preview, "previews")
+        return f"previews/{name}.png"
+
     def publish(
         self,
         manifest: dict[str, Any],
@@ -136,13 +151,13 @@ class Stage:
                 metadata[name] = table_metadata(rows)
         figure_files = {}
         for name, fig in (figures or {}).items():
-            png_bytes = figure_png(fig)  # rendered once: the file (report, MLflow `<name>.png`) and Dagster's inline image
+            png_bytes = figure_png(fig)  # rendered once: the file (report; MLflow `<name>.png`, which Dagster's metadata shows)
             png = self.tmp / "figures" / f"{name}.png"
             png.parent.mkdir(exist_ok=True)
             png.write_bytes(png_bytes)
             self.run.log_artifact(png)
             figure_files[name] = {**file_info(png), "path": self.final_path(png)}
-            metadata[name] = png_markdown(png_bytes)
+            metadata[name] = self.run.figure_markdown(name, png.name, self._inline_preview(fig, name, png_bytes))
             plt.close(fig)
         for name, text in (texts or {}).items():
             self.run.log_text(text, f"{name}.md")

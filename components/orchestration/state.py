@@ -391,3 +391,65 @@ def _init_mlflow(uri: str) -> bool:
     elif exp.lifecycle_stage == "deleted":
         client.restore_experiment(exp.experiment_id)
     return True
+
+
+# --- the UIs' addresses -----------------------------------------------------------------------
+# Every link a run records (Dagster metadata `mlflow_url`, `report_url`; the Dagster run's
+# `mlflow/parent_run_url`; MLflow's `dagster.run_url`, descriptions and registry tags; the links in
+# report.html) is an absolute URL into the other UI, frozen when the asset is built. So that they
+# keep working, a state folder has one pair of addresses, recorded by whatever uses the folder first
+# (from DAGSTER_UI_URL and MLFLOW_UI_URL, else the defaults): every later run links there, and
+# scripts/ui.sh and scripts/mlflow_ui.sh serve there, saying so when a different address is asked for.
+UI_ADDRESSES = "ui_addresses.json"
+DEFAULT_UI_ADDRESSES = {"dagster": "http://127.0.0.1:3000", "mlflow": "http://127.0.0.1:5000"}
+UI_ADDRESS_ENV = {"dagster": "DAGSTER_UI_URL", "mlflow": "MLFLOW_UI_URL"}
+
+
+def _check_address(url: str, setting: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url.strip())
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
+        raise ValueError(f"{setting}: {url!r} is not an http(s) address with a port, such as http://127.0.0.1:3000")
+    return url.strip().rstrip("/")
+
+
+def ui_addresses() -> dict[str, str]:
+    """The state folder's recorded UI addresses (`<state>/ui_addresses.json`), recorded on first use
+    from DAGSTER_UI_URL / MLFLOW_UI_URL (else the defaults); later changes of those variables do not
+    move them (see `record_ui_addresses`)."""
+    path = state_root() / UI_ADDRESSES
+    try:
+        recorded = json.loads(path.read_text())
+        if all(isinstance(recorded.get(k), str) for k in DEFAULT_UI_ADDRESSES):
+            return {k: recorded[k] for k in DEFAULT_UI_ADDRESSES}
+    except FileNotFoundError:
+        pass
+    except ValueError as e:
+        raise ValueError(f"{path}: not the JSON of the UI addresses ({e}); delete it to record them again") from e
+    wanted = {k: _check_address(os.environ.get(env) or DEFAULT_UI_ADDRESSES[k], env) for k, env in UI_ADDRESS_ENV.items()}
+    tmp = path.with_name(f"{UI_ADDRESSES}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(wanted, indent=1))
+    try:
+        os.link(tmp, path)  # first writer wins; a process that lost the race reads the winner's
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    return ui_addresses()
+
+
+def record_ui_addresses(dagster: str | None = None, mlflow: str | None = None) -> dict[str, str]:
+    """Move the recorded addresses (links recorded from then on point there; those recorded
+    before keep the old address)."""
+    current = ui_addresses()
+    new = {**current, **{k: _check_address(v, f"--{k}") for k, v in (("dagster", dagster), ("mlflow", mlflow)) if v}}
+    path = state_root() / UI_ADDRESSES
+    tmp = path.with_name(f"{UI_ADDRESSES}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(new, indent=1))
+    os.replace(tmp, path)
+    return new

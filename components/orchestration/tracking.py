@@ -13,8 +13,10 @@ that raced both end on the same parent whichever order their writes landed in.
 Links both ways: the Dagster run is tagged with its parent's id and URL (`mlflow/parent_run_id`,
 `mlflow/parent_run_url`); every MLflow run carries the URL of its Dagster run (`dagster.run_url`)
 and, nested, of its asset page (`dagster.asset_url`), also as clickable links in its description.
-The MLflow UI's address is MLFLOW_UI_URL, the Dagster UI's DAGSTER_UI_URL (scripts/env.sh exports
-both; scripts/mlflow_ui.sh and scripts/ui.sh listen on their ports). Runs carry MLflow's source
+The addresses are the state folder's recorded ones (`state.ui_addresses`: DAGSTER_UI_URL and
+MLFLOW_UI_URL when the folder was first used, else the defaults), where scripts/ui.sh and
+scripts/mlflow_ui.sh serve, so links recorded by earlier runs keep working whichever address a later
+start asks for. Runs carry MLflow's source
 fields (`mlflow.source.type` JOB, `mlflow.source.name` module:asset or module:job, the git commit
 when the project is a git checkout) and `mlflow.user`.
 
@@ -41,15 +43,12 @@ from typing import Any, Iterator
 
 import dagster as dg
 
-from .state import PROJECT_ROOT, default_tracking_uri, ensure_stores, experiment_artifact_location
+from .state import PROJECT_ROOT, default_tracking_uri, ensure_stores, experiment_artifact_location, ui_addresses
 
 PARENT_ROLE = "dagster_run"
 EXPERIMENT = "wordvec-to-transformer"
 UI_URL_ENV = "MLFLOW_UI_URL"
-DEFAULT_UI_URL = "http://127.0.0.1:5000"
 MAX_NOTE_CHARS = 8000  # MLflow's limit on a tag value
-DAGSTER_UI_URL_ENV = "DAGSTER_UI_URL"
-DEFAULT_DAGSTER_UI_URL = "http://127.0.0.1:3000"
 # MLflow 3.17's UI has two views of an experiment, GenAI (traces) and machine learning (runs,
 # charts, models). Which one opens follows the `workflowType` URL parameter, else the sidebar switch
 # (stored in the browser, GenAI by default); the experiment tag below is what MLflow's API records
@@ -70,8 +69,9 @@ EXPERIMENT_TAGS = {
 
 
 def dagster_ui_url() -> str:
-    """The Dagster UI's address: DAGSTER_UI_URL, default http://127.0.0.1:3000."""
-    return (os.environ.get(DAGSTER_UI_URL_ENV) or DEFAULT_DAGSTER_UI_URL).rstrip("/")
+    """The Dagster UI's address: the state folder's recorded one (DAGSTER_UI_URL when it was first
+    used, default http://127.0.0.1:3000), where scripts/ui.sh serves."""
+    return ui_addresses()["dagster"]
 
 
 def dagster_run_url(run_id: str) -> str:
@@ -121,6 +121,21 @@ def adhoc_run_name(asset_keys: Any, created: _dt.datetime | None) -> str:
     shown = ",".join(names[:3]) + (f" +{len(names) - 3}" if len(names) > 3 else "") if names else "all"
     when = (created or _dt.datetime.now(_dt.timezone.utc)).astimezone(_dt.timezone.utc)
     return f"assets:{shown} @ {when:%Y-%m-%d %H:%M} UTC"
+
+
+def job_label(job_name: str) -> str:
+    """A job's name as MLflow shows it: Dagster's implicit job of asset-graph and automation runs
+    (`__ASSET_JOB`) reads `asset selection`."""
+    return "asset selection" if job_name.startswith("__") else job_name
+
+
+def run_subject(job_name: str, asset_keys: Any = None) -> str:
+    """What a Dagster run ran, for a description: the job `tiny_pipeline`, or the assets selected."""
+    if not job_name.startswith("__"):
+        return f"job `{job_name}`"
+    names = sorted(k.to_user_string() for k in asset_keys or [])
+    shown = ", ".join(f"`{n}`" for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"the assets {shown}" if names else "an asset selection"
 
 
 def config_hash(params: dict[str, Any]) -> str:
@@ -228,6 +243,20 @@ class AssetRun:
         """The MLflow UI's view of one of this run's artifacts."""
         return self.page_url(f"/artifacts/{path}")
 
+    def artifact_file_url(self, path: str) -> str:
+        """One of this run's artifact files itself, as the MLflow server serves it (an image's `src`)."""
+        from urllib.parse import urlencode
+
+        return f"{self.ui_base}/get-artifact?{urlencode({'path': path, 'run_uuid': self.run_id})}"
+
+    def figure_markdown(self, name: str, path: str, shown: str | None = None) -> dg.MetadataValue:
+        """A logged figure (artifact `path`) for Dagster's metadata: the image `shown` (default: the
+        figure; a preview that fits the page) as the MLflow server serves it, and a link to the figure
+        full size in the MLflow UI. Short enough (under Dagster's 1,000 characters) that Dagster shows
+        the image in place instead of behind "[Show Markdown]"; the event log keeps no image."""
+        src = self.artifact_file_url(shown or path)
+        return dg.MetadataValue.md(f"![{name}]({src})\n\n[{name} in MLflow, full size]({self.artifact_url(path)})")
+
     def parent(self) -> "AssetRun":
         """The run this one is nested in (for an asset's run: the Dagster run's parent run, which holds
         the run's summary)."""
@@ -242,8 +271,9 @@ class AssetRun:
 class MlflowTracker(dg.ConfigurableResource):
     """MLflow tracking. Defaults to a SQLite store inside the state folder; point `tracking_uri`, or
     the MLFLOW_TRACKING_URI environment variable, at a server (e.g. http://127.0.0.1:5000) to use
-    one. Links in Dagster's metadata point at `ui_url`, or the MLFLOW_UI_URL environment variable
-    (which scripts/mlflow_ui.sh honours too), else at the tracking server."""
+    one. Links in Dagster's metadata point at `ui_url`; else, with a tracking server, at
+    MLFLOW_UI_URL or the server; else at the state folder's recorded MLflow address (MLFLOW_UI_URL
+    when the folder was first used), where scripts/mlflow_ui.sh serves."""
 
     tracking_uri: str = ""
     experiment: str = EXPERIMENT
@@ -254,8 +284,11 @@ class MlflowTracker(dg.ConfigurableResource):
 
     def resolved_ui_url(self) -> str:
         uri = self.resolved_uri()
-        server = uri if uri.startswith(("http://", "https://")) else ""
-        return (self.ui_url or os.environ.get(UI_URL_ENV) or server or DEFAULT_UI_URL).rstrip("/")
+        if self.ui_url:
+            return self.ui_url.rstrip("/")
+        if uri.startswith(("http://", "https://")):
+            return (os.environ.get(UI_URL_ENV) or uri).rstrip("/")
+        return ui_addresses()["mlflow"]
 
     def client(self):
         from mlflow.tracking import MlflowClient
@@ -303,8 +336,8 @@ class MlflowTracker(dg.ConfigurableResource):
                     "dagster.role": PARENT_ROLE,
                     "dagster.job": job_name,
                     "dagster.run_url": run_url,
-                    "mlflow.note.content": f"Dagster run [{dagster_run_id[:8]}]({run_url}) of `{job_name}`.",
-                    **source_tags(f"pipelines.definitions:{job_name}"),
+                    "mlflow.note.content": f"Dagster run [{dagster_run_id[:8]}]({run_url}) of {run_subject(job_name, asset_selection)}.",
+                    **source_tags(f"pipelines.definitions:{job_label(job_name)}"),
                 },
             )
             found = client.search_runs([experiment_id], filter_string=query, max_results=50)
@@ -393,9 +426,8 @@ def settle_parent(client: Any, experiment_id: str, parent: str) -> None:
         client.set_terminated(parent, "FINISHED")
 
 
-# Dagster shows an inline image at its pixel size (in a dialog, scrolled when larger than the
-# window): at 100 dpi 8 pt labels are 11 px, the smallest that reads; at the former 80 dpi they were
-# 9 px, and 5 pt tick labels 5 px. Figures that hold many labels grow with them instead (see
+# Figures are rendered at 100 dpi: 8 pt labels are 11 px, the smallest that reads; at the former
+# 80 dpi they were 9 px, and 5 pt tick labels 5 px. Figures that hold many labels grow with them instead (see
 # components/core/plots.py: plot_head_maps), so the image stays readable without zooming.
 FIGURE_DPI = 100
 
@@ -406,10 +438,16 @@ def figure_png(fig: Any, dpi: int = FIGURE_DPI) -> bytes:
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     return buf.getvalue()
 
+# Dagster shows an image at its pixel size and cuts off what does not fit its metadata table (about
+# 800 px of a 1600 px window, 640 px of a 1280 px one, for the value column): a wider figure is
+# shown as a preview rendered at this width, linked to the full-size file.
+INLINE_MAX_PX = 640
 
-def png_markdown(png: bytes) -> dg.MetadataValue:
-    """PNG bytes inline in Dagster's metadata (they live in the event log: keep figures sized to read, no larger)."""
-    import base64
 
-    return dg.MetadataValue.md(f"![figure](data:image/png;base64,{base64.b64encode(png).decode()})")
+def png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) in pixels from a PNG's header."""
+    import struct
 
+    if png[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not a PNG")
+    return struct.unpack(">II", png[16:24])

@@ -198,7 +198,8 @@ def model_export(
             registered = log_and_register(
                 s.run, report.exports[config.register_variant].path, config.registered_model_name,
                 description=f"The trained {MAIN_MODEL}, exported at {config.register_variant} (safetensors, config.json, tokenizer.json).",
-                model_description=f"{MAIN_MODEL} at {config.register_variant}, Dagster run {run_id} ({dagster_run_url(run_id)})",
+                model_description=(f"{MAIN_MODEL} at {config.register_variant}, Dagster run [{run_id[:8]}]({dagster_run_url(run_id)}) "
+                                   f"(asset [{context.asset_key.to_user_string()}]({dagster_asset_url(context.asset_key)}))."),
                 tags={"variant": config.register_variant, "dagster.run_id": run_id, "dagster.run_url": dagster_run_url(run_id),
                       "dagster.asset_url": dagster_asset_url(context.asset_key), "corpus_content_sha256": corpus["content_sha256"],
                       "tokenizer_sha256": tokenizer["sha256"]},
