@@ -74,7 +74,7 @@ def test_bad_settings_are_refused_by_name(make, field):
 
 
 def _fast(settings_cls, **kw):
-    base = dict(steps=120, batch_size=16, param_budget=4000, lr=1e-2)
+    base = dict(steps=120, batch_size=16, param_budget=4000)
     return settings_cls(**{**base, **kw})
 
 
