@@ -30,7 +30,7 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, Literal
 
 import numpy as np
 import torch
@@ -77,8 +77,12 @@ class MemoryTrainSettings(BaseModel):
     n_head: int = Field(2, ge=1, description="Transformer heads per block.")
     seed: int = Field(0, description="Seed of the training sequences, the models' initialisation and the batch order "
                       "(validation sequences: seed + 1).")
-    lstm_forget_bias: float = Field(1.0, description="Initial forget-gate bias of the LSTM (1: the usual practice since Gers et al. "
-                                    "2000 and Jozefowicz et al. 2015, so the cell starts by keeping what it holds; 0 is nn.LSTM's default).")
+    lstm_init: Literal["chrono", "forget1", "torch"] = Field(
+        "chrono",
+        description="LSTM gate biases at initialisation: chrono (Tallec & Ollivier 2018: forget bias log U(1, seq_len − 1), input "
+        "bias its negative, so the cell starts out keeping what it holds for up to the sequence's length), forget1 (forget "
+        "bias 1, Gers et al. 2000 / Jozefowicz et al. 2015), torch (nn.LSTM's own uniform init).",
+    )
     threads: int = Field(1, ge=1, description="Torch CPU threads while these small models train (restored after): one "
                          "thread is faster for them than two contending ones on a shared CPU.")
 
@@ -247,12 +251,17 @@ def build_model(kind: str, vocab_size: int, seq_len: int, t: MemoryTrainSettings
     if kind in ("rnn", "lstm"):
         cfg = size_recurrent(RecurrentSettings(cell=kind, n_embd=32, hidden_size=64, param_budget=t.param_budget), vocab_size)
         model = RecurrentLM(cfg, vocab_size)
-        if kind == "lstm":
+        if kind == "lstm" and t.lstm_init != "torch":
             H = cfg.hidden_size
             with torch.no_grad():
-                for k in range(cfg.n_layer):  # gate rows i, f, g, o: the forget gate's pre-activation bias is b_ih + b_hh
-                    getattr(model.rnn, f"bias_ih_l{k}")[H:2 * H] = t.lstm_forget_bias
-                    getattr(model.rnn, f"bias_hh_l{k}")[H:2 * H] = 0.0
+                for k in range(cfg.n_layer):  # gate rows i, f, g, o; a gate's pre-activation bias is b_ih + b_hh
+                    b_ih, b_hh = getattr(model.rnn, f"bias_ih_l{k}"), getattr(model.rnn, f"bias_hh_l{k}")
+                    if t.lstm_init == "chrono":
+                        bf = torch.log(torch.empty(H).uniform_(1.0, max(2.0, seq_len - 1.0)))
+                        b_ih[:H], b_ih[H:2 * H] = -bf, bf
+                    else:
+                        b_ih[H:2 * H] = 1.0
+                    b_hh[:2 * H] = 0.0
         return model
     extra = {}
     if kind == "window":
