@@ -120,3 +120,18 @@ def test_attention_as_the_recurrent_model_does_not_run_out(recall_run):
     """Counterexample: full attention judged as if it were the fixed state is not below itself."""
     v = claims.recurrent_state_runs_out(recall_run, models=("transformer",), reference="transformer")
     assert not v.passed and not v.checks["transformer_below_transformer_at_most_pairs"]
+
+
+def test_one_layer_model_has_no_induction_head():
+    """Counterexample: one layer cannot hold a previous-token head and an induction head after it."""
+    from components.core.studies.memory import InductionSettings, induction_study
+
+    m = induction_study(InductionSettings(n_layer=1, span=6, n_tokens=8, steps=60, batch_size=16, param_budget=4000,
+                                          train_sequences=512, val_sequences=64)).manifest()
+    v = claims.induction_head_copies(m)
+    assert not v.passed and not v.checks["induction_head_in_a_later_layer"] and "induction_head" not in m["found"]
+    # heads_differ rests on the same findings, carried by attention_heads
+    heads = {"heads": [{"kind": "broad"}], "metrics": {"heads/max_ablation_increase": 0.0}, "induction": m}
+    h = claims.heads_differ(heads)
+    assert not h.passed and not h.checks["previous_token_and_induction_heads_differ"]
+    assert not claims.heads_differ({**heads, "induction": None}).passed
