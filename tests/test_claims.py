@@ -5,6 +5,7 @@ histories; and each shown failing where the claim does not hold."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -310,7 +311,7 @@ def test_arithmetic_fails_when_the_cache_differs_from_the_formula_or_memory_drif
     assert not v.checks["reference_forward_memory_tracks_n_squared"] and not v.checks["reference_forward_memory_x4_per_doubling"]
 
 
-def test_later_context_and_heads_fail_in_the_worlds_that_contradict_them():
+def test_later_context_fails_in_the_worlds_that_contradict_it():
     usage = {"summaries": [{"model": "transformer_lm", "gain_from_context": 0.8, "receptive_field": None},
                            {"model": "window_lm", "gain_from_context": 0.6, "receptive_field": 16, "saturation_position": 12}],
              "window_gaps": [{"model": "window_lm", "gap_after_window": 0.02}], "metrics": {}}
@@ -320,10 +321,7 @@ def test_later_context_and_heads_fail_in_the_worlds_that_contradict_them():
     assert not C.later_context_helps(flat).passed
     late = {**usage, "summaries": [usage["summaries"][0], {**usage["summaries"][1], "saturation_position": 40}]}
     assert not C.later_context_helps(late).checks["window_lm_saturates_within_receptive_field"]
-    heads = {"heads": [{"kind": "previous-token"}, {"kind": "broad"}], "metrics": {"heads/max_ablation_increase": 0.04}}
-    assert C.heads_differ(heads).passed
-    assert not C.heads_differ({"heads": [{"kind": "broad"}] * 4, "metrics": {"heads/max_ablation_increase": 0.04}}).passed
-    assert not C.heads_differ({**heads, "metrics": {"heads/max_ablation_increase": 0.001}}).passed
+    # heads_differ rests on the induction findings: its counterexample (a one-layer model) is in test_memory.py.
 
 
 def quant_rows(int8_ppl=0.3, nf4_ppl=2.0, int8_bytes=1.05e6, nf4_bytes=0.6e6, fp16_bytes=2.1e6) -> list[dict]:
@@ -360,8 +358,10 @@ def test_every_article_claim_has_a_counterexample_here():
     import inspect
     import sys
 
-    source = inspect.getsource(sys.modules[__name__])
-    missing = [c.name for c in C.article_claims() if f"C.{c.name}(" not in source and f'C.claim("{c.name}")' not in source]
+    # Here, or in test_memory.py for the memory tasks' claims (which train their counterexamples).
+    source = inspect.getsource(sys.modules[__name__]) + (Path(__file__).parent / "test_memory.py").read_text()
+    missing = [c.name for c in C.article_claims()
+               if not any(f"{p}{c.name}(" in source for p in ("C.", "claims.")) and f'C.claim("{c.name}")' not in source]
     assert not missing, f"article claims without a counterexample test: {missing}"
 
 

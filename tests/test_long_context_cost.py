@@ -126,3 +126,24 @@ def test_window_changes_only_the_positions_beyond_it():
     gap = res.window_gaps[0]
     assert gap["model"] == "transformer_window" and gap["versus"] == "transformer" and abs(gap["gap_within_window"]) < 1e-5
     assert len(res.buckets) == 8 and set(res.metrics()) >= {"context/transformer/gain_from_context", "context/transformer_window/gap_after_window"}
+
+
+def test_a_window_better_than_full_attention_beyond_its_field_fails_later_context_helps():
+    """Counterexample: a windowed model trained on text where each token repeats the one before (a
+    local rule) against an untrained full-attention model: beyond its receptive field the window is
+    better, beyond the bootstrap interval, and later_context_helps says so."""
+    from components.core import claims
+    from components.core.studies.memory import MemoryTrainSettings, TaskData, train_model
+
+    g = np.random.default_rng(2)
+    x = np.repeat(g.integers(1, V, size=(256, 16)), 2, axis=1)  # pairs of equal tokens
+    y = np.concatenate([x[:, 1:], x[:, :1]], axis=1)
+    y[:, 1::2] = -100  # only the second token of each pair is asked: it equals the first
+    win = tiny_transformer(attention="sliding_window", window=4)
+    train_model(win, TaskData(x, y, np.zeros(256), np.zeros_like(x)), MemoryTrainSettings(steps=60, batch_size=16), lr=3e-3)
+    blocks = TokenBlocks(x[:64].astype(np.uint16), y[:64].astype(np.int32))
+    res = context_usage({"transformer": tiny_transformer(), "transformer_window": win}, blocks, ContextUsageSettings(bucket=4, device="cpu"))
+    gap = res.window_gaps[0]
+    assert gap["receptive_field"] == 7 and gap["gap_beyond_field_low"] <= gap["gap_beyond_field"] <= gap["gap_beyond_field_high"] < 0
+    v = claims.later_context_helps({"summaries": res.summaries, "window_gaps": res.window_gaps, "metrics": res.metrics()})
+    assert not v.passed and not v.checks["transformer_window_not_better_beyond_field"]

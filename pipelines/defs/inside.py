@@ -2,7 +2,7 @@
 FFN's neurons as key-value memories, probed on facts and on made-up entities, and what attending to
 only the top-scoring keys costs.
 
-    transformer_lm, transformer_1head_lm, labels, tokenizer ──► attention_heads
+    transformer_lm, transformer_1head_lm, labels, tokenizer, memory_induction ──► attention_heads
     transformer_lm, labels, tokenizer, corpus ──► ffn_memories
     transformer_lm, labels ──► attention_topk (top-k keys per query against the full softmax)
     transformer_lm, lstm_lm, tokenizer ──► article_examples (我爱你 / 你爱我, 今天 天气 真 不错, one query's mix, the LSTM's gates)
@@ -44,11 +44,13 @@ def _codec(tokenizer: dict):
 @dg.asset(group_name=GROUP, kinds={"pytorch"})
 def attention_heads(
     context: dg.AssetExecutionContext, config: InsideConfig, transformer_lm: dict, transformer_1head_lm: dict, labels: dict,
-    tokenizer: dict, mlflow: MlflowTracker,
+    tokenizer: dict, memory_induction: dict, mlflow: MlflowTracker,
 ) -> dg.Output[dict]:
     """Attention maps per layer and head; each head's share of attention on the previous, first and
     same token, mean distance and entropy over validation text, and its class (thresholds in the
-    config); the loss increase when each head is zeroed; the model against its one-head twin."""
+    config); the loss increase when each head is zeroed; the model against its one-head twin; and,
+    from `memory_induction`, the previous-token and induction heads found on repeated random spans
+    and what zeroing them costs (what `heads_differ` judges)."""
     with stage(context, mlflow, config.model_dump()) as s:
         _, val, _ = load_labels(labels["path"])
         decode, encode = _codec(tokenizer)
@@ -58,9 +60,10 @@ def attention_heads(
         thresholds = {k: getattr(config, k) for k in ("prev_threshold", "first_threshold", "self_threshold", "local_distance")}
         return s.publish(
             {"heads": r.heads, "ablation": r.ablation, "base_loss": r.base_loss, "one_head_loss": r.one_head_loss,
-             "thresholds": thresholds, "metrics": metrics},
+             "thresholds": thresholds, "metrics": metrics,
+             "induction": {k: memory_induction[k] for k in ("found", "base", "ablations", "heads", "n_layer")}},
             metrics=metrics,
-            tables={"heads": r.heads},
+            tables={"heads": r.heads, "induction_heads": memory_induction["heads"], "induction_ablations": memory_induction["ablations"]},
             figures=r.figures,
             values={"thresholds": dg.MetadataValue.json(thresholds)},
         )

@@ -141,6 +141,7 @@ def context_usage(
             metrics=metrics,
             tables={"summaries": result.summaries, "by_position": result.buckets, "window_gaps": result.window_gaps},
             figures=result.figures,
+            texts={"how_far_context_helps": result.plainly()},
         )
 
 

@@ -17,7 +17,9 @@ much a model gains from seeing more of the past:
 Per model: the loss curve (and in buckets of `bucket` positions), the gain from context (the first
 bucket's loss minus the last's), and the position where the curve saturates (the first bucket whose
 loss is within `saturation` of the total gain from the last bucket's). For each windowed model, the
-gap to a full-attention model after the window.
+gap to a full-attention model after the window, and beyond its receptive field (where it cannot see
+what full attention sees) with a 95% bootstrap interval over validation blocks; per model, how far
+context helps: the last bucket still above the final bucket's loss beyond that interval.
 """
 
 from __future__ import annotations
@@ -45,24 +47,59 @@ class ContextUsageSettings(BaseModel):
     device: DeviceSetting = Field("auto", description="Where to evaluate: 'auto' = CUDA if present, else CPU.")
 
 
-def loss_by_position(model: nn.Module, blocks: TokenBlocks, *, max_blocks: int, batch_size: int, device: torch.device) -> tuple[np.ndarray, np.ndarray]:
-    """Mean cross-entropy (nats) of the targets at each position of the block, and their counts (T,)."""
+def block_losses(model: nn.Module, blocks: TokenBlocks, *, max_blocks: int, batch_size: int, device: torch.device) -> np.ndarray:
+    """Cross-entropy (nats) of every target, (blocks, T), NaN where there is no target."""
     was = model.training
     model.eval()
     n = min(blocks.n_blocks, max_blocks)
-    T = blocks.block_size
-    total = torch.zeros(T, dtype=torch.float64)
-    count = torch.zeros(T, dtype=torch.float64)
+    out = []
     with torch.no_grad():
         for start in range(0, n, batch_size):
             x, y = blocks.batch(np.arange(start, min(start + batch_size, n)), device)  # (B, T) each
             logits, _ = model(x)  # (B, T, V)
             ce = F.cross_entropy(logits.float().transpose(1, 2), y, ignore_index=IGNORE_INDEX, reduction="none")  # (B, T)
-            keep = (y != IGNORE_INDEX).double().cpu()
-            total += (ce.double().cpu() * keep).sum(0)
-            count += keep.sum(0)
+            out.append(torch.where(y != IGNORE_INDEX, ce.double(), torch.nan).cpu().numpy())
     model.train(was)
-    return (total / count.clamp(min=1)).numpy(), count.numpy()
+    return np.concatenate(out)
+
+
+def loss_by_position(model: nn.Module, blocks: TokenBlocks, *, max_blocks: int, batch_size: int, device: torch.device) -> tuple[np.ndarray, np.ndarray]:
+    """Mean cross-entropy (nats) of the targets at each position of the block, and their counts (T,)."""
+    ce = block_losses(model, blocks, max_blocks=max_blocks, batch_size=batch_size, device=device)
+    count = np.isfinite(ce).sum(0)
+    return np.nansum(ce, 0) / np.maximum(count, 1), count.astype(np.float64)
+
+
+def bootstrap_mean(per_block: np.ndarray, draws: int = 1000, seed: int = 0) -> tuple[float, float, float]:
+    """Mean over blocks and its 95% bootstrap interval (blocks resampled with replacement; NaN rows dropped)."""
+    v = per_block[np.isfinite(per_block)]
+    if len(v) == 0:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, len(v), size=(draws, len(v)))].mean(1)
+    return float(v.mean()), float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def _span_mean(ce: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Per block, the mean loss over positions lo..hi-1 (NaN when none)."""
+    part = ce[:, lo:hi]
+    with np.errstate(invalid="ignore"):
+        return np.nanmean(part, 1) if part.shape[1] else np.full(len(ce), np.nan)
+
+
+def context_helps_until(ce: np.ndarray, bucket: int) -> int:
+    """The last position up to which more context still lowers the loss beyond noise: the end of the
+    last bucket whose per-block loss is above the final bucket's with a 95% bootstrap interval clear of 0
+    (0 when even the first is not)."""
+    T = ce.shape[1]
+    starts = list(range(0, T, bucket))
+    last = _span_mean(ce, starts[-1], T)
+    until = 0
+    for b in starts[:-1]:
+        _, low, _ = bootstrap_mean(_span_mean(ce, b, b + bucket) - last)
+        if low > 0:
+            until = min(b + bucket, T)
+    return until
 
 
 def receptive_field(model: nn.Module) -> int | None:
@@ -121,14 +158,29 @@ class ContextUsageResult:
     window_gaps: list[dict]
     figures: dict[str, Figure] = field(default_factory=dict)
 
+    def plainly(self) -> str:
+        """How far context helps each model, and what the window loses beyond its field, in words."""
+        lines = [f"- {s['model']}: more context lowers the loss beyond block-to-block noise up to position "
+                 f"{s['context_helps_until']} of {s['positions']} (first bucket {s['loss_first_bucket']:.3f} → last "
+                 f"{s['loss_last_bucket']:.3f} nats)." for s in self.summaries]
+        for g in self.window_gaps:
+            if np.isfinite(g["gap_beyond_field"]):
+                lines.append(f"- {g['model']} against {g['versus']} beyond its receptive field ({g['receptive_field']} positions): "
+                             f"{g['gap_beyond_field']:+.4f} nats [{g['gap_beyond_field_low']:+.4f}, {g['gap_beyond_field_high']:+.4f}] "
+                             f"(95% bootstrap over blocks); within its window {g['gap_within_window']:+.4f}.")
+            else:
+                lines.append(f"- {g['model']}: its receptive field ({g['receptive_field']}) covers the whole block; nothing lies beyond it.")
+        return "\n".join(lines)
+
     def metrics(self) -> dict[str, float]:
         out = {}
         for s in self.summaries:
-            for k in ("gain_from_context", "saturation_position", "loss_first_bucket", "loss_last_bucket", "mean_loss"):
+            for k in ("gain_from_context", "saturation_position", "loss_first_bucket", "loss_last_bucket", "mean_loss", "context_helps_until"):
                 out[f"context/{s['model']}/{k}"] = float(s[k])
         for g in self.window_gaps:
             out[f"context/{g['model']}/gap_after_window"] = g["gap_after_window"]
             out[f"context/{g['model']}/gap_within_window"] = g["gap_within_window"]
+            out[f"context/{g['model']}/gap_beyond_field"] = g["gap_beyond_field"]
         return out
 
 
@@ -139,18 +191,19 @@ def context_usage(models: dict[str, nn.Module], val: TokenBlocks, settings: Cont
     device, _ = resolve_device(s.device)
     T = min([val.block_size] + [m.config.block_size for m in models.values() if hasattr(m.config, "block_size")])
     blocks = val.crop(T)
-    curves, windows = {}, {}
+    curves, windows, per_block = {}, {}, {}
     for name, m in models.items():
-        loss, _ = loss_by_position(m.to(device), blocks, max_blocks=s.max_blocks, batch_size=s.batch_size, device=device)
+        ce = block_losses(m.to(device), blocks, max_blocks=s.max_blocks, batch_size=s.batch_size, device=device)
         m.to("cpu")
-        curves[name] = loss
+        per_block[name] = ce
+        curves[name] = np.nansum(ce, 0) / np.maximum(np.isfinite(ce).sum(0), 1)
         if receptive_field(m) is not None:
             windows[name] = m.config.window
     summaries = []
     for name, c in curves.items():
         rf = receptive_field(models[name])
         summaries.append({"model": name, "positions": len(c), "window": windows.get(name), "receptive_field": rf,
-                          **summarize_curve(c, s.bucket, s.saturation)})
+                          **summarize_curve(c, s.bucket, s.saturation), "context_helps_until": context_helps_until(per_block[name], s.bucket)})
     buckets = [{"from": b, "to": min(b + s.bucket, T) - 1, **{n: float(c[b:b + s.bucket].mean()) for n, c in curves.items()}}
                for b in range(0, T, s.bucket)]
     gaps = []
@@ -158,8 +211,16 @@ def context_usage(models: dict[str, nn.Module], val: TokenBlocks, settings: Cont
     if full is not None:
         for name, w in windows.items():
             d = curves[name] - curves[full]
-            gaps.append({"model": name, "versus": full, "window": w, "gap_within_window": float(d[:w].mean()),
-                         "gap_after_window": float(d[w:].mean()) if w < T else float("nan")})
+            rf = receptive_field(models[name])
+            per = per_block[name] - per_block[full]  # (blocks, T): the window's loss minus full attention's, per target
+            within = bootstrap_mean(_span_mean(per, 0, min(w, T)))
+            beyond = bootstrap_mean(_span_mean(per, rf, T)) if rf < T else (float("nan"),) * 3
+            gaps.append({"model": name, "versus": full, "window": w, "receptive_field": rf,
+                         "gap_within_window": float(d[:w].mean()),
+                         "gap_after_window": float(d[w:].mean()) if w < T else float("nan"),
+                         "gap_within_window_low": within[1], "gap_within_window_high": within[2],
+                         "gap_beyond_field": beyond[0], "gap_beyond_field_low": beyond[1], "gap_beyond_field_high": beyond[2],
+                         "positions_beyond_field": max(0, T - rf)})
     return ContextUsageResult(
         curves={n: c.tolist() for n, c in curves.items()}, summaries=summaries, buckets=buckets, window_gaps=gaps,
         figures={"context_usage": plot_context_usage(curves, windows, min(blocks.n_blocks, s.max_blocks))},

@@ -1,0 +1,662 @@
+"""Memory tasks on which the RNN, the LSTM, full attention and the sliding window part ways.
+
+Real text at this size uses about a dozen tokens of context, so it cannot show why attention replaced
+recurrence. Two controlled tasks, generated and seeded, can, in seconds on a CPU:
+
+- **Delayed recall** (the long-time-lag tasks of Hochreiter & Schmidhuber's LSTM paper). A sequence of
+  `seq_len` tokens is noise except one symbol (one of `n_symbols`) at distance `delay` before the
+  last position, which holds a query token; the only target is the symbol, at the query. Delays are
+  mixed in training (one model per architecture); accuracy is measured per delay. Chance is
+  1 / n_symbols. Also measured: the norm of the gradient of the query's loss with respect to the
+  input embedding at each earlier position, in the trained model (how much signal from the loss at t
+  reaches t − d).
+- **Multi-query associative recall** (MQAR, the Zoology benchmark). `pairs` key-value pairs (distinct
+  keys, values drawn with replacement), then every key once more in random order as a query whose
+  target is its value; filler tokens, split at random, before the pairs and between pairs and
+  queries, so the key-query distance varies on its own. The number of pairs is mixed in training;
+  accuracy is measured per number of pairs and per key-query distance. Chance is 1 / n_values.
+  A sliding-window Transformer can see at most its receptive field, n_layer · (window − 1) + 1
+  positions back: beyond it the key is invisible.
+
+Models are the project's own (`RecurrentLM`, `Transformer`, the one contract
+forward(idx, targets) -> (logits, loss)), each sized to one parameter budget, trained by the small
+loop here on freshly drawn batches from a fixed training set; validation sequences are drawn with
+another seed and any that equals a training sequence is dropped.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator, Literal
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from matplotlib.figure import Figure
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..data import IGNORE_INDEX, PAD_ID
+from ..errors import ConfigError
+from ..models.recurrent import RecurrentLM, RecurrentSettings
+from ..models.recurrent import size_for_budget as size_recurrent
+from ..models.sizing import count_parameters
+from ..models.transformer import Transformer, TransformerSettings
+from ..models.transformer import size_for_budget as size_transformer
+
+MODELS = ("rnn", "lstm", "transformer", "window")
+Z95 = 1.96
+
+
+# --------------------------------------------------------------------------------------------------
+# Settings
+
+
+def _known_models(models: list[str], known: tuple[str, ...]) -> None:
+    bad = [m for m in models if m not in known]
+    if bad:
+        raise ValueError(f"models {bad} are not known here; choose among {list(known)}")
+
+
+class MemoryTrainSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(300, ge=1, description="Optimizer steps per model.")
+    batch_size: int = Field(32, ge=1, description="Sequences per step.")
+    lrs: dict[str, float] = Field(
+        {"rnn": 3e-3, "lstm": 1e-2, "transformer": 3e-3, "window": 3e-3},
+        description="Peak AdamW learning rate per architecture (linear warm-up over 10% of the steps, cosine decay): each at "
+        "the rate it trained best at in a short sweep (1e-2 sends the RNN and the Transformer to chance; 3e-3 leaves the LSTM slow).",
+    )
+    grad_clip: float = Field(1.0, gt=0, description="Gradient norm clip.")
+    param_budget: int = Field(30000, ge=100, description="Parameters per model (every architecture sized to it).")
+    n_layer: int = Field(2, ge=1, description="Transformer blocks (the window model's too).")
+    n_head: int = Field(2, ge=1, description="Transformer heads per block.")
+    seed: int = Field(0, description="Seed of the training sequences, the models' initialisation and the batch order "
+                      "(validation sequences: seed + 1).")
+    lstm_init: Literal["chrono", "forget1", "torch"] = Field(
+        "forget1",
+        description="LSTM gate biases at initialisation: forget1 (forget bias 1, Gers et al. 2000 / Jozefowicz et al. 2015: the "
+        "cell starts out keeping more of what it holds), chrono (Tallec & Ollivier 2018: forget bias log U(1, seq_len − 1), input "
+        "bias its negative; its nearly shut input gates left the LSTM at chance on delayed recall in 400 steps here), torch "
+        "(nn.LSTM's own uniform init).",
+    )
+    threads: int = Field(1, ge=1, description="Torch CPU threads while these small models train (restored after): one "
+                         "thread is faster for them than two contending ones on a shared CPU.")
+
+
+class DelaySettings(MemoryTrainSettings):
+
+    delays: list[int] = Field([4, 8, 16, 32, 64], min_length=1, description="Distances from the symbol to the query, each at least 1.")
+    n_layer: int = Field(1, ge=1, description="Transformer blocks (one attention layer finds the symbol at any distance).")
+    steps: int = Field(400, ge=1, description="Optimizer steps per model.")
+    seq_len: int = Field(66, ge=2, description="Tokens per sequence; every delay must be at most seq_len - 1.")
+    n_symbols: int = Field(8, ge=2, description="Symbols to remember (chance accuracy 1/n_symbols).")
+    n_noise: int = Field(8, ge=1, description="Distinct noise tokens between the symbol and the query.")
+    train_sequences: int = Field(8192, ge=1, description="Training sequences (delays drawn uniformly from `delays`).")
+    val_per_delay: int = Field(256, ge=1, description="Validation sequences per delay.")
+    models: list[str] = Field(["rnn", "lstm", "transformer"], min_length=1, description="Architectures trained: rnn, lstm, transformer.")
+
+    @property
+    def train(self) -> MemoryTrainSettings:
+        return MemoryTrainSettings(**{k: getattr(self, k) for k in MemoryTrainSettings.model_fields})
+
+    @model_validator(mode="after")
+    def _fits(self) -> "DelaySettings":
+        _known_models(self.models, MODELS[:3])
+        bad = [d for d in self.delays if d < 1 or d > self.seq_len - 1]
+        if bad:
+            raise ValueError(f"delays {bad} do not fit: a delay must be between 1 and seq_len - 1 = {self.seq_len - 1} "
+                             f"(a delay longer than the sequence); lengthen seq_len or shorten delays")
+        return self
+
+    @field_validator("delays")
+    @classmethod
+    def _sorted_delays(cls, v: list[int]) -> list[int]:
+        return sorted(set(v))
+
+    @property
+    def vocab_size(self) -> int:
+        return 1 + self.n_symbols + self.n_noise + 1  # [PAD], symbols, noise, query
+
+
+class RecallSettings(MemoryTrainSettings):
+
+    pairs: list[int] = Field([1, 2, 4, 8], min_length=1, description="Key-value pairs per sequence (mixed in training), each at least 1.")
+    seq_len: int = Field(32, ge=3, description="Tokens per sequence: 3 per pair (key, value, query) plus filler.")
+    n_keys: int = Field(8, ge=1, description="Key vocabulary: keys in a sequence are distinct, so at least max(pairs).")
+    n_values: int = Field(8, ge=2, description="Value vocabulary (chance accuracy 1/n_values).")
+    train_sequences: int = Field(8192, ge=1, description="Training sequences.")
+    val_per_pairs: int = Field(128, ge=1, description="Validation sequences per number of pairs.")
+    distance_buckets: list[int] = Field([4, 8, 16, 32], min_length=1, description="Upper edges of the key-query distance buckets.")
+    window: int = Field(4, ge=1, description="Keys each query of the sliding-window Transformer sees per layer (2 layers of 4: a receptive field of 7).")
+    steps: int = Field(600, ge=1, description="Optimizer steps per model.")
+    models: list[str] = Field(["rnn", "lstm", "transformer", "window"], min_length=1,
+                              description="Architectures trained: rnn, lstm, transformer, window (sliding-window Transformer).")
+
+    @property
+    def train(self) -> MemoryTrainSettings:
+        return MemoryTrainSettings(**{k: getattr(self, k) for k in MemoryTrainSettings.model_fields})
+
+    @model_validator(mode="after")
+    def _fits(self) -> "RecallSettings":
+        _known_models(self.models, MODELS)
+        if min(self.pairs) < 1:
+            raise ValueError(f"pairs must all be at least 1, got {self.pairs}")
+        if 3 * max(self.pairs) > self.seq_len:
+            raise ValueError(f"pairs={max(self.pairs)} do not fit in seq_len={self.seq_len}: each pair takes 3 tokens (key, value, "
+                             f"query), so pairs must be at most seq_len // 3 = {self.seq_len // 3}")
+        if self.n_keys < max(self.pairs):
+            raise ValueError(f"n_keys={self.n_keys} is too small a vocabulary for pairs={max(self.pairs)} distinct keys; "
+                             f"raise n_keys to at least {max(self.pairs)}")
+        return self
+
+    @field_validator("pairs", "distance_buckets")
+    @classmethod
+    def _sorted(cls, v: list[int]) -> list[int]:
+        return sorted(set(v))
+
+    @property
+    def vocab_size(self) -> int:
+        return 1 + self.n_keys + self.n_values + 1  # [PAD], keys, values, filler
+
+
+# --------------------------------------------------------------------------------------------------
+# Tasks
+
+
+@dataclass
+class TaskData:
+    """Sequences x (N, T) int64, targets y (N, T) with IGNORE_INDEX where nothing is asked, and per
+    sequence the setting it was drawn with (`condition`: delay or pairs) and per target its
+    key-query distance (`distance`, (N, T), 0 where no target)."""
+
+    x: np.ndarray
+    y: np.ndarray
+    condition: np.ndarray
+    distance: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def subset(self, keep: np.ndarray) -> "TaskData":
+        return TaskData(self.x[keep], self.y[keep], self.condition[keep], self.distance[keep])
+
+
+def delay_task(s: DelaySettings, n: int, seed: int, delays: list[int] | None = None) -> TaskData:
+    """`n` delayed-recall sequences, delays drawn uniformly from `delays` (default s.delays)."""
+    delays = delays or s.delays
+    bad = [d for d in delays if d < 1 or d > s.seq_len - 1]
+    if bad:
+        raise ConfigError(f"delay {bad[0]} is longer than the sequence allows (seq_len={s.seq_len}: delay at most {s.seq_len - 1})")
+    rng = np.random.default_rng(seed)
+    T = s.seq_len
+    sym0, noise0, query = 1, 1 + s.n_symbols, 1 + s.n_symbols + s.n_noise
+    x = rng.integers(noise0, noise0 + s.n_noise, size=(n, T))
+    d = rng.choice(np.asarray(delays), size=n)
+    sym = rng.integers(sym0, sym0 + s.n_symbols, size=n)
+    rows = np.arange(n)
+    x[rows, T - 1 - d] = sym
+    x[:, T - 1] = query
+    y = np.full((n, T), IGNORE_INDEX, dtype=np.int64)
+    y[:, T - 1] = sym
+    dist = np.zeros((n, T), dtype=np.int64)
+    dist[:, T - 1] = d
+    return TaskData(x.astype(np.int64), y, d.astype(np.int64), dist)
+
+
+def recall_task(s: RecallSettings, n: int, seed: int, pairs: list[int] | None = None) -> TaskData:
+    """`n` MQAR sequences, the number of pairs drawn uniformly from `pairs` (default s.pairs)."""
+    pairs = pairs or s.pairs
+    if 3 * max(pairs) > s.seq_len:
+        raise ConfigError(f"pairs={max(pairs)} do not fit in seq_len={s.seq_len} (3 tokens per pair)")
+    if max(pairs) > s.n_keys:
+        raise ConfigError(f"n_keys={s.n_keys} is too small for pairs={max(pairs)} distinct keys")
+    rng = np.random.default_rng(seed)
+    T = s.seq_len
+    key0, val0, filler = 1, 1 + s.n_keys, 1 + s.n_keys + s.n_values
+    x = np.full((n, T), filler, dtype=np.int64)
+    y = np.full((n, T), IGNORE_INDEX, dtype=np.int64)
+    dist = np.zeros((n, T), dtype=np.int64)
+    npairs = rng.choice(np.asarray(pairs), size=n)
+    for i, p in enumerate(npairs):
+        keys = key0 + rng.choice(s.n_keys, size=p, replace=False)
+        vals = val0 + rng.integers(0, s.n_values, size=p)
+        gap = T - 3 * p
+        before = int(rng.integers(0, gap + 1))
+        kpos = before + 2 * np.arange(p)
+        x[i, kpos], x[i, kpos + 1] = keys, vals
+        order = rng.permutation(p)
+        qpos = before + 2 * p + (gap - before) + np.arange(p)  # queries end the sequence
+        x[i, qpos] = keys[order]
+        y[i, qpos] = vals[order]
+        dist[i, qpos] = qpos - kpos[order]
+    return TaskData(x, y, npairs.astype(np.int64), dist)
+
+
+def disjoint_validation(train: TaskData, val: TaskData) -> TaskData:
+    """`val` without the sequences that also occur in `train` (no validation sequence was trained on)."""
+    seen = {r.tobytes() for r in train.x}
+    keep = np.array([r.tobytes() not in seen for r in val.x], dtype=bool)
+    return val.subset(keep)
+
+
+# --------------------------------------------------------------------------------------------------
+# Models, training, evaluation
+
+
+def build_model(kind: str, vocab_size: int, seq_len: int, t: MemoryTrainSettings, window: int | None = None) -> nn.Module:
+    """One architecture sized to t.param_budget parameters."""
+    if kind in ("rnn", "lstm"):
+        cfg = size_recurrent(RecurrentSettings(cell=kind, n_embd=32, hidden_size=64, param_budget=t.param_budget), vocab_size)
+        model = RecurrentLM(cfg, vocab_size)
+        if kind == "lstm" and t.lstm_init != "torch":
+            H = cfg.hidden_size
+            with torch.no_grad():
+                for k in range(cfg.n_layer):  # gate rows i, f, g, o; a gate's pre-activation bias is b_ih + b_hh
+                    b_ih, b_hh = getattr(model.rnn, f"bias_ih_l{k}"), getattr(model.rnn, f"bias_hh_l{k}")
+                    if t.lstm_init == "chrono":
+                        bf = torch.log(torch.empty(H).uniform_(1.0, max(2.0, seq_len - 1.0)))
+                        b_ih[:H], b_ih[H:2 * H] = -bf, bf
+                    else:
+                        b_ih[H:2 * H] = 1.0
+                    b_hh[:2 * H] = 0.0
+        return model
+    extra = {}
+    if kind == "window":
+        if window is None or window < 1:
+            raise ConfigError(f"window={window}: a sliding-window model needs window >= 1")
+        extra = {"attention": "sliding_window", "window": min(window, seq_len)}
+    cfg = TransformerSettings(n_layer=t.n_layer, n_head=t.n_head, block_size=seq_len, param_budget=t.param_budget, **extra)
+    return Transformer(size_transformer(cfg, vocab_size), vocab_size)
+
+
+def state_size(model: nn.Module, seq_len: int) -> int:
+    """Numbers carried from one position to the next: the recurrent state (h, and c for the LSTM), or
+    the KV cache a Transformer holds at the sequence's end (2 · n_layer · n_embd · keys seen)."""
+    if isinstance(model, RecurrentLM):
+        return model.config.hidden_size * model.config.n_layer * (2 if model.is_lstm else 1)
+    c = model.config
+    keys = min(seq_len, c.window) if c.attention == "sliding_window" else seq_len
+    return 2 * c.n_layer * c.n_embd * keys
+
+
+def train_model(model: nn.Module, data: TaskData, t: MemoryTrainSettings, lr: float) -> dict:
+    """AdamW on batches drawn (seeded) from `data`; returns loss history and seconds."""
+    rng = np.random.default_rng(t.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    warm = max(1, t.steps // 10)
+    x_all, y_all = torch.from_numpy(data.x), torch.from_numpy(data.y)
+    model.train()
+    t0, losses = time.perf_counter(), []
+    for step in range(t.steps):
+        for g in opt.param_groups:
+            g["lr"] = lr * min(1.0, (step + 1) / warm) * (0.5 * (1 + math.cos(math.pi * step / t.steps)) if step >= warm else 1.0)
+        idx = torch.from_numpy(rng.integers(0, len(data), size=t.batch_size))
+        _, loss = model(x_all[idx], y_all[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
+        opt.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    return {"seconds": time.perf_counter() - t0, "first_loss": float(np.mean(losses[:10])), "final_loss": float(np.mean(losses[-10:]))}
+
+
+@torch.no_grad()
+def predictions(model: nn.Module, data: TaskData, batch_size: int = 128) -> np.ndarray:
+    """Correct (1) / wrong (0) per target, (N, T) bool with False where there is no target."""
+    model.eval()
+    out = np.zeros(data.y.shape, dtype=bool)
+    for s in range(0, len(data), batch_size):
+        x = torch.from_numpy(data.x[s:s + batch_size])
+        logits, _ = model(x)
+        out[s:s + batch_size] = (logits.argmax(-1).numpy() == data.y[s:s + batch_size])
+    return out
+
+
+def accuracy_row(correct: np.ndarray) -> dict:
+    """Accuracy over 0/1 outcomes with a 95% (Wilson) interval."""
+    n = int(correct.size)
+    if n == 0:
+        return {"n": 0, "accuracy": float("nan"), "low": float("nan"), "high": float("nan")}
+    p = float(correct.mean())
+    den = 1 + Z95**2 / n
+    mid = (p + Z95**2 / (2 * n)) / den
+    half = Z95 * math.sqrt(p * (1 - p) / n + Z95**2 / (4 * n * n)) / den
+    return {"n": n, "accuracy": p, "low": max(0.0, mid - half), "high": min(1.0, mid + half)}
+
+
+def input_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> np.ndarray:
+    """‖∂ loss(last position) / ∂ embedding(position j)‖ for every j, mean over the batch: (T,)."""
+    store = {}
+
+    def hook(mod, args, out):
+        out.retain_grad()
+        store["emb"] = out
+
+    h = model.wte.register_forward_hook(hook)
+    try:
+        model.eval()
+        model.zero_grad(set_to_none=True)
+        logits, _ = model(x)
+        loss = F.cross_entropy(logits[:, -1].float(), y[:, -1])
+        loss.backward()
+        g = store["emb"].grad.norm(dim=-1).mean(0)  # (T,)
+    finally:
+        h.remove()
+        model.zero_grad(set_to_none=True)
+    return g.detach().numpy()
+
+
+# --------------------------------------------------------------------------------------------------
+# Plots
+
+
+def plot_accuracy(rows: list[dict], x_key: str, xlabel: str, title: str, chance: float, log_x: bool = False,
+                  marks: dict[str, float] | None = None) -> Figure:
+    """Accuracy against `x_key`, one line per model, with the 95% interval as a band."""
+    fig = Figure(figsize=(6.5, 4), layout="constrained")
+    ax = fig.subplots()
+    for m in dict.fromkeys(r["model"] for r in rows):
+        rs = sorted((r for r in rows if r["model"] == m and r["n"] > 0), key=lambda r: r[x_key])
+        xs = [r[x_key] for r in rs]
+        ax.plot(xs, [r["accuracy"] for r in rs], "o-", label=m)
+        ax.fill_between(xs, [r["low"] for r in rs], [r["high"] for r in rs], alpha=0.2)
+    ax.axhline(chance, color="grey", ls="--", lw=1, label="chance")
+    for label, x in (marks or {}).items():
+        ax.axvline(x, color="black", ls=":", lw=1)
+        ax.annotate(label, (x, 0.5), rotation=90, fontsize=8, xytext=(3, 0), textcoords="offset points")
+    if log_x:
+        ax.set_xscale("log", base=2)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("accuracy (95% interval)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_gradients(curves: dict[str, np.ndarray], delays: list[int]) -> Figure:
+    fig = Figure(figsize=(6.5, 4), layout="constrained")
+    ax = fig.subplots()
+    for m, g in curves.items():
+        d = np.arange(1, len(g))
+        ax.plot(d, np.maximum(g[::-1][1:], 1e-30), label=m)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("distance back from the query (positions)")
+    ax.set_ylabel("‖∂ loss at query / ∂ input embedding‖")
+    ax.set_title("Gradient reaching t − d in the trained models")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+# --------------------------------------------------------------------------------------------------
+# The studies
+
+
+@dataclass
+class MemoryResult:
+    rows: list[dict]  # per model and condition (delay / pairs / distance bucket): accuracy with interval
+    models: list[dict]  # per model: parameters, state size, training seconds and losses
+    chance: float
+    extra: dict = field(default_factory=dict)
+    figures: dict[str, Figure] = field(default_factory=dict)
+
+    def metrics(self, prefix: str) -> dict[str, float]:
+        out = {}
+        for r in self.rows:
+            out[f"{prefix}/{r['model']}_{r['by']}{r['at']}_accuracy"] = r["accuracy"]
+        for m in self.models:
+            out[f"{prefix}/{m['model']}_train_seconds"] = m["train_seconds"]
+        return out
+
+    def manifest(self) -> dict:
+        return {"rows": self.rows, "models": self.models, "chance": self.chance, **self.extra}
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train_all(kinds: list[str], vocab: int, seq_len: int, train: TaskData, t: MemoryTrainSettings, window: int | None = None):
+    out = {}
+    for kind in kinds:
+        if kind not in t.lrs:
+            raise ConfigError(f"lrs has no learning rate for model {kind!r}; give one (lrs: {{{kind}: 0.003}})")
+        torch.manual_seed(t.seed)
+        model = build_model(kind, vocab, seq_len, t, window)
+        info = train_model(model, train, t, t.lrs[kind])
+        out[kind] = (model, {"model": kind, "parameters": count_parameters(model), "state_size": state_size(model, seq_len),
+                             "train_seconds": info["seconds"], "first_loss": info["first_loss"], "final_loss": info["final_loss"]})
+    return out
+
+
+def delay_study(s: DelaySettings) -> MemoryResult:
+    """Accuracy against delay for each architecture (trained on all delays at once), and the gradient
+    reaching each earlier position from the query's loss in the trained models."""
+    with torch_threads(s.train.threads):
+        return _delay_study(s)
+
+
+def _delay_study(s: DelaySettings) -> MemoryResult:
+    train = delay_task(s, s.train_sequences, s.seed)
+    val = disjoint_validation(train, delay_task(s, s.val_per_delay * len(s.delays), s.seed + 1))
+    trained = _train_all(s.models, s.vocab_size, s.seq_len, train, s.train)
+    rows, grads, curves = [], [], {}
+    for kind, (model, _) in trained.items():
+        correct = predictions(model, val)[:, -1]
+        for d in s.delays:
+            rows.append({"model": kind, "by": "delay", "at": d, "delay": d, **accuracy_row(correct[val.condition == d])})
+        n = min(64, len(val))
+        g = input_gradients(model, torch.from_numpy(val.x[:n]), torch.from_numpy(val.y[:n]))
+        curves[kind] = g
+        for d in s.delays:
+            grads.append({"model": kind, "delay": d, "grad_norm": float(g[s.seq_len - 1 - d]),
+                          "relative_to_last": float(g[s.seq_len - 1 - d] / max(g[-1], 1e-30))})
+    chance = 1.0 / s.n_symbols
+    figures = {
+        "delay_accuracy": plot_accuracy(rows, "delay", "delay (positions between the symbol and the query)",
+                                        "Delayed recall: accuracy against delay", chance, log_x=True),
+        "delay_gradients": plot_gradients(curves, s.delays),
+    }
+    return MemoryResult(rows, [m for _, m in trained.values()], chance, {"gradients": grads, "delays": s.delays,
+                                                                          "val_sequences": len(val)}, figures)
+
+
+def receptive_field(model: nn.Module) -> int | None:
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "attention", None) != "sliding_window":
+        return None
+    return cfg.n_layer * (cfg.window - 1) + 1
+
+
+def recall_study(s: RecallSettings) -> MemoryResult:
+    """MQAR accuracy against the number of pairs and against key-query distance for each
+    architecture (trained on all pair counts at once); the window model's receptive field."""
+    with torch_threads(s.train.threads):
+        return _recall_study(s)
+
+
+def _recall_study(s: RecallSettings) -> MemoryResult:
+    train = recall_task(s, s.train_sequences, s.seed)
+    val = disjoint_validation(train, recall_task(s, s.val_per_pairs * len(s.pairs), s.seed + 1))
+    trained = _train_all(s.models, s.vocab_size, s.seq_len, train, s.train, s.window)
+    rows, fields = [], {}
+    edges = [0] + s.distance_buckets
+    asked = val.y != IGNORE_INDEX
+    for kind, (model, info) in trained.items():
+        ok = predictions(model, val)
+        rf = receptive_field(model)
+        info["receptive_field"] = rf
+        if rf is not None:
+            fields[kind] = rf
+        for p in s.pairs:
+            sel = asked & (val.condition == p)[:, None]
+            rows.append({"model": kind, "by": "pairs", "at": p, "pairs": p, **accuracy_row(ok[sel])})
+        for lo, hi in zip(edges, edges[1:]):
+            sel = asked & (val.distance > lo) & (val.distance <= hi)
+            rows.append({"model": kind, "by": "distance", "at": hi, "distance": hi, "distance_from": lo + 1, **accuracy_row(ok[sel])})
+        if rf is not None:
+            for where, sel in (("within", asked & (val.distance < rf)), ("beyond", asked & (val.distance >= rf))):
+                rows.append({"model": kind, "by": "field", "at": where, **accuracy_row(ok[sel])})
+    chance = 1.0 / s.n_values
+    marks = {f"{k} field {v}": v for k, v in fields.items()}
+    figures = {
+        "recall_by_pairs": plot_accuracy([r for r in rows if r["by"] == "pairs"], "pairs", "key-value pairs in the sequence",
+                                         "Associative recall (MQAR): accuracy against pairs", chance, log_x=True),
+        "recall_by_distance": plot_accuracy([r for r in rows if r["by"] == "distance"], "distance",
+                                            "key-query distance (bucket's upper edge)", "Associative recall: accuracy against distance",
+                                            chance, log_x=True, marks=marks),
+    }
+    return MemoryResult(rows, [m for _, m in trained.values()], chance,
+                        {"pairs": s.pairs, "receptive_fields": fields, "val_sequences": len(val)}, figures)
+
+
+# --------------------------------------------------------------------------------------------------
+# Induction: repeated random spans, the previous-token head and the induction head found by measurement
+
+
+class InductionSettings(MemoryTrainSettings):
+    span: int = Field(16, ge=2, description="Random tokens in the span; the sequence is the span twice (2 · span tokens).")
+    n_tokens: int = Field(32, ge=2, description="Vocabulary the spans are drawn from (first-part accuracy at chance: 1/n_tokens).")
+    train_sequences: int = Field(4096, ge=1, description="Training sequences.")
+    val_sequences: int = Field(256, ge=1, description="Validation sequences.")
+    n_layer: int = Field(2, ge=1, description="Transformer blocks: an induction head needs a previous-token head in an earlier layer.")
+    steps: int = Field(300, ge=1, description="Optimizer steps.")
+
+    @property
+    def vocab_size(self) -> int:
+        return 1 + self.n_tokens
+
+    @property
+    def train(self) -> MemoryTrainSettings:
+        return MemoryTrainSettings(**{k: getattr(self, k) for k in MemoryTrainSettings.model_fields})
+
+
+def induction_task(s: InductionSettings, n: int, seed: int) -> TaskData:
+    """`n` sequences: a random span, then the same span again; every next token is a target (the
+    first part is unpredictable, the second is predictable by copying from the first)."""
+    rng = np.random.default_rng(seed)
+    span = rng.integers(1, 1 + s.n_tokens, size=(n, s.span))
+    x = np.concatenate([span, span], axis=1)
+    y = np.full_like(x, IGNORE_INDEX)
+    y[:, :-1] = x[:, 1:]
+    dist = np.zeros_like(x)
+    dist[:, s.span - 1:-1] = s.span  # a target in the repeat sits span positions after its first occurrence
+    return TaskData(x.astype(np.int64), y.astype(np.int64), np.full(n, s.span), dist.astype(np.int64))
+
+
+def _halves(s: InductionSettings, ok: np.ndarray, ce: np.ndarray) -> dict:
+    first, rep = slice(0, s.span - 1), slice(s.span, 2 * s.span - 1)  # targets within the span; within the repeat
+    return {"first_accuracy": float(ok[:, first].mean()), "repeat_accuracy": float(ok[:, rep].mean()),
+            "first_loss": float(ce[:, first].mean()), "repeat_loss": float(ce[:, rep].mean())}
+
+
+@torch.no_grad()
+def induction_eval(model: nn.Module, data: TaskData, s: InductionSettings, zero: list[tuple[int, int]] | None = None) -> dict:
+    """Accuracy and loss on the first part and on the repeat, optionally with heads zeroed."""
+    from .inside import heads_zeroed
+
+    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
+    with heads_zeroed(model, zero or []):
+        logits, _ = model(x)
+    ce = F.cross_entropy(logits.float().transpose(1, 2), y.clamp(min=0), reduction="none").numpy()
+    return _halves(s, (logits.argmax(-1) == y).numpy(), ce)
+
+
+@torch.no_grad()
+def head_scores(model: nn.Module, data: TaskData, s: InductionSettings) -> list[dict]:
+    """Per (layer, head): previous-token score (mean attention from t to t − 1), prefix-matching score
+    (mean attention, from a query in the repeat, to the token after its earlier occurrence: t − span + 1)."""
+    weights = model.attention_weights(torch.from_numpy(data.x))  # n_layer × (B, nh, T, T)
+    T, S = 2 * s.span, s.span
+    t = torch.arange(1, T)
+    tq = torch.arange(S, T)
+    rows = []
+    for layer, w in enumerate(weights):
+        w = w.float()
+        prev = w[:, :, t, t - 1].mean(dim=(0, 2))  # (nh,)
+        prefix = w[:, :, tq, tq - S + 1].mean(dim=(0, 2))
+        for h in range(w.shape[1]):
+            rows.append({"layer": layer, "head": h, "previous_token_score": float(prev[h]), "prefix_matching_score": float(prefix[h])})
+    return rows
+
+
+def plot_induction(heads: list[dict], curve: dict[str, list[float]]) -> Figure:
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    a, b = fig.subplots(1, 2)
+    for m, acc in curve.items():
+        a.plot(range(1, len(acc) + 1), acc, ".-", label=m)
+    a.axvline(len(next(iter(curve.values()))) / 2 + 0.5, color="black", ls=":", lw=1)
+    a.set_xlabel("position (the span repeats after the dotted line)")
+    a.set_ylabel("next-token accuracy")
+    a.set_ylim(-0.02, 1.02)
+    a.set_title("Repeated random spans")
+    a.grid(True, alpha=0.3)
+    a.legend(fontsize=8)
+    names = [f"L{r['layer']}H{r['head']}" for r in heads]
+    i = np.arange(len(heads))
+    b.bar(i - 0.2, [r["previous_token_score"] for r in heads], 0.4, label="previous-token")
+    b.bar(i + 0.2, [r["prefix_matching_score"] for r in heads], 0.4, label="prefix-matching")
+    b.set_xticks(i, names)
+    b.set_ylim(0, 1)
+    b.set_title("Head scores")
+    b.legend(fontsize=8)
+    return fig
+
+
+def induction_study(s: InductionSettings) -> MemoryResult:
+    """Train the Transformer on repeated spans; find the previous-token head (highest previous-token
+    score) and the induction head (highest prefix-matching score in a later layer); ablate the
+    induction head, and, for comparison, the head of lowest prefix-matching score among the others."""
+    with torch_threads(s.threads):
+        train = induction_task(s, s.train_sequences, s.seed)
+        val = disjoint_validation(train, induction_task(s, s.val_sequences, s.seed + 1))
+        torch.manual_seed(s.seed)
+        model = build_model("transformer", s.vocab_size, 2 * s.span, s.train)
+        info = train_model(model, train, s.train, s.lrs["transformer"])
+        base = induction_eval(model, val, s)
+        heads = head_scores(model, val, s)
+        prev = max(heads, key=lambda r: r["previous_token_score"])
+        later = [r for r in heads if r["layer"] > prev["layer"]]
+        found: dict = {"previous_token_head": [prev["layer"], prev["head"]]}
+        ablations = []
+        if later:
+            ind = max(later, key=lambda r: r["prefix_matching_score"])
+            named = {(ind["layer"], ind["head"]), (prev["layer"], prev["head"])}
+            others = [r for r in heads if (r["layer"], r["head"]) not in named]
+            found["induction_head"] = [ind["layer"], ind["head"]]
+            targets = [("induction head", ind)] + ([("another head", min(others, key=lambda r: r["prefix_matching_score"]))] if others else [])
+            for what, r in targets:
+                e = induction_eval(model, val, s, zero=[(r["layer"], r["head"])])
+                ablations.append({"ablated": what, "layer": r["layer"], "head": r["head"], **e})
+        with torch.no_grad():
+            logits, _ = model(torch.from_numpy(val.x))
+            per_pos = (logits.argmax(-1).numpy() == val.y)[:, :-1].mean(0).tolist()
+        for r in heads:
+            r["role"] = ("previous-token" if [r["layer"], r["head"]] == found["previous_token_head"] else
+                         "induction" if [r["layer"], r["head"]] == found.get("induction_head") else "")
+    model_row = {"model": f"transformer ({s.n_layer} layer{'s' if s.n_layer > 1 else ''})", "parameters": count_parameters(model),
+                 "state_size": state_size(model, 2 * s.span), "train_seconds": info["seconds"], "first_loss": info["first_loss"],
+                 "final_loss": info["final_loss"]}
+    rows = [{"model": "transformer", "by": "part", "at": "first", "n": int(val.x.shape[0]), "accuracy": base["first_accuracy"], "loss": base["first_loss"]},
+            {"model": "transformer", "by": "part", "at": "repeat", "n": int(val.x.shape[0]), "accuracy": base["repeat_accuracy"], "loss": base["repeat_loss"]}]
+    rows += [{"model": f"transformer, {a['ablated']} L{a['layer']}H{a['head']} zeroed", "by": "part", "at": "repeat", "n": int(val.x.shape[0]),
+              "accuracy": a["repeat_accuracy"], "loss": a["repeat_loss"]} for a in ablations]
+    curve = {"trained": per_pos}
+    return MemoryResult(rows, [model_row], 1.0 / s.n_tokens,
+                        {"heads": heads, "found": found, "ablations": ablations, "base": base, "n_layer": s.n_layer, "span": s.span},
+                        {"induction": plot_induction(heads, curve)})

@@ -1,0 +1,137 @@
+"""Memory tasks: the generators (answers recoverable from the sequence, validation disjoint from
+training, bad settings refused by name), and each memory claim's counterexample."""
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from components.core import claims
+from components.core.data import IGNORE_INDEX
+from components.core.studies.memory import (
+    DelaySettings, RecallSettings, delay_study, delay_task, disjoint_validation, recall_study, recall_task,
+)
+
+
+def test_delay_answer_is_the_symbol_delay_positions_back():
+    s = DelaySettings(delays=[3, 7, 20], seq_len=24, n_symbols=5, n_noise=4)
+    d = delay_task(s, 200, seed=1)
+    sym0, noise0, query = 1, 1 + s.n_symbols, 1 + s.n_symbols + s.n_noise
+    assert set(np.unique(d.condition)) == {3, 7, 20}
+    for x, y, delay in zip(d.x, d.y, d.condition):
+        assert x[-1] == query
+        symbols = np.flatnonzero((x >= sym0) & (x < noise0))
+        assert symbols.tolist() == [len(x) - 1 - delay]  # exactly one symbol, delay positions before the query
+        assert y[-1] == x[len(x) - 1 - delay]
+        assert (y[:-1] == IGNORE_INDEX).all()
+        assert x.max() < s.vocab_size and x.min() >= 1
+
+
+def test_recall_answer_is_the_value_after_the_queried_key():
+    s = RecallSettings(pairs=[2, 5, 9], seq_len=40, n_keys=12, n_values=6)
+    d = recall_task(s, 200, seed=2)
+    asked = 0
+    for x, y, p, dist in zip(d.x, d.y, d.condition, d.distance):
+        q = np.flatnonzero(y != IGNORE_INDEX)
+        assert len(q) == p and q[-1] == len(x) - 1  # every key queried once, the queries end the sequence
+        for t in q:
+            k = np.flatnonzero(x[:t] == x[t])
+            assert len(k) == 1  # the key occurs once before its query: keys are distinct
+            assert y[t] == x[k[0] + 1] and dist[t] == t - k[0]
+            asked += 1
+        keys = x[(x >= 1) & (x <= s.n_keys)]
+        assert len(keys) == 2 * p
+    assert asked == d.condition.sum()
+    assert d.distance.max() > 20  # filler between pairs and queries spreads the distances
+
+
+def test_generators_are_seeded_and_validation_disjoint_from_training():
+    s = RecallSettings(pairs=[1, 2], seq_len=6, n_keys=2, n_values=2)  # tiny space: many duplicates
+    a, b = recall_task(s, 300, seed=0), recall_task(s, 300, seed=0)
+    assert (a.x == b.x).all() and (a.y == b.y).all()
+    val = recall_task(s, 300, seed=1)
+    clean = disjoint_validation(a, val)
+    seen = {r.tobytes() for r in a.x}
+    assert len(clean) < len(val)  # the tiny space does repeat sequences ...
+    assert not any(r.tobytes() in seen for r in clean.x)  # ... and none of them stays in validation
+    ds = DelaySettings(delays=[5, 50], seq_len=64)
+    dt, dv = delay_task(ds, 500, 0), delay_task(ds, 500, 1)
+    assert len(disjoint_validation(dt, dv)) == 500 and not (dt.x == dv.x).all()
+
+
+@pytest.mark.parametrize(
+    "make, field",
+    [
+        (lambda: DelaySettings(delays=[8, 300], seq_len=258), "delay"),
+        (lambda: RecallSettings(pairs=[4, 50], seq_len=128, n_keys=64), "seq_len"),
+        (lambda: RecallSettings(pairs=[4, 16], seq_len=128, n_keys=10), "n_keys"),
+        (lambda: RecallSettings(window=0), "window"),
+        (lambda: RecallSettings(pairs=[0, 4]), "pairs"),
+    ],
+)
+def test_bad_settings_are_refused_by_name(make, field):
+    with pytest.raises(ValidationError, match=field):
+        make()
+
+
+def _fast(settings_cls, **kw):
+    base = dict(steps=120, batch_size=16, param_budget=4000)
+    return settings_cls(**{**base, **kw})
+
+
+def test_rnn_that_bridges_every_short_delay_fails_the_parting_claim():
+    """Counterexample: with delays the RNN can bridge there is no delay where it is at chance."""
+    s = _fast(DelaySettings, delays=[1, 2], seq_len=10, n_symbols=4, n_noise=4, train_sequences=512, val_per_delay=64,
+              models=["rnn", "lstm"])
+    r = delay_study(s)
+    rnn = [x for x in r.rows if x["model"] == "rnn"]
+    assert min(x["accuracy"] for x in rnn) > 0.9  # the RNN does solve them
+    v = claims.rnn_forgets_where_lstm_remembers(r.manifest())
+    assert not v.passed and not v.checks["some_delay_rnn_at_chance_lstm_solves"]
+
+
+def test_untrained_models_fail_the_delay_claims():
+    """Counterexample: a model that learned nothing is at chance everywhere: the LSTM solves no delay and
+    the Transformer bridges none."""
+    s = _fast(DelaySettings, steps=1, delays=[2, 6], seq_len=8, n_symbols=4, n_noise=2, train_sequences=64, val_per_delay=64)
+    m = delay_study(s).manifest()
+    assert not claims.rnn_forgets_where_lstm_remembers(m).passed
+    assert not claims.attention_bridges_every_delay(m).passed
+
+
+@pytest.fixture(scope="module")
+def recall_run():
+    s = _fast(RecallSettings, steps=150, pairs=[1, 4], seq_len=24, n_keys=8, n_values=4, window=2, train_sequences=1024,
+              val_per_pairs=64, distance_buckets=[4, 24], models=["transformer", "window"], n_layer=2, n_head=1)
+    return recall_study(s).manifest()
+
+
+def test_window_asked_beyond_its_field_fails(recall_run):
+    """Counterexample: a window model judged as if it were full attention: asked about keys beyond its
+    receptive field it does not keep its accuracy with distance; and full attention has no field to
+    fail beyond, so judged as the window model it fails."""
+    assert recall_run["receptive_fields"] == {"window": 3}  # 2 layers of 2 keys: 2 · (2 − 1) + 1
+    far = [r for r in recall_run["rows"] if r["model"] == "window" and r["by"] == "field" and r["at"] == "beyond"][0]
+    assert far["accuracy"] < 0.5
+    assert not claims.attention_recall_ignores_distance(recall_run, model="window").passed
+    assert not claims.window_answers_within_field_only(recall_run, model="transformer").passed
+
+
+def test_attention_as_the_recurrent_model_does_not_run_out(recall_run):
+    """Counterexample: full attention judged as if it were the fixed state is not below itself."""
+    v = claims.recurrent_state_runs_out(recall_run, models=("transformer",), reference="transformer")
+    assert not v.passed and not v.checks["transformer_below_transformer_at_most_pairs"]
+
+
+def test_one_layer_model_has_no_induction_head():
+    """Counterexample: one layer cannot hold a previous-token head and an induction head after it."""
+    from components.core.studies.memory import InductionSettings, induction_study
+
+    m = induction_study(InductionSettings(n_layer=1, span=6, n_tokens=8, steps=60, batch_size=16, param_budget=4000,
+                                          train_sequences=512, val_sequences=64)).manifest()
+    v = claims.induction_head_copies(m)
+    assert not v.passed and not v.checks["induction_head_in_a_later_layer"] and "induction_head" not in m["found"]
+    # heads_differ rests on the same findings, carried by attention_heads
+    heads = {"heads": [{"kind": "broad"}], "metrics": {"heads/max_ablation_increase": 0.0}, "induction": m}
+    h = claims.heads_differ(heads)
+    assert not h.passed and not h.checks["previous_token_and_induction_heads_differ"]
+    assert not claims.heads_differ({**heads, "induction": None}).passed
