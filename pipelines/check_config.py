@@ -5,7 +5,7 @@ every problem on one line naming its path, no traceback. Exit 0 when the file is
     python -m pipelines.check_config tiny                 # configs/tiny.yaml, as the job tiny_pipeline runs it
     python -m pipelines.check_config path/to/other.yaml   # any run-config file, against the default route
 
-scripts/run_pipeline.sh runs it before `dg launch`.
+scripts/run_pipeline.sh runs it before it launches the job (pipelines.launch).
 """
 
 from __future__ import annotations

@@ -30,12 +30,17 @@ def test_downstream_follows_an_upstream_update():
     instance.report_runless_asset_event(dg.AssetMaterialization("corpus"))
     second = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=first.cursor)
     requested = {k for k in ALL if second.get_num_requested(dg.AssetKey(k))}
-    # Exactly what lies downstream of it in the asset graph, but for what also reads `attention_cost`:
-    # that root reads no upstream (it times attention on random q, k, v), so a corpus update does not
-    # rerun it, and eager waits for a parent that was never materialized (long_context_cost).
+    # Exactly what lies downstream of it in the asset graph, but for what also reads another root
+    # (`attention_cost`, the memory tasks): those roots read no upstream (they time attention on random
+    # q, k, v, or train on generated sequences), so a corpus update does not rerun them, and eager waits
+    # for a parent that was never materialized (long_context_cost, attention_heads); and but for the
+    # learning-rate sweep, which has no automation condition (it is run on purpose, as the `tune` job).
     graph = defs.resolve_asset_graph()
     below = dg.AssetSelection.assets("corpus").downstream(include_self=False).resolve(graph)
-    waiting = dg.AssetSelection.assets("attention_cost").downstream().resolve(graph)
-    downstream = {k.to_user_string() for k in below - waiting}
+    roots = [k for k in graph.get_all_asset_keys() if not graph.get(k).parent_keys and k != dg.AssetKey("corpus")]
+    waiting = dg.AssetSelection.assets(*roots).downstream().resolve(graph)
+    manual = {k for k in graph.get_all_asset_keys() if graph.get(k).automation_condition is None}
+    assert dg.AssetKey("lr_sweep") in manual and {dg.AssetKey("attention_cost"), dg.AssetKey("memory_induction")} <= set(roots)
+    downstream = {k.to_user_string() for k in below - waiting - manual}
     assert requested == downstream and {"tokenizer", "labels", "model_comparison", "context_usage"} <= requested
     assert not {"attention_cost", "long_context_cost"} & requested

@@ -16,7 +16,7 @@ def test_a_failed_check_says_which_part_failed_in_one_line():
     failed = check_result(c, verdict({"below_uniform": False, "finite": True}, {"val_loss": 6.123456789, "uniform_loss": 5.0}))
     assert not failed.passed
     assert failed.description == failed.metadata["reason"].value == "failed: not below_uniform — val_loss 6.123; uniform_loss 5"
-    assert failed.metadata["val_loss"].value == 6.123  # rounded as the report shows it
+    assert failed.metadata["val_loss"].value == 6.123456789  # the figure itself; the reason line rounds it
     passed = check_result(c, verdict({"below_uniform": True}, {}))
     assert passed.passed and passed.description == "passed: below_uniform"
     warn = next(c for c in CLAIMS if c.warn)

@@ -121,7 +121,7 @@ def test_a_model_run_records_its_vocabulary_and_tokenizer(state):
     from components.orchestration.state import local_tracking_uri
     from pipelines.definitions import defs
 
-    selection = ["corpus", "tokenizer", "labels", "rnn_lm"]
+    selection = ["corpus", "tokenizer", "labels", "ngram_baseline", "rnn_lm"]
     cfg = {**TINY, "ops": {k: v for k, v in TINY["ops"].items() if k in selection}}
     cfg["ops"]["rnn_lm"] = {"config": {**cfg["ops"]["rnn_lm"]["config"], "train": {**cfg["ops"]["rnn_lm"]["config"]["train"], "max_steps": 4}}}
     instance = dg.DagsterInstance.get()

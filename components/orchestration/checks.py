@@ -17,7 +17,7 @@ def _metadata_value(v: Any) -> Any:
     if isinstance(v, (bool, int, str)):
         return v
     if isinstance(v, float):
-        return float(f"{v:.4g}") if math.isfinite(v) else str(v)  # 4 significant digits, as the report shows; NaN/inf as text
+        return v if math.isfinite(v) else str(v)  # full precision (the one-line reason shows them rounded); NaN/inf as text
     return dg.MetadataValue.json(v) if isinstance(v, (dict, list)) else str(v)
 
 
