@@ -109,6 +109,14 @@ def stop(procs: list[subprocess.Popen]) -> None:
         p.wait(timeout=30)
 
 
+def default_signals() -> None:
+    """SIGTERM and SIGINT back to their defaults in a server script, as in a user's terminal: a test
+    session started with them ignored (nohup, a CI runner's background job) would hand SIG_IGN down,
+    and bash cannot trap a signal ignored on entry, so ui.sh's Ctrl-C/SIGTERM path could not run."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_until_up(proc: subprocess.Popen, url: str, log: Path, deadline: float) -> None:
     while True:
         if proc.poll() is not None:
@@ -178,7 +186,8 @@ def servers(readme_run):
             logs[name] = base / f"{name}.log"
             with open(logs[name], "w") as log:
                 procs.append(subprocess.Popen(["bash", f"scripts/{name}.sh"], cwd=ROOT, env=env, stdout=log,
-                                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))
+                                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                              preexec_fn=default_signals))
         deadline = time.monotonic() + SERVER_START_S
         wait_until_up(procs[0], f"{dagster_url}/server_info", logs["ui"], deadline)
         wait_until_up(procs[1], f"{mlflow_url}/health", logs["mlflow_ui"], deadline)

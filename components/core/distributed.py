@@ -236,7 +236,11 @@ def read_train_result(path: str | Path) -> tuple[TrainResult, dict[str, Any]]:
 
 def exit_with_parent(interval_s: float = 0.5) -> None:
     """Send this process SIGTERM as soon as its parent is gone (it was started by a launcher or a
-    step that died): torchrun's agent then stops its ranks, and a rank just ends."""
+    step that died): torchrun's agent then stops its ranks, and a rank just ends. A SIGTERM ignored
+    by inheritance (a launcher started under `nohup`-like wrappers passes SIG_IGN down through exec)
+    is set back to its default here, or neither this nor the launcher's own SIGTERM would end it."""
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     parent = os.getppid()
 
     def watch() -> None:
