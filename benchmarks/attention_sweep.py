@@ -27,12 +27,11 @@ import platform
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from components.core.studies.attention_cost import AttentionCostSettings, attention_cost, doubling  # noqa: E402
 from result_file import emit  # noqa: E402
+
+from components.core.studies.attention_cost import AttentionCostSettings, attention_cost, doubling  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -41,13 +41,21 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
+from result_file import emit  # noqa: E402
 
 from components.core.artifacts import sha256_file, write_json  # noqa: E402
 from components.core.distributed import (  # noqa: E402
-    LaunchSettings, WorkerSpec, cpu_cores, launch_env, load_spec, rank_from_env, run_worker, torchrun_args, write_spec,
+    LaunchSettings,
+    WorkerSpec,
+    cpu_cores,
+    launch_env,
+    load_spec,
+    rank_from_env,
+    run_worker,
+    torchrun_args,
+    write_spec,
 )
 from components.core.training import TrainSettings  # noqa: E402
-from result_file import emit  # noqa: E402
 
 COMM_PREFIXES = ("gloo:", "nccl:")  # the process group's collective spans (torch.profiler names)
 

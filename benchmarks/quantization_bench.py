@@ -36,7 +36,10 @@ from components.core.export.precision import bnb  # noqa: E402
 from components.core.labels import LabelSettings, build_labels, load_labels  # noqa: E402
 from components.core.lm import SamplingSettings, load_lm, train_lm  # noqa: E402
 from components.core.studies.quantization import (  # noqa: E402
-    QuantizationSettings, check_figures, quantize_and_measure, weights_arithmetic,
+    QuantizationSettings,
+    check_figures,
+    quantize_and_measure,
+    weights_arithmetic,
 )
 from components.core.tokenizer import TokenizerSettings, train_tokenizer  # noqa: E402
 from components.core.training import TrainSettings  # noqa: E402

@@ -29,13 +29,14 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from result_file import emit  # noqa: E402
+
 from components.core.data import IGNORE_INDEX, TokenBlocks  # noqa: E402
 from components.core.device import autocast_context, resolve_dtype  # noqa: E402
 from components.core.labels import pack_blocks, token_stream  # noqa: E402
 from components.core.lm import build_model, resolve_settings  # noqa: E402
 from components.core.tokenizer import TokenizerSettings, train_tokenizer  # noqa: E402
 from components.core.training import TrainSettings, lr_at, train  # noqa: E402
-from result_file import emit  # noqa: E402
 
 # The defaults of pipelines/defs/{rnn_lm,lstm_lm}/defs.yaml.
 MODELS = {

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,11 +23,12 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from components.core.device import resolve_device, resolve_dtype  # noqa: E402
-from components.core.models.transformer import Transformer, TransformerSettings  # noqa: E402
-from components.core.training import Parallel, TrainState, TrainSettings, make_optimizer, optimizer_step  # noqa: E402
 from result_file import emit  # noqa: E402
 from train_throughput import PRESETS, NanoGPTRun, char_data, wiki_sample_text, windows  # noqa: E402
+
+from components.core.device import resolve_device, resolve_dtype  # noqa: E402
+from components.core.models.transformer import Transformer, TransformerSettings  # noqa: E402
+from components.core.training import Parallel, TrainSettings, TrainState, make_optimizer, optimizer_step  # noqa: E402
 
 # Op groups inside the forward and backward phases (first match wins; names are torch's aten ops).
 GROUPS = [

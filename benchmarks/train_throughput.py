@@ -45,12 +45,13 @@ from torch.profiler import record_function
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from result_file import emit  # noqa: E402
+
 from components.core.data import IGNORE_INDEX, TokenBlocks  # noqa: E402
 from components.core.device import estimate_mfu, resolve_device, resolve_dtype  # noqa: E402
 from components.core.models.attention import detect_sdpa_backend  # noqa: E402
 from components.core.models.transformer import Transformer, TransformerSettings  # noqa: E402
 from components.core.training import TrainSettings, evaluate, lr_at, train  # noqa: E402
-from result_file import emit  # noqa: E402
 
 TINY_SHAKESPEARE_CHARS = 1_115_394
 

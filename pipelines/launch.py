@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import dagster as dg
-    from dagster._utils.hosted_user_process import recon_job_from_origin
     from dagster._core.execution.api import execute_run
+    from dagster._utils.hosted_user_process import recon_job_from_origin
 
     with dg.DagsterInstance.get() as instance:
         try:

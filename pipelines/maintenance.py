@@ -32,7 +32,13 @@ import os
 import sys
 
 from components.orchestration.services import StoreUnreachable, open_instance
-from components.orchestration.state import dagster_home, default_tracking_uri, ensure_stores, record_ui_addresses, ui_addresses
+from components.orchestration.state import (
+    dagster_home,
+    default_tracking_uri,
+    ensure_stores,
+    record_ui_addresses,
+    ui_addresses,
+)
 
 
 def _instance(uri: str, setting: str | None):

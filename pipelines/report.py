@@ -15,7 +15,14 @@ from typing import Any
 import dagster as dg
 
 from components.core.claims import BY_NAME, judge_all
-from components.core.report import claim_counts, headline_metrics, invariant_counts, render_report, section_from_manifest, summary_markdown
+from components.core.report import (
+    claim_counts,
+    headline_metrics,
+    invariant_counts,
+    render_report,
+    section_from_manifest,
+    summary_markdown,
+)
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker, dagster_run_url, job_label, run_subject
 

@@ -14,7 +14,12 @@ from torch.profiler import ProfilerActivity, profile
 from components.core.data import PAD_ID
 from components.core.errors import ConfigError
 from components.core.models.attention import (
-    CausalSelfAttention, allowed_keys, detect_sdpa_backend, keep_top_k, reference_attention, sliding_window_attention,
+    CausalSelfAttention,
+    allowed_keys,
+    detect_sdpa_backend,
+    keep_top_k,
+    reference_attention,
+    sliding_window_attention,
     top_k_attention,
 )
 from components.core.models.positional import RotaryEmbedding, apply_rotary, sinusoidal_table

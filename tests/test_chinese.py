@@ -121,10 +121,10 @@ def test_byte_level_bpe_roundtrips_chinese_exactly(chinese_corpus):
 def test_chinese_corpus_through_the_graph(chinese_corpus, tmp_path, monkeypatch):
     """The assets, in process, on the Chinese files: word tokenizer and word vectors hold jieba's words."""
     import dagster as dg
-
-    from components.core.embeddings import load_embeddings
     from cli import manifest, step_errors
     from test_pipeline import materialize
+
+    from components.core.embeddings import load_embeddings
 
     folder, _ = chinese_corpus
     monkeypatch.setenv("PIPELINE_STATE_DIR", str(tmp_path / "state"))

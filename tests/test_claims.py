@@ -10,9 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_word2vec import SMALL, planted_corpus
 
 from components.core import claims as C
 from components.core.data import TokenBlocks
+from components.core.device import seed_everything
 from components.core.embeddings import WordIndex
 from components.core.embeddings.evaluate import distance_spread, spread_metrics
 from components.core.embeddings.vocab import build_vocab
@@ -20,9 +22,7 @@ from components.core.embeddings.word2vec import Word2VecResult, Word2VecSettings
 from components.core.models.transformer import Transformer, TransformerSettings
 from components.core.studies.attention_topk import AttentionTopKSettings, attention_topk
 from components.core.studies.inside import head_statistics
-from components.core.device import seed_everything
 from components.core.training import TrainSettings, train
-from test_word2vec import SMALL, planted_corpus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

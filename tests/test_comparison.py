@@ -1,4 +1,5 @@
 import math
+
 import pytest
 
 from components.core.studies.comparison import compare_models, loss_at_time, training_time_axis

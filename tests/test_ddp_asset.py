@@ -16,10 +16,9 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from cli import TINY, instance, manifest, materializations, mlflow_runs, step_errors
 
 from components.core.distributed import cpu_cores
-
-from cli import TINY, instance, manifest, materializations, mlflow_runs, step_errors
 
 pytestmark = pytest.mark.slow  # Dagster runs that launch torchrun workers
 

@@ -42,8 +42,6 @@ def test_assets_carry_code_versions_owners_tags_and_freshness(monkeypatch):
     own module, the core modules it reaches and its config defaults, not with shared plumbing."""
     import datetime as dt
 
-    import dagster as dg
-
     from components.orchestration import versions
     from components.orchestration.language_model import LM_TAG
     from pipelines.definitions import build_defs, defs

@@ -22,8 +22,15 @@ import pytest
 from components.core.artifacts import sha256_file, write_json
 from components.core.data import IGNORE_INDEX
 from components.core.distributed import (
-    FAILURE_FILE, RESULT_FILE, LaunchSettings, WorkerSpec, check_world_size, cpu_cores, read_train_result,
-    run_worker, world_size_problems, write_spec,
+    RESULT_FILE,
+    LaunchSettings,
+    WorkerSpec,
+    check_world_size,
+    cpu_cores,
+    read_train_result,
+    run_worker,
+    world_size_problems,
+    write_spec,
 )
 from components.core.errors import ConfigError, PipelineInputError
 from components.core.labels import LabelSettings, build_labels

@@ -19,7 +19,15 @@ from gensim.test.utils import datapath
 
 from components.core.errors import ConfigError, PipelineInputError
 from components.core.export import (
-    VARIANTS, export_model, generate, is_quantized_layer, load_benchmark, load_export, logits_of, spec_of, to_precision,
+    VARIANTS,
+    export_model,
+    generate,
+    is_quantized_layer,
+    load_benchmark,
+    load_export,
+    logits_of,
+    spec_of,
+    to_precision,
 )
 from components.core.export import folder as export_folder
 from components.core.labels import LabelSettings, build_labels, load_labels

@@ -10,8 +10,17 @@ import torch
 from components.core.data import TokenBlocks
 from components.core.models.transformer import Transformer, TransformerSettings
 from components.core.studies.inside import (
-    InsideSettings, ablate_neurons, attention_heads, attribute_neurons, classify_heads, ffn_memories, head_statistics, heads_zeroed,
-    known_words, last_position, made_up_variant,
+    InsideSettings,
+    ablate_neurons,
+    attention_heads,
+    attribute_neurons,
+    classify_heads,
+    ffn_memories,
+    head_statistics,
+    heads_zeroed,
+    known_words,
+    last_position,
+    made_up_variant,
 )
 
 V, T = 20, 12

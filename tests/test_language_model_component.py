@@ -2,7 +2,12 @@ import pytest
 
 from components.core.errors import PipelineInputError
 from components.orchestration.language_model import (
-    LanguageModelTrainConfig, RecurrentModelConfig, TransformerModelConfig, check_same_tokenizer, training_identity, with_defaults,
+    LanguageModelTrainConfig,
+    RecurrentModelConfig,
+    TransformerModelConfig,
+    check_same_tokenizer,
+    training_identity,
+    with_defaults,
 )
 
 

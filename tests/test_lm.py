@@ -13,7 +13,14 @@ from components.core.data import IGNORE_INDEX, TokenBlocks
 from components.core.device import resolve_dtype
 from components.core.errors import ConfigError
 from components.core.lm import (
-    FAMILIES, SamplingSettings, build_model, load_lm, resolve_settings, sample_texts, save_lm, train_lm,
+    FAMILIES,
+    SamplingSettings,
+    build_model,
+    load_lm,
+    resolve_settings,
+    sample_texts,
+    save_lm,
+    train_lm,
 )
 from components.core.models import count_parameters
 from components.core.models.recurrent import RecurrentLM

@@ -14,8 +14,15 @@ from components.core.studies.attention_cost import AttentionCostSettings, attent
 from components.core.studies.context_usage import ContextUsageSettings, context_usage, loss_by_position, receptive_field
 from components.core.studies.generation_cost import GenerationCostSettings, generation_cost
 from components.core.studies.long_context import (
-    REFERENCE_SHAPES, LongContextSettings, ModelShape, arithmetic_table, check_kv_arithmetic, check_scores_arithmetic, crossover,
-    kv_cache_bytes, long_context_cost,
+    REFERENCE_SHAPES,
+    LongContextSettings,
+    ModelShape,
+    arithmetic_table,
+    check_kv_arithmetic,
+    check_scores_arithmetic,
+    crossover,
+    kv_cache_bytes,
+    long_context_cost,
 )
 from components.core.training import evaluate
 

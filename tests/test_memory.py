@@ -8,7 +8,13 @@ from pydantic import ValidationError
 from components.core import claims
 from components.core.data import IGNORE_INDEX
 from components.core.studies.memory import (
-    DelaySettings, RecallSettings, delay_study, delay_task, disjoint_validation, recall_study, recall_task,
+    DelaySettings,
+    RecallSettings,
+    delay_study,
+    delay_task,
+    disjoint_validation,
+    recall_study,
+    recall_task,
 )
 
 

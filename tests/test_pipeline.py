@@ -6,7 +6,6 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-
 from cli import TINY, check_evaluations, manifest, materializations, mlflow_runs, step_errors
 
 pytestmark = pytest.mark.slow  # the whole tiny graph through the job, once per module

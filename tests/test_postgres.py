@@ -19,9 +19,8 @@ import time
 from pathlib import Path
 
 import dagster as dg
-import pytest
-
 import pg
+import pytest
 from cli import TINY, check_evaluations, materializations, step_errors
 
 pytestmark = pytest.mark.services  # a PostgreSQL server per module, and an MLflow server on it

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 import torch.nn as nn
+from test_export import tiny  # noqa: F401  (the session's trained tiny-config models)
 
 from components.core.errors import ConfigError
 from components.core.export import LinearRecurrence, is_quantized_layer, spec_of, to_precision, weight_bytes
@@ -16,10 +17,15 @@ from components.core.export.precision import bnb
 from components.core.lm import load_lm
 from components.core.models.recurrent import ExplicitLSTM
 from components.core.studies.quantization import (
-    ExportSettings, QuantizationSettings, check_figures, cuda_bnb_check, export_and_verify, file_accounting,
-    quantize_and_measure, weights_arithmetic,
+    ExportSettings,
+    QuantizationSettings,
+    check_figures,
+    cuda_bnb_check,
+    export_and_verify,
+    file_accounting,
+    quantize_and_measure,
+    weights_arithmetic,
 )
-from test_export import tiny  # noqa: F401  (the session's trained tiny-config models)
 
 FAST = dict(eval_batches=2, batch_size=4, gen_tokens=6, repeats=1, prompt_tokens=8, device="cpu")
 
@@ -227,7 +233,15 @@ def test_whole_model_halves_and_quarters_when_the_tied_embedding_is_quantized_an
     """The article's claim is about the whole model: with the embedding/head kept in float32 it fails
     (INT8 0.885× of FP16); kept in FP16 and the tied head quantized (the embedding reading its codes),
     INT8 and NF4 come within 0.60× and 0.35×, reload bit for bit, and keep [PAD] at zero."""
-    from components.core.export.precision import HeadTiedEmbedding, apply_precision, logits_of, precision_state_dict, spec_of, to_precision, weight_bytes
+    from components.core.export.precision import (
+        HeadTiedEmbedding,
+        apply_precision,
+        logits_of,
+        precision_state_dict,
+        spec_of,
+        to_precision,
+        weight_bytes,
+    )
     from components.core.models.transformer import Transformer, TransformerSettings
 
     torch.manual_seed(0)

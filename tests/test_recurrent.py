@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from pydantic import ValidationError
 
 from components.core.data import IGNORE_INDEX, PAD_ID, TokenBlocks
-from components.core.errors import ConfigError
 from components.core.device import seed_everything
+from components.core.errors import ConfigError
 from components.core.labels import pack_blocks, token_stream
 from components.core.lm import lstm_gate_callback
 from components.core.models import count_parameters, meta_parameter_count
@@ -20,7 +20,6 @@ from components.core.models.recurrent import ExplicitLSTM, RecurrentLM, Recurren
 from components.core.studies.recurrent_cost import RecurrentCostSettings, fit_cost, linear_fit, recurrent_cost
 from components.core.tokenizer import TokenizerSettings, train_tokenizer
 from components.core.training import TrainSettings, train
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

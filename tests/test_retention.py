@@ -4,12 +4,10 @@ against a persistent SQLite instance and MLflow store."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import dagster as dg
 import pytest
-
 from cli import TINY
 
 SELECTION = ["corpus", "tokenizer"]

@@ -9,8 +9,20 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-
-from cli import TINY, instance, launch, log_of, manifest, materializations, mlflow_runs, overlap, runs, step_errors, step_intervals, wait
+from cli import (
+    TINY,
+    instance,
+    launch,
+    log_of,
+    manifest,
+    materializations,
+    mlflow_runs,
+    overlap,
+    runs,
+    step_errors,
+    step_intervals,
+    wait,
+)
 
 INGEST = "corpus,tokenizer,labels"
 

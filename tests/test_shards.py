@@ -12,8 +12,8 @@ from pathlib import Path
 import dagster as dg
 import numpy as np
 import pytest
-
 from cli import manifest, materializations, mlflow_runs, step_errors
+
 from components.core.data import IGNORE_INDEX, ShardedBlocks, TokenBlocks
 from components.core.errors import PipelineInputError
 from components.core.labels import LabelSettings, build_labels, load_labels, pack_blocks, token_stream

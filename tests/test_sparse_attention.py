@@ -9,9 +9,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from components.core.models.attention import (
-    allowed_keys, flex_window_attention, reference_attention, sliding_window_attention, window_mask,
-)
+from components.core.models.attention import allowed_keys, flex_window_attention, sliding_window_attention, window_mask
 from components.core.models.transformer import Transformer, TransformerSettings
 
 V = 50

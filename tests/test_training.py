@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from pydantic import ValidationError
 
 from components.core.data import IGNORE_INDEX, TokenBlocks
-from components.core.errors import ConfigError, PipelineInputError
 from components.core.device import resolve_device, seed_everything
+from components.core.errors import ConfigError, PipelineInputError
 from components.core.labels import pack_blocks, token_stream
 from components.core.models import count_parameters
 from components.core.models.recurrent import RecurrentLM, RecurrentSettings

@@ -25,9 +25,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
-from conftest import SCREENSHOTS
 from cli import BIN, ROOT, check_evaluations, env_for, instance, manifest, materializations, mlflow_runs, step_errors
+from conftest import SCREENSHOTS
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 # Headless and quiet: no GPU, no network beyond the two servers, no first-run pages.

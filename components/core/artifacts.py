@@ -10,7 +10,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-
 WEIGHTS_MODE = 0o644  # every .safetensors file: readable by all, like its neighbours (safetensors writes 0600)
 
 

@@ -40,7 +40,14 @@ from .models.sizing import count_parameters
 from .models.transformer import Transformer, TransformerSettings
 from .plots import LSTM_GATES, plot_attention_maps, plot_history, plot_lstm_gates
 from .training import (
-    WEIGHTS_FILE, TrainResult, TrainSettings, check_compatible, load_weights_into, model_metadata, read_metadata, train,
+    WEIGHTS_FILE,
+    TrainResult,
+    TrainSettings,
+    check_compatible,
+    load_weights_into,
+    model_metadata,
+    read_metadata,
+    train,
 )
 
 Family = Literal["recurrent", "transformer"]

@@ -67,9 +67,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from torch.profiler import record_function
 from safetensors import safe_open
 from safetensors.torch import load_file, load_model, save_model
+from torch.profiler import record_function
 
 from .artifacts import atomic_dir, read_json, set_weights_mode, sha256_file, write_json
 from .data import IGNORE_INDEX, Blocks

@@ -41,14 +41,24 @@ from pydantic.fields import FieldInfo
 
 from components.core.artifacts import sha256_file
 from components.core.distributed import (
-    FAILURE_FILE, RESULT_FILE, LaunchSettings, WorkerSpec, check_world_size, launch_env, read_failure, read_train_result, write_spec,
+    FAILURE_FILE,
+    RESULT_FILE,
+    LaunchSettings,
+    WorkerSpec,
+    check_world_size,
+    launch_env,
+    read_failure,
+    read_train_result,
+    write_spec,
 )
 from components.core.errors import PipelineInputError
 from components.core.labels import load_labels
 from components.core.lm import LMResult, SamplingSettings, explicit_settings_win, finish_lm, prepare_lm, train_lm
 from components.core.models.recurrent import RecurrentSettings
 from components.core.models.transformer import TransformerSettings
-from components.core.tokenizer import decode as decode_text, encode as encode_text, load_tokenizer
+from components.core.tokenizer import decode as decode_text
+from components.core.tokenizer import encode as encode_text
+from components.core.tokenizer import load_tokenizer
 from components.core.training import WEIGHTS_FILE, TrainSettings, load_weights_into, model_metadata
 
 from .checks import claim_spec, judged

@@ -57,9 +57,9 @@ from .state import (
     MLFLOW_EXPERIMENT,
     artifacts_root,
     checkpoints_root,
+    default_tracking_uri,
     file_lock,
     leases_root,
-    default_tracking_uri,
     sqlite_path,
     state_root,
 )

@@ -8,7 +8,14 @@ import dagster as dg
 from components.core.artifacts import sha256_file
 from components.core.corpus import CorpusSettings, build_corpus, load_corpus
 from components.core.labels import LabelSettings, build_labels, check_blocks, load_labels
-from components.core.tokenizer import TokenizerReport, TokenizerSettings, encode, evaluate_tokenizer, roundtrip_ok, train_tokenizer
+from components.core.tokenizer import (
+    TokenizerReport,
+    TokenizerSettings,
+    encode,
+    evaluate_tokenizer,
+    roundtrip_ok,
+    train_tokenizer,
+)
 from components.orchestration.stage import Stage, stage
 from components.orchestration.state import state_root
 from components.orchestration.tracking import MlflowTracker

@@ -13,9 +13,13 @@ import dagster as dg
 from components.core.corpus import load_corpus
 from components.core.labels import load_labels
 from components.core.lm import load_lm
-from components.core.studies.examples import ExamplesSettings, article_examples as run_article_examples
-from components.core.studies.attention_topk import AttentionTopKSettings, attention_topk as run_attention_topk
-from components.core.studies.inside import InsideSettings, attention_heads as run_attention_heads, ffn_memories as run_ffn_memories, known_words
+from components.core.studies.attention_topk import AttentionTopKSettings
+from components.core.studies.attention_topk import attention_topk as run_attention_topk
+from components.core.studies.examples import ExamplesSettings
+from components.core.studies.examples import article_examples as run_article_examples
+from components.core.studies.inside import InsideSettings, known_words
+from components.core.studies.inside import attention_heads as run_attention_heads
+from components.core.studies.inside import ffn_memories as run_ffn_memories
 from components.core.tokenizer import load_tokenizer
 from components.orchestration.checks import claim_check
 from components.orchestration.stage import stage

@@ -12,10 +12,14 @@ import dagster as dg
 
 from components.core.labels import load_labels
 from components.core.lm import load_lm
-from components.core.studies.attention_cost import AttentionCostSettings, attention_cost as run_attention_cost
-from components.core.studies.context_usage import ContextUsageSettings, context_usage as run_context_usage
-from components.core.studies.generation_cost import GenerationCostSettings, generation_cost as run_generation_cost
-from components.core.studies.long_context import LongContextSettings, long_context_cost as run_long_context_cost
+from components.core.studies.attention_cost import AttentionCostSettings
+from components.core.studies.attention_cost import attention_cost as run_attention_cost
+from components.core.studies.context_usage import ContextUsageSettings
+from components.core.studies.context_usage import context_usage as run_context_usage
+from components.core.studies.generation_cost import GenerationCostSettings
+from components.core.studies.generation_cost import generation_cost as run_generation_cost
+from components.core.studies.long_context import LongContextSettings
+from components.core.studies.long_context import long_context_cost as run_long_context_cost
 from components.orchestration.checks import claim_check
 from components.orchestration.language_model import TRAINING_POOL
 from components.orchestration.stage import stage

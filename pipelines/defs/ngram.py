@@ -4,7 +4,8 @@ and trigram over the training tokens, scored on the validation targets the model
 import dagster as dg
 
 from components.core.labels import load_labels
-from components.core.studies.ngram import NgramSettings, ngram_baseline as run_ngram_baseline
+from components.core.studies.ngram import NgramSettings
+from components.core.studies.ngram import ngram_baseline as run_ngram_baseline
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
 

@@ -14,7 +14,11 @@ from components.core.errors import PipelineInputError
 from components.core.labels import load_labels
 from components.core.lm import load_lm
 from components.core.studies.quantization import (
-    ExportSettings, QuantizationSettings, check_figures, export_and_verify, quantize_and_measure,
+    ExportSettings,
+    QuantizationSettings,
+    check_figures,
+    export_and_verify,
+    quantize_and_measure,
 )
 from components.core.studies.quantization import weights_arithmetic as arithmetic_of
 from components.core.training import read_metadata

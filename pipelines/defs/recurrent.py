@@ -5,8 +5,10 @@ import dagster as dg
 
 from components.core.labels import load_labels
 from components.core.lm import load_lm
-from components.core.studies.gradients import GradientStudySettings, gradient_study as run_gradient_study
-from components.core.studies.recurrent_cost import RecurrentCostSettings, recurrent_cost as run_recurrent_cost
+from components.core.studies.gradients import GradientStudySettings
+from components.core.studies.gradients import gradient_study as run_gradient_study
+from components.core.studies.recurrent_cost import RecurrentCostSettings
+from components.core.studies.recurrent_cost import recurrent_cost as run_recurrent_cost
 from components.orchestration.checks import claim_check
 from components.orchestration.language_model import TRAINING_POOL
 from components.orchestration.stage import stage

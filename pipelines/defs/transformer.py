@@ -10,7 +10,12 @@ from components.core.models.transformer import TransformerSettings
 from components.core.studies.ablations import AblationSettings, run_ablations
 from components.core.training import TrainSettings
 from components.orchestration.checks import claim_check
-from components.orchestration.language_model import TRAINING_POOL, TrainConfig, TransformerModelConfig, check_same_tokenizer
+from components.orchestration.language_model import (
+    TRAINING_POOL,
+    TrainConfig,
+    TransformerModelConfig,
+    check_same_tokenizer,
+)
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
 

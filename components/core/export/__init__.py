@@ -9,12 +9,35 @@ generation_config.json) that reload and generate without the pipeline.
 """
 
 from .folder import (
-    ExportInfo, Generation, cache_kind, export_model, generate, generate_tokens, load_benchmark, load_export, read_header,
+    ExportInfo,
+    Generation,
+    cache_kind,
+    export_model,
+    generate,
+    generate_tokens,
+    load_benchmark,
+    load_export,
+    read_header,
     tensor_shapes,
 )
 from .precision import (
-    BITS, DTYPES, FLOAT_VARIANTS, QUANT_VARIANTS, SCHEMES, VARIANTS, LinearRecurrence, PrecisionSpec, Variant,
-    check_backend, eager, is_quantized_layer, logits_of, precision_state_dict, spec_of, to_precision, weight_bytes,
+    BITS,
+    DTYPES,
+    FLOAT_VARIANTS,
+    QUANT_VARIANTS,
+    SCHEMES,
+    VARIANTS,
+    LinearRecurrence,
+    PrecisionSpec,
+    Variant,
+    check_backend,
+    eager,
+    is_quantized_layer,
+    logits_of,
+    precision_state_dict,
+    spec_of,
+    to_precision,
+    weight_bytes,
 )
 
 __all__ = [

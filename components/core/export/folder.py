@@ -41,8 +41,16 @@ from ..data import PAD_ID
 from ..errors import ConfigError, PipelineInputError
 from ..tokenizer import BOS, EOS, UNK, decode, encode, load_tokenizer
 from .precision import (
-    VARIANTS, PrecisionSpec, apply_precision, check_shapes, eager, precision_state_dict,
-    rewrite_recurrent, scheme_variant, spec_of, to_precision,
+    VARIANTS,
+    PrecisionSpec,
+    apply_precision,
+    check_shapes,
+    eager,
+    precision_state_dict,
+    rewrite_recurrent,
+    scheme_variant,
+    spec_of,
+    to_precision,
 )
 
 FORMAT = "wordvec-to-transformer/export"
@@ -146,7 +154,7 @@ def weights_metadata(model: nn.Module, config: dict | None = None) -> dict[str, 
         "family": family,
         "model_kind": kind,
         "model_config": json.dumps(config, sort_keys=True),
-        "vocab_size": str(int(getattr(model, "vocab_size"))),
+        "vocab_size": str(int(model.vocab_size)),
         "variant": spec.variant,
         "scheme": spec.scheme,
         "quantization": json.dumps(spec_json, sort_keys=True),
@@ -207,7 +215,7 @@ def load_weights(path: str | Path, device: str | torch.device = "cpu") -> nn.Mod
     except ValueError as e:
         raise PipelineInputError(f"{path}: the header's quantization/model_config is not valid JSON ({e})") from e
     spec = _spec_from(q, f"{path} header")
-    return _rebuild(meta["family"], model_config, int(meta["vocab_size"]), spec, path, header, device, f"the architecture in its header")
+    return _rebuild(meta["family"], model_config, int(meta["vocab_size"]), spec, path, header, device, "the architecture in its header")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -253,7 +261,7 @@ def export_model(
     elif spec.variant != variant:
         raise ConfigError(f"the model is at variant {spec.variant!r}, not {variant!r}; convert the float model instead")
     family, kind = family_and_kind(model)
-    vocab_size = int(getattr(model, "vocab_size"))
+    vocab_size = int(model.vocab_size)
     spec_json = json.loads(weights_metadata(model, config)["quantization"])
     extra = {"tokenizer_sha256": tok_sha, "provenance": provenance}
     gen = {**DEFAULT_GENERATION, **(generation or {})}

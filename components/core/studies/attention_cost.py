@@ -36,7 +36,12 @@ from torch.profiler import ProfilerActivity, profile
 
 from ..device import DeviceSetting, median_seconds, resolve_device, synchronize
 from ..models.attention import (
-    SdpaBackend, detect_sdpa_backend, flex_window_attention, fused_attention, reference_attention, sliding_window_attention,
+    SdpaBackend,
+    detect_sdpa_backend,
+    flex_window_attention,
+    fused_attention,
+    reference_attention,
+    sliding_window_attention,
 )
 
 if TYPE_CHECKING:  # drawn only when plotted: matplotlib is imported by the plot functions

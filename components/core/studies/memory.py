@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..data import IGNORE_INDEX, PAD_ID
+from ..data import IGNORE_INDEX
 from ..errors import ConfigError
 from ..models.recurrent import RecurrentLM, RecurrentSettings
 from ..models.recurrent import size_for_budget as size_recurrent

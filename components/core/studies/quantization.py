@@ -45,11 +45,27 @@ from ..data import IGNORE_INDEX, PAD_ID, TokenBlocks
 from ..device import DeviceSetting, resolve_device
 from ..errors import ConfigError, PipelineInputError
 from ..export.folder import (
-    ExportInfo, cache_kind, export_model, generate, generate_tokens, load_benchmark, load_export, load_weights, read_header,
+    ExportInfo,
+    cache_kind,
+    export_model,
+    generate,
+    generate_tokens,
+    load_benchmark,
+    load_export,
+    load_weights,
+    read_header,
     save_weights,
 )
 from ..export.precision import (
-    BITS, QUANT_VARIANTS, SCHEMES, VARIANTS, DtypeName, cross_entropy_sum, logits_of, spec_of, to_precision,
+    BITS,
+    QUANT_VARIANTS,
+    SCHEMES,
+    VARIANTS,
+    DtypeName,
+    cross_entropy_sum,
+    logits_of,
+    spec_of,
+    to_precision,
     weight_bytes,
 )
 
