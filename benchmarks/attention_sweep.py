@@ -42,18 +42,33 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--n-max", type=int, default=8192)
     ap.add_argument("--window", type=int, default=256)
     ap.add_argument("--n-global", type=int, default=0, help="global tokens of the window and flex implementations")
-    ap.add_argument("--impls", default="reference,fused,window", help="comma-separated; flex = FlexAttention (compiled; forward only on the CPU)")
+    ap.add_argument(
+        "--impls",
+        default="reference,fused,window",
+        help="comma-separated; flex = FlexAttention (compiled; forward only on the CPU)",
+    )
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--time-cap-s", type=float, default=20.0, help="stop an implementation once one point takes longer")
-    ap.add_argument("--memory-ceiling-gib", type=float, default=8.0, help="stop an implementation once one point's peak is larger")
+    ap.add_argument(
+        "--memory-ceiling-gib", type=float, default=8.0, help="stop an implementation once one point's peak is larger"
+    )
     ap.add_argument("--out")
     args = ap.parse_args(argv)
 
     settings = AttentionCostSettings(
-        seq_lens=doubling(args.n_start, args.n_max), impls=args.impls.split(","), n_global=args.n_global,
-        n_head=args.heads, head_dim=args.head_dim, window=args.window, repeats=args.reps, warmup=1,
-        memory_ceiling_mib=args.memory_ceiling_gib * 1024, time_cap_s=args.time_cap_s, device="cpu", threads=args.threads,
+        seq_lens=doubling(args.n_start, args.n_max),
+        impls=args.impls.split(","),
+        n_global=args.n_global,
+        n_head=args.heads,
+        head_dim=args.head_dim,
+        window=args.window,
+        repeats=args.reps,
+        warmup=1,
+        memory_ceiling_mib=args.memory_ceiling_gib * 1024,
+        time_cap_s=args.time_cap_s,
+        device="cpu",
+        threads=args.threads,
     )
     out: dict = {
         "benchmark": "attention_sweep", "cpu": platform.processor() or platform.machine(),

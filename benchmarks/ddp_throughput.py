@@ -101,11 +101,19 @@ def write_random_labels(folder: Path, vocab_size: int, block_size: int, n_blocks
     return folder, meta["tokenizer_sha256"]
 
 
-def make_spec(labels: tuple[Path, str], family: str, model: dict, train: dict, out_dir: Path, strategy: str = "ddp") -> WorkerSpec:
+def make_spec(
+    labels: tuple[Path, str], family: str, model: dict, train: dict, out_dir: Path, strategy: str = "ddp"
+) -> WorkerSpec:
     folder, tok_sha = labels
     return WorkerSpec(
-        family=family, model=model, train=TrainSettings(**train), labels=str(folder), strategy=strategy,
-        labels_sha256={p.name: sha256_file(p) for p in sorted(Path(folder).iterdir())}, tokenizer_sha256=tok_sha, out_dir=str(out_dir),
+        family=family,
+        model=model,
+        train=TrainSettings(**train),
+        labels=str(folder),
+        strategy=strategy,
+        labels_sha256={p.name: sha256_file(p) for p in sorted(Path(folder).iterdir())},
+        tokenizer_sha256=tok_sha,
+        out_dir=str(out_dir),
     )
 
 
@@ -134,8 +142,12 @@ def comm_summary(prof, steps: int, wall_s: float) -> dict:
         "allreduce_ms_per_step": round(comm_ms, 3),
         "allreduce_calls_per_step": calls / steps,
         "allreduce_share_of_step": round(comm_ms / step_ms, 4),
-        "allreduce_timed_as": "NCCL kernels (device time)" if kernels else "gloo spans in its own threads (CPU wall time)",
-        "main_thread_ms_per_step": {k: round(v / 1000 / steps, 3) for k, v in sorted(phases.items(), key=lambda kv: -kv[1])},
+        "allreduce_timed_as": "NCCL kernels (device time)"
+        if kernels
+        else "gloo spans in its own threads (CPU wall time)",
+        "main_thread_ms_per_step": {
+            k: round(v / 1000 / steps, 3) for k, v in sorted(phases.items(), key=lambda kv: -kv[1])
+        },
     }
 
 
@@ -165,10 +177,16 @@ def rank_main(spec_path: str, times_path: str, window: tuple[int, int], profile:
     steps = window[1] - window[0]
     point = next(h for h in result.history if "tokens_per_s" in h)
     tokens = round(point["tokens_per_s"] * point["step_ms"] / 1000) * steps  # the loop's global tokens per step
-    out = {"tokens_per_s": tokens / (t1 - t0), "step_ms": 1000 * (t1 - t0) / steps, "loop_tokens_per_s_mean": result.tokens_per_s,
-           "final_train_loss": result.train_loss, "params": result.params, "device": result.device,
-           # CPU seconds this process got per wall second and thread: near 1 when nothing else competed
-           "cpu_utilisation": (c1 - c0) / ((t1 - t0) * torch.get_num_threads())}
+    out = {
+        "tokens_per_s": tokens / (t1 - t0),
+        "step_ms": 1000 * (t1 - t0) / steps,
+        "loop_tokens_per_s_mean": result.tokens_per_s,
+        "final_train_loss": result.train_loss,
+        "params": result.params,
+        "device": result.device,
+        # CPU seconds this process got per wall second and thread: near 1 when nothing else competed
+        "cpu_utilisation": (c1 - c0) / ((t1 - t0) * torch.get_num_threads()),
+    }
     if prof is not None:
         out["profile"] = comm_summary(prof, steps, t1 - t0)
     Path(times_path).write_text(json.dumps(out))
@@ -183,13 +201,21 @@ def measure(spec: WorkerSpec, nproc: int, threads: int, window: tuple[int, int],
     """Run one case in fresh processes (torchrun when nproc > 1) and return rank 0's timings."""
     spec_path = write_spec(spec, Path(spec.out_dir).with_suffix(".spec.json"))
     times = Path(spec.out_dir).with_suffix(".times.json")
-    rank_args = [__file__, "--rank", str(spec_path), str(times), f"--window={window[0]},{window[1]}"] + (["--profile"] if profile else [])
+    rank_args = [__file__, "--rank", str(spec_path), str(times), f"--window={window[0]},{window[1]}"] + (
+        ["--profile"] if profile else []
+    )
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     if nproc > 1:
         env.update(launch_env(LaunchSettings(launcher="torchrun", nproc_per_node=nproc), spec.train))
         env["OMP_NUM_THREADS"] = str(threads)
         args = torchrun_args("", nproc)[:-3] + rank_args  # torchrun's options, then this script as the rank program
-        cmd = [sys.executable, "-m", "components.core.distributed", "torchrun", *args]  # torchrun, its store on loopback
+        cmd = [
+            sys.executable,
+            "-m",
+            "components.core.distributed",
+            "torchrun",
+            *args,
+        ]  # torchrun, its store on loopback
     else:
         cmd = [sys.executable, *rank_args]
     load_before = os.getloadavg()[0]
@@ -197,7 +223,14 @@ def measure(spec: WorkerSpec, nproc: int, threads: int, window: tuple[int, int],
     if proc.returncode != 0:
         raise RuntimeError(f"case nproc={nproc} threads={threads} failed:\n{proc.stderr[-3000:]}")
     out = json.loads(times.read_text())
-    out.update({"processes": nproc, "threads_per_process": threads, "loadavg_1min_before": load_before, "loadavg_1min_after": os.getloadavg()[0]})
+    out.update(
+        {
+            "processes": nproc,
+            "threads_per_process": threads,
+            "loadavg_1min_before": load_before,
+            "loadavg_1min_after": os.getloadavg()[0],
+        }
+    )
     return out
 
 
@@ -221,11 +254,25 @@ def main(argv: list[str] | None = None) -> dict:
     model, train = default_transformer()
     window = (args.warmup, args.warmup + args.steps)
     # The timed window ends before the last step, whose evaluation and checkpoint it must not count.
-    train = {**train, "max_steps": window[1] + 10, "log_interval": 10 if args.steps % 10 == 0 and args.warmup % 10 == 0 else 1,
-             "eval_interval": 0, "checkpoint_interval": 0, "device": "cpu"}
+    train = {
+        **train,
+        "max_steps": window[1] + 10,
+        "log_interval": 10 if args.steps % 10 == 0 and args.warmup % 10 == 0 else 1,
+        "eval_interval": 0,
+        "checkpoint_interval": 0,
+        "device": "cpu",
+    }
     cases = {"one_process_2_threads": (1, 2), "one_process_1_thread": (1, 1), "ddp_2_processes": (2, 1)}
-    out: dict = {"benchmark": "ddp_throughput", "torch": torch.__version__, "cpu_cores": cores, "loadavg_start": list(os.getloadavg()),
-                 "model": model, "train": train, "timed_window_steps": list(window), "repeats": args.repeats}
+    out: dict = {
+        "benchmark": "ddp_throughput",
+        "torch": torch.__version__,
+        "cpu_cores": cores,
+        "loadavg_start": list(os.getloadavg()),
+        "model": model,
+        "train": train,
+        "timed_window_steps": list(window),
+        "repeats": args.repeats,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         labels = wiki_labels(tmp / "data", block_size=train.get("block_size") or model["block_size"])
@@ -234,20 +281,40 @@ def main(argv: list[str] | None = None) -> dict:
         for r in range(args.repeats):
             for name, (nproc, threads) in cases.items():
                 n += 1
-                res = measure(make_spec(labels, "transformer", model, {**train, "threads": threads}, tmp / f"run{n}"), nproc, threads, window)
+                res = measure(
+                    make_spec(labels, "transformer", model, {**train, "threads": threads}, tmp / f"run{n}"),
+                    nproc,
+                    threads,
+                    window,
+                )
                 runs[name].append(res)
-                print(f"[ddp_throughput] {name} #{r + 1}: {res['tokens_per_s']:.0f} tokens/s, load {res['loadavg_1min_after']:.2f}", file=sys.stderr)
+                print(
+                    f"[ddp_throughput] {name} #{r + 1}: {res['tokens_per_s']:.0f} tokens/s, load "
+                    f"{res['loadavg_1min_after']:.2f}",
+                    file=sys.stderr,
+                )
         n += 1
-        profiled = measure(make_spec(labels, "transformer", model, {**train, "threads": 1}, tmp / f"run{n}"), 2, 1, window, profile=True)
+        profiled = measure(
+            make_spec(labels, "transformer", model, {**train, "threads": 1}, tmp / f"run{n}"),
+            2,
+            1,
+            window,
+            profile=True,
+        )
     for name, rs in runs.items():
-        out[name] = {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in rs), "step_ms": statistics.median(r["step_ms"] for r in rs),
-                     "runs": rs}
+        out[name] = {
+            "tokens_per_s": statistics.median(r["tokens_per_s"] for r in rs),
+            "step_ms": statistics.median(r["step_ms"] for r in rs),
+            "runs": rs,
+        }
     base, core, ddp = (out[k]["tokens_per_s"] for k in cases)
     out["ddp_vs_one_process_2_threads"] = round(ddp / base, 3)
     out["ddp_scaling_efficiency_vs_2x_one_thread"] = round(ddp / (2 * core), 3)
     out["ddp_profile"] = profiled["profile"]
     out["ddp_profile"]["tokens_per_s_profiled"] = profiled["tokens_per_s"]
-    loads = [r["loadavg_1min_after"] for rs in runs.values() for r in rs] + [r["loadavg_1min_before"] for rs in runs.values() for r in rs]
+    loads = [r["loadavg_1min_after"] for rs in runs.values() for r in rs] + [
+        r["loadavg_1min_before"] for rs in runs.values() for r in rs
+    ]
     out["loadavg_end"] = list(os.getloadavg())
     out["loadavg_max_seen"] = max(loads)
     utils = [r["cpu_utilisation"] for rs in runs.values() for r in rs]

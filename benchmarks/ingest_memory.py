@@ -75,7 +75,10 @@ def run_variant(input_path: Path, work: Path) -> dict:
     stages: dict[str, dict] = {}
     measure = partial(measure_stage, stages)
     corpus = measure(
-        "corpus", lambda: build_corpus(CorpusSettings(source="files", path=str(input_path)), work / "corpus", cache_dir=work / "cache")
+        "corpus",
+        lambda: build_corpus(
+            CorpusSettings(source="files", path=str(input_path)), work / "corpus", cache_dir=work / "cache"
+        ),
     )
     dd = load_corpus(corpus.path)
     settings = TokenizerSettings()
@@ -88,7 +91,12 @@ def run_variant(input_path: Path, work: Path) -> dict:
     report = measure("tokenizer", tokenizer)
     labels = measure(
         "labels",
-        lambda: build_labels({s: dd[s]["text"] for s in ("train", "validation")}, work / "tokenizer.json", LabelSettings(), work / "labels"),
+        lambda: build_labels(
+            {s: dd[s]["text"] for s in ("train", "validation")},
+            work / "tokenizer.json",
+            LabelSettings(),
+            work / "labels",
+        ),
     )
     return {
         "stages": stages,
@@ -215,7 +223,9 @@ def make_base_shards(folder: Path, fmt: str) -> Path:
     if fmt == "dump":
         split_wiki_dump(default_wiki_dump(), folder, N_SHARDS, prefix="wiki")
         return folder
-    lines = [json.dumps({"text": d["text"]}, ensure_ascii=False) + "\n" for d in iter_wiki_articles(default_wiki_dump())]
+    lines = [
+        json.dumps({"text": d["text"]}, ensure_ascii=False) + "\n" for d in iter_wiki_articles(default_wiki_dump())
+    ]
     total, done, shard = sum(map(len, lines)), 0, [[] for _ in range(N_SHARDS)]
     for line in lines:  # consecutive articles, about equal characters per shard
         shard[min(N_SHARDS - 1, int((done + len(line) / 2) / total * N_SHARDS))].append(line)
@@ -236,7 +246,10 @@ def main_sharded(args: argparse.Namespace) -> dict:
             load_before = os.getloadavg()[0]
             t0 = time.perf_counter()
             proc = subprocess.run(
-                [sys.executable, __file__, "--child-sharded", str(folder), str(work)], cwd=ROOT, capture_output=True, text=True
+                [sys.executable, __file__, "--child-sharded", str(folder), str(work)],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
             )
             seconds = time.perf_counter() - t0
             load_after = os.getloadavg()[0]
@@ -269,7 +282,8 @@ def main_sharded(args: argparse.Namespace) -> dict:
         "benchmark": "ingest_memory --sharded",
         "machine": {"cpus": cpus, "platform": platform.platform(), "python": platform.python_version()},
         "settings": f"{N_SHARDS} {args.shard_format} shards of the default corpus, repeated; ShardReadSettings(), "
-        f"TokenizerSettings() (byte-level BPE, 2048) on the first {TOKENIZER_SHARDS} shards, LabelSettings() (block 256); "
+        f"TokenizerSettings() (byte-level BPE, 2048) on the first {TOKENIZER_SHARDS} shards, LabelSettings() (block "
+        f"256); "
         f"view: max_token_id, crop(128), {VIEW_BATCHES} batches of {VIEW_BATCH}",
         "results": results,
         "ingest_peak_rss_growth_mb": ingest_growth,
@@ -292,8 +306,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="write the JSON here (default: print only)")
     ap.add_argument("--variants", nargs="*", help="run only these (1x 10x 50x 10x_single_line)")
     ap.add_argument("--sharded", action="store_true", help="the sharded route (see the module doc)")
-    ap.add_argument("--repeats", nargs="*", type=int, help=f"--sharded: corpus sizes as repeats (default {SHARD_REPEATS})")
-    ap.add_argument("--shard-format", choices=("jsonl", "dump"), default="jsonl", help="--sharded: the shards' file type")
+    ap.add_argument(
+        "--repeats", nargs="*", type=int, help=f"--sharded: corpus sizes as repeats (default {SHARD_REPEATS})"
+    )
+    ap.add_argument(
+        "--shard-format", choices=("jsonl", "dump"), default="jsonl", help="--sharded: the shards' file type"
+    )
     ap.add_argument("--child", nargs=2, metavar=("INPUT", "WORK"), help=argparse.SUPPRESS)
     ap.add_argument("--child-sharded", nargs=2, metavar=("FOLDER", "WORK"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -336,7 +354,8 @@ def main() -> None:
     report = {
         "benchmark": "ingest_memory",
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "settings": "CorpusSettings(source='files'), TokenizerSettings() (byte-level BPE, 2048), LabelSettings() (block 256)",
+        "settings": "CorpusSettings(source='files'), TokenizerSettings() (byte-level BPE, 2048), LabelSettings() "
+            "(block 256)",
         "results": results,
     }
     emit(report, args.out)

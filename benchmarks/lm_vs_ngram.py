@@ -24,8 +24,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.result_file import emit  # noqa: E402
 
 SHAPES = {
-    "transformer": ("transformer", dict(n_layer=4, n_head=4, n_embd=128, block_size=128, pos_encoding="rope", attention="fused",
-                                        param_budget=1_000_000)),
+    "transformer": (
+        "transformer",
+        dict(
+            n_layer=4,
+            n_head=4,
+            n_embd=128,
+            block_size=128,
+            pos_encoding="rope",
+            attention="fused",
+            param_budget=1_000_000,
+        ),
+    ),
     "rnn": ("recurrent", dict(cell="rnn", n_embd=128, hidden_size=256, n_layer=1, param_budget=1_000_000)),
     "lstm": ("recurrent", dict(cell="lstm", n_embd=128, hidden_size=256, n_layer=1, param_budget=1_000_000)),
 }
@@ -42,7 +52,12 @@ def parse_trial(text: str) -> tuple[str, dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--labels", required=True)
-    ap.add_argument("--trial", action="append", default=[], help="model:steps=N,lr=X[,batch_size=..,warmup_steps=..,eval_interval=..]")
+    ap.add_argument(
+        "--trial",
+        action="append",
+        default=[],
+        help="model:steps=N,lr=X[,batch_size=..,warmup_steps=..,eval_interval=..]",
+    )
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -64,14 +79,33 @@ def main() -> None:
                      eval_interval=max(steps // 6, 1), eval_batches=None, threads=args.threads)
         train.update({k: type(train.get(k, 0))(v) if k in train else v for k, v in kv.items()})
         t0 = time.perf_counter()
-        res = train_lm(family, model, TrainSettings(**train), tr, va, V, Path(os.environ.get("TMPDIR", "/tmp")) / f"lm_vs_ngram_{name}",
-                       sampling=SamplingSettings(num_samples=0), resume=False)
+        res = train_lm(
+            family,
+            model,
+            TrainSettings(**train),
+            tr,
+            va,
+            V,
+            Path(os.environ.get("TMPDIR", "/tmp")) / f"lm_vs_ngram_{name}",
+            sampling=SamplingSettings(num_samples=0),
+            resume=False,
+        )
         m = res.metrics
-        trials.append({"model": name, "train": train, "val_loss": m["val/loss"], "val_targets": m["val/targets"],
-                       "margin_over_best_ngram": ngram.best["val_loss"] - m["val/loss"], "params": m["params"],
-                       "tokens": steps * train["batch_size"] * 128, "tokens_per_s": m["train/tokens_per_s_mean"],
-                       "wall_s": time.perf_counter() - t0, "dtype": res.dtype if hasattr(res, "dtype") else m.get("dtype"),
-                       "curve": [(h["step"], h["val/loss"]) for h in res.history if "val/loss" in h]})
+        trials.append(
+            {
+                "model": name,
+                "train": train,
+                "val_loss": m["val/loss"],
+                "val_targets": m["val/targets"],
+                "margin_over_best_ngram": ngram.best["val_loss"] - m["val/loss"],
+                "params": m["params"],
+                "tokens": steps * train["batch_size"] * 128,
+                "tokens_per_s": m["train/tokens_per_s_mean"],
+                "wall_s": time.perf_counter() - t0,
+                "dtype": res.dtype if hasattr(res, "dtype") else m.get("dtype"),
+                "curve": [(h["step"], h["val/loss"]) for h in res.history if "val/loss" in h],
+            }
+        )
         print(trials[-1], file=sys.stderr, flush=True)
     emit({"benchmark": "lm_vs_ngram", "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
           "load_avg_1m": os.getloadavg()[0], "labels": meta, "ngram": ngram.rows, "trials": trials}, args.out)

@@ -72,7 +72,9 @@ class Bare(nn.Module):
 
 
 class BareRun:
-    def __init__(self, cell: str, V: int, E: int, H: int, L: int, data: TokenBlocks, ts: TrainSettings, dtype: torch.dtype):
+    def __init__(
+        self, cell: str, V: int, E: int, H: int, L: int, data: TokenBlocks, ts: TrainSettings, dtype: torch.dtype
+    ):
         torch.manual_seed(ts.seed)
         self.dtype = dtype
         self.model, self.ts = Bare(cell, V, E, H, L), ts
@@ -135,10 +137,19 @@ def main(argv: list[str] | None = None) -> dict:
                        threads=args.threads, device="cpu", dtype=args.dtype)
     dtype = resolve_dtype(args.dtype, torch.device("cpu"))
     out: dict = {
-        "benchmark": "recurrent_throughput", "steps": args.steps, "interleave": args.interleave,
-        "vocab_size": V, "train_blocks": train_blocks.n_blocks, "train_settings": ts.model_dump(),
-        "threads": args.threads, "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__, "python": platform.python_version(),
-        "cpu_count": os.cpu_count(), "loadavg_start": list(os.getloadavg()), "models": {},
+        "benchmark": "recurrent_throughput",
+        "steps": args.steps,
+        "interleave": args.interleave,
+        "vocab_size": V,
+        "train_blocks": train_blocks.n_blocks,
+        "train_settings": ts.model_dump(),
+        "threads": args.threads,
+        "dtype": str(dtype).removeprefix("torch."),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "loadavg_start": list(os.getloadavg()),
+        "models": {},
     }
     tmp = tempfile.TemporaryDirectory()
     loads = []
@@ -152,7 +163,9 @@ def main(argv: list[str] | None = None) -> dict:
             ours.steps(args.interleave)
             bare.steps(args.interleave)
             loads.append(os.getloadavg()[0])
-            print(f"[recurrent_throughput] {cell}: {ours.done}/{args.steps} steps, load {loads[-1]:.2f}", file=sys.stderr)
+            print(
+                f"[recurrent_throughput] {cell}: {ours.done}/{args.steps} steps, load {loads[-1]:.2f}", file=sys.stderr
+            )
         tokens = ts.batch_size * TRAIN["block_size"]
         ours_s = ours.timed_s / ours.timed_steps
         bare_s = float(np.mean(bare.times[1:]))
@@ -169,7 +182,10 @@ def main(argv: list[str] | None = None) -> dict:
     out["loadavg_per_chunk"] = loads
     out["machine_loaded"] = max(loads) > args.threads + 0.75
     if out["machine_loaded"]:
-        out["warning"] = f"1-min load average reached {max(loads):.2f} with {args.threads} threads: the ratio may not hold on a quiet machine"
+        out["warning"] = (
+            f"1-min load average reached {max(loads):.2f} with {args.threads} threads: the ratio may not hold on a "
+            f"quiet machine"
+        )
     return emit(out, args.out)
 
 

@@ -98,13 +98,23 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="store-backends-"))
     runs = []
     # PostgreSQL with its default durability (fsync on), as the SQLite files have theirs.
-    with pg.postgres(("dagster", "mlflow"), durable=True) as server, pg.mlflow_server(server, "mlflow", folder / "mlflow") as url:
+    with (
+        pg.postgres(("dagster", "mlflow"), durable=True) as server,
+        pg.mlflow_server(server, "mlflow", folder / "mlflow") as url,
+    ):
         for i in range(args.repeats):
-            for backend in ("sqlite", "postgres") if i % 2 == 0 else ("postgres", "sqlite"):  # ABBA: a drifting load hits both alike
+            for backend in (
+                ("sqlite", "postgres") if i % 2 == 0 else ("postgres", "sqlite")
+            ):  # ABBA: a drifting load hits both alike
                 state = folder / f"{backend}-{i}"
                 home = state / "dagster"
                 home.mkdir(parents=True)
-                env = {**os.environ, "PIPELINE_STATE_DIR": str(state), "DAGSTER_HOME": str(home), "PYTHONPATH": str(ROOT)}
+                env = {
+                    **os.environ,
+                    "PIPELINE_STATE_DIR": str(state),
+                    "DAGSTER_HOME": str(home),
+                    "PYTHONPATH": str(ROOT),
+                }
                 env.pop("MLFLOW_TRACKING_URI", None)
                 if backend == "postgres":
                     db = f"dagster_{i}"
@@ -112,19 +122,35 @@ def main() -> None:
                     shutil.copy(ROOT / "configs" / "deploy" / "dagster.yaml", home / "dagster.yaml")
                     env.update(server.dagster_env(db), MLFLOW_TRACKING_URI=url)
                 load_before = os.getloadavg()
-                servers = [int((server.folder / "data" / "postmaster.pid").read_text().split()[0]),
-                           *(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and (st := _stat(int(p.name)))
-                             and int(st[1]) == os.getpid() and "mlflow" in Path(f"/proc/{p.name}/cmdline").read_bytes().decode(errors="replace"))]
+                servers = [
+                    int((server.folder / "data" / "postmaster.pid").read_text().split()[0]),
+                    *(
+                        int(p.name)
+                        for p in Path("/proc").iterdir()
+                        if p.name.isdigit()
+                        and (st := _stat(int(p.name)))
+                        and int(st[1]) == os.getpid()
+                        and "mlflow" in Path(f"/proc/{p.name}/cmdline").read_bytes().decode(errors="replace")
+                    ),
+                ]
                 servers_cpu0 = sum(tree_cpu_s(pid) for pid in servers)
                 t0 = time.perf_counter()
-                proc = subprocess.run([sys.executable, __file__, "--one"], cwd=ROOT, env=env, capture_output=True, text=True)
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--one"], cwd=ROOT, env=env, capture_output=True, text=True
+                )
                 wall = time.perf_counter() - t0
                 servers_cpu = sum(tree_cpu_s(pid) for pid in servers) - servers_cpu0
                 if proc.returncode != 0:
                     raise SystemExit(proc.stderr[-4000:])
-                row = {"backend": backend, "repeat": i, **json.loads(proc.stdout.strip().splitlines()[-1]),
-                       "process_s": round(wall, 1), "servers_cpu_s": round(servers_cpu, 1), "loadavg_before": [round(x, 2) for x in load_before],
-                       "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+                row = {
+                    "backend": backend,
+                    "repeat": i,
+                    **json.loads(proc.stdout.strip().splitlines()[-1]),
+                    "process_s": round(wall, 1),
+                    "servers_cpu_s": round(servers_cpu, 1),
+                    "loadavg_before": [round(x, 2) for x in load_before],
+                    "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+                }
                 print(json.dumps(row), flush=True)
                 if not row["success"]:
                     raise SystemExit(f"the {backend} run failed: no result written")
@@ -139,13 +165,18 @@ def main() -> None:
         r["total_cpu_s"] = round(r["cpu_s"] + (r["servers_cpu_s"] if r["backend"] == "postgres" else 0.0), 1)
     summary = {b: {k + "_mean": mean(b, k) for k in ("graph_s", "process_s", "cpu_s", "servers_cpu_s", "total_cpu_s")}
                for b in ("sqlite", "postgres")}
-    summary["postgres_over_sqlite_wall"] = round(summary["postgres"]["graph_s_mean"] / summary["sqlite"]["graph_s_mean"], 3)
-    summary["postgres_over_sqlite_total_cpu"] = round(summary["postgres"]["total_cpu_s_mean"] / summary["sqlite"]["total_cpu_s_mean"], 3)
+    summary["postgres_over_sqlite_wall"] = round(
+        summary["postgres"]["graph_s_mean"] / summary["sqlite"]["graph_s_mean"], 3
+    )
+    summary["postgres_over_sqlite_total_cpu"] = round(
+        summary["postgres"]["total_cpu_s_mean"] / summary["sqlite"]["total_cpu_s_mean"], 3
+    )
     out = {
         "benchmark": "store_backends",
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
-        "settings": "configs/tiny.yaml, whole graph in process; postgres = configs/deploy/dagster.yaml + scripts/mlflow_server_pg.sh "
-                    "(1 worker) on one local PostgreSQL 15 server (default durability, fsync on); sqlite = the embedded defaults",
+        "settings": "configs/tiny.yaml, whole graph in process; postgres = configs/deploy/dagster.yaml + "
+            "scripts/mlflow_server_pg.sh "
+        "(1 worker) on one local PostgreSQL 15 server (default durability, fsync on); sqlite = the embedded defaults",
         "runs": runs,
         "summary": summary,
     }

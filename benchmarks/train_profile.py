@@ -39,10 +39,44 @@ GROUPS = [
     ("gelu", ("gelu",)),
     ("embedding", ("embedding",)),
     ("dtype casts (autocast)", ("_to_copy",)),
-    ("elementwise (RoPE, residual, masks, views)", ("mul", "add", "sub", "cat", "chunk", "neg", "masked_fill", "fill_", "slice",
-                                                     "split", "transpose", "view", "reshape", "clone", "copy", "expand", "contiguous",
-                                                     "where", "sum", "index", "select", "unsqueeze", "stack", "narrow", "permute",
-                                                     "empty", "zeros", "ones", "as_strided", "t", "detach", "alias", "arange")),
+    (
+        "elementwise (RoPE, residual, masks, views)",
+        (
+            "mul",
+            "add",
+            "sub",
+            "cat",
+            "chunk",
+            "neg",
+            "masked_fill",
+            "fill_",
+            "slice",
+            "split",
+            "transpose",
+            "view",
+            "reshape",
+            "clone",
+            "copy",
+            "expand",
+            "contiguous",
+            "where",
+            "sum",
+            "index",
+            "select",
+            "unsqueeze",
+            "stack",
+            "narrow",
+            "permute",
+            "empty",
+            "zeros",
+            "ones",
+            "as_strided",
+            "t",
+            "detach",
+            "alias",
+            "arange",
+        ),
+    ),
 ]
 
 
@@ -100,7 +134,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--text")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a train setting of ours (e.g. optimizer=adamw)")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a train setting of ours (e.g. optimizer=adamw)"
+    )
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--out")
     args = ap.parse_args(argv)
@@ -111,9 +147,16 @@ def main(argv: list[str] | None = None) -> dict:
     over = dict(kv.split("=", 1) for kv in args.set)
     ts = TrainSettings(**{**preset["train"], **over}, eval_interval=0, eval_batches=1, threads=args.threads)
     device, _ = resolve_device("cpu")
-    dtype = resolve_dtype(ts.dtype, device)  # ours as the pipeline trains ('auto': bf16 on a CPU with AMX); nanoGPT float32
-    out: dict = {"benchmark": "train_profile", "threads": args.threads, "torch": torch.__version__, "dtype_ours": str(dtype),
-                 "loadavg_start": list(os.getloadavg())}
+    dtype = resolve_dtype(
+        ts.dtype, device
+    )  # ours as the pipeline trains ('auto': bf16 on a CPU with AMX); nanoGPT float32
+    out: dict = {
+        "benchmark": "train_profile",
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "dtype_ours": str(dtype),
+        "loadavg_start": list(os.getloadavg()),
+    }
 
     # ours: the loop's own step function on the pipeline's Transformer
     torch.manual_seed(0)

@@ -181,7 +181,9 @@ class NanoCausalSelfAttention(nn.Module):
         k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=self.dropout if self.training else 0, is_causal=True)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=None, dropout_p=self.dropout if self.training else 0, is_causal=True
+        )
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
@@ -268,10 +270,15 @@ class NanoGPTRun:
     def __init__(self, data: CharData, model_cfg: dict, train_cfg: TrainSettings, device: torch.device,
                  dtype: torch.dtype, compile_model: bool):
         torch.manual_seed(train_cfg.seed)
-        c = NanoGPTConfig(vocab_size=data.vocab_size, **{k: model_cfg[k] for k in ("block_size", "n_layer", "n_head", "n_embd", "dropout", "bias")})
+        c = NanoGPTConfig(
+            vocab_size=data.vocab_size,
+            **{k: model_cfg[k] for k in ("block_size", "n_layer", "n_head", "n_embd", "dropout", "bias")},
+        )
         self.c, self.s, self.device = c, train_cfg, device
         self.model = NanoGPT(c).to(device)
-        self.optimizer = self.model.configure_optimizers(train_cfg.weight_decay, train_cfg.lr, (train_cfg.beta1, train_cfg.beta2), device.type)
+        self.optimizer = self.model.configure_optimizers(
+            train_cfg.weight_decay, train_cfg.lr, (train_cfg.beta1, train_cfg.beta2), device.type
+        )
         self.fwd = torch.compile(self.model) if compile_model else self.model
         # nanoGPT's train.py: `nullcontext() if device_type == 'cpu' else torch.amp.autocast(...)`; on the CPU
         # its recipe always runs in float32, whatever precision ours is given.
@@ -383,11 +390,15 @@ def parse_overrides(pairs: list[str]) -> tuple[dict, dict]:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--text", help="UTF-8 text file (default: the Wikipedia sample dump in gensim's test data)")
-    ap.add_argument("--max-chars", type=int, default=TINY_SHAKESPEARE_CHARS, help="cut the text to this many characters")
+    ap.add_argument(
+        "--max-chars", type=int, default=TINY_SHAKESPEARE_CHARS, help="cut the text to this many characters"
+    )
     ap.add_argument("--preset", choices=sorted(PRESETS), default="baby_gpt")
     ap.add_argument("--iters", type=int, help="training iterations (default: the preset's)")
     ap.add_argument("--models", default="ours,nanogpt", help="comma-separated: ours, nanogpt")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a model or train setting (ours)")
+    ap.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a model or train setting (ours)"
+    )
     ap.add_argument("--compile", action="store_true", help="torch.compile ours (nanoGPT's CPU recipe runs without)")
     ap.add_argument("--compile-nanogpt", action="store_true", help="torch.compile the nanoGPT reference too")
     ap.add_argument("--stride", type=int, default=8, help="offset between our training windows")
@@ -453,7 +464,9 @@ def main(argv: list[str] | None = None) -> dict:
             if run is not None:
                 run.steps(chunk)
         loads.append(os.getloadavg()[0])
-        print(f"[train_throughput] {min(start + chunk, iters)}/{iters} iterations, load {loads[-1]:.2f}", file=sys.stderr)
+        print(
+            f"[train_throughput] {min(start + chunk, iters)}/{iters} iterations, load {loads[-1]:.2f}", file=sys.stderr
+        )
 
     if ours is not None:
         model, res = ours.model, ours.result
@@ -486,13 +499,19 @@ def main(argv: list[str] | None = None) -> dict:
     if nano is not None:
         stats = nano.stats()
         stats["val_loss"] = evaluate(nano.model, val, batch_size=64, max_batches=None, device=device, dtype=nano_dtype)
-        stats.update({
-            "device": str(device),
-            "compile": args.compile_nanogpt,
-            "dtype": str(nano_dtype).removeprefix("torch."),
-            "attention_backend": detect_sdpa_backend(device, nano_dtype, (ts.batch_size, model_cfg["n_head"], T, model_cfg["n_embd"] // model_cfg["n_head"]))["observed"],
-            "mfu": estimate_mfu(stats["flops_per_token"], stats["tokens_per_s"], device),
-        })
+        stats.update(
+            {
+                "device": str(device),
+                "compile": args.compile_nanogpt,
+                "dtype": str(nano_dtype).removeprefix("torch."),
+                "attention_backend": detect_sdpa_backend(
+                    device,
+                    nano_dtype,
+                    (ts.batch_size, model_cfg["n_head"], T, model_cfg["n_embd"] // model_cfg["n_head"]),
+                )["observed"],
+                "mfu": estimate_mfu(stats["flops_per_token"], stats["tokens_per_s"], device),
+            }
+        )
         out["nanogpt"] = stats
         print(f"nanogpt: {json.dumps(stats)}", file=sys.stderr)
     tmp.cleanup()

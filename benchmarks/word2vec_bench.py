@@ -123,7 +123,9 @@ def profile_ours(encoded, vocab, settings: Word2VecSettings) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--text", help="a local plain-text file (one sentence or paragraph per line); default: gensim's wiki sample")
+    ap.add_argument(
+        "--text", help="a local plain-text file (one sentence or paragraph per line); default: gensim's wiki sample"
+    )
     ap.add_argument("--repeats", type=int, default=3, help="seeds 1..N, each trains ours and gensim once")
     ap.add_argument("--sg", type=int, default=1, choices=(0, 1), help="1: skip-gram (default), 0: CBOW")
     ap.add_argument("--batch-size", type=int, default=None, help="our batch_size (default: Word2VecSettings')")
@@ -153,7 +155,8 @@ def main() -> None:
                     assert model.wv.index_to_key == vocab.words[4:], "gensim built a different vocabulary"
                 gensim_runs.append(res)
         print(
-            f"repeat {r + 1}: ours {words / ours_runs[-1]['seconds']:,.0f} words/s, gensim {words / gensim_runs[-1]['seconds']:,.0f} words/s",
+            f"repeat {r + 1}: ours {words / ours_runs[-1]['seconds']:,.0f} words/s, gensim "
+            f"{words / gensim_runs[-1]['seconds']:,.0f} words/s",
             file=sys.stderr,
         )
     load_after = os.getloadavg()[0]

@@ -31,7 +31,9 @@ def executor_config(path: Path | None = None) -> dict[str, Any]:
     try:
         return data["execution"]["config"]
     except (KeyError, TypeError):
-        raise ValueError(f"{path}: expected the run-config shape `execution: config: {{...}}` of k8s_job_executor") from None
+        raise ValueError(
+            f"{path}: expected the run-config shape `execution: config: {{...}}` of k8s_job_executor"
+        ) from None
 
 
 defs = build_defs(executor=k8s_job_executor.configured(executor_config(), name="k8s_job_executor"))

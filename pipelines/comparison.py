@@ -36,11 +36,13 @@ class ModelComparisonConfig(dg.Config):
     validation loss, against which the differences between models are judged."""
 
     extra_seeds: list[int] = Field(
-        [7], description="Train the `seed_models` again with each of these seeds (same settings, data and steps) and report "
+        [7],
+        description="Train the `seed_models` again with each of these seeds (same settings, data and steps) and report "
         "the spread of their final validation loss; empty = one seed, no spread.",
     )
     seed_models: list[str] = Field(
-        ["rnn", "transformer"], description="Models (asset name without `_lm`) retrained with `extra_seeds`; empty = all. "
+        ["rnn", "transformer"],
+        description="Models (asset name without `_lm`) retrained with `extra_seeds`; empty = all. "
         "The others are given the largest spread measured.",
     )
 
@@ -64,32 +66,52 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
             raise dg.Failure("the models were trained on labels of different tokenizers; re-materialize them together")
         unknown = sorted(set(config.seed_models) - set(models))
         if unknown:
-            raise dg.Failure(f"model_comparison.seed_models names {unknown}, which are not language models of the graph; "
-                             f"valid: {sorted(models)}")
+            raise dg.Failure(
+                f"model_comparison.seed_models names {unknown}, which are not language models of the graph; "
+                f"valid: {sorted(models)}"
+            )
         with stage(context, mlflow, {"models": sorted(models), **config.model_dump()}) as s:
             seed_losses = None
             if config.extra_seeds:
                 if labels["tokenizer_sha256"] not in hashes:
-                    raise dg.Failure("`labels` were built with another tokenizer than the models were trained with: "
-                                     "re-materialize the models (or the whole graph) before retraining them with other seeds")
+                    raise dg.Failure(
+                        "`labels` were built with another tokenizer than the models were trained with: "
+                        "re-materialize the models (or the whole graph) before retraining them with other seeds"
+                    )
                 train, val, meta = load_labels(labels["path"])
                 chosen = {n: m for n, m in models.items() if n in (config.seed_models or models)}
-                seed_losses = train_other_seeds(chosen, config.extra_seeds, train, val, int(meta["vocab_size"]), s.tmp / "seeds",
-                                                model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]}, log=context.log.info)
+                seed_losses = train_other_seeds(
+                    chosen,
+                    config.extra_seeds,
+                    train,
+                    val,
+                    int(meta["vocab_size"]),
+                    s.tmp / "seeds",
+                    model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
+                    log=context.log.info,
+                )
                 shutil.rmtree(s.tmp / "seeds")  # scratch checkpoints: only the losses are kept
             # The count models are rows and lines only where they were scored on the models' own targets.
             same = all(m["metrics"].get("val/targets") == ngram_baseline["n_targets"] for m in models.values()) and \
                 ngram_baseline.get("tokenizer_sha256") in hashes
             result = compare_models(models, seed_losses, ngram_baseline["rows"] if same else None)
             if not same:
-                context.log.warning("ngram_baseline was scored on other validation targets than the models: left out of the comparison")
-            accounting = {n: parameter_accounting(load_lm(m["weights"])) for n, m in models.items() if m["family"] == "transformer"}
+                context.log.warning(
+                    "ngram_baseline was scored on other validation targets than the models: left out of the comparison"
+                )
+            accounting = {
+                n: parameter_accounting(load_lm(m["weights"]))
+                for n, m in models.items()
+                if m["family"] == "transformer"
+            }
             split = {n: parameter_split(load_lm(m["weights"])) for n, m in models.items()}
             for row in result.rows:  # where each model's budget sits: embedding, output head, core
                 row.update({f"params_{k}": v for k, v in split[row["model"]].items() if k != "total"})
             metrics: dict[str, Any] = dict(result.metrics())
             metrics.update({f"{n}/ffn_share": a["ffn_share"] for n, a in accounting.items()})
-            metrics.update({f"{n}/params_{k}": float(v) for n, sp in split.items() for k, v in sp.items() if k != "total"})
+            metrics.update(
+                {f"{n}/params_{k}": float(v) for n, sp in split.items() for k, v in sp.items() if k != "total"}
+            )
             # One child run per model with the shared metric names: MLflow's compare view lines them up.
             # Named `model_comparison/<model>`, so none is mistaken for the model's own run (`<model>_lm`);
             # the trained architecture as `resolved.*`, the name the models' own runs give it.
@@ -97,16 +119,24 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
                 m = models[row["model"]]
                 s.run.child(
                     f"model_comparison/{row['model']}",
-                    {"val/loss": row["val_loss"], "val/ppl": row["val_ppl"], "train/tokens_per_s_mean": row["tokens_per_s_mean"],
-                     "params": row["params"], "val/loss_at_matched_time": row["val_loss_at_matched_time"],
-                     "machine/loaded": float(m["metrics"].get("machine/loaded", 0.0))},
+                    {
+                        "val/loss": row["val_loss"],
+                        "val/ppl": row["val_ppl"],
+                        "train/tokens_per_s_mean": row["tokens_per_s_mean"],
+                        "params": row["params"],
+                        "val/loss_at_matched_time": row["val_loss_at_matched_time"],
+                        "machine/loaded": float(m["metrics"].get("machine/loaded", 0.0)),
+                    },
                     params={"family": m["family"], **{f"resolved.{k}": v for k, v in m["model_config"].items()}},
                     series={"val/loss": [(h["step"], h["val/loss"]) for h in m["history"] if "val/loss" in h]},
                 )
             st = result.settledness
             # With seeds, a ranking is judged beyond seed noise; without, exactly.
             settled = st.get("ranking_settled_beyond_spread", st.get("ranking_settled"))
-            values = {"ranking": " < ".join(st.get("ranking_last_eval", [])), "ranking_settled": bool(st.get("ranking_settled"))}
+            values = {
+                "ranking": " < ".join(st.get("ranking_last_eval", [])),
+                "ranking_settled": bool(st.get("ranking_settled")),
+            }
             if "tiers_last_eval" in st:
                 values.update({"ranking_beyond_spread": tiers_text(st["tiers_last_eval"]),
                                "ranking_settled_beyond_spread": bool(st["ranking_settled_beyond_spread"])})
@@ -114,20 +144,43 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
             loaded = sorted(n for n, m in models.items() if m["metrics"].get("machine/loaded"))
             values["speeds_measured_loaded"] = ", ".join(loaded) or "none"
             return s.publish(
-                {"rows": result.rows, "matched_time_s": result.matched_time_s, "accounting": accounting, "settledness": st,
-                 "seeds": result.seeds, "baseline": result.baseline, "pairs": result.pairs},
+                {
+                    "rows": result.rows,
+                    "matched_time_s": result.matched_time_s,
+                    "accounting": accounting,
+                    "settledness": st,
+                    "seeds": result.seeds,
+                    "baseline": result.baseline,
+                    "pairs": result.pairs,
+                },
                 metrics=metrics,
                 tables={"comparison": result.rows + result.baseline, "pairs": result.pairs},
                 figures=result.figures,
-                texts={"summary": result.markdown(), **{f"parameter_accounting_{n}": accounting_markdown(a) for n, a in accounting.items()}},
+                texts={
+                    "summary": result.markdown(),
+                    **{f"parameter_accounting_{n}": accounting_markdown(a) for n, a in accounting.items()},
+                },
                 values=values,
-                warnings=([f"tokens_per_s_mean of {', '.join(loaded)} measured on a loaded machine (their runs' machine/load_1m_*): "
-                           "the speeds are not comparable"] if loaded else [])
-                + ([] if settled else [
-                    "the ranking by validation loss still changes between the last two evaluations"
-                    + (" beyond the seed-to-seed spread" if "tiers_last_eval" in st else "")
-                    + f" ({' < '.join(st.get('ranking_previous_eval', []))} → {' < '.join(st.get('ranking_last_eval', []))}): "
-                    "train longer before trusting it"]),
+                warnings=(
+                    [
+                        f"tokens_per_s_mean of {', '.join(loaded)} measured on a loaded machine (their runs' "
+                        f"machine/load_1m_*): "
+                        "the speeds are not comparable"
+                    ]
+                    if loaded
+                    else []
+                )
+                + (
+                    []
+                    if settled
+                    else [
+                        "the ranking by validation loss still changes between the last two evaluations"
+                        + (" beyond the seed-to-seed spread" if "tiers_last_eval" in st else "")
+                        + f" ({' < '.join(st.get('ranking_previous_eval', []))} → "
+                            f"{' < '.join(st.get('ranking_last_eval', []))}): "
+                        "train longer before trusting it"
+                    ]
+                ),
             )
 
     ffn_holds_two_thirds = claim_check("ffn_holds_two_thirds", model_comparison)

@@ -46,7 +46,9 @@ OWNERS = ["team:ml"]
 # own time), older than 8 days is stale (failing). Evaluated by the daemon's freshness loop
 # (`dg dev`) and shown on each model's asset page, whose text rounds to whole days ("Warns if more
 # than 7 days", "Fails if more than 8 days"): a half day would read as 8 days, like the failure.
-LM_FRESHNESS = dg.FreshnessPolicy.time_window(fail_window=dt.timedelta(days=8), warn_window=dt.timedelta(days=7, hours=2))
+LM_FRESHNESS = dg.FreshnessPolicy.time_window(
+    fail_window=dt.timedelta(days=8), warn_window=dt.timedelta(days=7, hours=2)
+)
 
 
 def config_jobs(with_execution: bool = True) -> list[dg.UnresolvedAssetJobDefinition]:
@@ -92,7 +94,9 @@ def build_defs(executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
                if spec.group_name in (SHARD_GROUP, TUNE_GROUP)}  # off the default route
     lm_keys = [k for k in language_model_keys(loaded) if k not in sharded]
     comparison, ffn_check = model_comparison_asset(lm_keys)
-    upstream = [a for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition) and not set(a.keys) & sharded] + [comparison]
+    upstream = [a for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition) and not set(a.keys) & sharded] + [
+        comparison
+    ]
     report = report_asset(asset_specs(upstream), lm_keys)  # everything ──► report
     merged = dg.Definitions.merge(
         loaded,
@@ -106,7 +110,12 @@ def build_defs(executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
             executor=executor,
         ),
     )
-    versions = {spec.key: asset_code_version(a) for a in merged.assets or [] if isinstance(a, dg.AssetsDefinition) for spec in a.specs}
+    versions = {
+        spec.key: asset_code_version(a)
+        for a in merged.assets or []
+        if isinstance(a, dg.AssetsDefinition)
+        for spec in a.specs
+    }
     with warnings.catch_warnings():  # map_asset_specs is marked preview in 1.13; it is the one-place way to set this
         warnings.simplefilter("ignore", dg.PreviewWarning)
         return merged.map_asset_specs(func=lambda spec: with_metadata(spec, versions[spec.key]))

@@ -27,7 +27,9 @@ def location_origin():
     from dagster._core.remote_origin import InProcessCodeLocationOrigin
     from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
-    target = LoadableTargetOrigin(executable_path=sys.executable, module_name=MODULE, working_directory=str(PROJECT_ROOT))
+    target = LoadableTargetOrigin(
+        executable_path=sys.executable, module_name=MODULE, working_directory=str(PROJECT_ROOT)
+    )
     return InProcessCodeLocationOrigin(target, location_name=LOCATION_NAME)
 
 

@@ -61,24 +61,41 @@ def _add_shard_partitions(uri: str, setting: str | None) -> dict:
             instance.add_dynamic_partitions(SHARD_PARTITIONS.name, new)
     finally:
         instance.dispose()
-    return {"folder": str(folder.folder()), "added": new, "keys": list(files), "partitions_without_file": sorted(known - set(files))}
+    return {
+        "folder": str(folder.folder()),
+        "added": new,
+        "keys": list(files),
+        "partitions_without_file": sorted(known - set(files)),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.maintenance", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tracking-uri", default=None,
-                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else the SQLite DB in the state folder)")
+    parser.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else the SQLite DB in the state folder)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("init", help="create the Dagster instance storage, dagster.yaml and the MLflow DB/experiment, once; then recover")
+    sub.add_parser(
+        "init",
+        help="create the Dagster instance storage, dagster.yaml and the MLflow DB/experiment, once; then recover",
+    )
     rec = sub.add_parser("recover", help="fail dead runs, end their MLflow runs, remove leftovers")
     rec.add_argument("--grace", type=float, default=0.0, help="skip runs started less than this many seconds ago")
     pr = sub.add_parser("prune", help="delete old run folders, dead leftovers and stale checkpoints")
     pr.add_argument("--keep", type=int, default=int(os.environ.get("PIPELINE_KEEP_LAST", 3)),
                     help="run folders kept per asset, newest first (default: $PIPELINE_KEEP_LAST or 3)")
-    pr.add_argument("--checkpoint-days", type=float, default=7.0, help="remove checkpoint scratch untouched this long (default 7)")
+    pr.add_argument(
+        "--checkpoint-days", type=float, default=7.0, help="remove checkpoint scratch untouched this long (default 7)"
+    )
     pr.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
-    sh = sub.add_parser("shards", help="add a partition for every shard file in the shard folder (what the shard_sensor does first)")
-    sh.add_argument("--keys", action="store_true", help="print the shard keys, one per line, instead of the JSON report")
+    sh = sub.add_parser(
+        "shards", help="add a partition for every shard file in the shard folder (what the shard_sensor does first)"
+    )
+    sh.add_argument(
+        "--keys", action="store_true", help="print the shard keys, one per line, instead of the JSON report"
+    )
     ad = sub.add_parser("addresses", help="the UI addresses this state folder's links point to (recorded on first use)")
     ad.add_argument("--get", choices=["dagster", "mlflow"], help="print only this address")
     ad.add_argument("--dagster", help="record a new Dagster UI address (earlier links keep the old one)")
@@ -87,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "addresses":  # touches no store
         try:
-            addresses = record_ui_addresses(args.dagster, args.mlflow) if args.dagster or args.mlflow else ui_addresses()
+            addresses = (
+                record_ui_addresses(args.dagster, args.mlflow) if args.dagster or args.mlflow else ui_addresses()
+            )
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -134,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(json.dumps(report, indent=1, default=str))
-    if report.get("errors") and args.command == "init":  # the stores are ready; housekeeping problems do not block a run
+    if (
+        report.get("errors") and args.command == "init"
+    ):  # the stores are ready; housekeeping problems do not block a run
         print(f"note: recovery reported problems: {report['errors']}", file=sys.stderr)
         return 0
     return 1 if report.get("errors") else 0

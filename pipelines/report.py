@@ -57,7 +57,9 @@ def asset_specs(defs: list[dg.AssetsDefinition]) -> list[dg.AssetSpec]:
 def recorded_checks(context: dg.AssetExecutionContext, skip: set[str]) -> list[dict[str, Any]]:
     """The run's check evaluations recorded so far whose names are not among `skip` (the claims, which
     the report judges itself): the data checks, which run before anything downstream of them."""
-    records = context.instance.get_records_for_run(context.run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION).records
+    records = context.instance.get_records_for_run(
+        context.run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
+    ).records
     out = []
     for r in records:
         ev = r.event_log_entry.dagster_event.event_specific_data
@@ -98,20 +100,48 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
             parent.log_artifact(path)
             parent.log_metrics({**headline, **count_metrics})
             # The parent's description keeps its link back to the Dagster run above the summary.
-            parent.set_note(f"Dagster run [{run.run_id[:8]}]({dagster_run_url(run.run_id)}) of {run_subject(run.job_name, run.asset_selection)}.\n\n{summary}")
-            claims = [{"claim": j.claim.name, "asset": j.asset, "status": j.status, "kind": j.claim.kind, "section": j.claim.section,
-                       **({"error": j.error} if j.verdict is None else {}),
-                       **({"note": j.verdict.note} if j.verdict is not None and not j.verdict.judged else {})} for j in judgements]
-            failed = [f"{c['claim']} on {c['asset']}: {c['status']}" for c in claims if c["status"] in ("failed", "not judged")]
+            parent.set_note(
+                f"Dagster run [{run.run_id[:8]}]({dagster_run_url(run.run_id)}) of "
+                f"{run_subject(run.job_name, run.asset_selection)}.\n\n{summary}"
+            )
+            claims = [
+                {
+                    "claim": j.claim.name,
+                    "asset": j.asset,
+                    "status": j.status,
+                    "kind": j.claim.kind,
+                    "section": j.claim.section,
+                    **({"error": j.error} if j.verdict is None else {}),
+                    **({"note": j.verdict.note} if j.verdict is not None and not j.verdict.judged else {}),
+                }
+                for j in judgements
+            ]
+            failed = [
+                f"{c['claim']} on {c['asset']}: {c['status']}"
+                for c in claims
+                if c["status"] in ("failed", "not judged")
+            ]
             return s.publish(
-                {"path": s.final_path(path), "claims": claims, "counts": counts, "invariant_counts": inv, "mlflow_parent_run_id": parent.run_id},
+                {
+                    "path": s.final_path(path),
+                    "claims": claims,
+                    "counts": counts,
+                    "invariant_counts": inv,
+                    "mlflow_parent_run_id": parent.run_id,
+                },
                 metrics=count_metrics,
                 files={"report": path},
                 artifacts=[path],
                 values={
                     "report_url": dg.MetadataValue.url(parent.artifact_url(REPORT_FILE)),
                     "mlflow_parent_url": dg.MetadataValue.url(parent.url),
-                    "claims": dg.MetadataValue.md("\n".join(f"- {c['status']}: `{c['claim']}` ({c['asset']}{', invariant' if c['kind'] == 'invariant' else ''})" for c in claims)),
+                    "claims": dg.MetadataValue.md(
+                        "\n".join(
+                            f"- {c['status']}: `{c['claim']}` "
+                            f"({c['asset']}{', invariant' if c['kind'] == 'invariant' else ''})"
+                            for c in claims
+                        )
+                    ),
                 },
                 warnings=failed,
             )

@@ -78,8 +78,17 @@ GRACE_S = 10.0  # a section may run this long past its budget before the alarm s
 HARD_GRACE_S = 20.0  # after the deadline's stop, this long to unwind before the process exits anyway
 
 FULL = {
-    "model": dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, dropout=0.0, bias=False,
-                  pos_encoding="learned", attention="fused", sdpa_backend="flash"),
+    "model": dict(
+        n_layer=12,
+        n_head=12,
+        n_embd=768,
+        block_size=1024,
+        dropout=0.0,
+        bias=False,
+        pos_encoding="learned",
+        attention="fused",
+        sdpa_backend="flash",
+    ),
     "vocab_size": 50304,  # GPT-2's 50257 padded to a multiple of 64, as nanoGPT does
     "batch_size": 32,
     "steps": 50,
@@ -91,17 +100,44 @@ FULL = {
     "sweep": dict(heads=12, head_dim=64, n_start=1024, n_max=1 << 18, reps=3, time_cap_s=5.0, window=512, n_global=16),
     "flex": dict(ns=[8192, 32768, 131072], min_point_s=40.0),
     "bnb": dict(in_features=4096, out_features=4096, tokens=4096, reps=20),
-    "bnb_generate": dict(n_layer=24, n_embd=1024, n_head=16, vocab_size=32000, block_size=1024, prompt_tokens=32, gen_tokens=64, repeats=3),
+    "bnb_generate": dict(
+        n_layer=24,
+        n_embd=1024,
+        n_head=16,
+        vocab_size=32000,
+        block_size=1024,
+        prompt_tokens=32,
+        gen_tokens=64,
+        repeats=3,
+    ),
     "quant_dtype": "float16",
     "ddp": dict(batch_size_per_process=16, warmup=10, steps=30, log_interval=10, compile=False),
     # seconds each section may take (checked before it starts, enforced while it runs); in this order
-    "budgets": {"sdpa": 20, "bnb": 30, "bnb_generate": 70, "matmul_peak": 15, "train": 130, "sweep": 70, "flex": 100, "ddp": 120},
+    "budgets": {
+        "sdpa": 20,
+        "bnb": 30,
+        "bnb_generate": 70,
+        "matmul_peak": 15,
+        "train": 130,
+        "sweep": 70,
+        "flex": 100,
+        "ddp": 120,
+    },
     # the least time a section needs to start at all (a smaller part of its budget is still worth it)
     "min_s": {"train": 75, "sweep": 20, "flex": 45, "bnb_generate": 30},
 }
 DRY = {
-    "model": dict(n_layer=2, n_head=2, n_embd=64, block_size=128, dropout=0.0, bias=False,
-                  pos_encoding="learned", attention="fused", sdpa_backend="flash"),
+    "model": dict(
+        n_layer=2,
+        n_head=2,
+        n_embd=64,
+        block_size=128,
+        dropout=0.0,
+        bias=False,
+        pos_encoding="learned",
+        attention="fused",
+        sdpa_backend="flash",
+    ),
     "vocab_size": 512,
     "batch_size": 4,
     "steps": 6,
@@ -113,10 +149,21 @@ DRY = {
     "sweep": dict(heads=2, head_dim=32, n_start=64, n_max=512, reps=2, time_cap_s=20.0, window=32, n_global=2),
     "flex": dict(ns=[256], min_point_s=5.0),
     "bnb": dict(in_features=256, out_features=512, tokens=64, reps=3),
-    "bnb_generate": dict(n_layer=1, n_embd=64, n_head=2, vocab_size=300, block_size=32, prompt_tokens=4, gen_tokens=3, repeats=1),
+    "bnb_generate": dict(
+        n_layer=1, n_embd=64, n_head=2, vocab_size=300, block_size=32, prompt_tokens=4, gen_tokens=3, repeats=1
+    ),
     "quant_dtype": "float32",  # the CPU has no fast float16: the dry run checks the path, not the speed
     "ddp": dict(batch_size_per_process=4, warmup=2, steps=4, log_interval=2, compile=False),
-    "budgets": {"sdpa": 30, "bnb": 30, "bnb_generate": 60, "matmul_peak": 15, "train": 60, "sweep": 90, "flex": 30, "ddp": 150},
+    "budgets": {
+        "sdpa": 30,
+        "bnb": 30,
+        "bnb_generate": 60,
+        "matmul_peak": 15,
+        "train": 60,
+        "sweep": 90,
+        "flex": 30,
+        "ddp": 150,
+    },
     "min_s": {"train": 5, "sweep": 8, "bnb_generate": 10},
 }
 SECTIONS = ("sdpa", "bnb", "bnb_generate", "matmul_peak", "train", "sweep", "flex", "ddp")
@@ -127,7 +174,13 @@ PROJECT = {
     "components.core.models.sizing": ["count_parameters"],
     "components.core.models.attention": ["SDPA_OPS", "detect_sdpa_backend"],
     "components.core.models.transformer": ["Transformer", "TransformerSettings"],
-    "components.core.studies.attention_cost": ["attention_sweep", "doubling", "fit_rows", "memory_accounting", "ratio_by_n"],
+    "components.core.studies.attention_cost": [
+        "attention_sweep",
+        "doubling",
+        "fit_rows",
+        "memory_accounting",
+        "ratio_by_n",
+    ],
     "components.core.training": ["Parallel", "TrainSettings", "TrainState", "make_optimizer", "optimizer_step"],
     "components.core.studies.quantization": ["cuda_bnb_check"],
 }
@@ -220,7 +273,9 @@ class Check:
         needed = min(float(CFG["min_s"].get(name, budget)), budget)
         left = self.left()
         if left < needed:
-            self.summary[name] = {"skipped": f"needs {needed:.0f} s to start; {left:.0f} s left of the {self.deadline_s:.0f} s deadline"}
+            self.summary[name] = {
+                "skipped": f"needs {needed:.0f} s to start; {left:.0f} s left of the {self.deadline_s:.0f} s deadline"
+            }
             say(f"{name}: skipped ({self.summary[name]['skipped']})")
             self.save()
             return
@@ -291,8 +346,12 @@ def headline(summary: dict) -> dict:
         "longest_n_reference": sweep.get("reference", {}).get("longest_n"),
         "longest_n_fused": sweep.get("fused", {}).get("longest_n"),
         "longest_n_flex": summary.get("flex", {}).get("longest_n"),
-        "fused_best_fraction_of_matmul_peak": max((r.get("fraction_of_matmul_peak", 0) for r in fused_rows), default=None),
-        "gen_tokens_per_s": {v: r.get("gen_tokens_per_s") for v, r in summary.get("bnb_generate", {}).get("variants", {}).items()},
+        "fused_best_fraction_of_matmul_peak": max(
+            (r.get("fraction_of_matmul_peak", 0) for r in fused_rows), default=None
+        ),
+        "gen_tokens_per_s": {
+            v: r.get("gen_tokens_per_s") for v, r in summary.get("bnb_generate", {}).get("variants", {}).items()
+        },
         "ddp_processes": summary.get("ddp", {}).get("processes"),
         "ddp_scaling_efficiency": summary.get("ddp", {}).get("scaling_efficiency"),
         "skipped": [k for k in ("preflight", *SECTIONS) if summary.get(k, {}).get("skipped")],
@@ -340,7 +399,11 @@ def preflight(device: torch.device) -> dict:
     except Exception as e:  # noqa: BLE001
         info["bitsandbytes"] = (f"unavailable ({type(e).__name__}: {e}); carry it: bash scripts/gpu_carry.sh, "
                                 "then run with .gpu_carry carried")
-    say(" ".join(f"{k}={info[k]}" for k in ("python", "torch", "cuda_version", "triton", "numpy", "pydantic", "bitsandbytes")))
+    say(
+        " ".join(
+            f"{k}={info[k]}" for k in ("python", "torch", "cuda_version", "triton", "numpy", "pydantic", "bitsandbytes")
+        )
+    )
     for module, names in PROJECT.items():
         m = importlib.import_module(module)
         for n in names:
@@ -348,18 +411,28 @@ def preflight(device: torch.device) -> dict:
     info["project_imports"] = "ok"
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        info.update({
-            "gpu": props.name, "capability": f"{props.major}.{props.minor}", "memory_gib": round(props.total_memory / 2**30, 1),
-            "sm_count": props.multi_processor_count, "bf16_supported": torch.cuda.is_bf16_supported(),
-            "peak_bf16_tflops_datasheet": (peak_flops(device) or 0) / 1e12 or None, "cudnn": torch.backends.cudnn.version(),
-        })
+        info.update(
+            {
+                "gpu": props.name,
+                "capability": f"{props.major}.{props.minor}",
+                "memory_gib": round(props.total_memory / 2**30, 1),
+                "sm_count": props.multi_processor_count,
+                "bf16_supported": torch.cuda.is_bf16_supported(),
+                "peak_bf16_tflops_datasheet": (peak_flops(device) or 0) / 1e12 or None,
+                "cudnn": torch.backends.cudnn.version(),
+            }
+        )
         t1 = time.perf_counter()
         x = torch.randn(4096, device=device)
         f = torch.compile(lambda t: torch.nn.functional.gelu(t) * 2.0 + 1.0)
         y = f(x)
         torch.cuda.synchronize(device)
         ok = torch.allclose(y, torch.nn.functional.gelu(x) * 2.0 + 1.0, atol=1e-5)
-        info["compile_check"] = {"ok": bool(ok), "seconds": round(time.perf_counter() - t1, 2), "what": "torch.compile → inductor → Triton, gelu(x)·2+1 on 4096 floats vs eager"}
+        info["compile_check"] = {
+            "ok": bool(ok),
+            "seconds": round(time.perf_counter() - t1, 2),
+            "what": "torch.compile → inductor → Triton, gelu(x)·2+1 on 4096 floats vs eager",
+        }
         if not ok:
             raise RuntimeError("the compiled tiny kernel differs from eager")
     else:
@@ -397,7 +470,11 @@ def _weight_bytes(layer) -> int:
         n += scb.numel() * scb.element_size()
     qs = getattr(w, "quant_state", None)  # NF4 block absmax (possibly itself quantized)
     if qs is not None:
-        for t in (getattr(qs, "absmax", None), getattr(getattr(qs, "state2", None), "absmax", None), getattr(qs, "code", None)):
+        for t in (
+            getattr(qs, "absmax", None),
+            getattr(getattr(qs, "state2", None), "absmax", None),
+            getattr(qs, "code", None),
+        ):
             if isinstance(t, torch.Tensor):
                 n += t.numel() * t.element_size()
     if layer.bias is not None:
@@ -431,10 +508,17 @@ def bnb_check(ck: Check, cfg: dict, device: torch.device) -> dict:
         if kind == "fp16":
             return torch.nn.Linear(b["in_features"], b["out_features"], bias=True).to(half)
         if kind == "int8":  # LLM.int8(): int8 weights, outlier features (> threshold) kept in fp16
-            return bnb.nn.Linear8bitLt(b["in_features"], b["out_features"], bias=True, has_fp16_weights=False, threshold=6.0)
+            return bnb.nn.Linear8bitLt(
+                b["in_features"], b["out_features"], bias=True, has_fp16_weights=False, threshold=6.0
+            )
         return bnb.nn.Linear4bit(b["in_features"], b["out_features"], bias=True, compute_dtype=half, quant_type="nf4")
 
-    out = {"in_features": b["in_features"], "out_features": b["out_features"], "tokens": b["tokens"], "device": str(device)}
+    out = {
+        "in_features": b["in_features"],
+        "out_features": b["out_features"],
+        "tokens": b["tokens"],
+        "device": str(device),
+    }
     ref = None
     for kind in ("fp16", "int8", "nf4"):
         try:
@@ -490,10 +574,14 @@ def bnb_generate_check(ck: Check, cfg: dict, device: torch.device) -> dict:
         say(f"bnb_generate {name}: {row}")
         ck.save()
 
-    out = cuda_bnb_check(device, **cfg["bnb_generate"], variants=variants, keep_dtype=q, compute_dtype=q, on_variant=saved)
+    out = cuda_bnb_check(
+        device, **cfg["bnb_generate"], variants=variants, keep_dtype=q, compute_dtype=q, on_variant=saved
+    )
     out["like_for_like"] = (
-        f"fp32 is the reference only (logit differences). fp16 casts every tensor to float16; bf16 to bfloat16; int8 and "
-        f"nf4 keep what is not quantized (embeddings, tied head, norms, biases) in {q}, and nf4 computes its matmuls in "
+        f"fp32 is the reference only (logit differences). fp16 casts every tensor to float16; bf16 to bfloat16; int8 "
+        f"and "
+        f"nf4 keep what is not quantized (embeddings, tied head, norms, biases) in {q}, and nf4 computes its matmuls "
+        f"in "
         f"{q} (LLM.int8 computes in float16). Logits are compared in float32."
     )
     if why:
@@ -518,7 +606,9 @@ def matmul_peak(cfg: dict, device: torch.device, dtype: torch.dtype) -> dict:
 # 5. GPT-2 small training through the pipeline's optimizer step
 
 
-def observed_kernels(model: Transformer, x: torch.Tensor, y: torch.Tensor, device: torch.device, dtype: torch.dtype) -> dict:
+def observed_kernels(
+    model: Transformer, x: torch.Tensor, y: torch.Tensor, device: torch.device, dtype: torch.dtype
+) -> dict:
     """SDPA aten ops and attention CUDA kernels seen in one forward+backward of the model (eager)."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -532,7 +622,12 @@ def observed_kernels(model: Transformer, x: torch.Tensor, y: torch.Tensor, devic
     model.zero_grad(set_to_none=True)
     return {
         "sdpa_ops": sorted(SDPA_OPS[k] for k in keys if k in SDPA_OPS),
-        "attention_kernels": sorted(k for k in keys if any(s in k.lower() for s in ("flash", "fmha", "attention_kernel", "cudnn")) and not k.startswith("aten::"))[:12],
+        "attention_kernels": sorted(
+            k
+            for k in keys
+            if any(s in k.lower() for s in ("flash", "fmha", "attention_kernel", "cudnn"))
+            and not k.startswith("aten::")
+        )[:12],
     }
 
 
@@ -571,7 +666,9 @@ def train_check(ck: Check, cfg: dict, device: torch.device, dtype: torch.dtype, 
     ck.summary["train"].update(res)
 
     def step() -> object:
-        return optimizer_step(state, run_model, data, ts, device=device, dtype=dtype, parallel=Parallel(), measure_clipped=False)
+        return optimizer_step(
+            state, run_model, data, ts, device=device, dtype=dtype, parallel=Parallel(), measure_clipped=False
+        )
 
     t0 = time.perf_counter()
     first = step()  # compiles when asked: timed apart
@@ -597,21 +694,27 @@ def train_check(ck: Check, cfg: dict, device: torch.device, dtype: torch.dtype, 
     flops_tok = model.flops_per_token(T)
     measured = ck.summary.get("matmul_peak", {}).get("tflops")
     datasheet = peak_flops(device)
-    res.update({
-        "steps": state.step,
-        "stopped": stopped or f"max_steps={ts.max_steps} reached",
-        "tokens_per_s": steady,  # median over the log intervals after the first step (compile excluded)
-        "step_ms": 1000 * B * T / steady if steady else None,
-        "flops_per_token": flops_tok,
-        "achieved_tflops": flops_tok * steady / 1e12 if steady else None,
-        "peak_tflops_datasheet": datasheet / 1e12 if datasheet else None,
-        "peak_tflops_measured": measured,
-        "mfu_datasheet_peak": flops_tok * steady / datasheet if steady and datasheet else None,
-        "mfu_measured_peak": flops_tok * steady / (measured * 1e12) if steady and measured and device.type == "cuda" else None,
-        "mfu_goal": MFU_GOAL,
-        "final_train_loss": state.history[-1]["train/loss"] if state.history else (rows[-1]["train_loss"] if rows else None),
-        "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
-    })
+    res.update(
+        {
+            "steps": state.step,
+            "stopped": stopped or f"max_steps={ts.max_steps} reached",
+            "tokens_per_s": steady,  # median over the log intervals after the first step (compile excluded)
+            "step_ms": 1000 * B * T / steady if steady else None,
+            "flops_per_token": flops_tok,
+            "achieved_tflops": flops_tok * steady / 1e12 if steady else None,
+            "peak_tflops_datasheet": datasheet / 1e12 if datasheet else None,
+            "peak_tflops_measured": measured,
+            "mfu_datasheet_peak": flops_tok * steady / datasheet if steady and datasheet else None,
+            "mfu_measured_peak": flops_tok * steady / (measured * 1e12)
+            if steady and measured and device.type == "cuda"
+            else None,
+            "mfu_goal": MFU_GOAL,
+            "final_train_loss": state.history[-1]["train/loss"]
+            if state.history
+            else (rows[-1]["train_loss"] if rows else None),
+            "peak_memory_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
+        }
+    )
     res["mfu_goal_met"] = None if res["mfu_datasheet_peak"] is None else res["mfu_datasheet_peak"] >= MFU_GOAL
     del run_model, state
     xb, yb = data.batch(np.arange(min(B, 4)), device)
@@ -635,9 +738,20 @@ def attention_flops(n: int, heads: int, head_dim: int, batch: int = 1, backward:
 def _point(ck: Check, section: str, impl: str, n: int, sw: dict, device: torch.device, dtype: torch.dtype) -> dict:
     t0 = time.perf_counter()
     r = attention_sweep(
-        [n], [impl], batch=1, n_head=sw["heads"], head_dim=sw["head_dim"], device=device, dtype=dtype, repeats=sw["reps"],
-        warmup=1, backward=True, window=sw["window"], n_global=sw["n_global"],
-        sdpa_backend="flash" if device.type == "cuda" else "auto", time_cap_s=sw["time_cap_s"],
+        [n],
+        [impl],
+        batch=1,
+        n_head=sw["heads"],
+        head_dim=sw["head_dim"],
+        device=device,
+        dtype=dtype,
+        repeats=sw["reps"],
+        warmup=1,
+        backward=True,
+        window=sw["window"],
+        n_global=sw["n_global"],
+        sdpa_backend="flash" if device.type == "cuda" else "auto",
+        time_cap_s=sw["time_cap_s"],
     )[0]
     r["wall_s"] = round(time.perf_counter() - t0, 2)
     if impl == "fused" and "ms" in r:
@@ -700,12 +814,21 @@ def sweep_check(ck: Check, cfg: dict, device: torch.device, dtype: torch.dtype) 
 
 def flex_check(ck: Check, cfg: dict, device: torch.device, dtype: torch.dtype, compile_ok: bool) -> dict:
     if device.type != "cuda":
-        return {"skipped": "CUDA only: on the CPU FlexAttention has no backward (and each N compiles for tens of seconds)"}
+        return {
+            "skipped": "CUDA only: on the CPU FlexAttention has no backward (and each N compiles for tens of seconds)"
+        }
     if not compile_ok:
         return {"skipped": "the preflight's compile check failed; FlexAttention needs the compiler"}
     sw, fx = cfg["sweep"], cfg["flex"]
-    ck.summary["flex"].update({"ns": fx["ns"], "window_tokens": sw["window"], "n_global": sw["n_global"], "dtype": str(dtype).removeprefix("torch."),
-                               "note": "each N is one compile (wall_s includes it); the BlockMask is built compiled (no dense N×N mask)"})
+    ck.summary["flex"].update(
+        {
+            "ns": fx["ns"],
+            "window_tokens": sw["window"],
+            "n_global": sw["n_global"],
+            "dtype": str(dtype).removeprefix("torch."),
+            "note": "each N is one compile (wall_s includes it); the BlockMask is built compiled (no dense N×N mask)",
+        }
+    )
     # A point's wall time is mostly its compile, not the N² work: the next one costs about as much.
     _sweep_impl(ck, "flex", "flex", list(fx["ns"]), sw, device, dtype, min_point_s=fx["min_point_s"], growth=1.5)
     node = ck.summary["flex"].pop("flex")
@@ -733,9 +856,22 @@ def ddp_check(cfg: dict, device: torch.device) -> dict:
         labels = write_random_labels(tmp / "labels", cfg["vocab_size"], m["block_size"], max(64 * per, 256))
 
         def case(nproc: int, profile: bool) -> dict:
-            train = dict(max_steps=window[1] + d["log_interval"], batch_size=per * nproc, lr=6e-4, min_lr=6e-5, warmup_steps=5,
-                         grad_clip=1.0, eval_interval=0, eval_batches=1, log_interval=d["log_interval"], device=cfg["device"],
-                         dtype=cfg["dtype"], compile=d["compile"], seed=0, threads=1 if device.type == "cpu" else 0)
+            train = dict(
+                max_steps=window[1] + d["log_interval"],
+                batch_size=per * nproc,
+                lr=6e-4,
+                min_lr=6e-5,
+                warmup_steps=5,
+                grad_clip=1.0,
+                eval_interval=0,
+                eval_batches=1,
+                log_interval=d["log_interval"],
+                device=cfg["device"],
+                dtype=cfg["dtype"],
+                compile=d["compile"],
+                seed=0,
+                threads=1 if device.type == "cpu" else 0,
+            )
             spec = make_spec(labels, "transformer", m, train, tmp / f"run{nproc}")
             return measure(spec, nproc, 1, window, profile=profile)
 
@@ -762,14 +898,25 @@ def ddp_check(cfg: dict, device: torch.device) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="the JSON summary's path (the log goes beside it, same name .log); on a lent GPU put it under $OUT")
+    ap.add_argument(
+        "--out",
+        required=True,
+        help="the JSON summary's path (the log goes beside it, same name .log); on a lent GPU put it under $OUT",
+    )
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes (what the tests run)")
-    ap.add_argument("--deadline-s", type=float, default=420.0, help="hard deadline of the whole check, seconds (default 420 = 7 min)")
+    ap.add_argument(
+        "--deadline-s",
+        type=float,
+        default=420.0,
+        help="hard deadline of the whole check, seconds (default 420 = 7 min)",
+    )
     ap.add_argument("--steps", type=int, help="training steps (default 50; dry run 6)")
     ap.add_argument("--batch-size", type=int, help="training batch size (default 32; dry run 4)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile in train (faster start, lower MFU)")
     ap.add_argument("--skip", default="", help=f"comma-separated sections to skip: {','.join(SECTIONS)}")
-    ap.add_argument("--budget", default="", help="comma-separated NAME=SECONDS overriding sections' budgets, e.g. train=90,flex=60")
+    ap.add_argument(
+        "--budget", default="", help="comma-separated NAME=SECONDS overriding sections' budgets, e.g. train=90,flex=60"
+    )
     ap.add_argument("--only", default="", help="comma-separated sections to run (the preflight always runs)")
     args = ap.parse_args(argv)
 
@@ -783,12 +930,16 @@ def main(argv: list[str] | None = None) -> dict:
     for item in filter(None, (x.strip() for x in args.budget.split(","))):
         name, _, secs = item.partition("=")
         if name not in SECTIONS or not secs.replace(".", "", 1).isdigit():
-            raise SystemExit(f"gpu_check: --budget wants NAME=SECONDS with NAME one of {', '.join(SECTIONS)}; got {item!r}")
+            raise SystemExit(
+                f"gpu_check: --budget wants NAME=SECONDS with NAME one of {', '.join(SECTIONS)}; got {item!r}"
+            )
         cfg["budgets"][name] = float(secs)
     CFG.clear()
     CFG.update(cfg)
     if not args.dry_run and not torch.cuda.is_available():
-        raise SystemExit("gpu_check: no CUDA GPU here; run it on the GPU machine, or use --dry-run for the CPU smoke run")
+        raise SystemExit(
+            "gpu_check: no CUDA GPU here; run it on the GPU machine, or use --dry-run for the CPU smoke run"
+        )
     unknown = {s.strip() for s in (args.skip + "," + args.only).split(",") if s.strip()} - set(SECTIONS)
     if unknown:
         raise SystemExit(f"gpu_check: unknown section(s) {sorted(unknown)}; sections are {', '.join(SECTIONS)}")

@@ -139,7 +139,11 @@ class BaseModel:
             if isinstance(value, _Decorated):
                 validators.append(value)
         for name in cls.__dict__.get("__annotations__", {}):
-            if name.startswith("_") or name in ("model_config", "model_fields") or typing.get_origin(hints.get(name)) is typing.ClassVar:
+            if (
+                name.startswith("_")
+                or name in ("model_config", "model_fields")
+                or typing.get_origin(hints.get(name)) is typing.ClassVar
+            ):
                 continue
             raw = cls.__dict__.get(name, _MISSING)
             f = raw if isinstance(raw, FieldInfo) else FieldInfo(raw)

@@ -28,21 +28,40 @@ def env_for(state: Path) -> dict[str, str]:
 
 
 def init_state(state: Path) -> None:
-    subprocess.run([sys.executable, "-m", "pipelines.maintenance", "init"], cwd=ROOT, env=env_for(state), check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pipelines.maintenance", "init"], cwd=ROOT, env=env_for(state), check=True, timeout=300
+    )
 
 
 def launch(state: Path, select: str, config: dict[str, Any], name: str = "run", init: bool = True) -> subprocess.Popen:
     """`dagster asset materialize` of `select` with `config`, in its own process group; log in state/../<name>.log."""
     state.mkdir(parents=True, exist_ok=True)
     selected = select.split(",")
-    config = {**config, "ops": {k: v for k, v in config.get("ops", {}).items() if k in selected}}  # Dagster refuses others
+    config = {
+        **config,
+        "ops": {k: v for k, v in config.get("ops", {}).items() if k in selected},
+    }  # Dagster refuses others
     cfg = state.parent / f"{name}.yaml"
     cfg.write_text(yaml.safe_dump(config))
     log = open(state.parent / f"{name}.log", "w")
-    cmd = [str(BIN / "dagster"), "asset", "materialize", "-m", "pipelines.definitions", "-a", "defs", "--select", select, "-c", str(cfg)]
+    cmd = [
+        str(BIN / "dagster"),
+        "asset",
+        "materialize",
+        "-m",
+        "pipelines.definitions",
+        "-a",
+        "defs",
+        "--select",
+        select,
+        "-c",
+        str(cfg),
+    ]
     if init:  # what scripts/run_pipeline.sh does: initialise the stores (once, locked), then launch
         cmd = ["bash", "-c", f"{sys.executable} -m pipelines.maintenance init && exec " + " ".join(map(str, cmd))]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env_for(state), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env_for(state), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 def wait(proc: subprocess.Popen, timeout: float = 600) -> int:
@@ -108,7 +127,11 @@ def step_intervals(inst, run_id: str) -> dict[str, tuple[float, float]]:
     from dagster import DagsterEventType
 
     start, end = {}, {}
-    for kind, into in ((DagsterEventType.STEP_START, start), (DagsterEventType.STEP_SUCCESS, end), (DagsterEventType.STEP_FAILURE, end)):
+    for kind, into in (
+        (DagsterEventType.STEP_START, start),
+        (DagsterEventType.STEP_SUCCESS, end),
+        (DagsterEventType.STEP_FAILURE, end),
+    ):
         for r in inst.get_records_for_run(run_id, of_type=kind).records:
             into[r.event_log_entry.step_key] = r.event_log_entry.timestamp
     return {k: (start[k], end[k]) for k in start if k in end}

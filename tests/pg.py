@@ -27,13 +27,17 @@ def pg_bin() -> Path:
     """The folder of initdb / pg_ctl: $PG_BIN, the newest /usr/lib/postgresql/*/bin, or the PATH."""
     if os.environ.get("PG_BIN"):
         return Path(os.environ["PG_BIN"])
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0)
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0
+    )
     if found:
         return found[-1].parent
     on_path = shutil.which("initdb")
     if on_path:
         return Path(on_path).parent
-    raise RuntimeError("PostgreSQL is not installed (no initdb): run `bash scripts/install_test_deps.sh` (apt package postgresql)")
+    raise RuntimeError(
+        "PostgreSQL is not installed (no initdb): run `bash scripts/install_test_deps.sh` (apt package postgresql)"
+    )
 
 
 def free_port() -> int:
@@ -91,7 +95,10 @@ def postgres(databases: tuple[str, ...] = (), durable: bool = False) -> Iterator
             pw = pwd.getpwnam("postgres")
         except KeyError:
             shutil.rmtree(folder)
-            raise RuntimeError("running as root, and there is no `postgres` user to run PostgreSQL as (apt package postgresql creates it)")
+            raise RuntimeError(
+                "running as root, and there is no `postgres` user to run PostgreSQL as (apt package postgresql creates "
+                "it)"
+            )
         os.chown(folder, pw.pw_uid, pw.pw_gid)
         as_user = ["runuser", "-u", "postgres", "--"]
     password = secrets.token_hex(12)
@@ -102,11 +109,29 @@ def postgres(databases: tuple[str, ...] = (), durable: bool = False) -> Iterator
     data, log = folder / "data", folder / "server.log"
     server = None
     try:
-        subprocess.run([*as_user, str(bin_ / "initdb"), "-D", str(data), "-U", USER, f"--pwfile={pwfile}",
-                        "--auth=scram-sha-256", "-E", "UTF8", "--no-sync"], check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                *as_user,
+                str(bin_ / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                USER,
+                f"--pwfile={pwfile}",
+                "--auth=scram-sha-256",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         for attempt in range(3):  # a free port can be taken between asking and binding
             port = free_port()
-            opts = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1" + ("" if durable else " -c fsync=off -c full_page_writes=off")
+            opts = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1" + (
+                "" if durable else " -c fsync=off -c full_page_writes=off"
+            )
             started = subprocess.run([*as_user, str(bin_ / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60",
                                       "-o", opts, "start"], capture_output=True, text=True, timeout=90)
             if started.returncode == 0:
@@ -170,8 +195,14 @@ def mlflow_server(pg: Postgres, db: str, folder: Path) -> Iterator[str]:
     env.pop("MLFLOW_TRACKING_URI", None)
     log = folder / "mlflow-server.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(["bash", "scripts/mlflow_server_pg.sh"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", "scripts/mlflow_server_pg.sh"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/health", proc, log)

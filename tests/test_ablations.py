@@ -91,7 +91,9 @@ def test_without_positions_word_order_is_invisible():
     s2 = [vocab[c] for c in "你爱我"]
     for pos, same in (("none", True), ("learned", False), ("sinusoidal", False), ("rope", False)):
         torch.manual_seed(0)
-        model = spread(Transformer(TransformerSettings(n_layer=2, n_head=2, n_embd=16, block_size=8, pos_encoding=pos), 4))
+        model = spread(
+            Transformer(TransformerSettings(n_layer=2, n_head=2, n_embd=16, block_size=8, pos_encoding=pos), 4)
+        )
         o1, o2 = outputs(model, s1), outputs(model, s2)
         for i, j in ((0, 2), (1, 1), (2, 0)):  # 我 at 0 in s1 and at 2 in s2, and so on
             assert torch.allclose(o1[i], o2[j], atol=1e-5) == same, (pos, i, j)
@@ -102,8 +104,12 @@ def test_permutation_equivariance_measured(pos):
     torch.manual_seed(0)
     x = torch.randint(1, 40, (1, 16))
     cfg = dict(n_layer=2, n_head=4, n_embd=32, block_size=16)
-    no_pe = permutation_equivariance(spread(Transformer(TransformerSettings(**cfg, pos_encoding="none"), 40)), x, trials=4)
-    with_pe = permutation_equivariance(spread(Transformer(TransformerSettings(**cfg, pos_encoding=pos), 40)), x, trials=4)
+    no_pe = permutation_equivariance(
+        spread(Transformer(TransformerSettings(**cfg, pos_encoding="none"), 40)), x, trials=4
+    )
+    with_pe = permutation_equivariance(
+        spread(Transformer(TransformerSettings(**cfg, pos_encoding=pos), 40)), x, trials=4
+    )
     assert no_pe["equivariant"] and no_pe["max_rel_err"] < 1e-5
     assert not with_pe["equivariant"] and with_pe["max_rel_err"] > 1e-2
     # the causal mask alone already tells positions apart (t sees t+1 tokens): not equivariant either
@@ -137,9 +143,22 @@ def test_run_ablations_on_real_text(corpus, tmp_path):
     logged = []
     res = run_ablations(
         TransformerSettings(n_layer=2, n_head=4, n_embd=32, block_size=32, pos_encoding="rope"),
-        TrainSettings(max_steps=500, batch_size=16, lr=3e-3, warmup_steps=10, eval_interval=0, eval_batches=8, threads=1),
-        AblationSettings(ablation_steps=120, deep_n_layer=6, permutation_len=12, depths=[1, 4], depth_steps=10, depth_n_embd=16, depth_block_size=16),
-        train_data, val_data, vocab, tmp_path,
+        TrainSettings(
+            max_steps=500, batch_size=16, lr=3e-3, warmup_steps=10, eval_interval=0, eval_batches=8, threads=1
+        ),
+        AblationSettings(
+            ablation_steps=120,
+            deep_n_layer=6,
+            permutation_len=12,
+            depths=[1, 4],
+            depth_steps=10,
+            depth_n_embd=16,
+            depth_block_size=16,
+        ),
+        train_data,
+        val_data,
+        vocab,
+        tmp_path,
         log_metrics=lambda m, step: logged.append(m),
     )
     rows = {r["run"]: r for r in res.table}

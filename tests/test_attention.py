@@ -248,7 +248,9 @@ def test_sliding_window_is_local_causal_attention():
     scores = (q @ k.transpose(-2, -1) * 0.3).masked_fill(~band, float("-inf"))
     torch.testing.assert_close(got, torch.softmax(scores, -1) @ v)
     full = reference_attention(q, k, v, scale=0.3)[0]
-    torch.testing.assert_close(sliding_window_attention(q, k, v, 50, scale=0.3), full)  # a window of T is full attention
+    torch.testing.assert_close(
+        sliding_window_attention(q, k, v, 50, scale=0.3), full
+    )  # a window of T is full attention
 
 
 def test_cpu_peak_memory_counts_known_allocations():
@@ -280,7 +282,9 @@ def test_attention_sweep_measures_time_and_memory_per_implementation():
     ratio = ratio_by_n(rows, "peak_bytes", "reference", "fused")
     assert ratio["256"] > ratio["64"] > 1  # quadratic against linear: the gap grows with N
     # A ceiling stops an implementation after the first point over it, and says why.
-    capped = attention_sweep([64, 128, 256], ("reference",), n_head=H, head_dim=D, repeats=1, warmup=0, memory_ceiling_bytes=1)
+    capped = attention_sweep(
+        [64, 128, 256], ("reference",), n_head=H, head_dim=D, repeats=1, warmup=0, memory_ceiling_bytes=1
+    )
     assert len(capped) == 1 and "memory ceiling" in capped[0]["stop"]
     with pytest.raises(ValueError, match="unknown attention implementation"):
         attention_sweep([64], ("sparse",), n_head=H, head_dim=D)
@@ -310,7 +314,9 @@ def test_bf16_autocast_on_the_cpu_runs_attention_in_float32():
         out = fused_attention(q, k, v, scale=8**-0.5)
         out.float().sum().backward()
     assert mode.seen and {dt for _, dt in mode.seen} == {torch.float32}, mode.seen  # forward and backward kernels
-    expected = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True, scale=8**-0.5)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), is_causal=True, scale=8**-0.5
+    )
     assert out.dtype == torch.bfloat16 and torch.equal(out, expected.to(torch.bfloat16))
     assert q.grad is not None and q.grad.dtype == torch.bfloat16 and torch.isfinite(q.grad).all()
 

@@ -40,7 +40,10 @@ def test_downstream_follows_an_upstream_update():
     roots = [k for k in graph.get_all_asset_keys() if not graph.get(k).parent_keys and k != dg.AssetKey("corpus")]
     waiting = dg.AssetSelection.assets(*roots).downstream().resolve(graph)
     manual = {k for k in graph.get_all_asset_keys() if graph.get(k).automation_condition is None}
-    assert dg.AssetKey("lr_sweep") in manual and {dg.AssetKey("attention_cost"), dg.AssetKey("memory_induction")} <= set(roots)
+    assert dg.AssetKey("lr_sweep") in manual and {
+        dg.AssetKey("attention_cost"),
+        dg.AssetKey("memory_induction"),
+    } <= set(roots)
     downstream = {k.to_user_string() for k in below - waiting - manual}
     assert requested == downstream and {"tokenizer", "labels", "model_comparison", "context_usage"} <= requested
     assert not {"attention_cost", "long_context_cost"} & requested

@@ -50,7 +50,9 @@ def chinese_corpus(tmp_path_factory):
     folder = tmp_path_factory.mktemp("zh")
     (folder / "docs").mkdir()
     (folder / "docs" / "news.txt").write_text("\n\n".join(chinese_documents()) + "\n", encoding="utf-8")
-    result = build_corpus(CorpusSettings(source="files", path=str(folder / "docs"), validation_fraction=0.2), folder / "corpus")
+    result = build_corpus(
+        CorpusSettings(source="files", path=str(folder / "docs"), validation_fraction=0.2), folder / "corpus"
+    )
     return folder, result
 
 
@@ -63,11 +65,32 @@ def test_corpus_reads_chinese_files(chinese_corpus):
 
 def test_jieba_segments_words_deterministically():
     text = "今天苹果公司发布了新手机，我们很高兴。"
-    assert segment_chinese(text).split() == ["今天", "苹果公司", "发布", "了", "新手机", "，", "我们", "很", "高兴", "。"]
+    assert segment_chinese(text).split() == [
+        "今天",
+        "苹果公司",
+        "发布",
+        "了",
+        "新手机",
+        "，",
+        "我们",
+        "很",
+        "高兴",
+        "。",
+    ]
     assert segment_chinese(text) == segment_chinese(text)
     assert segment_chinese("No Chinese here.") == "No Chinese here."
     # Mixed text: only the Han runs are segmented; the rest tokenizes as before.
-    assert word_tokenize("我们爱北京天安门, iPhone手机 it's OK!") == ["我们", "爱", "北京", "天安门", "iphone", "手机", "it", "s", "ok"]
+    assert word_tokenize("我们爱北京天安门, iPhone手机 it's OK!") == [
+        "我们",
+        "爱",
+        "北京",
+        "天安门",
+        "iphone",
+        "手机",
+        "it",
+        "s",
+        "ok",
+    ]
 
 
 def test_word_tokenizer_on_chinese_end_to_end(chinese_corpus):
@@ -90,7 +113,12 @@ def test_word_tokenizer_on_chinese_end_to_end(chinese_corpus):
     assert report.unk_rate < 0.05 and report.chars_per_token > 1.5
     assert report.warnings and "learned" in report.warnings[0]  # a few dozen words of the 500 asked for
 
-    build_labels({s: dd[s]["text"] for s in ("train", "validation")}, folder / "tokenizer.json", LabelSettings(block_size=16), folder / "labels")
+    build_labels(
+        {s: dd[s]["text"] for s in ("train", "validation")},
+        folder / "tokenizer.json",
+        LabelSettings(block_size=16),
+        folder / "labels",
+    )
     train, val, meta = load_labels(folder / "labels")
     assert check_blocks(train)["ok"] and check_blocks(val)["ok"]
     assert not np.any(train.x == UNK)  # every training word is in the vocabulary (min_count=2 on repeated words)
@@ -113,7 +141,12 @@ def test_byte_level_bpe_roundtrips_chinese_exactly(chinese_corpus):
     _, result = chinese_corpus
     dd = load_corpus(result.path)
     tok = train_tokenizer(dd["train"]["text"], TokenizerSettings(kind="bpe", vocab_size=400))
-    for text in list(dd["validation"]["text"]) + ["苹果公司发布了新手机，它的市值大涨。", "我爱你", "你爱我", "混合 text 和 English！"]:
+    for text in list(dd["validation"]["text"]) + [
+        "苹果公司发布了新手机，它的市值大涨。",
+        "我爱你",
+        "你爱我",
+        "混合 text 和 English！",
+    ]:
         assert roundtrip_ok(tok, text), text
     assert evaluate_tokenizer(tok, dd["validation"]["text"]).unk_rate == 0.0
 
@@ -141,7 +174,10 @@ def test_chinese_corpus_through_the_graph(chinese_corpus, tmp_path, monkeypatch)
     assert segments_chinese(tok) and {"苹果公司", "博物馆", "人工智能"} <= set(tok.get_vocab())
     checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
     # 500 words asked for, a few dozen learned: flagged by the warning check, not a failure.
-    assert not checks["tokenizer_is_healthy"].passed and checks["tokenizer_is_healthy"].severity == dg.AssetCheckSeverity.WARN
+    assert (
+        not checks["tokenizer_is_healthy"].passed
+        and checks["tokenizer_is_healthy"].severity == dg.AssetCheckSeverity.WARN
+    )
     emb = manifest(inst, result.run_id, "word_embeddings")
     vectors = load_embeddings(emb["path"])
     words = vectors.vocab.words

@@ -41,7 +41,9 @@ def test_pad_is_excluded_from_similarity_and_fails_when_its_row_is_not_zero(word
     save_embeddings(word2vec, tmp_path / "ok")
     v = C.pad_excluded_from_similarity({"path": str(tmp_path / "ok")})
     assert v.passed and v.figures["pad_in_neighbours"] == 0 and v.figures["pad_row_norm"] == 0
-    assert v.figures["words_probed"] == len(word2vec.vocab) - 4 and v.figures["neighbours_listed"] > 0  # every word but the specials
+    assert (
+        v.figures["words_probed"] == len(word2vec.vocab) - 4 and v.figures["neighbours_listed"] > 0
+    )  # every word but the specials
     assert C.pad_row_is_zero({"path": str(tmp_path / "ok")}).passed
     # A [PAD] row that picked up a direction (say, trained like a word): both claims fail, with the figure.
     bad = Word2VecResult(word2vec.vectors.copy(), word2vec.context, word2vec.vocab, word2vec.settings, word2vec.metrics)
@@ -64,7 +66,10 @@ def test_onehot_is_equidistant_learned_vectors_are_not(word2vec):
     assert spread["onehot"]["min"] == pytest.approx(math.sqrt(2), abs=1e-12) == spread["onehot"]["max"]
     v = C.onehot_equidistant_learned_not(embedding_eval_manifest(words, vectors))
     assert v.passed, v
-    assert v.figures["learned_cv"] > 1.5 * v.figures["random_cv"] and v.figures["learned_max"] > 2 * v.figures["learned_min"]
+    assert (
+        v.figures["learned_cv"] > 1.5 * v.figures["random_cv"]
+        and v.figures["learned_max"] > 2 * v.figures["learned_min"]
+    )
     # Vectors with no structure fail: mutually orthogonal ones (one-hot in disguise: every pair √2 apart)
     # and random directions (spread no wider than chance gives).
     n = len(words)
@@ -99,8 +104,17 @@ def blender(tmp_path_factory):
     torch.set_num_threads(1)
     seed_everything(0)
     model = Transformer(TransformerSettings(n_layer=1, n_head=2, n_embd=32, block_size=T, pos_encoding="none"), V)
-    s = TrainSettings(max_steps=150, batch_size=32, lr=3e-3, min_lr=3e-4, warmup_steps=10, eval_interval=0, log_interval=5,
-                      grad_clip=0.5, seed=0)
+    s = TrainSettings(
+        max_steps=150,
+        batch_size=32,
+        lr=3e-3,
+        min_lr=3e-4,
+        warmup_steps=10,
+        eval_interval=0,
+        log_interval=5,
+        grad_clip=0.5,
+        seed=0,
+    )
     result = train(model, frequency_blocks(2048, 0), frequency_blocks(64, 1), s, tmp_path_factory.mktemp("blender"))
     torch.set_num_threads(threads)
     return model.eval(), result, s
@@ -121,7 +135,9 @@ def test_soft_attention_beats_topk_on_a_task_that_needs_blending_and_fails_when_
     assert r.rows[0]["weight_share"] == pytest.approx(1.0)
     # So does a k beyond the block size (it keeps every key a query has).
     r = attention_topk(model, val, AttentionTopKSettings(ks=[2, 4 * T], eval_blocks=128, device="cpu"))
-    assert r.rows[1]["val_loss"] == pytest.approx(r.full_loss, abs=1e-6) and r.rows[1]["weight_share"] == pytest.approx(1.0)
+    assert r.rows[1]["val_loss"] == pytest.approx(r.full_loss, abs=1e-6) and r.rows[1]["weight_share"] == pytest.approx(
+        1.0
+    )
     assert not C.soft_attention_beats_topk({"rows": r.rows}).passed
 
 
@@ -130,12 +146,16 @@ def test_attention_rows_sum_to_one_on_the_trained_model_and_not_when_cut_without
     x = torch.from_numpy(frequency_blocks(8, 3).x.astype(np.int64))
     weights = model.attention_weights(x)
     stats = head_statistics(weights)
-    v = C.attention_rows_sum_to_one({"metrics": {"heads/max_row_sum_error": max(h["max_row_sum_error"] for h in stats)}, "heads": stats})
+    v = C.attention_rows_sum_to_one(
+        {"metrics": {"heads/max_row_sum_error": max(h["max_row_sum_error"] for h in stats)}, "heads": stats}
+    )
     assert v.passed and v.figures["max_row_sum_error"] < 1e-6
     # The top-1 weight alone, not renormalised, is no distribution.
     cut = [w * (w == w.max(-1, keepdim=True).values) for w in weights]
     stats = head_statistics(cut)
-    v = C.attention_rows_sum_to_one({"metrics": {"heads/max_row_sum_error": max(h["max_row_sum_error"] for h in stats)}, "heads": stats})
+    v = C.attention_rows_sum_to_one(
+        {"metrics": {"heads/max_row_sum_error": max(h["max_row_sum_error"] for h in stats)}, "heads": stats}
+    )
     assert not v.passed and v.figures["max_row_sum_error"] > 0.1
 
 
@@ -150,7 +170,9 @@ def test_clipping_bounds_the_gradient_norm_in_a_real_history_and_fails_without_c
     model = Transformer(TransformerSettings(n_layer=1, n_head=2, n_embd=32, block_size=T, pos_encoding="none"), V)
     off = s.model_copy(update={"grad_clip": 0.0, "max_steps": 10, "log_interval": 1})
     history = train(model, frequency_blocks(256, 0), frequency_blocks(32, 1), off, tmp_path).history
-    assert C.clipping_bounds_gradient({"history": history, "train_settings": off.model_dump()}).note.startswith("clipping is off")
+    assert C.clipping_bounds_gradient({"history": history, "train_settings": off.model_dump()}).note.startswith(
+        "clipping is off"
+    )
     v = C.clipping_bounds_gradient({"history": history, "train_settings": {"grad_clip": 0.5}})
     assert not v.passed and v.figures["max_grad_norm_clipped"] > 0.5
 
@@ -162,15 +184,34 @@ def test_every_claim_is_judged_once_per_asset_and_a_missing_or_broken_input_is_n
     names = [c.name for c in C.CLAIMS]
     assert len(names) == len(set(names))
     baseline = {"val_loss": 4.5, "model": "kn_3gram", "block_size": 32, "n_targets": 100, "tokenizer_sha256": "t"}
-    manifests = {"rnn_lm": {"vocab_size": 100, "metrics": {"val/loss": 4.0, "val/targets": 100}, "history": [], "tokenizer_sha256": "t",
-                            "train_settings": {"grad_clip": 1.0, "block_size": 32}, "baseline": baseline},
-                 "attention_topk": {"rows": "not rows"}}
-    js = C.judge_all(manifests, ["rnn_lm"], [C.claim("beats_ngram_baseline"), C.claim("soft_attention_beats_topk"), C.claim("heads_differ")])
+    manifests = {
+        "rnn_lm": {
+            "vocab_size": 100,
+            "metrics": {"val/loss": 4.0, "val/targets": 100},
+            "history": [],
+            "tokenizer_sha256": "t",
+            "train_settings": {"grad_clip": 1.0, "block_size": 32},
+            "baseline": baseline,
+        },
+        "attention_topk": {"rows": "not rows"},
+    }
+    js = C.judge_all(
+        manifests,
+        ["rnn_lm"],
+        [C.claim("beats_ngram_baseline"), C.claim("soft_attention_beats_topk"), C.claim("heads_differ")],
+    )
     by = {(j.claim.name, j.asset): j for j in js}
     assert by[("beats_ngram_baseline", "rnn_lm")].status == "passed"
-    assert by[("soft_attention_beats_topk", "attention_topk")].status == "not judged" and "TypeError" in by[("soft_attention_beats_topk", "attention_topk")].error
+    assert (
+        by[("soft_attention_beats_topk", "attention_topk")].status == "not judged"
+        and "TypeError" in by[("soft_attention_beats_topk", "attention_topk")].error
+    )
     assert by[("heads_differ", "attention_heads")].status == "not judged"
-    worse = C.judge_all({"rnn_lm": {**manifests["rnn_lm"], "metrics": {"val/loss": 5.0, "val/targets": 100}}}, ["rnn_lm"], [C.claim("beats_ngram_baseline")])
+    worse = C.judge_all(
+        {"rnn_lm": {**manifests["rnn_lm"], "metrics": {"val/loss": 5.0, "val/targets": 100}}},
+        ["rnn_lm"],
+        [C.claim("beats_ngram_baseline")],
+    )
     assert worse[0].status == "warning"  # a finding (warn), not an error
 
 
@@ -194,8 +235,15 @@ def test_not_judged_is_never_a_pass():
     j = C.Judgement(C.claim("int8_model_size"), "quantized_models", v)
     assert j.status == "not judged"
     quant = {"main_model": "transformer_lm", "checks": {"int8_size": {"value": None, "limit": 0.55, "all_in": None}}}
-    assert C.judge_all({"quantized_models": quant}, [], [C.claim("int8_weights_size"), C.claim("int8_model_size")])[0].status == "not judged"
-    assert [j.status for j in C.judge_all({"quantized_models": quant}, [], [C.claim("int8_model_size")])] == ["not judged"]
+    assert (
+        C.judge_all({"quantized_models": quant}, [], [C.claim("int8_weights_size"), C.claim("int8_model_size")])[
+            0
+        ].status
+        == "not judged"
+    )
+    assert [j.status for j in C.judge_all({"quantized_models": quant}, [], [C.claim("int8_model_size")])] == [
+        "not judged"
+    ]
 
 
 # --- counterexamples: each article claim judged in a world where it must fail -------------------------
@@ -214,8 +262,14 @@ def test_position_breaks_symmetry_and_fails_when_the_positional_table_carries_no
     no_pe = Transformer(cfg.model_copy(update={"pos_encoding": "none"}), V).eval()
 
     def judge(a, b):
-        return C.position_breaks_order_symmetry({"metrics": {"permutation/no_pe_rel_err": permutation_equivariance(a, idx)["max_rel_err"],
-                                                             "permutation/with_pe_rel_err": permutation_equivariance(b, idx)["max_rel_err"]}})
+        return C.position_breaks_order_symmetry(
+            {
+                "metrics": {
+                    "permutation/no_pe_rel_err": permutation_equivariance(a, idx)["max_rel_err"],
+                    "permutation/with_pe_rel_err": permutation_equivariance(b, idx)["max_rel_err"],
+                }
+            }
+        )
 
     assert judge(no_pe, with_pe).passed
     # A "positional" table of zeros: the model with PE is as order-blind as the one without, so the claim fails.
@@ -226,10 +280,21 @@ def test_position_breaks_symmetry_and_fails_when_the_positional_table_carries_no
 
 
 def gradient_manifest(contractive=0.6, expansive=1.4, rnn_fresh=0.8, lstm_fresh=0.95, **clip) -> dict:
-    rows = [{"model": "rnn", "variant": "contractive", "step_factor": contractive}, {"model": "rnn", "variant": "expansive", "step_factor": expansive},
-            {"model": "rnn", "variant": "fresh", "step_factor": rnn_fresh}, {"model": "lstm", "variant": "fresh", "step_factor": lstm_fresh}]
-    m = {"clip/unclipped_diverged": 1.0, "clip/clipped_diverged": 0.0, "clip/clipped_trained": 1.0, "clip/max_grad_norm_unclipped": 80.0,
-         "clip/max_grad_norm_clipped": 1.0, "clip/max_grad_norm_before_clip": 12.0, "clip/steps_clip_engaged": 17.0}
+    rows = [
+        {"model": "rnn", "variant": "contractive", "step_factor": contractive},
+        {"model": "rnn", "variant": "expansive", "step_factor": expansive},
+        {"model": "rnn", "variant": "fresh", "step_factor": rnn_fresh},
+        {"model": "lstm", "variant": "fresh", "step_factor": lstm_fresh},
+    ]
+    m = {
+        "clip/unclipped_diverged": 1.0,
+        "clip/clipped_diverged": 0.0,
+        "clip/clipped_trained": 1.0,
+        "clip/max_grad_norm_unclipped": 80.0,
+        "clip/max_grad_norm_clipped": 1.0,
+        "clip/max_grad_norm_before_clip": 12.0,
+        "clip/steps_clip_engaged": 17.0,
+    }
     m.update({f"clip/{k}": v for k, v in clip.items()})
     return {"rows": rows, "metrics": m, "clip_grad": 1.0}
 
@@ -239,13 +304,17 @@ def test_gradients_vanish_and_explode_fails_when_the_factors_do_not_split():
     # A "contractive" RNN whose gradient does not decay, or an LSTM that forgets as fast as the RNN.
     assert not C.gradients_vanish_and_explode(gradient_manifest(contractive=1.02)).checks["rnn_contractive_decays"]
     assert not C.gradients_vanish_and_explode(gradient_manifest(expansive=0.9)).passed
-    assert not C.gradients_vanish_and_explode(gradient_manifest(lstm_fresh=0.7)).checks["lstm_fresh_decays_slower_than_rnn"]
+    assert not C.gradients_vanish_and_explode(gradient_manifest(lstm_fresh=0.7)).checks[
+        "lstm_fresh_decays_slower_than_rnn"
+    ]
 
 
 def test_clipping_tames_explosion_fails_when_nothing_explodes_or_the_clip_never_acts():
     assert C.clipping_tames_exploding_gradients(gradient_manifest()).passed
     # A learning rate where plain SGD does not diverge: nothing to tame.
-    assert not C.clipping_tames_exploding_gradients(gradient_manifest(unclipped_diverged=0.0)).checks["unclipped_diverges"]
+    assert not C.clipping_tames_exploding_gradients(gradient_manifest(unclipped_diverged=0.0)).checks[
+        "unclipped_diverges"
+    ]
     # The clip never engaged (the norm stayed under the threshold): the run proves nothing about clipping.
     v = C.clipping_tames_exploding_gradients(gradient_manifest(steps_clip_engaged=0.0, max_grad_norm_before_clip=0.4))
     assert not v.passed and not v.checks["clip_engaged"]
@@ -259,21 +328,42 @@ def test_fact_neurons_fail_when_on_held_out_prompts_they_cost_no_more_than_match
     assert C.fact_neurons_matter({"probe": [{"prompt_text": "in the United"}], "metrics": m}).passed
     # Selected by their effect on the selecting prompt, they always hurt there; on held-out prompts they do
     # no more than random neurons of matched activation: the claim fails.
-    v = C.fact_neurons_matter({"probe": [{}], "metrics": {**m, "ffn/heldout_extra_drop_mean": 0.0, "ffn/heldout_extra_drop_lo": -0.03}})
+    v = C.fact_neurons_matter(
+        {"probe": [{}], "metrics": {**m, "ffn/heldout_extra_drop_mean": 0.0, "ffn/heldout_extra_drop_lo": -0.03}}
+    )
     assert not v.passed and not v.checks["heldout_drop_beyond_matched_random"]
     assert not C.fact_neurons_matter({"probe": [], "metrics": m}).checks["fact_prompts_found"]
-    assert not C.fact_neurons_matter({"probe": [{}], "metrics": {"ffn/p_top_k_zeroed_mean": 0.3}}).judged  # no held-out prompt
+    assert not C.fact_neurons_matter(
+        {"probe": [{}], "metrics": {"ffn/p_top_k_zeroed_mean": 0.3}}
+    ).judged  # no held-out prompt
 
 
 def attention_fits(ref_mem=2.0, ref_ratio=4.0, fused_mem=0.8, ref_time=2.1, window_time=1.0) -> dict:
     def fit(impl, me, mr, te):
-        return {"pass": "forward_backward", "impl": impl, "memory_exponent": me, "memory_ratio_last_doubling": mr, "time_exponent": te,
-                "time_r2": 0.99, "time_ratio_last_doubling": 2 ** te}
-    return {"fits": [fit("reference", ref_mem, ref_ratio, ref_time), fit("fused", fused_mem, 1.8, 1.3), fit("window", 1.0, 2.0, window_time)]}
+        return {
+            "pass": "forward_backward",
+            "impl": impl,
+            "memory_exponent": me,
+            "memory_ratio_last_doubling": mr,
+            "time_exponent": te,
+            "time_r2": 0.99,
+            "time_ratio_last_doubling": 2**te,
+        }
+
+    return {
+        "fits": [
+            fit("reference", ref_mem, ref_ratio, ref_time),
+            fit("fused", fused_mem, 1.8, 1.3),
+            fit("window", 1.0, 2.0, window_time),
+        ]
+    }
 
 
 def test_attention_cost_claims_fail_on_a_linear_reference_or_a_quadratic_kernel():
-    assert C.attention_scales_as_claimed(attention_fits()).passed and C.attention_time_scales_as_claimed(attention_fits()).passed
+    assert (
+        C.attention_scales_as_claimed(attention_fits()).passed
+        and C.attention_time_scales_as_claimed(attention_fits()).passed
+    )
     # Memory that grows as N (a kernel that never builds the score matrix, mislabelled reference) or a fused path that grows as N².
     assert not C.attention_scales_as_claimed(attention_fits(ref_mem=1.0, ref_ratio=2.0)).passed
     assert not C.attention_scales_as_claimed(attention_fits(fused_mem=2.0)).checks["fused_memory_linear"]
@@ -282,22 +372,43 @@ def test_attention_cost_claims_fail_on_a_linear_reference_or_a_quadratic_kernel(
     assert not C.attention_time_scales_as_claimed(attention_fits(window_time=2.0)).checks["window_time_linear"]
 
 
-def generation_manifest(kv=(1, 2, 4, 8), rnn=(5, 5, 5, 5), kv_exp=0.22, nc_exp=0.91, kv_ratio=2.3, nc_ratio=23.0) -> dict:
-    rows = [{"model": m, "context": L, "bytes_per_sequence": b} for m, bs in (("transformer_kv_cache", kv), ("rnn", rnn), ("lstm", rnn))
-            for L, b in zip((64, 128, 256, 512), bs)]
-    fits = [{"model": m, "time_exponent": e, "max_over_min": r, "ms_per_token_at_max": 1.0, "bytes_per_sequence_at_max": 1}
-            for m, e, r in (("transformer_kv_cache", kv_exp, kv_ratio), ("transformer_no_cache", nc_exp, nc_ratio), ("rnn", 0.0, 1.0), ("lstm", 0.0, 1.0))]
+def generation_manifest(
+    kv=(1, 2, 4, 8), rnn=(5, 5, 5, 5), kv_exp=0.22, nc_exp=0.91, kv_ratio=2.3, nc_ratio=23.0
+) -> dict:
+    rows = [
+        {"model": m, "context": L, "bytes_per_sequence": b}
+        for m, bs in (("transformer_kv_cache", kv), ("rnn", rnn), ("lstm", rnn))
+        for L, b in zip((64, 128, 256, 512), bs)
+    ]
+    fits = [
+        {"model": m, "time_exponent": e, "max_over_min": r, "ms_per_token_at_max": 1.0, "bytes_per_sequence_at_max": 1}
+        for m, e, r in (
+            ("transformer_kv_cache", kv_exp, kv_ratio),
+            ("transformer_no_cache", nc_exp, nc_ratio),
+            ("rnn", 0.0, 1.0),
+            ("lstm", 0.0, 1.0),
+        )
+    ]
     return {"rows": rows, "fits": fits}
 
 
 def test_kv_cache_claims_fail_when_the_cache_is_flat_or_costs_as_much_as_rerunning():
-    assert C.kv_cache_grows_recurrent_state_does_not(generation_manifest()).passed and C.kv_cache_pays(generation_manifest()).passed
-    assert not C.kv_cache_grows_recurrent_state_does_not(generation_manifest(kv=(4, 4, 4, 4))).checks["cache_grows_with_context"]
-    assert not C.kv_cache_grows_recurrent_state_does_not(generation_manifest(rnn=(5, 6, 7, 8))).checks["recurrent_state_constant"]
+    assert (
+        C.kv_cache_grows_recurrent_state_does_not(generation_manifest()).passed
+        and C.kv_cache_pays(generation_manifest()).passed
+    )
+    assert not C.kv_cache_grows_recurrent_state_does_not(generation_manifest(kv=(4, 4, 4, 4))).checks[
+        "cache_grows_with_context"
+    ]
+    assert not C.kv_cache_grows_recurrent_state_does_not(generation_manifest(rnn=(5, 6, 7, 8))).checks[
+        "recurrent_state_constant"
+    ]
     # A "cache" that reruns the context: per-token time grows like the uncached path's.
     v = C.kv_cache_pays(generation_manifest(kv_exp=0.95, kv_ratio=25.0))
     assert not v.passed and not v.checks["uncached_grows_faster"]
-    assert not C.kv_cache_pays(generation_manifest(kv_exp=1.5, nc_exp=2.0, nc_ratio=99.0)).checks["cached_at_most_linear"]
+    assert not C.kv_cache_pays(generation_manifest(kv_exp=1.5, nc_exp=2.0, nc_ratio=99.0)).checks[
+        "cached_at_most_linear"
+    ]
 
 
 def test_arithmetic_fails_when_the_cache_differs_from_the_formula_or_memory_drifts_from_n_squared():
@@ -305,16 +416,33 @@ def test_arithmetic_fails_when_the_cache_differs_from_the_formula_or_memory_drif
             "summary": {"reference_forward_peak_over_scores_min": 3.0, "reference_forward_peak_over_scores_max": 3.2,
                         "reference_forward_memory_ratio_last_doubling": 3.99}}
     assert C.arithmetic_matches_measurement(good).passed
-    assert not C.arithmetic_matches_measurement({**good, "kv_check": [{"measured_over_predicted": 1.5}]}).checks["kv_cache_equals_formula"]
-    drift = {**good, "summary": {**good["summary"], "reference_forward_peak_over_scores_max": 6.0, "reference_forward_memory_ratio_last_doubling": 2.0}}
+    assert not C.arithmetic_matches_measurement({**good, "kv_check": [{"measured_over_predicted": 1.5}]}).checks[
+        "kv_cache_equals_formula"
+    ]
+    drift = {
+        **good,
+        "summary": {
+            **good["summary"],
+            "reference_forward_peak_over_scores_max": 6.0,
+            "reference_forward_memory_ratio_last_doubling": 2.0,
+        },
+    }
     v = C.arithmetic_matches_measurement(drift)
-    assert not v.checks["reference_forward_memory_tracks_n_squared"] and not v.checks["reference_forward_memory_x4_per_doubling"]
+    assert (
+        not v.checks["reference_forward_memory_tracks_n_squared"]
+        and not v.checks["reference_forward_memory_x4_per_doubling"]
+    )
 
 
 def test_later_context_fails_in_the_worlds_that_contradict_it():
-    usage = {"summaries": [{"model": "transformer_lm", "gain_from_context": 0.8, "receptive_field": None},
-                           {"model": "window_lm", "gain_from_context": 0.6, "receptive_field": 16, "saturation_position": 12}],
-             "window_gaps": [{"model": "window_lm", "gap_after_window": 0.02}], "metrics": {}}
+    usage = {
+        "summaries": [
+            {"model": "transformer_lm", "gain_from_context": 0.8, "receptive_field": None},
+            {"model": "window_lm", "gain_from_context": 0.6, "receptive_field": 16, "saturation_position": 12},
+        ],
+        "window_gaps": [{"model": "window_lm", "gap_after_window": 0.02}],
+        "metrics": {},
+    }
     assert C.later_context_helps(usage).passed
     # A model that gains nothing from context (a unigram model), or a window still improving beyond its field.
     flat = {**usage, "summaries": [{**usage["summaries"][0], "gain_from_context": -0.001}, usage["summaries"][1]]}
@@ -325,11 +453,46 @@ def test_later_context_fails_in_the_worlds_that_contradict_it():
 
 
 def quant_rows(int8_ppl=0.3, nf4_ppl=2.0, int8_bytes=1.05e6, nf4_bytes=0.6e6, fp16_bytes=2.1e6) -> list[dict]:
-    base = {"model": "transformer_lm", "params": 1_000_000, "quantized_params": 750_000, "kept_float": "embedding (float16)"}
-    return [{**base, "variant": "fp32", "memory_bytes": 2 * fp16_bytes, "dppl_pct": 0.0, "layer_ratio_vs_fp16": None, "layer_ratio_vs_fp16_all": None},
-            {**base, "variant": "fp16", "memory_bytes": fp16_bytes, "dppl_pct": 0.0, "layer_ratio_vs_fp16": None, "layer_ratio_vs_fp16_all": None},
-            {**base, "variant": "int8", "memory_bytes": int8_bytes, "dppl_pct": int8_ppl, "layer_ratio_vs_fp16": 0.51, "layer_ratio_vs_fp16_all": 0.51},
-            {**base, "variant": "nf4", "memory_bytes": nf4_bytes, "dppl_pct": nf4_ppl, "layer_ratio_vs_fp16": 0.26, "layer_ratio_vs_fp16_all": 0.27}]
+    base = {
+        "model": "transformer_lm",
+        "params": 1_000_000,
+        "quantized_params": 750_000,
+        "kept_float": "embedding (float16)",
+    }
+    return [
+        {
+            **base,
+            "variant": "fp32",
+            "memory_bytes": 2 * fp16_bytes,
+            "dppl_pct": 0.0,
+            "layer_ratio_vs_fp16": None,
+            "layer_ratio_vs_fp16_all": None,
+        },
+        {
+            **base,
+            "variant": "fp16",
+            "memory_bytes": fp16_bytes,
+            "dppl_pct": 0.0,
+            "layer_ratio_vs_fp16": None,
+            "layer_ratio_vs_fp16_all": None,
+        },
+        {
+            **base,
+            "variant": "int8",
+            "memory_bytes": int8_bytes,
+            "dppl_pct": int8_ppl,
+            "layer_ratio_vs_fp16": 0.51,
+            "layer_ratio_vs_fp16_all": 0.51,
+        },
+        {
+            **base,
+            "variant": "nf4",
+            "memory_bytes": nf4_bytes,
+            "dppl_pct": nf4_ppl,
+            "layer_ratio_vs_fp16": 0.26,
+            "layer_ratio_vs_fp16_all": 0.27,
+        },
+    ]
 
 
 def test_quantization_claims_fail_on_a_whole_model_kept_in_float32_or_a_costly_perplexity():
@@ -346,7 +509,11 @@ def test_quantization_claims_fail_on_a_whole_model_kept_in_float32_or_a_costly_p
     kept = manifest(quant_rows(int8_bytes=0.885 * 2.1e6, nf4_bytes=0.70 * 2.1e6))
     assert C.int8_weights_size(kept).passed and C.nf4_weights_size(kept).passed
     v = C.int8_model_size(kept)
-    assert not v.passed and v.figures["model_ratio_vs_fp16"] == pytest.approx(0.885) and v.figures["quantized_layers_ratio"] == 0.51
+    assert (
+        not v.passed
+        and v.figures["model_ratio_vs_fp16"] == pytest.approx(0.885)
+        and v.figures["quantized_layers_ratio"] == 0.51
+    )
     assert not C.nf4_model_size(kept).passed
     costly = manifest(quant_rows(int8_ppl=3.0, nf4_ppl=12.0))
     assert not C.int8_perplexity_cost(costly).passed and not C.nf4_perplexity_cost(costly).passed
@@ -360,8 +527,11 @@ def test_every_article_claim_has_a_counterexample_here():
 
     # Here, or in test_memory.py for the memory tasks' claims (which train their counterexamples).
     source = inspect.getsource(sys.modules[__name__]) + (Path(__file__).parent / "test_memory.py").read_text()
-    missing = [c.name for c in C.article_claims()
-               if not any(f"{p}{c.name}(" in source for p in ("C.", "claims.")) and f'C.claim("{c.name}")' not in source]
+    missing = [
+        c.name
+        for c in C.article_claims()
+        if not any(f"{p}{c.name}(" in source for p in ("C.", "claims.")) and f'C.claim("{c.name}")' not in source
+    ]
     assert not missing, f"article claims without a counterexample test: {missing}"
 
 
@@ -397,8 +567,15 @@ def planted_vectors(tmp_path, shuffled: bool):
         vectors = vectors[rng.permutation(len(words))]
     (tmp_path / "analogies.txt").write_text("\n".join(questions) + "\n")
     (tmp_path / "pairs.tsv").write_text("\n".join(pairs) + "\n")
-    report = evaluate_embeddings(words, vectors, analogy_path=tmp_path / "analogies.txt", wordsim_path=tmp_path / "pairs.tsv",
-                                 simlex_path=tmp_path / "pairs.tsv", min_analogy_questions=10, min_similarity_pairs=10)
+    report = evaluate_embeddings(
+        words,
+        vectors,
+        analogy_path=tmp_path / "analogies.txt",
+        wordsim_path=tmp_path / "pairs.tsv",
+        simlex_path=tmp_path / "pairs.tsv",
+        min_analogy_questions=10,
+        min_similarity_pairs=10,
+    )
     return {"metrics": report.metrics()}
 
 
@@ -426,9 +603,21 @@ def test_serial_bottleneck_passes_where_attention_is_cheaper_per_token_and_fails
 
     def world(tf_us_per_token: float) -> dict:
         lens = [64, 128, 256]
-        tf = [{"model": "transformer", "seq_len": T, "batch_size": 8, "train_step_ms": tf_us_per_token * 8 * T * (1 + T / 1024) / 1000,
-               "sequential_steps": 8} for T in lens]
-        rec = [{"model": m, "seq_len": T, "batch_size": 8, "train_step_ms": 2.0 * 8 * T / 1000, "sequential_steps": T} for m in ("rnn", "lstm") for T in lens]
+        tf = [
+            {
+                "model": "transformer",
+                "seq_len": T,
+                "batch_size": 8,
+                "train_step_ms": tf_us_per_token * 8 * T * (1 + T / 1024) / 1000,
+                "sequential_steps": 8,
+            }
+            for T in lens
+        ]
+        rec = [
+            {"model": m, "seq_len": T, "batch_size": 8, "train_step_ms": 2.0 * 8 * T / 1000, "sequential_steps": T}
+            for m in ("rnn", "lstm")
+            for T in lens
+        ]
         return {"train_rows": tf + rec, "crossovers": [crossover(tf, rec, m) for m in ("rnn", "lstm")]}
 
     v = C.recurrence_is_the_serial_bottleneck(world(0.5))  # a device wide enough to run positions in parallel
@@ -437,7 +626,9 @@ def test_serial_bottleneck_passes_where_attention_is_cheaper_per_token_and_fails
     # What a 2-core CPU measures: the Transformer costs more per token at every length (2.7× at the longest).
     v = C.recurrence_is_the_serial_bottleneck(world(4.3))
     assert not v.passed and not v.checks["transformer_cheaper_per_token_than_rnn_at_longest"]
-    assert v.checks["rnn_critical_path_grows_with_length"] and v.figures["transformer_costlier_than_rnn_at_every_length"]
+    assert (
+        v.checks["rnn_critical_path_grows_with_length"] and v.figures["transformer_costlier_than_rnn_at_every_length"]
+    )
     assert not C.recurrence_is_the_serial_bottleneck({"train_rows": [], "crossovers": []}).judged
 
 
@@ -458,7 +649,14 @@ def test_sqrt_d_keeps_the_softmax_unsaturated_and_fails_when_the_scale_does_not_
 def depth_rows(nores_grad_12=0.001, nores_loss_12=3.5, res_loss_12=1.9, res_loss_2=2.0) -> list[dict]:
     rows = []
     for d in (2, 4, 8, 12):
-        rows.append({"n_layer": d, "residual": True, "val_loss": res_loss_12 if d == 12 else res_loss_2, "first_layer_grad_norm_init": 1.0})
+        rows.append(
+            {
+                "n_layer": d,
+                "residual": True,
+                "val_loss": res_loss_12 if d == 12 else res_loss_2,
+                "first_layer_grad_norm_init": 1.0,
+            }
+        )
         rows.append({"n_layer": d, "residual": False, "val_loss": nores_loss_12 if d == 12 else 2.2,
                      "first_layer_grad_norm_init": nores_grad_12 if d == 12 else 0.5})
     return rows
@@ -471,5 +669,8 @@ def test_residuals_let_depth_train_and_fail_when_depth_still_hurts_or_the_plain_
     assert not v.passed and not v.checks["with_residuals_depth_does_not_hurt"]
     # A plain stack whose first layer keeps its gradient and trains as well: residuals made no difference.
     v = C.residuals_let_depth_train({"depth": depth_rows(nores_grad_12=0.8, nores_loss_12=1.8)})
-    assert not v.checks["without_residuals_gradient_fades_with_depth"] and not v.checks["without_residuals_deep_model_worse"]
+    assert (
+        not v.checks["without_residuals_gradient_fades_with_depth"]
+        and not v.checks["without_residuals_deep_model_worse"]
+    )
     assert not C.residuals_let_depth_train({"depth": []}).judged

@@ -21,8 +21,14 @@ def test_training_time_counts_only_steps():
 def test_matched_wall_clock_favours_the_faster_model():
     # Same losses per step, but "fast" steps take half the time: at the matched time it is further along.
     models = {
-        "slow": {"metrics": {"params": 1000, "val/loss": 1.5, "val/ppl": math.exp(1.5), "train/tokens_per_s_mean": 100.0}, "history": _history(100.0, [3.0, 2.0, 1.5])},
-        "fast": {"metrics": {"params": 1000, "val/loss": 1.5, "val/ppl": math.exp(1.5), "train/tokens_per_s_mean": 200.0}, "history": _history(50.0, [3.0, 2.0, 1.5])},
+        "slow": {
+            "metrics": {"params": 1000, "val/loss": 1.5, "val/ppl": math.exp(1.5), "train/tokens_per_s_mean": 100.0},
+            "history": _history(100.0, [3.0, 2.0, 1.5]),
+        },
+        "fast": {
+            "metrics": {"params": 1000, "val/loss": 1.5, "val/ppl": math.exp(1.5), "train/tokens_per_s_mean": 200.0},
+            "history": _history(50.0, [3.0, 2.0, 1.5]),
+        },
     }
     result = compare_models(models)
     assert result.matched_time_s == 1.5  # the longest time both models reached
@@ -42,8 +48,13 @@ def test_tokens_axis_and_ranking_settledness():
     st = ranking_settledness(crossing)
     assert st == {"ranking_last_eval": ["a", "b"], "ranking_previous_eval": ["b", "a"], "ranking_settled": False}
     assert ranking_settledness({"a": [(1, 3.0), (2, 2.0)], "b": [(1, 3.5), (2, 2.2)]})["ranking_settled"]
-    models = {n: {"metrics": {"params": 1, "val/loss": c[-1][1], "val/ppl": 1.0, "train/tokens_per_s_mean": 1.0},
-                  "history": [{"step": 10 * i, "step_ms": 10.0, "val/loss": v} for i, (_, v) in enumerate(c, 1)]} for n, c in crossing.items()}
+    models = {
+        n: {
+            "metrics": {"params": 1, "val/loss": c[-1][1], "val/ppl": 1.0, "train/tokens_per_s_mean": 1.0},
+            "history": [{"step": 10 * i, "step_ms": 10.0, "val/loss": v} for i, (_, v) in enumerate(c, 1)],
+        }
+        for n, c in crossing.items()
+    }
     r = compare_models(models)
     assert r.metrics()["ranking_settled"] == 0.0 and "still changing" in r.markdown()
 
@@ -54,7 +65,13 @@ def test_models_closer_than_their_seed_spread_are_tied():
     assert ranked_tiers({"a": 2.0, "b": 2.05, "c": 2.5}) == [["a"], ["b"], ["c"]]  # no spread: exact order
     assert ranked_tiers({"a": 2.0, "b": 2.05, "c": 2.5}, {"a": 0.1, "b": 0.02, "c": 0.1}) == [["a", "b"], ["c"]]
     assert tiers_text([["b", "a"], ["c"]]) == "{a, b} < c"
-    assert seed_spread({"a": [2.0, 2.1, 2.05]})["a"] == {"seeds": 3, "mean": 2.05, "min": 2.0, "max": 2.1, "spread": pytest.approx(0.1)}
+    assert seed_spread({"a": [2.0, 2.1, 2.05]})["a"] == {
+        "seeds": 3,
+        "mean": 2.05,
+        "min": 2.0,
+        "max": 2.1,
+        "spread": pytest.approx(0.1),
+    }
     # a and b swap between the last two evaluations, by less than their spread: settled beyond noise, not exactly.
     curves = {"a": [(1, 3.0), (2, 2.00)], "b": [(1, 2.99), (2, 2.02)], "c": [(1, 3.5), (2, 2.6)]}
     st = ranking_settledness(curves, {"a": 0.05, "b": 0.05, "c": 0.05})
@@ -62,7 +79,12 @@ def test_models_closer_than_their_seed_spread_are_tied():
     assert ranking_settledness(curves, {"a": 0.001, "b": 0.001, "c": 0.001})["ranking_settled_beyond_spread"] is False
     # Only a was retrained with other seeds: b, c and d are given its spread, not none. b and d, 0.001
     # apart and neither retrained, tie; without the assumption they were two tiers.
-    curves = {"a": [(1, 2.5), (2, 2.0)], "b": [(1, 2.6), (2, 2.101)], "d": [(1, 2.6), (2, 2.1)], "c": [(1, 3.5), (2, 2.6)]}
+    curves = {
+        "a": [(1, 2.5), (2, 2.0)],
+        "b": [(1, 2.6), (2, 2.101)],
+        "d": [(1, 2.6), (2, 2.1)],
+        "c": [(1, 3.5), (2, 2.6)],
+    }
     st = ranking_settledness(curves, {"a": 0.05})
     assert st["spread_assumed_for"] == ["b", "c", "d"]
     assert st["tiers_last_eval"] == [["a"], ["d", "b"], ["c"]] and st["ranking_settled_beyond_spread"]
@@ -85,10 +107,17 @@ def test_other_seeds_retrain_the_recorded_settings(tmp_path, one_thread):
     x, y = ids[:n].reshape(-1, 17)[:, :16], ids[1 : n + 1].reshape(-1, 17)[:, 1:].astype(np.int32)
     train, val = TokenBlocks(x[:-8].copy(), y[:-8].copy()), TokenBlocks(x[-8:].copy(), y[-8:].copy())
     V = len(chars) + 1
-    ts = TrainSettings(max_steps=8, batch_size=4, eval_interval=0, eval_batches=2, seed=1, device="cpu", dtype="float32")
+    ts = TrainSettings(
+        max_steps=8, batch_size=4, eval_interval=0, eval_batches=2, seed=1, device="cpu", dtype="float32"
+    )
     model = {"cell": "lstm", "n_embd": 8, "hidden_size": 8}
     own = train_lm("recurrent", model, ts, train, val, V, tmp_path / "own")
-    manifest = {"family": "recurrent", "model_config": own.config.model_dump(), "train_settings": ts.model_dump(), "metrics": own.metrics}
+    manifest = {
+        "family": "recurrent",
+        "model_config": own.config.model_dump(),
+        "train_settings": ts.model_dump(),
+        "metrics": own.metrics,
+    }
     lines = []
     losses = train_other_seeds({"lstm": manifest}, [1, 2], train, val, V, tmp_path / "seeds", log=lines.append)
     assert len(losses["lstm"]) == 2 and losses["lstm"][0] == own.metrics["val/loss"]  # seed 1 is its own: skipped
@@ -122,9 +151,28 @@ def test_identical_models_with_different_seeds_are_tied_and_a_better_one_is_bett
     model = {"cell": "lstm", "n_embd": 16, "hidden_size": 16}
 
     def losses(steps: int, seeds: list[int]) -> list[float]:
-        return [train_lm("recurrent", model, TrainSettings(max_steps=steps, batch_size=8, lr=1e-2, min_lr=1e-3, warmup_steps=2,
-                                                           eval_interval=0, seed=s, device="cpu", dtype="float32"),
-                         train, val, V, tmp_path / f"{steps}-{s}").metrics["val/loss"] for s in seeds]
+        return [
+            train_lm(
+                "recurrent",
+                model,
+                TrainSettings(
+                    max_steps=steps,
+                    batch_size=8,
+                    lr=1e-2,
+                    min_lr=1e-3,
+                    warmup_steps=2,
+                    eval_interval=0,
+                    seed=s,
+                    device="cpu",
+                    dtype="float32",
+                ),
+                train,
+                val,
+                V,
+                tmp_path / f"{steps}-{s}",
+            ).metrics["val/loss"]
+            for s in seeds
+        ]
 
     a, b, long = losses(40, [4, 5, 6]), losses(40, [7, 8, 9]), losses(200, [1, 2, 3])
     by = {(p["a"], p["b"]): p for p in pair_verdicts({"a": a, "b": b, "long": long})}
@@ -134,18 +182,37 @@ def test_identical_models_with_different_seeds_are_tied_and_a_better_one_is_bett
 
 def test_the_ngram_is_a_row_and_a_line_and_each_model_is_measured_against_it():
     models = {
-        "rnn": {"metrics": {"params": 1000, "val/loss": 4.0, "val/ppl": math.exp(4.0), "train/tokens_per_s_mean": 100.0}, "history": _history(100.0, [5.0, 4.0])},
-        "lstm": {"metrics": {"params": 1000, "val/loss": 4.5, "val/ppl": math.exp(4.5), "train/tokens_per_s_mean": 100.0}, "history": _history(100.0, [5.0, 4.5])},
+        "rnn": {
+            "metrics": {"params": 1000, "val/loss": 4.0, "val/ppl": math.exp(4.0), "train/tokens_per_s_mean": 100.0},
+            "history": _history(100.0, [5.0, 4.0]),
+        },
+        "lstm": {
+            "metrics": {"params": 1000, "val/loss": 4.5, "val/ppl": math.exp(4.5), "train/tokens_per_s_mean": 100.0},
+            "history": _history(100.0, [5.0, 4.5]),
+        },
     }
-    result = compare_models(models, baseline=[{"model": "kn_2gram", "val_loss": 4.6}, {"model": "kn_3gram", "val_loss": 4.2}])
+    result = compare_models(
+        models, baseline=[{"model": "kn_2gram", "val_loss": 4.6}, {"model": "kn_3gram", "val_loss": 4.2}]
+    )
     assert "| kn_3gram |" in result.markdown() and result.best_ngram["model"] == "kn_3gram"
     m = result.metrics()
     assert m["rnn/margin_over_ngram"] == pytest.approx(0.2) and m["lstm/margin_over_ngram"] == pytest.approx(-0.3)
     ax = result.figures["comparison"].axes[0]
     assert {line.get_label() for line in ax.get_lines()} >= {"kn_2gram (n-gram)", "kn_3gram (n-gram)"}
     # Single seeds: no spread to judge by, so the exact order decides.
-    assert result.pairs == [{"a": "lstm", "b": "rnn", "verdict": "worse", "a_mean": 4.5, "b_mean": 4.0, "difference": 0.5,
-                             "spread": 0.0, "a_seeds": 1, "b_seeds": 1}]
+    assert result.pairs == [
+        {
+            "a": "lstm",
+            "b": "rnn",
+            "verdict": "worse",
+            "a_mean": 4.5,
+            "b_mean": 4.0,
+            "difference": 0.5,
+            "spread": 0.0,
+            "a_seeds": 1,
+            "b_seeds": 1,
+        }
+    ]
 
 
 def test_parameter_split_counts_a_tied_head_once_and_sums_to_the_total():

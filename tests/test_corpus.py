@@ -55,13 +55,17 @@ def test_local_txt_jsonl_parquet_and_directory(tmp_path):
     d = tmp_path / "docs"
     d.mkdir()
     (d / "a.txt").write_text("First paragraph here.\n\nSecond one, with 中文.\n")
-    (d / "b.jsonl").write_text(json.dumps({"body": "json doc one"}) + "\n\n" + json.dumps({"body": "json doc two"}) + "\n")
+    (d / "b.jsonl").write_text(
+        json.dumps({"body": "json doc one"}) + "\n\n" + json.dumps({"body": "json doc two"}) + "\n"
+    )
     pq.write_table(pa.table({"body": ["parquet doc"], "other": [1]}), d / "c.parquet")
     s = CorpusSettings(source="files", path=str(d), text_column="body", validation_fraction=0.2)
     result = build_corpus(s, tmp_path / "out")
     dd = load_corpus(result.path)
     texts = sorted(list(dd["train"]["text"]) + list(dd["validation"]["text"]))
-    assert texts == sorted(["First paragraph here.", "Second one, with 中文.", "json doc one", "json doc two", "parquet doc"])
+    assert texts == sorted(
+        ["First paragraph here.", "Second one, with 中文.", "json doc one", "json doc two", "parquet doc"]
+    )
     one_doc = CorpusSettings(source="files", path=str(d / "a.txt"), txt_documents="file")
     with pytest.raises(PipelineInputError, match="only one document"):
         build_corpus(one_doc, tmp_path / "out2")
@@ -98,7 +102,10 @@ def test_bad_input_names_the_problem(tmp_path, case):
         s, match = CorpusSettings(source="files", path=str(tmp_path / "e.txt")), "empty"
     elif case == "not_utf8":
         (tmp_path / "l1.txt").write_bytes("caf\u00e9 ok\n\n".encode("utf-8") + b"na\xefve")
-        s, match = CorpusSettings(source="files", path=str(tmp_path / "l1.txt")), r"l1.txt: not valid UTF-8 at byte offset 12"
+        s, match = (
+            CorpusSettings(source="files", path=str(tmp_path / "l1.txt")),
+            r"l1.txt: not valid UTF-8 at byte offset 12",
+        )
     elif case in ("truncated_bz2", "corrupt_bz2"):
         data = bytearray(default_wiki_dump().read_bytes())
         if case == "truncated_bz2":
@@ -106,7 +113,10 @@ def test_bad_input_names_the_problem(tmp_path, case):
         else:
             data[4000:4100] = b"\x00" * 100
         (tmp_path / "dump.xml.bz2").write_bytes(bytes(data))
-        s, match = CorpusSettings(source="wiki_dump", path=str(tmp_path / "dump.xml.bz2")), "dump.xml.bz2: the dump is truncated or corrupted"
+        s, match = (
+            CorpusSettings(source="wiki_dump", path=str(tmp_path / "dump.xml.bz2")),
+            "dump.xml.bz2: the dump is truncated or corrupted",
+        )
     elif case == "jsonl_column":
         (tmp_path / "d.jsonl").write_text('{"text": "a"}\n{"body": "b"}\n')
         s, match = CorpusSettings(source="files", path=str(tmp_path / "d.jsonl")), r"d.jsonl:2: no column 'text'"
@@ -115,12 +125,19 @@ def test_bad_input_names_the_problem(tmp_path, case):
         s, match = CorpusSettings(source="files", path=str(tmp_path / "d.jsonl")), r"d.jsonl:2: invalid JSON"
     elif case == "jsonl_list":
         (tmp_path / "d.jsonl").write_text('{"text": "a"}\n{"text": ["b", "c"]}\n')
-        s, match = CorpusSettings(source="files", path=str(tmp_path / "d.jsonl")), r"d.jsonl:2: column 'text' holds a JSON list"
+        s, match = (
+            CorpusSettings(source="files", path=str(tmp_path / "d.jsonl")),
+            r"d.jsonl:2: column 'text' holds a JSON list",
+        )
     elif case.startswith("parquet"):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        column = {"parquet_column": ("body", ["x", "y"]), "parquet_int": ("text", [1, 2]), "parquet_list": ("text", [["a"], ["b"]])}[case]
+        column = {
+            "parquet_column": ("body", ["x", "y"]),
+            "parquet_int": ("text", [1, 2]),
+            "parquet_list": ("text", [["a"], ["b"]]),
+        }[case]
         pq.write_table(pa.table({column[0]: column[1]}), tmp_path / "p.parquet")
         s = CorpusSettings(source="files", path=str(tmp_path / "p.parquet"))
         match = {
@@ -130,7 +147,10 @@ def test_bad_input_names_the_problem(tmp_path, case):
         }[case]
     elif case == "dangling_symlink":
         os.symlink(tmp_path / "gone.txt", tmp_path / "link.txt")
-        s, match = CorpusSettings(source="files", path=str(tmp_path / "link.txt")), r"link.txt: dangling symlink.*gone.txt"
+        s, match = (
+            CorpusSettings(source="files", path=str(tmp_path / "link.txt")),
+            r"link.txt: dangling symlink.*gone.txt",
+        )
     elif case.startswith("symlink_loop"):
         d = tmp_path / "docs"
         d.mkdir()
@@ -181,7 +201,11 @@ def test_left_out_files_and_rows_are_reported(tmp_path):
     assert stats["documents"] == 4 and stats["skipped_files"] == 2
     assert stats["dropped_null_rows"] == 3 and stats["dropped_short_documents"] == 1  # the empty jsonl row
     assert len(stats["warnings"]) == 2
-    assert "skipped 2 file(s)" in stats["warnings"][0] and "notes.md" in stats["warnings"][0] and "table.csv" in stats["warnings"][0]
+    assert (
+        "skipped 2 file(s)" in stats["warnings"][0]
+        and "notes.md" in stats["warnings"][0]
+        and "table.csv" in stats["warnings"][0]
+    )
     assert "dropped 3 row(s) whose 'text' is null" in stats["warnings"][1]
     clean = build_corpus(CorpusSettings(max_documents=4), tmp_path / "wiki").stats
     assert clean["skipped_files"] == clean["dropped_null_rows"] == 0 and clean["warnings"] == []
@@ -236,8 +260,12 @@ def test_bom_and_crlf_are_cleaned_and_nul_bytes_refused(tmp_path):
     (tmp_path / "win" / "b.jsonl").write_bytes(b"\xef\xbb\xbf" + b'{"text": "x y"}\r\n{"text": "z w"}\r\n')
     texts = {}
     for name in ("unix", "win"):
-        dd = load_corpus(build_corpus(CorpusSettings(source="files", path=str(tmp_path / name), validation_fraction=0.3),
-                                      tmp_path / f"{name}-out").path)
+        dd = load_corpus(
+            build_corpus(
+                CorpusSettings(source="files", path=str(tmp_path / name), validation_fraction=0.3),
+                tmp_path / f"{name}-out",
+            ).path
+        )
         texts[name] = sorted(list(dd["train"]["text"]) + list(dd["validation"]["text"]))
     assert not any("\ufeff" in t or "\r" in t for t in texts["win"]), texts["win"]
     assert set(texts["unix"]) <= set(texts["win"]) and {"x y", "z w"} <= set(texts["win"])
@@ -254,8 +282,12 @@ def test_bom_and_crlf_are_cleaned_and_nul_bytes_refused(tmp_path):
         build_corpus(CorpusSettings(source="files", path=str(tmp_path / "one.txt")), tmp_path / "one-out")
     assert "txt_documents" not in str(e.value) and "blank line" in str(e.value)  # 'paragraph' is already the default
     with pytest.raises(PipelineInputError, match="set corpus.txt_documents to 'paragraph'"):
-        build_corpus(CorpusSettings(source="files", path=str(tmp_path / "one.txt"), txt_documents="file"), tmp_path / "one-out")
+        build_corpus(
+            CorpusSettings(source="files", path=str(tmp_path / "one.txt"), txt_documents="file"), tmp_path / "one-out"
+        )
 
     os.symlink(tmp_path / "gone" / "deeper" / "data.txt", tmp_path / "link.txt")
-    with pytest.raises(PipelineInputError, match=r"link.txt: dangling symlink to .*gone/deeper/data.txt, which does not exist"):
+    with pytest.raises(
+        PipelineInputError, match=r"link.txt: dangling symlink to .*gone/deeper/data.txt, which does not exist"
+    ):
         build_corpus(CorpusSettings(source="files", path=str(tmp_path / "link.txt")), tmp_path / "link-out")

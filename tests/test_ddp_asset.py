@@ -86,13 +86,22 @@ def checkpoint_step(state: Path) -> int | None:
 
 def lm_mlflow_runs(state: Path, run_id: str):
     client, runs = mlflow_runs(state)
-    mine = [r for r in runs if r.data.tags.get("dagster.run_id") == run_id and r.data.tags.get("dagster.asset_key") == LM]
+    mine = [
+        r for r in runs if r.data.tags.get("dagster.run_id") == run_id and r.data.tags.get("dagster.asset_key") == LM
+    ]
     assert len(mine) == 1, [r.data.tags for r in runs]
     return client, mine[0]
 
 
 # Long enough that the kill lands mid-training (5-20 ms a step here), checkpoints every 10 steps.
-DDP = {"launcher": "torchrun", "nproc_per_node": 2, "max_steps": 200, "checkpoint_interval": 10, "eval_interval": 100, "log_interval": 10}
+DDP = {
+    "launcher": "torchrun",
+    "nproc_per_node": 2,
+    "max_steps": 200,
+    "checkpoint_interval": 10,
+    "eval_interval": 100,
+    "log_interval": 10,
+}
 
 
 def test_a_killed_rank_fails_the_asset_and_the_rerun_resumes(state):
@@ -106,7 +115,10 @@ def test_a_killed_rank_fails_the_asset_and_the_rerun_resumes(state):
             ranks = rank_processes()
             step = checkpoint_step(state)
             if step is not None and 1 in ranks:
-                seen["claims"] = [(c.run_id, c.step_key) for c in watcher.event_log_storage.get_concurrency_info("training").claimed_slots]
+                seen["claims"] = [
+                    (c.run_id, c.step_key)
+                    for c in watcher.event_log_storage.get_concurrency_info("training").claimed_slots
+                ]
                 seen["killed_after_step"] = step
                 os.kill(ranks[1], signal.SIGKILL)
                 return
@@ -140,7 +152,10 @@ def test_a_killed_rank_fails_the_asset_and_the_rerun_resumes(state):
     assert meta["resumed_from_step"].value == kept
     assert (meta["launcher"].value, meta["world_size"].value, meta["backend"].value) == ("torchrun", 2, "gloo")
     out = manifest(inst, rerun.run_id, LM)
-    assert out["launch"] == {"launcher": "torchrun", "world_size": 2, "backend": "gloo", "strategy": "ddp"} and out["metrics"]["steps"] == 200
+    assert (
+        out["launch"] == {"launcher": "torchrun", "world_size": 2, "backend": "gloo", "strategy": "ddp"}
+        and out["metrics"]["steps"] == 200
+    )
     client, run = lm_mlflow_runs(state, rerun.run_id)
     assert run.info.status == "FINISHED"
     # rank 0's log points after the resume, once each (the asset's headline train/loss is the last

@@ -10,15 +10,27 @@ def test_dagster_definitions_validate(tmp_path):
     env = {"PATH": f"{BIN}:/usr/bin:/bin", "DAGSTER_HOME": str(tmp_path), "PIPELINE_STATE_DIR": str(tmp_path / "state")}
     (tmp_path / "dagster.yaml").write_text("")
     out = subprocess.run(
-        [str(BIN / "dagster"), "definitions", "validate", "-w", "workspace.yaml"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        [str(BIN / "dagster"), "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "All code locations passed validation" in out.stdout + out.stderr
 
 
 def test_dg_check_defs(tmp_path):
-    env = {"PATH": f"{BIN}:/usr/bin:/bin", "DAGSTER_HOME": str(tmp_path), "PIPELINE_STATE_DIR": str(tmp_path / "state"), "HOME": str(tmp_path)}
-    out = subprocess.run([str(BIN / "dg"), "check", "defs"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        "PATH": f"{BIN}:/usr/bin:/bin",
+        "DAGSTER_HOME": str(tmp_path),
+        "PIPELINE_STATE_DIR": str(tmp_path / "state"),
+        "HOME": str(tmp_path),
+    }
+    out = subprocess.run(
+        [str(BIN / "dg"), "check", "defs"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -53,7 +65,14 @@ def test_assets_carry_code_versions_owners_tags_and_freshness(monkeypatch):
     for key, n in nodes.items():
         assert n.code_version and len(n.code_version) == 16, key
         assert n.owners == ["team:ml"] and n.tags["project"] == "wordvec-to-transformer", key
-        assert n.tags["role"] == ("data" if key in ("corpus", "tokenizer", "labels", "corpus_shards", "shard_tokenizer", "label_shards", "sharded_labels") else "model" if key in lms | {"word_embeddings", "quantized_models", "model_export"} else "study"), key
+        assert n.tags["role"] == (
+            "data"
+            if key
+            in ("corpus", "tokenizer", "labels", "corpus_shards", "shard_tokenizer", "label_shards", "sharded_labels")
+            else "model"
+            if key in lms | {"word_embeddings", "quantized_models", "model_export"}
+            else "study"
+        ), key
         if key in lms:
             policy = n.freshness_policy
             assert policy is not None and policy.fail_window.to_timedelta() == dt.timedelta(days=8), key
@@ -71,7 +90,11 @@ def test_assets_carry_code_versions_owners_tags_and_freshness(monkeypatch):
     assert not {p for p in covered if not p.startswith("components/core/")}
     # Editing the training loop changes every language model's version and not the corpus's.
     real = versions._file_digest
-    monkeypatch.setattr(versions, "_file_digest", lambda p: "edited" if p.name == "training.py" and p.parent.name == "core" else real(p))
-    edited = {k.to_user_string(): build_defs().resolve_asset_graph().get(k).code_version for k in graph.get_all_asset_keys()}
+    monkeypatch.setattr(
+        versions, "_file_digest", lambda p: "edited" if p.name == "training.py" and p.parent.name == "core" else real(p)
+    )
+    edited = {
+        k.to_user_string(): build_defs().resolve_asset_graph().get(k).code_version for k in graph.get_all_asset_keys()
+    }
     assert all(edited[k] != nodes[k].code_version for k in lms)
     assert edited["corpus"] == nodes["corpus"].code_version

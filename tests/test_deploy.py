@@ -54,7 +54,9 @@ def test_postgres_dagster_yaml_is_valid_and_keeps_the_embedded_settings(pg_home)
         assert deployed[section] == embedded[section], section
     # Its storage is recognised (marker key without the password), the embedded one is not a service.
     storage = dagster_storage(pg_home)
-    assert storage["kind"] == "postgres" and storage["env"][-1] == "DAGSTER_PG_PASSWORD" and "s3cret" not in storage["key"]
+    assert (
+        storage["kind"] == "postgres" and storage["env"][-1] == "DAGSTER_PG_PASSWORD" and "s3cret" not in storage["key"]
+    )
     (pg_home / "dagster.yaml").write_text(DAGSTER_YAML)
     assert dagster_storage(pg_home) is None
 
@@ -99,7 +101,11 @@ def test_k8s_executor_example_makes_a_job_per_step_with_a_gpu_where_gpu_yaml_use
     steps = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     per_step = cfg["per_step_k8s_config"]
     assert set(per_step) <= steps, set(per_step) - steps
-    gpu_steps = {s for s, c in per_step.items() if "nvidia.com/gpu" in c["container_config"].get("resources", {}).get("limits", {})}
+    gpu_steps = {
+        s
+        for s, c in per_step.items()
+        if "nvidia.com/gpu" in c["container_config"].get("resources", {}).get("limits", {})
+    }
     assert gpu_steps == _cuda_steps()  # a CUDA step without a GPU fails; a GPU for a CPU step is wasted
 
     def k8s_job(step: str):
@@ -113,8 +119,12 @@ def test_k8s_executor_example_makes_a_job_per_step_with_a_gpu_where_gpu_yaml_use
         ).merge(K8sContainerContext(run_k8s_config=UserDefinedDagsterK8sConfig.from_dict(per_step.get(step, {}))))
         job_config = DagsterK8sJobConfig(job_image=cfg["job_image"], dagster_home="/opt/dagster/dagster_home",
                                          instance_config_map="dagster-instance")
-        return construct_dagster_k8s_job(job_config, args=["dagster", "api", "execute_step"],
-                                         job_name=f"dagster-step-{step.replace('_', '-')}", user_defined_k8s_config=ctx.run_k8s_config)
+        return construct_dagster_k8s_job(
+            job_config,
+            args=["dagster", "api", "execute_step"],
+            job_name=f"dagster-step-{step.replace('_', '-')}",
+            user_defined_k8s_config=ctx.run_k8s_config,
+        )
 
     for step in sorted(steps):
         pod = k8s_job(step).spec.template.spec

@@ -117,7 +117,10 @@ def legs(labels, tmp_path_factory):
     proc = torchrun(make_spec(labels, out, max_steps=30))
     assert proc.returncode == 0, proc.stderr[-4000:]
     ddp, extra = read_train_result(out / RESULT_FILE)
-    ddp_files = {"checkpoint_step": read_metadata(out / CHECKPOINT_DIR)["step"], "history": json.loads((out / "history.json").read_text())}
+    ddp_files = {
+        "checkpoint_step": read_metadata(out / CHECKPOINT_DIR)["step"],
+        "history": json.loads((out / "history.json").read_text()),
+    }
     last = run_worker(make_spec(labels, out))
     return first, (ddp, extra, ddp_files), last
 
@@ -159,7 +162,9 @@ def test_a_world_size_that_does_not_fit_is_refused_before_anything_launches(labe
     assert f"train.nproc_per_node={cores + 1} CPU processes do not fit" in problem and f"{cores} CPU core" in problem
     # More GPU processes than GPUs (none here: device=cuda on this machine has 0), and a batch that does not split.
     if not os.environ.get("CUDA_VISIBLE_DEVICES") and not __import__("torch").cuda.is_available():
-        (gpu_problem,) = world_size_problems(LaunchSettings(launcher="torchrun", nproc_per_node=2), settings(device="cuda"))
+        (gpu_problem,) = world_size_problems(
+            LaunchSettings(launcher="torchrun", nproc_per_node=2), settings(device="cuda")
+        )
         assert "train.nproc_per_node=2 GPU processes do not fit this machine: it has 0 GPU(s)" in gpu_problem
     (odd,) = world_size_problems(LaunchSettings(launcher="torchrun", nproc_per_node=2), settings(batch_size=7))
     assert "train.batch_size=7 is the global batch" in odd and "multiple of train.nproc_per_node=2" in odd
@@ -170,7 +175,11 @@ def test_a_world_size_that_does_not_fit_is_refused_before_anything_launches(labe
     # The launcher refuses before torchrun starts anything: no rank ran, nothing was written.
     out = tmp_path / "run"
     proc = torchrun(make_spec(labels, out, batch_size=8 * (cores + 1)), nproc=cores + 1)
-    assert proc.returncode == 2 and proc.stderr.startswith("ConfigError: train.nproc_per_node=") and "nothing was launched" in proc.stderr
+    assert (
+        proc.returncode == 2
+        and proc.stderr.startswith("ConfigError: train.nproc_per_node=")
+        and "nothing was launched" in proc.stderr
+    )
     assert not out.exists()
 
 
@@ -215,7 +224,9 @@ def test_a_rank_or_launcher_whose_parent_dies_stops(tmp_path):
         "import os, time; from components.core.distributed import exit_with_parent; exit_with_parent(0.1); "
         f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
     )
-    shell = subprocess.Popen(["bash", "-c", f'"{sys.executable}" -c "{code}"; sleep 120'], cwd=ROOT, start_new_session=True)
+    shell = subprocess.Popen(
+        ["bash", "-c", f'"{sys.executable}" -c "{code}"; sleep 120'], cwd=ROOT, start_new_session=True
+    )
     try:
         deadline = time.time() + 60
         while not pid_file.exists() or not pid_file.read_text():
@@ -247,7 +258,11 @@ def listeners() -> list[tuple[str, set[int]]]:
     import re
 
     out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
-    return [(line.split()[3], {int(p) for p in re.findall(r"pid=(\d+)", line)}) for line in out.splitlines() if "pid=" in line]
+    return [
+        (line.split()[3], {int(p) for p in re.findall(r"pid=(\d+)", line)})
+        for line in out.splitlines()
+        if "pid=" in line
+    ]
 
 
 def descendants(root: int) -> set[int]:

@@ -79,20 +79,41 @@ def test_case_variants_are_resolved_like_gensim(tmp_path):
     """case_insensitive: the first (most frequent) of 'Paris'/'paris' stands for the word; variants of the
     question words are no answers."""
     rng = np.random.default_rng(0)
-    words = ["Paris", "France", "paris", "Berlin", "Germany", "germany", "Rome", "Italy", "Madrid", "Spain", "spain", "tokyo"]
+    words = [
+        "Paris",
+        "France",
+        "paris",
+        "Berlin",
+        "Germany",
+        "germany",
+        "Rome",
+        "Italy",
+        "Madrid",
+        "Spain",
+        "spain",
+        "tokyo",
+    ]
     vectors = rng.normal(size=(len(words), 6)).astype(np.float32)
     kv = KeyedVectors(6)
     kv.add_vectors(words, vectors)
     questions = tmp_path / "q.txt"
     lines = [": capitals"]
     for a, b in [("paris", "france"), ("berlin", "germany"), ("rome", "italy"), ("madrid", "spain")]:
-        for c, d in [("paris", "france"), ("berlin", "germany"), ("rome", "italy"), ("madrid", "spain"), ("tokyo", "japan")]:
+        for c, d in [
+            ("paris", "france"),
+            ("berlin", "germany"),
+            ("rome", "italy"),
+            ("madrid", "spain"),
+            ("tokyo", "japan"),
+        ]:
             if a != c:
                 lines.append(f"{a} {b} {c} {d}")
     questions.write_text("\n".join(lines) + "\n")
     _, sections = kv.evaluate_word_analogies(str(questions), restrict_vocab=30000)
     ours = evaluate_analogies(words, vectors, questions)
-    assert ours.correct == len(sections[-1]["correct"]) and ours.answered == ours.correct + len(sections[-1]["incorrect"])
+    assert ours.correct == len(sections[-1]["correct"]) and ours.answered == ours.correct + len(
+        sections[-1]["incorrect"]
+    )
     assert ours.total == len(lines) - 1 and ours.answered < ours.total  # "japan" is unknown
 
 
@@ -126,7 +147,14 @@ def test_report_metrics_tables_and_figure(gensim_kv):
     words, vectors = with_specials(gensim_kv.index_to_key, gensim_kv.vectors)
     report = evaluate_embeddings(words, vectors, ["government", "police", "australia", "president", "notaword"])
     m = report.metrics()
-    for key in ("analogy/accuracy", "analogy/coverage", "wordsim353/spearman", "wordsim353/oov", "simlex999/spearman", "simlex999/oov"):
+    for key in (
+        "analogy/accuracy",
+        "analogy/coverage",
+        "wordsim353/spearman",
+        "wordsim353/oov",
+        "simlex999/spearman",
+        "simlex999/oov",
+    ):
         assert key in m and math.isfinite(m[key]), key
     V, D = vectors.shape
     assert m["onehot/dense_bytes"] == V * V * 4

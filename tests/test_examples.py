@@ -12,13 +12,20 @@ from components.core.models.transformer import Transformer, TransformerSettings
 from components.core.studies.examples import ExamplesSettings, article_examples, shifted_pairs, word_order
 from components.core.tokenizer import TokenizerSettings, train_tokenizer
 
-TEXT = ["Apple announced a new phone and its market value rose. The history of the city begins in the second century. 我爱你，你爱我。"] * 20
+TEXT = [
+    "Apple announced a new phone and its market value rose. The history of the city begins in the second century. "
+    "我爱你，你爱我。"
+] * 20
 
 
 @pytest.fixture(scope="module")
 def codec():
     tok = train_tokenizer(TEXT, TokenizerSettings(kind="bpe", vocab_size=300, min_count=2))
-    return tok.get_vocab_size(), (lambda s: tok.encode(s, add_special_tokens=False).ids), (lambda ids: tok.decode(ids, skip_special_tokens=False))
+    return (
+        tok.get_vocab_size(),
+        (lambda s: tok.encode(s, add_special_tokens=False).ids),
+        (lambda ids: tok.decode(ids, skip_special_tokens=False)),
+    )
 
 
 @pytest.mark.parametrize("pos", ["rope", "learned"])
@@ -38,7 +45,12 @@ def test_the_article_examples_end_to_end(codec):
     tf = Transformer(TransformerSettings(n_layer=2, n_head=2, n_embd=32, block_size=64, pos_encoding="rope"), vocab)
     lstm = RecurrentLM(RecurrentSettings(cell="lstm", n_embd=16, hidden_size=24), vocab)
     r = article_examples(tf, lstm, enc, dec, ExamplesSettings())
-    assert [(p["input (X)"], p["label (Y)"]) for p in shifted_pairs()] == [("今天", "天气"), ("天气", "真"), ("真", "不错"), ("不错", "[EOS]")]
+    assert [(p["input (X)"], p["label (Y)"]) for p in shifted_pairs()] == [
+        ("今天", "天气"),
+        ("天气", "真"),
+        ("真", "不错"),
+        ("不错", "[EOS]"),
+    ]
     assert sum(x["weight"] for x in r.attention_mix) == pytest.approx(1.0, abs=1e-5)
     assert r.attention_mix[0]["weight"] < 1.0 and len(r.attention_mix) == 10  # the query and every word before it
     assert len(r.lstm_gates) == len(enc(ExamplesSettings().gate_sentence))

@@ -55,10 +55,27 @@ def build_tiny(root: Path) -> dict:
     tok = train_tokenizer(docs, TokenizerSettings(vocab_size=512))
     tok_path = root / "tokenizer.json"
     tok.save(str(tok_path))
-    labels = build_labels({"train": docs[:250], "validation": docs[250:]}, tok_path, LabelSettings(block_size=32), root / "labels")
+    labels = build_labels(
+        {"train": docs[:250], "validation": docs[250:]}, tok_path, LabelSettings(block_size=32), root / "labels"
+    )
     train, val, meta = load_labels(labels.path)
-    ts = TrainSettings(max_steps=30, batch_size=8, block_size=32, eval_interval=0, eval_batches=2, log_interval=10, warmup_steps=5, device="cpu")
-    out = {"tokenizer": tok_path, "tokenizer_sha256": meta["tokenizer_sha256"], "train": train, "val": val, "vocab_size": int(meta["vocab_size"])}
+    ts = TrainSettings(
+        max_steps=30,
+        batch_size=8,
+        block_size=32,
+        eval_interval=0,
+        eval_batches=2,
+        log_interval=10,
+        warmup_steps=5,
+        device="cpu",
+    )
+    out = {
+        "tokenizer": tok_path,
+        "tokenizer_sha256": meta["tokenizer_sha256"],
+        "train": train,
+        "val": val,
+        "vocab_size": int(meta["vocab_size"]),
+    }
     for name, family, settings in (
         ("transformer_lm", "transformer", tiny_model_settings()),
         ("lstm_lm", "recurrent", {"cell": "lstm", "param_budget": 60000}),
@@ -82,8 +99,18 @@ def tiny(tmp_path_factory):
 def _export(tiny: dict, variant: str, out: Path, model=None) -> Path:
     model = model if model is not None else load_lm(tiny["transformer_lm"])
     export_model(
-        model, variant, out, tokenizer_path=tiny["tokenizer"], config=tiny["transformer_lm_config"],
-        train_settings={"max_steps": 30}, provenance={"dagster_run_id": "test-run", "mlflow_run_id": "test-mlflow", "tokenizer_sha256": tiny["tokenizer_sha256"], "corpus_content_sha256": "c0ffee"},
+        model,
+        variant,
+        out,
+        tokenizer_path=tiny["tokenizer"],
+        config=tiny["transformer_lm_config"],
+        train_settings={"max_steps": 30},
+        provenance={
+            "dagster_run_id": "test-run",
+            "mlflow_run_id": "test-mlflow",
+            "tokenizer_sha256": tiny["tokenizer_sha256"],
+            "corpus_content_sha256": "c0ffee",
+        },
     )
     return out
 
@@ -104,7 +131,13 @@ def test_round_trip_every_variant(tiny, exports):
         exported = to_precision(model, variant)
         reloaded, tok, cfg = load_export(folder)
         assert torch.equal(logits_of(exported, idx), logits_of(reloaded, idx)), variant
-        assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "generation_config.json", "model.safetensors", "tokenizer.json"]
+        assert sorted(p.name for p in folder.iterdir()) == [
+            "README.md",
+            "config.json",
+            "generation_config.json",
+            "model.safetensors",
+            "tokenizer.json",
+        ]
         assert cfg["quantization"]["variant"] == variant and cfg["tokenizer_sha256"] == tiny["tokenizer_sha256"]
         assert cfg["provenance"]["dagster_run_id"] == "test-run" and cfg["model_config"]["n_layer"] == 2
         header, _ = export_folder.read_header(folder / "model.safetensors")
@@ -166,7 +199,9 @@ def test_header_shapes_must_match_config(exports, tmp_path):
     cfg = json.loads((bad / "config.json").read_text())
     cfg["model_config"]["n_embd"] += 8
     (bad / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(PipelineInputError, match=r"model\.safetensors does not match the architecture in .*config\.json.*has shape"):
+    with pytest.raises(
+        PipelineInputError, match=r"model\.safetensors does not match the architecture in .*config\.json.*has shape"
+    ):
         load_export(bad)
 
 
@@ -179,8 +214,16 @@ def test_tokenizer_must_be_the_one_trained_with(tiny, exports, tmp_path):
     # Exporting with a tokenizer other than the model's is refused up front, and leaves nothing behind.
     out = tmp_path / "refused"
     with pytest.raises(PipelineInputError, match="trained with tokenizer"):
-        export_model(load_lm(tiny["transformer_lm"]), "fp16", out, tokenizer_path=bad / "tokenizer.json",
-                     config=tiny["transformer_lm_config"], train_settings={}, provenance={}, tokenizer_sha256=tiny["tokenizer_sha256"])
+        export_model(
+            load_lm(tiny["transformer_lm"]),
+            "fp16",
+            out,
+            tokenizer_path=bad / "tokenizer.json",
+            config=tiny["transformer_lm_config"],
+            train_settings={},
+            provenance={},
+            tokenizer_sha256=tiny["tokenizer_sha256"],
+        )
     assert not out.exists() and not list(tmp_path.glob(".refused*"))
 
 
@@ -189,13 +232,17 @@ def test_unknown_scheme_and_missing_backend(exports, tmp_path, monkeypatch):
     cfg = json.loads((bad / "config.json").read_text())
     cfg["quantization"]["scheme"] = "gptq-3bit"
     (bad / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ConfigError, match=r"config\.json quantization\.scheme: unknown quantization scheme 'gptq-3bit'"):
+    with pytest.raises(
+        ConfigError, match=r"config\.json quantization\.scheme: unknown quantization scheme 'gptq-3bit'"
+    ):
         load_export(bad)
     # A bitsandbytes build without the kernels for this device: a clear error naming the variant.
     from components.core.export import precision
 
     monkeypatch.setitem(precision._PROBED, ("nf4", "cpu"), "bitsandbytes 0.0: RuntimeError: no CPU backend (simulated)")
-    with pytest.raises(ConfigError, match=r"'nf4' needs bitsandbytes' 4-bit kernels on cpu.*remove 'nf4' from `variants`"):
+    with pytest.raises(
+        ConfigError, match=r"'nf4' needs bitsandbytes' 4-bit kernels on cpu.*remove 'nf4' from `variants`"
+    ):
         load_export(exports["nf4"])
 
 
@@ -246,13 +293,32 @@ def test_generate_command_line(exports, capsys):
 
     assert main(["generate", "--model", str(exports["fp16"].parent / "missing")]) == 2
     assert "no such export folder" in capsys.readouterr().err
-    assert generate_main(["--model", str(exports["int8"]), "--prompt", "The", "--max-new-tokens", "4", "--seed", "1"]) == 0
+    assert (
+        generate_main(["--model", str(exports["int8"]), "--prompt", "The", "--max-new-tokens", "4", "--seed", "1"]) == 0
+    )
     assert capsys.readouterr().out.startswith("The")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "components.core", "generate", "--model", str(exports["fp32"]), "--prompt", "The government",
-         "--max-new-tokens", "6", "--temperature", "0", "--stats"],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "components.core",
+            "generate",
+            "--model",
+            str(exports["fp32"]),
+            "--prompt",
+            "The government",
+            "--max-new-tokens",
+            "6",
+            "--temperature",
+            "0",
+            "--stats",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("The government") and "[fp32]" in proc.stderr

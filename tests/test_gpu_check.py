@@ -45,7 +45,9 @@ runpy.run_path({script!r}, run_name="__main__")
 """
 
 
-def run(*args: str, blocked: bool = False, allow_carry: bool = False, timeout: int = 300) -> subprocess.CompletedProcess:
+def run(
+    *args: str, blocked: bool = False, allow_carry: bool = False, timeout: int = 300
+) -> subprocess.CompletedProcess:
     cmd = [sys.executable, str(SCRIPT), *args]
     if blocked:
         code = BLOCKED.format(block=NOT_ON_IMAGE, carry=str(CARRY), allow=allow_carry, script=str(SCRIPT))
@@ -103,8 +105,13 @@ def test_dry_run_writes_every_section(tmp_path):
 
     # the pipeline's own quantization path, generating at every precision (CUDA: GPT-2-medium sized)
     gen = summary["bnb_generate"]
-    assert set(gen["variants"]) == {"fp32", "fp16", "bf16", "int8", "nf4"} and not [v for v, r in gen["variants"].items() if "error" in r]
-    assert all(r["gen_tokens_per_s"] > 0 for r in gen["variants"].values()) and gen["variants"]["fp32"]["logits_max_abs_diff"] == 0
+    assert set(gen["variants"]) == {"fp32", "fp16", "bf16", "int8", "nf4"} and not [
+        v for v, r in gen["variants"].items() if "error" in r
+    ]
+    assert (
+        all(r["gen_tokens_per_s"] > 0 for r in gen["variants"].values())
+        and gen["variants"]["fp32"]["logits_max_abs_diff"] == 0
+    )
     assert gen["variants"]["nf4"]["weight_bytes_vs_fp16"] < gen["variants"]["int8"]["weight_bytes_vs_fp16"] < 1
     assert gen["quantized_keep_dtype"] == gen["quantized_compute_dtype"] == "float32"  # dry run; float16 on CUDA
     assert summary["headline"]["gen_tokens_per_s"]["int8"] == gen["variants"]["int8"]["gen_tokens_per_s"]
@@ -136,7 +143,9 @@ def test_runs_without_what_the_gpu_image_lacks(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (CARRY / "bitsandbytes").is_dir(), reason="no carried bitsandbytes here (bash scripts/gpu_carry.sh makes it)")
+@pytest.mark.skipif(
+    not (CARRY / "bitsandbytes").is_dir(), reason="no carried bitsandbytes here (bash scripts/gpu_carry.sh makes it)"
+)
 def test_carried_pruned_bitsandbytes_imports_and_quantizes(tmp_path):
     """The pruned copy that travels to the GPU (CPU and CUDA 13 libraries only) is the one imported,
     and its INT8 / NF4 layers run on the CPU."""
@@ -170,8 +179,13 @@ def test_deadline_stops_a_section_and_skips_what_no_longer_fits(tmp_path):
 @pytest.mark.slow
 def test_sigterm_writes_the_rows_measured_so_far(tmp_path):
     out = tmp_path / "gpu_check.json"
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), "--dry-run", "--out", str(out), "--only", "train", "--steps", "100000"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--dry-run", "--out", str(out), "--only", "train", "--steps", "100000"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         rows, t0 = [], time.monotonic()
         while len(rows) < 2 and time.monotonic() - t0 < 120:  # rows appear in the file as they are measured
@@ -247,7 +261,12 @@ print(json.dumps(out))
     assert lite["t"] == TransformerSettings(n_layer=2, n_head=2, n_embd=64, sdpa_backend="flash").model_dump()
     assert lite["s"] == TrainSettings(max_steps=3, device="cpu", dtype="float32").model_dump()
     assert len(lite["errors"]) == 4
-    assert "divisible" in lite["errors"][0] and "bogus" in lite["errors"][1] and "n_layer" in lite["errors"][2] and "nope" in lite["errors"][3]
+    assert (
+        "divisible" in lite["errors"][0]
+        and "bogus" in lite["errors"][1]
+        and "n_layer" in lite["errors"][2]
+        and "nope" in lite["errors"][3]
+    )
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")

@@ -35,7 +35,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def blocks(wiki_texts):
     """Real labels (Wikipedia through a 512-token BPE) in blocks of 128."""
     tok = train_tokenizer(wiki_texts[:20], TokenizerSettings(vocab_size=V))
-    return pack_blocks(token_stream(tok, wiki_texts[:12]), 128, V), pack_blocks(token_stream(tok, wiki_texts[20:23]), 128, V)
+    return pack_blocks(token_stream(tok, wiki_texts[:12]), 128, V), pack_blocks(
+        token_stream(tok, wiki_texts[20:23]), 128, V
+    )
 
 
 def rnn(cell="rnn", seed=0, **kw):

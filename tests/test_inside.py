@@ -50,19 +50,27 @@ def test_head_statistics_and_classes_on_hand_built_patterns():
     stats = head_statistics(weights)
     by = {r["head"]: r for r in classify_heads(stats, InsideSettings(local_distance=2.0))}
     assert [by[h]["kind"] for h in range(5)] == ["previous-token", "first-token sink", "self", "local", "broad"]
-    assert by[0]["prev_token_share"] == pytest.approx(1) and by[0]["mean_distance"] == pytest.approx(1) and by[0]["entropy"] == pytest.approx(0)
+    assert (
+        by[0]["prev_token_share"] == pytest.approx(1)
+        and by[0]["mean_distance"] == pytest.approx(1)
+        and by[0]["entropy"] == pytest.approx(0)
+    )
     assert by[1]["first_token_share"] == pytest.approx(1)
     assert by[1]["mean_distance"] == pytest.approx(np.mean(np.arange(2, T)))  # query t looks t tokens back
     assert by[3]["mean_distance"] == pytest.approx(1) and by[3]["entropy"] == pytest.approx(np.log(3))
     q = np.arange(2, T)
-    assert by[4]["entropy"] == pytest.approx(np.mean(np.log(q + 1))) and by[4]["mean_distance"] == pytest.approx(np.mean(q / 2))
+    assert by[4]["entropy"] == pytest.approx(np.mean(np.log(q + 1))) and by[4]["mean_distance"] == pytest.approx(
+        np.mean(q / 2)
+    )
     assert max(r["max_row_sum_error"] for r in stats) < 1e-6  # float32 rows
 
 
 def planted(trigger=5, answer=11, neuron=7) -> Transformer:
     """One layer, attention silenced, every FFN neuron off but one that fires on `trigger` and writes `answer`."""
     torch.manual_seed(0)
-    m = Transformer(TransformerSettings(n_layer=1, n_head=2, n_embd=32, block_size=T, pos_encoding="none", attention="reference"), V).eval()
+    m = Transformer(
+        TransformerSettings(n_layer=1, n_head=2, n_embd=32, block_size=T, pos_encoding="none", attention="reference"), V
+    ).eval()
     with torch.no_grad():
         m.wte.weight.normal_()  # token vectors of norm ~√C (tied: also the unembedding), [PAD] zero
         m.wte.weight[0].zero_()
@@ -87,7 +95,9 @@ def test_attribution_finds_the_planted_neuron_and_ablating_it_removes_the_fact()
     assert int(attr.reshape(-1).argmax()) == 7 and attr[0, 7] > 10 * attr[0, torch.arange(128) != 7].abs().max()
     p_off = ablate_neurons(m, prompt, 11, [(0, 7)], "cpu")
     assert p_off < 0.1 and p_off < p[11] / 10  # the fact is gone
-    assert ablate_neurons(m, prompt, 11, [(0, 3)], "cpu") == pytest.approx(float(p[11]), abs=1e-4)  # another neuron: nothing changes
+    assert ablate_neurons(m, prompt, 11, [(0, 3)], "cpu") == pytest.approx(
+        float(p[11]), abs=1e-4
+    )  # another neuron: nothing changes
 
 
 def test_zeroing_a_head_changes_only_through_that_head():
@@ -108,7 +118,9 @@ def test_made_up_entities_are_absent_from_the_corpus():
     assert {"paris", "france", "berlin", "capital"} <= known
     rng = np.random.default_rng(0)
     text, entity, name = made_up_variant("Paris is the capital of France, and France", rng, known)
-    assert entity == "France" and name.lower() not in known and text == f"Paris is the capital of {name}, and {name}"  # everywhere
+    assert (
+        entity == "France" and name.lower() not in known and text == f"Paris is the capital of {name}, and {name}"
+    )  # everywhere
     assert made_up_variant("no capitals here", rng, known) is None
 
 
@@ -134,15 +146,35 @@ def test_both_studies_end_to_end_on_a_trained_small_model():
         opt.zero_grad()
         loss.backward()
         opt.step()
-    s = InsideSettings(stat_blocks=16, map_sentences=1, map_tokens=8, n_facts=4, fact_context=6, min_confidence=0.2, ablate_k=3,
-                       random_draws=2, top_neurons=3, device="cpu")
+    s = InsideSettings(
+        stat_blocks=16,
+        map_sentences=1,
+        map_tokens=8,
+        n_facts=4,
+        fact_context=6,
+        min_confidence=0.2,
+        ablate_k=3,
+        random_draws=2,
+        top_neurons=3,
+        device="cpu",
+    )
     one = Transformer(TransformerSettings(n_layer=2, n_head=1, n_embd=32, block_size=16), V)
     heads = attention_heads(m, blocks, s, decode=word_decode, encode=word_encode, one_head=one)
-    assert len(heads.heads) == 4 and {r["kind"] for r in heads.heads} <= {"previous-token", "first-token sink", "self", "local", "broad"}
-    assert heads.metrics()["heads/max_row_sum_error"] < 1e-5 and heads.one_head_loss > heads.base_loss  # the untrained twin is worse
+    assert len(heads.heads) == 4 and {r["kind"] for r in heads.heads} <= {
+        "previous-token",
+        "first-token sink",
+        "self",
+        "local",
+        "broad",
+    }
+    assert (
+        heads.metrics()["heads/max_row_sum_error"] < 1e-5 and heads.one_head_loss > heads.base_loss
+    )  # the untrained twin is worse
     assert set(heads.figures) == {"attention_map_0", "head_ablation"}
     mem = ffn_memories(m, blocks, s, decode=word_decode, encode=word_encode, known=set())
-    assert len(mem.neurons) == 3 and all(len(n["key_contexts"]) == 4 and "[[" in n["key_contexts"][0] for n in mem.neurons)
+    assert len(mem.neurons) == 3 and all(
+        len(n["key_contexts"]) == 4 and "[[" in n["key_contexts"][0] for n in mem.neurons
+    )
     assert len(mem.probe) == 4 and all(r["p_answer"] >= 0.2 for r in mem.probe)
     assert {"ffn/p_top_k_zeroed_mean", "ffn/p_random_k_zeroed_mean"} <= set(mem.metrics())
     # A periodic sequence repeats every prompt word for word: no fact has a different, held-out prompt,

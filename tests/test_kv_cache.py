@@ -16,7 +16,9 @@ V = 50
 
 def model(pos: str, impl: str, block_size: int = 16) -> Transformer:
     torch.manual_seed(0)
-    m = Transformer(TransformerSettings(n_layer=2, n_head=4, n_embd=32, block_size=block_size, attention=impl, pos_encoding=pos), V)
+    m = Transformer(
+        TransformerSettings(n_layer=2, n_head=4, n_embd=32, block_size=block_size, attention=impl, pos_encoding=pos), V
+    )
     return m.double().eval()
 
 

@@ -87,7 +87,9 @@ def test_streamed_labels_are_the_in_memory_packing_byte_for_byte(tmp_path, monke
     monkeypatch.setattr(tokenizer_module, "MAX_CHUNK_CHARS", 300)
     monkeypatch.setattr(tokenizer_module, "BATCH_CHARS", 5000)
     monkeypatch.setattr(labels_module, "WRITE_TOKENS", 1000)
-    texts = {split: dd[split]["text"] for split in ("train", "validation")}  # datasets columns, as the asset passes them
+    texts = {
+        split: dd[split]["text"] for split in ("train", "validation")
+    }  # datasets columns, as the asset passes them
     build_labels(texts, tmp_path / "tokenizer.json", LabelSettings(block_size=block_size), tmp_path / "labels")
     for name in ("train_x.npy", "train_y.npy", "validation_x.npy", "validation_y.npy"):
         assert (tmp_path / "labels" / name).read_bytes() == (reference / name).read_bytes(), name

@@ -14,7 +14,10 @@ from components.orchestration.language_model import (
 def test_labels_from_another_tokenizer_are_refused():
     labels = {"path": "/state/labels/run1", "tokenizer_sha256": "a" * 64}
     tokenizer = {"path": "/state/tokenizer/run2/tokenizer.json", "sha256": "b" * 64}
-    with pytest.raises(PipelineInputError, match=r"built with tokenizer aaaaaaaaaaaa.*current tokenizer is bbbbbbbbbbbb.*Re-materialize `labels`"):
+    with pytest.raises(
+        PipelineInputError,
+        match=r"built with tokenizer aaaaaaaaaaaa.*current tokenizer is bbbbbbbbbbbb.*Re-materialize `labels`",
+    ):
         check_same_tokenizer(labels, tokenizer)
     check_same_tokenizer(labels, {**tokenizer, "sha256": "a" * 64})
 
@@ -38,8 +41,11 @@ def test_the_checkpoint_key_ignores_how_a_training_is_launched():
     inprocess = key(batch_size=8)
     assert key(batch_size=8, launcher="torchrun", nproc_per_node=2, strategy="fsdp") == inprocess
     assert key(batch_size=16) != inprocess  # what is trained: another checkpoint
-    assert training_identity("transformer_lm", "transformer", {"model": {}, "train": {"batch_size": 8}}, labels, {"sha256": "b" * 64}) != \
-        training_identity("transformer_lm", "transformer", {"model": {}, "train": {"batch_size": 8}}, labels, tokenizer)
+    assert training_identity(
+        "transformer_lm", "transformer", {"model": {}, "train": {"batch_size": 8}}, labels, {"sha256": "b" * 64}
+    ) != training_identity(
+        "transformer_lm", "transformer", {"model": {}, "train": {"batch_size": 8}}, labels, tokenizer
+    )
 
 
 def component_config(name: str, **run):
@@ -48,9 +54,15 @@ def component_config(name: str, **run):
 
     import yaml
 
-    attrs = yaml.safe_load((Path(__file__).resolve().parents[1] / "pipelines/defs" / name / "defs.yaml").read_text())["attributes"]
-    model_cls = with_defaults("M", {"transformer": TransformerModelConfig, "recurrent": RecurrentModelConfig}[attrs["family"]],
-                              attrs.get("architecture", {}), name)
+    attrs = yaml.safe_load((Path(__file__).resolve().parents[1] / "pipelines/defs" / name / "defs.yaml").read_text())[
+        "attributes"
+    ]
+    model_cls = with_defaults(
+        "M",
+        {"transformer": TransformerModelConfig, "recurrent": RecurrentModelConfig}[attrs["family"]],
+        attrs.get("architecture", {}),
+        name,
+    )
     train_cls = with_defaults("T", LanguageModelTrainConfig, attrs.get("training", {}), name)
     return attrs["family"], model_cls, train_cls, model_cls(**run.get("model", {})), train_cls(**run.get("train", {}))
 
@@ -65,9 +77,15 @@ def test_an_explicit_width_is_never_resized_by_the_default_budget():
     family, model_cls, train_cls, model, train = component_config(
         "transformer_lm", model={"n_layer": 2, "n_embd": 32, "n_head": 2, "block_size": 32})
     assert model.param_budget  # the component's default budget is there
-    m, t, notes = explicit_settings_win(family, model.model_dump(), model_cls().model_dump(), train.model_dump(), train_cls().model_dump())
+    m, t, notes = explicit_settings_win(
+        family, model.model_dump(), model_cls().model_dump(), train.model_dump(), train_cls().model_dump()
+    )
     assert resolve_settings(family, m, 512).n_embd == 32
-    assert t["block_size"] is None and any("param_budget" in n for n in notes) and any("train.block_size follows" in n for n in notes)
+    assert (
+        t["block_size"] is None
+        and any("param_budget" in n for n in notes)
+        and any("train.block_size follows" in n for n in notes)
+    )
     # n_head=3 does not divide 32: refused as with param_budget: null, not resized into a fit.
     _, _, _, model3, _ = component_config("transformer_lm", model={"n_embd": 32, "n_head": 3})
     m3, _, _ = explicit_settings_win(family, model3.model_dump(), model_cls().model_dump())

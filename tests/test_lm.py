@@ -33,7 +33,10 @@ T = 16
 # name -> (family, model settings with a parameter budget to resolve)
 MODELS = {
     "rnn": ("recurrent", {"cell": "rnn", "n_embd": 16, "hidden_size": 32, "param_budget": 8_000}),
-    "lstm": ("recurrent", {"cell": "lstm", "lstm_impl": "explicit", "n_embd": 16, "hidden_size": 16, "param_budget": 10_000}),
+    "lstm": (
+        "recurrent",
+        {"cell": "lstm", "lstm_impl": "explicit", "n_embd": 16, "hidden_size": 16, "param_budget": 10_000},
+    ),
     "transformer": ("transformer", {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": T, "param_budget": 10_000}),
 }
 
@@ -60,7 +63,9 @@ def corpus():
 def test_every_family_trains_saves_and_loads_through_the_same_functions(name, corpus, tmp_path, monkeypatch):
     train_data, val_data, vocab, decode, encode = corpus
     family, settings = MODELS[name]
-    ts = TrainSettings(max_steps=4, batch_size=4, eval_interval=0, eval_batches=4, log_interval=2, device="cpu", threads=1)
+    ts = TrainSettings(
+        max_steps=4, batch_size=4, eval_interval=0, eval_batches=4, log_interval=2, device="cpu", threads=1
+    )
     sampling = SamplingSettings(num_samples=2, sample_tokens=6, sample_prompt="The ")
     progress = []
     res = train_lm(family, settings, ts, train_data, val_data, vocab, tmp_path, sampling=sampling, decode=decode,
@@ -71,7 +76,15 @@ def test_every_family_trains_saves_and_loads_through_the_same_functions(name, co
     assert res.config == resolve_settings(family, settings, vocab)
     m = res.metrics
     assert abs(m["params"] - settings["param_budget"]) / settings["param_budget"] < 0.25
-    assert {"train/loss", "val/loss", "val/ppl", "train/tokens_per_s_mean", "train/step_ms_mean", "params", "flops_per_token"} <= set(m)
+    assert {
+        "train/loss",
+        "val/loss",
+        "val/ppl",
+        "train/tokens_per_s_mean",
+        "train/step_ms_mean",
+        "params",
+        "flops_per_token",
+    } <= set(m)
     assert m["params_non_embedding"] == m["params"] - vocab * res.config.n_embd
     assert "mfu" not in m and [p[1] for p in progress] == [2, 4]
     assert len(res.samples) == 2 and all(s.startswith("The ") and len(s) == 4 + 6 for s in res.samples)
@@ -84,8 +97,17 @@ def test_every_family_trains_saves_and_loads_through_the_same_functions(name, co
     assert res.weights_path.parent == res.checkpoint_dir and res.resumed_from_step == 0
 
     # a rerun resumes the finished checkpoint and trains no further
-    again = train_lm(family, settings, ts, train_data, val_data, vocab, tmp_path, sampling=SamplingSettings(num_samples=0),
-                     model_meta={"tokenizer_sha256": "a" * 64})
+    again = train_lm(
+        family,
+        settings,
+        ts,
+        train_data,
+        val_data,
+        vocab,
+        tmp_path,
+        sampling=SamplingSettings(num_samples=0),
+        model_meta={"tokenizer_sha256": "a" * 64},
+    )
     assert again.resumed_from_step == 4 and again.history == res.history
 
     # Loading never sizes: the header holds the resolved widths.
@@ -104,7 +126,10 @@ def test_every_family_trains_saves_and_loads_through_the_same_functions(name, co
 
     # save_lm/load_lm round trip, with the identity checked on request
     saved = save_lm(model, tmp_path / "export" / "model.safetensors", {"tokenizer_sha256": "a" * 64})
-    assert count_parameters(load_lm(saved, expected_meta={"tokenizer_sha256": "a" * 64, **_identity(saved)})) == m["params"]
+    assert (
+        count_parameters(load_lm(saved, expected_meta={"tokenizer_sha256": "a" * 64, **_identity(saved)}))
+        == m["params"]
+    )
     with pytest.raises(CheckpointMismatchError, match="tokenizer_sha256"):
         load_lm(saved, expected_meta={**_identity(saved), "tokenizer_sha256": "b" * 64})
 
@@ -137,18 +162,29 @@ def test_sample_prompts_come_from_validation_blocks_without_padding(corpus):
     x = np.zeros((2, T), dtype=np.uint16)
     x[0, :3] = [5, 6, 7]
     blocks = TokenBlocks(x, np.full((2, T), IGNORE_INDEX, dtype=np.int32))
-    texts = sample_texts(model, blocks, SamplingSettings(num_samples=2, sample_tokens=3, temperature=0), torch.device("cpu"),
-                         decode=lambda ids: ",".join(map(str, ids)))
+    texts = sample_texts(
+        model,
+        blocks,
+        SamplingSettings(num_samples=2, sample_tokens=3, temperature=0),
+        torch.device("cpu"),
+        decode=lambda ids: ",".join(map(str, ids)),
+    )
     assert texts[0].startswith("5,6,7,") and len(texts[0].split(",")) == 6
     assert texts[1].startswith("0,") and len(texts[1].split(",")) == 4
 
 
-@pytest.mark.parametrize("family,settings", [
-    ("recurrent", {"cell": "rnn", "n_embd": 16, "hidden_size": 32, "tie_weights": False}),
-    ("recurrent", {"cell": "lstm", "n_embd": 16, "hidden_size": 24, "tie_weights": True}),
-    ("transformer", {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": T, "pos_encoding": "rope"}),
-    ("transformer", {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": T, "pos_encoding": "learned", "tie_weights": False}),
-])
+@pytest.mark.parametrize(
+    "family,settings",
+    [
+        ("recurrent", {"cell": "rnn", "n_embd": 16, "hidden_size": 32, "tie_weights": False}),
+        ("recurrent", {"cell": "lstm", "n_embd": 16, "hidden_size": 24, "tie_weights": True}),
+        ("transformer", {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": T, "pos_encoding": "rope"}),
+        (
+            "transformer",
+            {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": T, "pos_encoding": "learned", "tie_weights": False},
+        ),
+    ],
+)
 def test_params_non_embedding_is_params_minus_the_embedding_tables(family, settings):
     """One definition for every family and for model_comparison's accounting: params_non_embedding is
     params minus exactly the token table (V×E) and a learned position table (block_size×E); a tied
@@ -184,13 +220,25 @@ def test_a_flops_budget_sets_the_steps_so_the_schedule_ends_at_it(tmp_path):
     spent = {}
     for name, family, model in (("small", "recurrent", {"cell": "rnn", "n_embd": 8, "hidden_size": 8}),
                                 ("big", "recurrent", {"cell": "lstm", "n_embd": 16, "hidden_size": 32})):
-        ts = TrainSettings(flops_budget=budget, batch_size=4, warmup_steps=1, eval_interval=0, device="cpu", dtype="float32")
+        ts = TrainSettings(
+            flops_budget=budget, batch_size=4, warmup_steps=1, eval_interval=0, device="cpu", dtype="float32"
+        )
         res = train_lm(family, model, ts, blocks, blocks, 30, tmp_path / name)
         per_step = res.metrics["flops_per_token"] * 4 * 16
         spent[name] = res.metrics["steps"]
         assert budget - per_step < res.metrics["steps"] * per_step <= budget
-        assert lr_at(int(res.metrics["steps"]), ts.model_copy(update={"max_steps": int(res.metrics["steps"])})) == ts.min_lr
+        assert (
+            lr_at(int(res.metrics["steps"]), ts.model_copy(update={"max_steps": int(res.metrics["steps"])}))
+            == ts.min_lr
+        )
     assert spent["small"] > spent["big"]
     with pytest.raises(ConfigError, match="flops_budget"):
-        train_lm("recurrent", {"cell": "rnn", "n_embd": 8, "hidden_size": 8}, TrainSettings(flops_budget=10.0, batch_size=4, device="cpu"),
-                 blocks, blocks, 30, tmp_path / "tiny")
+        train_lm(
+            "recurrent",
+            {"cell": "rnn", "n_embd": 8, "hidden_size": 8},
+            TrainSettings(flops_budget=10.0, batch_size=4, device="cpu"),
+            blocks,
+            blocks,
+            30,
+            tmp_path / "tiny",
+        )

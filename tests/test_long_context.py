@@ -31,7 +31,10 @@ def test_attention_cost_rows_fits_and_memory_exponents():
     s = AttentionCostSettings(seq_lens=[128, 256, 512], window=64, repeats=1, warmup=0, fit_from=128, device="cpu")
     r = attention_cost(s)
     assert {(x["pass"], x["impl"], x["n"]) for x in r.rows} == {
-        (p, i, n) for p in ("forward", "forward_backward") for i in ("reference", "fused", "window") for n in (128, 256, 512)
+        (p, i, n)
+        for p in ("forward", "forward_backward")
+        for i in ("reference", "fused", "window")
+        for n in (128, 256, 512)
     }
     assert all(x["ms"] > 0 and x["peak_bytes"] > 0 for x in r.rows)
     ref = r.fit("forward_backward", "reference")
@@ -49,8 +52,16 @@ def test_attention_cost_rows_fits_and_memory_exponents():
 
 def test_memory_ceiling_ends_an_implementation_and_records_why():
     # 4 heads · 512² · 4 bytes = 4 MiB of scores at N = 512: a 2 MiB ceiling stops the reference at 256 or 512.
-    s = AttentionCostSettings(seq_lens=[128, 256, 512, 1024], impls=["reference", "fused"], passes=["forward"], window=64,
-                              repeats=1, warmup=0, memory_ceiling_mib=2.0, device="cpu")
+    s = AttentionCostSettings(
+        seq_lens=[128, 256, 512, 1024],
+        impls=["reference", "fused"],
+        passes=["forward"],
+        window=64,
+        repeats=1,
+        warmup=0,
+        memory_ceiling_mib=2.0,
+        device="cpu",
+    )
     rows = attention_cost(s).rows
     ref = [x for x in rows if x["impl"] == "reference"]
     assert "stop" in ref[-1] and "memory ceiling" in ref[-1]["stop"] and ref[-1]["n"] < 1024
@@ -94,7 +105,9 @@ def test_generation_cost_kv_cache_against_recompute_and_state():
 
 def test_learned_positions_stop_at_the_block_and_are_recorded():
     t = Transformer(TransformerSettings(n_layer=1, n_head=2, n_embd=16, block_size=16, pos_encoding="learned"), V)
-    r = generation_cost({"t": t}, GenerationCostSettings(context_lens=[4, 32], gen_tokens=2, repeats=1, warmup=0, device="cpu"))
+    r = generation_cost(
+        {"t": t}, GenerationCostSettings(context_lens=[4, 32], gen_tokens=2, repeats=1, warmup=0, device="cpu")
+    )
     skipped = [x for x in r.rows if "skipped" in x]
     assert {x["context_len"] for x in skipped} == {32} and "block_size=16" in skipped[0]["skipped"]
 

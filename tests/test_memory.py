@@ -98,7 +98,9 @@ def test_rnn_that_bridges_every_short_delay_fails_the_parting_claim():
 def test_untrained_models_fail_the_delay_claims():
     """Counterexample: a model that learned nothing is at chance everywhere: the LSTM solves no delay and
     the Transformer bridges none."""
-    s = _fast(DelaySettings, steps=1, delays=[2, 6], seq_len=8, n_symbols=4, n_noise=2, train_sequences=64, val_per_delay=64)
+    s = _fast(
+        DelaySettings, steps=1, delays=[2, 6], seq_len=8, n_symbols=4, n_noise=2, train_sequences=64, val_per_delay=64
+    )
     m = delay_study(s).manifest()
     assert not claims.rnn_forgets_where_lstm_remembers(m).passed
     assert not claims.attention_bridges_every_delay(m).passed

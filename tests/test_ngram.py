@@ -35,7 +35,9 @@ def test_bigram_loss_computed_by_hand():
     # Padded targets are not scored: the same stream in blocks of 3 leaves two padded targets, the same four scored.
     padded = pack_blocks(np.array([1, 2, 1, 3, 2]), 3, V)
     assert (padded.y == -100).sum() == 2
-    assert ngram_baseline(train, padded, V, NgramSettings(orders=[2], block_size=3)).rows[0]["val_loss"] == pytest.approx(expected, abs=1e-12)
+    assert ngram_baseline(train, padded, V, NgramSettings(orders=[2], block_size=3)).rows[0][
+        "val_loss"
+    ] == pytest.approx(expected, abs=1e-12)
 
 
 def test_every_distribution_sums_to_one_unseen_contexts_and_tokens_included():
@@ -54,7 +56,10 @@ def test_the_trigram_sees_two_tokens_back_and_never_before_its_block():
     stream = np.array([2, 1, 3, 1] * 200)
     train = pack_blocks(stream, 16, V)
     val = pack_blocks(np.array([2, 1, 3, 1] * 8), 16, V)
-    res = {r["order"]: r["val_loss"] for r in ngram_baseline(train, val, V, NgramSettings(orders=[2, 3], block_size=16)).rows}
+    res = {
+        r["order"]: r["val_loss"]
+        for r in ngram_baseline(train, val, V, NgramSettings(orders=[2, 3], block_size=16)).rows
+    }
     # Half the targets (those after 1) carry one bit for the bigram: about ln 2 / 2 per target.
     assert res[3] < 0.1 and res[2] > math.log(2) / 2 - 0.05
 
@@ -89,9 +94,18 @@ def _manifest(model, val, block, base) -> dict:
     from components.core.training import eval_targets, evaluate
 
     loss = evaluate(model, val, batch_size=16, max_batches=None, device="cpu")
-    return {"metrics": {"val/loss": loss, "val/targets": eval_targets(val, 16, None)}, "train_settings": {"block_size": block},
-            "tokenizer_sha256": "tok", "baseline": {"val_loss": base.best["val_loss"], "model": base.best["model"],
-                                                    "block_size": base.block_size, "n_targets": base.n_targets, "tokenizer_sha256": "tok"}}
+    return {
+        "metrics": {"val/loss": loss, "val/targets": eval_targets(val, 16, None)},
+        "train_settings": {"block_size": block},
+        "tokenizer_sha256": "tok",
+        "baseline": {
+            "val_loss": base.best["val_loss"],
+            "model": base.best["model"],
+            "block_size": base.block_size,
+            "n_targets": base.n_targets,
+            "tokenizer_sha256": "tok",
+        },
+    }
 
 
 def test_beats_ngram_baseline_passes_for_a_trained_model_and_fails_untrained_or_on_other_targets(tmp_path):
@@ -115,7 +129,9 @@ def test_beats_ngram_baseline_passes_for_a_trained_model_and_fails_untrained_or_
         assert not v.passed and v.checks["same_targets"] and not v.checks["below_ngram"] and v.figures["margin"] < 0
 
         model = Transformer(settings, 6)
-        s = TrainSettings(max_steps=120, batch_size=16, lr=1e-2, min_lr=1e-3, warmup_steps=5, eval_interval=0, log_interval=10, seed=0)
+        s = TrainSettings(
+            max_steps=120, batch_size=16, lr=1e-2, min_lr=1e-3, warmup_steps=5, eval_interval=0, log_interval=10, seed=0
+        )
         train(model, tr, va, s, tmp_path / "lm")
         trained = _manifest(model, va, block, base)
     finally:

@@ -49,18 +49,34 @@ def test_tiny_graph_materializes_everything(tiny_run):
 
     keys = {k.to_user_string() for k in DEFAULT_ROUTE.resolve(defs.resolve_asset_graph())}
     assert set(materializations(inst, run_id)) == keys and {"corpus", "report"} <= keys and "sharded_labels" not in keys
-    expected = {(k.name, k.asset_key.to_user_string()) for k in DEFAULT_ROUTE.resolve_checks(defs.resolve_asset_graph())}
+    expected = {
+        (k.name, k.asset_key.to_user_string()) for k in DEFAULT_ROUTE.resolve_checks(defs.resolve_asset_graph())
+    }
     evs = check_evaluations(inst, run_id)
     checks = {key: ev.passed for key, ev in evs.items()}
     # Findings that need a trained model of some size (warnings): evaluated, with figures, but at
     # 30 steps on 24 articles they may go either way. Wall-time scaling measured on a shared CPU
     # (warnings too) bends under load. Every other check passes.
-    size_dependent = {"heads_differ", "fact_neurons_matter", "later_context_helps", "soft_attention_beats_topk", "word_vectors_carry_similarity",
-                      "king_man_woman_queen", "residuals_let_depth_train", "beats_ngram_baseline",
-                      "rnn_forgets_where_lstm_remembers", "attention_bridges_every_delay", "attention_recall_ignores_distance",
-                      "recurrent_state_runs_out", "window_answers_within_field_only", "induction_head_copies"}
+    size_dependent = {
+        "heads_differ",
+        "fact_neurons_matter",
+        "later_context_helps",
+        "soft_attention_beats_topk",
+        "word_vectors_carry_similarity",
+        "king_man_woman_queen",
+        "residuals_let_depth_train",
+        "beats_ngram_baseline",
+        "rnn_forgets_where_lstm_remembers",
+        "attention_bridges_every_delay",
+        "attention_recall_ignores_distance",
+        "recurrent_state_runs_out",
+        "window_answers_within_field_only",
+        "induction_head_copies",
+    }
     timing = {"attention_time_scales_as_claimed", "kv_cache_pays", "recurrence_is_the_serial_bottleneck"}
-    assert set(checks) == expected and all(v for (name, _), v in checks.items() if name not in size_dependent | timing), checks
+    assert set(checks) == expected and all(
+        v for (name, _), v in checks.items() if name not in size_dependent | timing
+    ), checks
     warned = [ev for (name, _), ev in evs.items() if name in size_dependent | timing]
     assert {name for (name, _) in evs if name in size_dependent | timing} == size_dependent | timing
     assert all(ev.metadata and ev.severity == dg.AssetCheckSeverity.WARN for ev in warned)
@@ -77,7 +93,12 @@ def test_manifests_point_at_their_own_run_files(tiny_run):
     assert tok["sha256"] == tok["files"]["tokenizer"]["sha256"] == labels["tokenizer_sha256"]
     lm = manifest(inst, run_id, "lstm_lm")
     # The final folder holds the weights (config in their header), not the optimizer state.
-    assert sorted(p.name for p in Path(lm["weights"]).parent.iterdir()) == ["figures", "manifest.json", "model.safetensors", "samples.txt"]
+    assert sorted(p.name for p in Path(lm["weights"]).parent.iterdir()) == [
+        "figures",
+        "manifest.json",
+        "model.safetensors",
+        "samples.txt",
+    ]
     assert lm["inputs"] == {"labels": run_id, "tokenizer": run_id} and lm["resumed_from_step"] == 0
     # No half-written folders, no checkpoint scratch and no leases are left behind.
     assert not list((state / "artifacts").rglob(".*partial*"))
@@ -117,7 +138,13 @@ def test_studies_report_measured_findings(tiny_run):
     cost = manifest(inst, run_id, "recurrent_cost")
     assert {r["model"] for r in cost["rows"]} == {"rnn", "lstm"}
     comparison = manifest(inst, run_id, "model_comparison")
-    assert {r["model"] for r in comparison["rows"]} == {"rnn", "lstm", "transformer", "transformer_window", "transformer_1head"}  # every defs.yaml model
+    assert {r["model"] for r in comparison["rows"]} == {
+        "rnn",
+        "lstm",
+        "transformer",
+        "transformer_window",
+        "transformer_1head",
+    }  # every defs.yaml model
     params = [r["params"] for r in comparison["rows"]]
     assert max(params) / min(params) < 1.1  # sized to one parameter budget
     assert comparison["matched_time_s"] > 0
@@ -138,7 +165,11 @@ def test_studies_report_measured_findings(tiny_run):
     assert {s["model"] for s in usage["summaries"]} == {"transformer", "transformer_window", "lstm"}
     assert all(len(c) == 32 for c in usage["curves"].values()) and usage["window_gaps"][0]["window"] == 8
     heads = manifest(inst, run_id, "attention_heads")
-    assert len(heads["heads"]) == 2 * 4 and heads["one_head_loss"] > 0 and heads["metrics"]["heads/max_row_sum_error"] < 1e-5
+    assert (
+        len(heads["heads"]) == 2 * 4
+        and heads["one_head_loss"] > 0
+        and heads["metrics"]["heads/max_row_sum_error"] < 1e-5
+    )
     memories = manifest(inst, run_id, "ffn_memories")
     assert len(memories["neurons"]) == 3 and all(n["value_tokens"] for n in memories["neurons"])
     # Tables are sortable Dagster tables.
@@ -154,11 +185,18 @@ def test_new_claims_are_checks_with_their_figures(tiny_run):
         assert "points_over_clip" in m and "max_grad_norm" in m
         # Judged against the n-gram on the very targets the model was scored on (at 30 steps it may not beat it).
         m = evs[("beats_ngram_baseline", lm)].metadata
-        assert m["same_targets"].value and m["same_block_size"].value and m["val_targets"].value == m["ngram_targets"].value > 0
+        assert (
+            m["same_targets"].value
+            and m["same_block_size"].value
+            and m["val_targets"].value == m["ngram_targets"].value > 0
+        )
     # At 30 steps the Transformer's gradient norm exceeds grad_clip at some log point: the bound was needed.
     assert evs[("clipping_bounds_gradient", "transformer_lm")].metadata["points_over_clip"].value > 0
     m = evs[("onehot_equidistant_learned_not", "embedding_eval")].metadata
-    assert m["onehot_min"].value == m["onehot_max"].value == pytest.approx(2**0.5) and m["learned_cv"].value > m["random_cv"].value
+    assert (
+        m["onehot_min"].value == m["onehot_max"].value == pytest.approx(2**0.5)
+        and m["learned_cv"].value > m["random_cv"].value
+    )
     m = evs[("pad_excluded_from_similarity", "word_embeddings")].metadata
     assert m["pad_in_neighbours"].value == 0 and m["words_probed"].value == 200 and m["pad_row_norm"].value == 0
     assert evs[("attention_rows_sum_to_one", "attention_heads")].metadata["max_row_sum_error"].value < 1e-5
@@ -201,26 +239,40 @@ def test_report_names_every_stage_and_claim_and_sits_on_the_mlflow_parent(tiny_r
     assert parent.data.metrics["claims/passed"] == report["counts"]["passed"] > 5  # the article's claims, each once
     assert parent.data.metrics["invariants/failed"] == report["invariant_counts"]["failed"] == 0
     assert sum(report["counts"].values()) == len({c["claim"] for c in report["claims"] if c["kind"] == "claim"})
-    assert parent.data.metrics["transformer_lm/val/loss"] == manifest(inst, run_id, "transformer_lm")["metrics"]["val/loss"]
+    assert (
+        parent.data.metrics["transformer_lm/val/loss"]
+        == manifest(inst, run_id, "transformer_lm")["metrics"]["val/loss"]
+    )
     note = parent.data.tags["mlflow.note.content"]
     assert "`soft_attention_beats_topk`" in note and "report.html" in note and note.startswith("Dagster run [")
     # Linked from Dagster: the file and its view in the MLflow UI.
     meta = materializations(inst, run_id)["report"].metadata
     assert meta["report_path"].value == report["path"]
-    assert meta["report_url"].value.endswith(f"/runs/{parent.info.run_id}/artifacts/report.html?workflowType=machine_learning")
+    assert meta["report_url"].value.endswith(
+        f"/runs/{parent.info.run_id}/artifacts/report.html?workflowType=machine_learning"
+    )
 
 
 def test_comparison_children_line_up_in_mlflow(tiny_run):
     state, inst, run_id = tiny_run
     client, all_runs = mlflow_runs(state)
-    comp = next(r for r in all_runs if r.data.tags.get("dagster.asset_key") == "model_comparison" and r.info.run_name == "model_comparison")
+    comp = next(
+        r
+        for r in all_runs
+        if r.data.tags.get("dagster.asset_key") == "model_comparison" and r.info.run_name == "model_comparison"
+    )
     children = [r for r in all_runs if r.data.tags.get("mlflow.parentRunId") == comp.info.run_id]
     # Named so they cannot be taken for the models' own runs (`rnn` beside `rnn_lm`).
-    assert sorted(r.info.run_name for r in children) == [f"model_comparison/{m}" for m in
-                                                         ("lstm", "rnn", "transformer", "transformer_1head", "transformer_window")]
+    assert sorted(r.info.run_name for r in children) == [
+        f"model_comparison/{m}" for m in ("lstm", "rnn", "transformer", "transformer_1head", "transformer_window")
+    ]
     for r in children:
         assert {"val/loss", "val/ppl", "train/tokens_per_s_mean", "params"} <= set(r.data.metrics)
-    lm_runs = {r.data.tags["dagster.asset_key"]: r for r in all_runs if r.data.tags.get("dagster.asset_key", "").endswith("_lm")}
+    lm_runs = {
+        r.data.tags["dagster.asset_key"]: r
+        for r in all_runs
+        if r.data.tags.get("dagster.asset_key", "").endswith("_lm")
+    }
     for name in ("rnn_lm", "lstm_lm", "transformer_lm"):
         history = client.get_metric_history(lm_runs[name].info.run_id, "train/loss")
         assert len(history) >= 3  # step-wise training metrics under the shared names
@@ -251,7 +303,9 @@ def test_bad_input_fails_without_materialization_and_marks_mlflow_failed(state_d
 def test_missing_upstream_fails_with_a_clear_message(state_dir):
     result = materialize({"ops": {"tokenizer": TINY["ops"]["tokenizer"]}}, selection="tokenizer")
     errors = [e.event_specific_data.error.to_string() for e in result.all_events if e.is_step_failure]
-    assert not result.success and any("upstream asset `corpus` has never been materialized" in e for e in errors), errors
+    assert not result.success and any("upstream asset `corpus` has never been materialized" in e for e in errors), (
+        errors
+    )
 
 
 def test_dagster_and_mlflow_link_both_ways(tiny_run):
@@ -268,10 +322,15 @@ def test_dagster_and_mlflow_link_both_ways(tiny_run):
     exp = parent.info.experiment_id
     tags = inst.get_run_by_id(run_id).tags
     assert tags["mlflow/parent_run_id"] == parent.info.run_id
-    assert tags["mlflow/parent_run_url"] == f"{MLFLOW_UI}/#/experiments/{exp}/runs/{parent.info.run_id}?workflowType=machine_learning"
+    assert (
+        tags["mlflow/parent_run_url"]
+        == f"{MLFLOW_UI}/#/experiments/{exp}/runs/{parent.info.run_id}?workflowType=machine_learning"
+    )
     # A run of an asset selection (not a config job) is named after the selection and its start.
     created = inst.get_run_record_by_id(run_id).create_timestamp
-    assert re.fullmatch(r"assets:\w+,\w+,\w+ \+\d+ @ \d{4}-\d\d-\d\d \d\d:\d\d UTC", parent.info.run_name), parent.info.run_name
+    assert re.fullmatch(r"assets:\w+,\w+,\w+ \+\d+ @ \d{4}-\d\d-\d\d \d\d:\d\d UTC", parent.info.run_name), (
+        parent.info.run_name
+    )
     assert parent.info.run_name.endswith(f"{created:%Y-%m-%d %H:%M} UTC")
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True).stdout.strip()
     for r in all_runs:
@@ -289,7 +348,9 @@ def test_dagster_and_mlflow_link_both_ways(tiny_run):
     # A run of an asset selection (Dagster's implicit `__ASSET_JOB`, or the ephemeral job of an
     # in-process materialize) reads as one, not by that name.
     job = inst.get_run_by_id(run_id).job_name
-    assert parent.data.tags["mlflow.source.name"] == "pipelines.definitions:" + ("asset selection" if job.startswith("__") else job)
+    assert parent.data.tags["mlflow.source.name"] == "pipelines.definitions:" + (
+        "asset selection" if job.startswith("__") else job
+    )
     assert "__ASSET_JOB" not in parent.data.tags["mlflow.note.content"]
 
 
@@ -314,13 +375,20 @@ def test_every_language_model_is_registered_with_links_back(tiny_run):
     graph = defs.resolve_asset_graph()
     lms = sorted(k for k in materializations(inst, run_id) if LM_TAG in graph.get(dg.AssetKey.from_user_string(k)).tags)
     assert lms == ["lstm_lm", "rnn_lm", "transformer_1head_lm", "transformer_lm", "transformer_window_lm"]
-    nested = {r.data.tags["dagster.asset_key"]: r for r in all_runs if r.data.tags.get("dagster.role") != "comparison_child" and "dagster.asset_key" in r.data.tags}
+    nested = {
+        r.data.tags["dagster.asset_key"]: r
+        for r in all_runs
+        if r.data.tags.get("dagster.role") != "comparison_child" and "dagster.asset_key" in r.data.tags
+    }
     registered = {m.name for m in client.search_registered_models()}
     assert set(lms) | {"transformer_lm_fp16"} <= registered
     for name in lms:
         (mv,) = client.search_model_versions(f"name = '{name}'")
         assert mv.run_id == nested[name].info.run_id and mv.tags["dagster.run_id"] == run_id
-        assert mv.tags["dagster.run_url"] == f"{DAGSTER_UI}/runs/{run_id}" and mv.tags["dagster.asset_url"] == f"{DAGSTER_UI}/assets/{name}"
+        assert (
+            mv.tags["dagster.run_url"] == f"{DAGSTER_UI}/runs/{run_id}"
+            and mv.tags["dagster.asset_url"] == f"{DAGSTER_UI}/assets/{name}"
+        )
         assert mv.source.startswith("models:/m-")  # the logged model of the run, as MLflow's log_model registers
         logged = client.get_logged_model(mv.source.removeprefix("models:/"))
         assert str(logged.status) in ("READY", "LoggedModelStatus.READY") and logged.source_run_id == mv.run_id

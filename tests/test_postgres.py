@@ -78,7 +78,10 @@ def deployed(servers):
             result = materialize(SUBSET, inst)
             run_s = time.monotonic() - t0
             assert result.success, "\n".join(step_errors(inst, result.run_id))
-            print(f"\nmaintenance init {init_s:.1f} s; {SUBSET} on PostgreSQL + MLflow server {run_s:.1f} s; load {os.getloadavg()}")
+            print(
+                f"\nmaintenance init {init_s:.1f} s; {SUBSET} on PostgreSQL + MLflow server {run_s:.1f} s; load "
+                f"{os.getloadavg()}"
+            )
             yield {"server": server, "url": url, "folder": folder, "home": home, "env": env, "inst": inst,
                    "init": json.loads(init.stdout), "run_id": result.run_id}
         finally:
@@ -101,14 +104,22 @@ def test_init_creates_the_stores_on_the_servers(deployed):
 
 def test_materializations_and_checks_are_in_postgres(deployed):
     server, run_id, inst = deployed["server"], deployed["run_id"], deployed["inst"]
-    rows = server.sql("dagster", "SELECT asset_key FROM event_logs WHERE run_id = %s AND dagster_event_type = 'ASSET_MATERIALIZATION'", run_id)
+    rows = server.sql(
+        "dagster",
+        "SELECT asset_key FROM event_logs WHERE run_id = %s AND dagster_event_type = 'ASSET_MATERIALIZATION'",
+        run_id,
+    )
     assert sorted(json.loads(k)[0] for (k,) in rows) == sorted(SUBSET)
     assert server.sql("dagster", "SELECT status FROM runs WHERE run_id = %s", run_id) == [("SUCCESS",)]
     checks = {key: ev.passed for key, ev in check_evaluations(inst, run_id).items()}
     assert checks[("labels_are_shifted_inputs", "labels")] and checks[("clipping_bounds_gradient", "rnn_lm")]
     assert ("tokenizer_is_healthy", "tokenizer") in checks and ("beats_ngram_baseline", "rnn_lm") in checks
     # The training step took and gave back its pool slot in PostgreSQL.
-    assert server.sql("dagster", "SELECT count(*) FROM concurrency_slots WHERE concurrency_key = 'training' AND run_id IS NOT NULL AND NOT deleted") == [(0,)]
+    assert server.sql(
+        "dagster",
+        "SELECT count(*) FROM concurrency_slots WHERE concurrency_key = 'training' AND run_id IS NOT NULL AND NOT "
+        "deleted",
+    ) == [(0,)]
 
 
 def test_mlflow_server_has_one_parent_nested_runs_metrics_and_artifacts(deployed):
@@ -121,7 +132,11 @@ def test_mlflow_server_has_one_parent_nested_runs_metrics_and_artifacts(deployed
     runs = client.search_runs([exp.experiment_id], filter_string=f"tags.`dagster.run_id` = '{run_id}'")
     parents = [r for r in runs if r.data.tags.get("dagster.role") == "dagster_run"]
     assert len(parents) == 1
-    children = {r.data.tags["dagster.asset_key"]: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id}
+    children = {
+        r.data.tags["dagster.asset_key"]: r
+        for r in runs
+        if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id
+    }
     assert sorted(children) == sorted(SUBSET) and len(runs) == len(SUBSET) + 1
     assert {r.info.status for r in runs} == {"FINISHED"}
     tok, lm = children["tokenizer"], children["rnn_lm"]
@@ -137,7 +152,9 @@ def test_mlflow_server_has_one_parent_nested_runs_metrics_and_artifacts(deployed
     assert server.sql("mlflow", "SELECT status FROM runs WHERE run_uuid = %s", lm.info.run_id) == [("FINISHED",)]
     # Dagster's metadata links to the run on that server.
     meta = materializations(deployed["inst"], run_id)["rnn_lm"].metadata
-    assert meta["mlflow_run_id"].value == lm.info.run_id and meta["mlflow_url"].value.startswith(f"{url}/#/experiments/")
+    assert meta["mlflow_run_id"].value == lm.info.run_id and meta["mlflow_url"].value.startswith(
+        f"{url}/#/experiments/"
+    )
 
 
 def test_a_later_run_reads_its_upstream_from_the_postgres_event_log(deployed):
@@ -193,8 +210,13 @@ def test_unreachable_postgres_names_the_setting(deployed):
     home.mkdir()
     shutil.copy(DEPLOY_YAML, home / "dagster.yaml")
     closed = pg.free_port()
-    env = {**os.environ, **deployed["env"], "DAGSTER_HOME": str(home), "PIPELINE_STATE_DIR": str(folder / "state_wrong_port"),
-           **server.dagster_env("dagster", port=closed)}
+    env = {
+        **os.environ,
+        **deployed["env"],
+        "DAGSTER_HOME": str(home),
+        "PIPELINE_STATE_DIR": str(folder / "state_wrong_port"),
+        **server.dagster_env("dagster", port=closed),
+    }
     runs_before = server.sql("dagster", "SELECT count(*) FROM runs")
     proc, seconds = maintenance("init", env=env)
     print(f"\nunreachable PostgreSQL: init failed after {seconds:.1f} s; load {os.getloadavg()}")
@@ -227,11 +249,20 @@ def test_unreachable_mlflow_server_fails_the_step_cleanly(deployed):
         result = materialize(["corpus"], inst)
         seconds = time.monotonic() - t0
         proc, init_s = maintenance("init", env={**os.environ})
-    print(f"\nunreachable MLflow server: step failed after {seconds:.1f} s, init after {init_s:.1f} s; load {os.getloadavg()}")
+    print(
+        f"\nunreachable MLflow server: step failed after {seconds:.1f} s, init after {init_s:.1f} s; load "
+        f"{os.getloadavg()}"
+    )
     assert not result.success and not result.get_asset_materialization_events()
     errors = step_errors(inst, result.run_id)
-    assert any(f"MLflow tracking server {bad} is unreachable (set by the environment variable MLFLOW_TRACKING_URI)" in e for e in errors), errors
-    assert not (artifacts_root() / "corpus" / result.run_id).exists() and not (leases_root() / result.run_id / "corpus.json").exists()
+    assert any(
+        f"MLflow tracking server {bad} is unreachable (set by the environment variable MLFLOW_TRACKING_URI)" in e
+        for e in errors
+    ), errors
+    assert (
+        not (artifacts_root() / "corpus" / result.run_id).exists()
+        and not (leases_root() / result.run_id / "corpus.json").exists()
+    )
     client = MlflowClient(url)
     assert client.search_runs([client.get_experiment_by_name("wordvec-to-transformer").experiment_id],
                               filter_string=f"tags.`dagster.run_id` = '{result.run_id}'") == []
@@ -243,12 +274,16 @@ def test_mlflow_server_script_names_its_settings_when_the_database_is_unreachabl
     closed = pg.free_port()
     env = pg.script_env(**server.mlflow_env("mlflow", port=closed), MLFLOW_PORT=str(pg.free_port()),
                         PIPELINE_STATE_DIR=str(tmp_path / "state"))
-    proc = subprocess.run(["bash", "scripts/mlflow_server_pg.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        ["bash", "scripts/mlflow_server_pg.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode != 0
     assert "MLFLOW_PG_PORT" in proc.stderr and f"127.0.0.1:{closed}/mlflow is unreachable" in proc.stderr, proc.stderr
     assert server.password not in proc.stderr + proc.stdout
     # and without a user it says which variable to set
     env.pop("MLFLOW_PG_USER")
-    proc = subprocess.run(["bash", "scripts/mlflow_server_pg.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        ["bash", "scripts/mlflow_server_pg.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode != 0 and "MLFLOW_PG_USER" in proc.stderr
 

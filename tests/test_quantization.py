@@ -52,14 +52,18 @@ def test_quantized_layers_hold_8_and_4_bit_storage(tiny):  # noqa: F811
     for name, lin in linears.items():
         layer = q4.get_submodule(name)
         assert isinstance(layer, lib.nn.Linear4bit) and layer.weight.quant_state.quant_type == "nf4"
-        assert layer.weight.dtype == torch.uint8 and layer.weight.numel() == lin.weight.numel() // 2  # two codes per byte
+        assert (
+            layer.weight.dtype == torch.uint8 and layer.weight.numel() == lin.weight.numel() // 2
+        )  # two codes per byte
         assert layer.weight.quant_state.absmax.dtype == torch.uint8  # double quantization: the scales are 8-bit too
     # The tied head is the float embedding, still shared; nothing else is quantized.
     assert q4.lm_head.weight is q4.wte.weight and q4.wte.weight.dtype == torch.float32
     assert set(spec_of(q4).modules) == set(linears)
     assert to_precision(model, "fp4").get_submodule(next(iter(linears))).weight.quant_state.quant_type == "fp4"
     wb = weight_bytes(q4)
-    assert wb["codes"] == wb["quantized_params"] // 2 and wb["quantized_params"] == sum(m.weight.numel() for m in linears.values())
+    assert wb["codes"] == wb["quantized_params"] // 2 and wb["quantized_params"] == sum(
+        m.weight.numel() for m in linears.values()
+    )
     # The caller's model is untouched.
     assert all(type(m) is nn.Linear for m in linears.values())
 
@@ -108,7 +112,10 @@ def test_study_on_trained_tiny_models(study):
             assert r["disk_bytes"] > r["memory_bytes"] * 0.9  # the file holds what memory holds (plus its header)
         # 4 bits cost the most accuracy (logit error on the fixed batch). (INT8 may beat FP16 on the LSTM:
         # its recurrence stays float32 while FP16 carries the state in half precision.)
-        assert max(rows[(m, v)]["logits_max_abs_diff"] for v in ("fp16", "bf16", "int8")) < rows[(m, "nf4")]["logits_max_abs_diff"]
+        assert (
+            max(rows[(m, v)]["logits_max_abs_diff"] for v in ("fp16", "bf16", "int8"))
+            < rows[(m, "nf4")]["logits_max_abs_diff"]
+        )
     assert rows[("transformer_lm", "int8")]["cache"] == "kv"  # quantized layers keep the KV-cached generation
     assert rows[("lstm_lm", "int8")]["cache"] == "recurrent state"
     checks = check_figures(result.rows, "transformer_lm")
@@ -153,9 +160,15 @@ def test_export_and_verify(study, tiny, tmp_path):  # noqa: F811
     result, _ = study
     rows = {r["variant"]: r for r in result.rows if r["model"] == "transformer_lm"}
     report = export_and_verify(
-        {v: p for v, p in result.weights["transformer_lm"].items()}, tmp_path,
-        tokenizer_path=tiny["tokenizer"], tokenizer_sha256=tiny["tokenizer_sha256"], model_config=tiny["transformer_lm_config"],
-        train_settings={}, provenance={"dagster_run_id": "x"}, val_data=tiny["val"], eval_settings=QuantizationSettings(**FAST),
+        {v: p for v, p in result.weights["transformer_lm"].items()},
+        tmp_path,
+        tokenizer_path=tiny["tokenizer"],
+        tokenizer_sha256=tiny["tokenizer_sha256"],
+        model_config=tiny["transformer_lm_config"],
+        train_settings={},
+        provenance={"dagster_run_id": "x"},
+        val_data=tiny["val"],
+        eval_settings=QuantizationSettings(**FAST),
         settings=ExportSettings(variants=["fp16", "nf4"], load_repeats=1, sample_tokens=4),
         study_val_loss={v: r["val_loss"] for v, r in rows.items()},
     )
@@ -166,13 +179,25 @@ def test_export_and_verify(study, tiny, tmp_path):  # noqa: F811
     assert by["nf4"]["study_val_loss_rel_diff"] < 1e-5  # the folder evaluates like the study's variant
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fp16", "nf4"]
     with pytest.raises(ConfigError, match="were not built by quantized_models"):
-        export_and_verify({}, tmp_path / "x", tokenizer_path=tiny["tokenizer"], tokenizer_sha256="", model_config={}, train_settings={},
-                          provenance={}, val_data=tiny["val"], eval_settings=QuantizationSettings(), settings=ExportSettings(variants=["int8"]))
+        export_and_verify(
+            {},
+            tmp_path / "x",
+            tokenizer_path=tiny["tokenizer"],
+            tokenizer_sha256="",
+            model_config={},
+            train_settings={},
+            provenance={},
+            val_data=tiny["val"],
+            eval_settings=QuantizationSettings(),
+            settings=ExportSettings(variants=["int8"]),
+        )
 
 
 def test_cuda_check_code_path_on_cpu():
     """The GPU script's function, run small on the CPU: every variant measured, none failing."""
-    out = cuda_bnb_check("cpu", n_layer=1, n_embd=64, n_head=2, vocab_size=300, block_size=32, prompt_tokens=4, gen_tokens=3, repeats=1)
+    out = cuda_bnb_check(
+        "cpu", n_layer=1, n_embd=64, n_head=2, vocab_size=300, block_size=32, prompt_tokens=4, gen_tokens=3, repeats=1
+    )
     assert set(out["variants"]) == {"fp32", "fp16", "bf16", "int8", "nf4"}
     assert all("error" not in r and r["gen_tokens_per_s"] > 0 for r in out["variants"].values()), out
     assert out["variants"]["nf4"]["weight_bytes"] < out["variants"]["fp16"]["weight_bytes"]
@@ -209,14 +234,37 @@ def test_assets_materialize_in_process(tiny, state_dir):  # noqa: F811
 
     stubs = [stub(name, value) for name, value in upstream.items()]
     res = dg.materialize(
-        [*stubs, qd.quantized_models, qd.model_export, qd.weights_arithmetic, qd.int8_weights_size, qd.nf4_weights_size,
-         qd.int8_perplexity_cost, qd.nf4_perplexity_cost, qd.reload_reproduces_logits],
+        [
+            *stubs,
+            qd.quantized_models,
+            qd.model_export,
+            qd.weights_arithmetic,
+            qd.int8_weights_size,
+            qd.nf4_weights_size,
+            qd.int8_perplexity_cost,
+            qd.nf4_perplexity_cost,
+            qd.reload_reproduces_logits,
+        ],
         resources={"mlflow": MlflowTracker(), "io_manager": ManifestIOManager()},
-        run_config={"ops": {"quantized_models": {"config": FAST}, "model_export": {"config": {"variants": ["fp32", "fp16", "nf4"], "load_repeats": 1}}}},
+        run_config={
+            "ops": {
+                "quantized_models": {"config": FAST},
+                "model_export": {"config": {"variants": ["fp32", "fp16", "nf4"], "load_repeats": 1}},
+            }
+        },
     )
     assert res.success
     checks = {e.check_name: e.passed for e in res.get_asset_check_evaluations()}
-    assert checks == dict.fromkeys(["int8_weights_size", "nf4_weights_size", "int8_perplexity_cost", "nf4_perplexity_cost", "reload_reproduces_logits"], True)
+    assert checks == dict.fromkeys(
+        [
+            "int8_weights_size",
+            "nf4_weights_size",
+            "int8_perplexity_cost",
+            "nf4_perplexity_cost",
+            "reload_reproduces_logits",
+        ],
+        True,
+    )
     meta = {e.asset_key.path[-1]: e.materialization.metadata for e in res.get_asset_materialization_events()}
     assert meta["model_export"]["registered_model_name"].value == "transformer_lm_fp16"
     assert meta["model_export"]["registered_model_version"].value == "1"
@@ -226,7 +274,10 @@ def test_assets_materialize_in_process(tiny, state_dir):  # noqa: F811
     client = MlflowClient(tracking_uri=MlflowTracker().resolved_uri())
     mv = client.get_model_version("transformer_lm_fp16", "1")
     assert mv.source.startswith("models:/m-") and mv.tags["variant"] == "fp16"
-    assert "arith_70B_FP16_GB" in meta["weights_arithmetic"] and meta["weights_arithmetic"]["arith_70B_FP16_GB"].value == 140.0
+    assert (
+        "arith_70B_FP16_GB" in meta["weights_arithmetic"]
+        and meta["weights_arithmetic"]["arith_70B_FP16_GB"].value == 140.0
+    )
 
 
 def test_whole_model_halves_and_quarters_when_the_tied_embedding_is_quantized_and_the_rest_kept_in_fp16():

@@ -97,10 +97,16 @@ def formula_params(cfg: RecurrentSettings, V: int) -> int:
 def test_parameter_count_formula_is_exact(cell, tie, layers):
     for E, H in [(16, 16), (16, 24)]:
         cfg = RecurrentSettings(cell=cell, n_embd=E, hidden_size=H, n_layer=layers, tie_weights=tie)
-        assert count_parameters(RecurrentLM(cfg, 97)) == formula_params(cfg, 97) == meta_parameter_count(RecurrentLM, cfg, 97)
+        assert (
+            count_parameters(RecurrentLM(cfg, 97))
+            == formula_params(cfg, 97)
+            == meta_parameter_count(RecurrentLM, cfg, 97)
+        )
         model = RecurrentLM(cfg, 97)
         assert count_parameters(model, non_embedding=True) == formula_params(cfg, 97) - 97 * E
-        assert model.flops_per_token() == 6 * (formula_params(cfg, 97) - (0 if tie else 97 * E))  # a lookup is no matmul
+        assert model.flops_per_token() == 6 * (
+            formula_params(cfg, 97) - (0 if tie else 97 * E)
+        )  # a lookup is no matmul
 
 
 def test_size_for_budget_is_closest():
@@ -154,7 +160,9 @@ def test_stepwise_state_carry_equals_the_full_forward(cfg):
 @pytest.fixture(scope="module")
 def blocks(wiki_texts):
     tok = train_tokenizer(wiki_texts[:20], TokenizerSettings(vocab_size=512))
-    return pack_blocks(token_stream(tok, wiki_texts[:12]), 32, 512), pack_blocks(token_stream(tok, wiki_texts[20:23]), 32, 512)
+    return pack_blocks(token_stream(tok, wiki_texts[:12]), 32, 512), pack_blocks(
+        token_stream(tok, wiki_texts[20:23]), 32, 512
+    )
 
 
 def counting_blocks(n, T, vocab, seed):
@@ -171,7 +179,9 @@ def test_both_models_learn_a_pattern_and_real_text(tmp_path, cell, blocks):
     # A learnable rule: loss falls from chance (ln 32 = 3.47) to near zero.
     seed_everything(0)
     m = RecurrentLM(RecurrentSettings(cell=cell, n_embd=32, hidden_size=64), 32)
-    s = TrainSettings(max_steps=60, batch_size=16, lr=1e-2, warmup_steps=5, eval_interval=0, log_interval=10, device="cpu")
+    s = TrainSettings(
+        max_steps=60, batch_size=16, lr=1e-2, warmup_steps=5, eval_interval=0, log_interval=10, device="cpu"
+    )
     r = train(m, counting_blocks(256, 32, 32, 0), counting_blocks(32, 32, 32, 1), s, tmp_path / "pattern")
     assert r.val_loss < 0.5, r.history
     # Real Wikipedia text: clearly below chance (ln 512 = 6.24) after a few dozen steps.
@@ -188,7 +198,9 @@ def test_explicit_lstm_logs_mean_gates_over_training(tmp_path, blocks):
     m = RecurrentLM(RecurrentSettings(cell="lstm", lstm_impl="explicit", n_embd=16, hidden_size=16), 512)
     logged = []
     s = TrainSettings(max_steps=6, batch_size=4, block_size=16, eval_interval=0, log_interval=2, device="cpu")
-    r = train(m, train_b, val_b, s, tmp_path, step_callback=lstm_gate_callback, log_metrics=lambda d, i: logged.append(d))
+    r = train(
+        m, train_b, val_b, s, tmp_path, step_callback=lstm_gate_callback, log_metrics=lambda d, i: logged.append(d)
+    )
     gates = [h for h in r.history if "lstm/gate_forget" in h]
     assert [h["step"] for h in gates] == [2, 4, 6]
     assert all(0 < h[k] < 1 for h in gates for k in ("lstm/gate_input", "lstm/gate_forget", "lstm/gate_output"))
@@ -196,7 +208,10 @@ def test_explicit_lstm_logs_mean_gates_over_training(tmp_path, blocks):
 
 
 def test_recurrent_cost_rows_and_fits():
-    models = {"rnn": RecurrentSettings(cell="rnn", n_embd=8, hidden_size=16), "lstm": RecurrentSettings(cell="lstm", n_embd=8, hidden_size=16)}
+    models = {
+        "rnn": RecurrentSettings(cell="rnn", n_embd=8, hidden_size=16),
+        "lstm": RecurrentSettings(cell="lstm", n_embd=8, hidden_size=16),
+    }
     s = RecurrentCostSettings(seq_lens=[8, 16, 32], batch_size=2, repeats=1, warmup=0, gen_tokens=4, device="cpu")
     res = recurrent_cost(models, s, vocab_size=64)
     assert [(r["model"], r["seq_len"]) for r in res.rows] == [(m, t) for m in ("rnn", "lstm") for t in (8, 16, 32)]
@@ -208,6 +223,10 @@ def test_recurrent_cost_rows_and_fits():
     # The fit itself, on numbers with a known answer.
     f = linear_fit([64, 128, 256], [1.0 + 0.5 * 64, 1.0 + 0.5 * 128, 1.0 + 0.5 * 256])
     assert f["slope"] == pytest.approx(0.5) and f["intercept"] == pytest.approx(1.0) and f["r2"] == pytest.approx(1.0)
-    rows = [{"model": "m", "seq_len": t, "train_step_ms": 2.0 * t, "ms_per_generated_token": 0.3} for t in (64, 128, 256)]
+    rows = [
+        {"model": "m", "seq_len": t, "train_step_ms": 2.0 * t, "ms_per_generated_token": 0.3} for t in (64, 128, 256)
+    ]
     fit = fit_cost(rows)["m"]
-    assert fit["train_ms_per_token"] == pytest.approx(2.0) and fit["gen_slope_ms_per_context_token"] == pytest.approx(0.0, abs=1e-12)
+    assert fit["train_ms_per_token"] == pytest.approx(2.0) and fit["gen_slope_ms_per_context_token"] == pytest.approx(
+        0.0, abs=1e-12
+    )

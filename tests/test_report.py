@@ -14,9 +14,19 @@ from components.core.report import Section, headline_metrics, render_report, sec
 
 def judgements():
     baseline = {"val_loss": 4.5, "model": "kn_3gram", "block_size": 32, "n_targets": 100, "tokenizer_sha256": "t"}
-    lm = {"vocab_size": 100, "metrics": {"val/loss": 4.0, "val/targets": 100}, "history": [{"grad_norm": 2.0, "grad_norm_clipped": 1.0}],
-          "train_settings": {"grad_clip": 1.0, "block_size": 32}, "tokenizer_sha256": "t", "baseline": baseline}
-    bad_lm = {**lm, "metrics": {"val/loss": 9.0, "val/targets": 100}, "history": [{"grad_norm": 2.0, "grad_norm_clipped": 2.0}]}
+    lm = {
+        "vocab_size": 100,
+        "metrics": {"val/loss": 4.0, "val/targets": 100},
+        "history": [{"grad_norm": 2.0, "grad_norm_clipped": 1.0}],
+        "train_settings": {"grad_clip": 1.0, "block_size": 32},
+        "tokenizer_sha256": "t",
+        "baseline": baseline,
+    }
+    bad_lm = {
+        **lm,
+        "metrics": {"val/loss": 9.0, "val/targets": 100},
+        "history": [{"grad_norm": 2.0, "grad_norm_clipped": 2.0}],
+    }
     return C.judge_all({"rnn_lm": lm, "lstm_lm": bad_lm}, ["rnn_lm", "lstm_lm"],
                        [C.claim("beats_ngram_baseline"), C.claim("clipping_bounds_gradient"), C.claim("heads_differ")])
 
@@ -40,8 +50,13 @@ def test_the_page_holds_every_stage_claim_and_plot_and_escapes_text(tmp_path):
     sections = [section_from_manifest("rnn_lm", "recurrent", manifest, "An RNN."),
                 Section("lstm_lm", "recurrent"), Section("corpus", "ingest", metrics={"documents": 24.0})]
     js = judgements()
-    page = render_report("Run report: tiny", {"Dagster run": "r1", "MLflow parent run": "http://x/parent"}, sections, js,
-                         [{"name": "labels_are_shifted_inputs", "asset": "labels", "passed": True, "severity": "ERROR"}])
+    page = render_report(
+        "Run report: tiny",
+        {"Dagster run": "r1", "MLflow parent run": "http://x/parent"},
+        sections,
+        js,
+        [{"name": "labels_are_shifted_inputs", "asset": "labels", "passed": True, "severity": "ERROR"}],
+    )
     for stage in ("recurrent", "ingest"):
         assert f'id="stage-{stage}"' in page
     for asset in ("rnn_lm", "lstm_lm", "corpus"):
@@ -57,10 +72,22 @@ def test_the_page_holds_every_stage_claim_and_plot_and_escapes_text(tmp_path):
     # The headline counts the article's claims only, each once with its worst verdict (beats_ngram_baseline:
     # a warning on the LSTM; heads_differ, not judged: never a pass); the per-model invariant is listed apart,
     # counted once with its worst verdict.
-    assert '<p class="summary"><span>0 passed</span><span class="fail">0 failed</span><span class="warn">1 warnings</span><span>1 not judged</span>' in page
+    assert (
+        '<p class="summary"><span>0 passed</span><span class="fail">0 failed</span><span class="warn">1 '
+        'warnings</span><span>1 not judged</span>'
+        in page
+    )
     assert '<span>0 held</span><span class="fail">1 broken</span><span class="warn">0 warnings</span>' in page
-    assert page.index('id="claims"') < page.index("claim-heads_differ-attention_heads") < page.index('id="invariants"') < page.index("claim-clipping_bounds_gradient-rnn_lm")
-    assert html.escape(C.claim("heads_differ").statement_zh) in page and html.escape(C.claim("heads_differ").falsifier) in page
+    assert (
+        page.index('id="claims"')
+        < page.index("claim-heads_differ-attention_heads")
+        < page.index('id="invariants"')
+        < page.index("claim-clipping_bounds_gradient-rnn_lm")
+    )
+    assert (
+        html.escape(C.claim("heads_differ").statement_zh) in page
+        and html.escape(C.claim("heads_differ").falsifier) in page
+    )
     assert "labels_are_shifted_inputs" in page
     # The plot is in the page itself; text is escaped; markdown tables are tables; long tables say so.
     assert "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode() in page

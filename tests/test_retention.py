@@ -34,7 +34,12 @@ def run_once(instance) -> str:
 
     cfg = {**TINY, "ops": {k: v for k, v in TINY["ops"].items() if k in SELECTION}}
     result = dg.materialize(
-        list(defs.assets), resources=defs.resources, run_config=cfg, selection=SELECTION, instance=instance, raise_on_error=False,
+        list(defs.assets),
+        resources=defs.resources,
+        run_config=cfg,
+        selection=SELECTION,
+        instance=instance,
+        raise_on_error=False,
     )
     assert result.success
     return result.run_id
@@ -62,9 +67,13 @@ def test_the_state_folder_stays_bounded_over_repeated_runs(state):
                 # A live run (started, not ended), and a model version registered from the first run's MLflow run.
                 live = instance.add_run(DagsterRun(job_name="live_job", run_id="0" * 8 + "-0000-4000-8000-" + "0" * 12,
                                                    status=DagsterRunStatus.STARTED))
-                (backing,) = client.search_runs(experiments(), f"tags.`dagster.asset_key` = 'tokenizer' and tags.`dagster.run_id` = '{runs[0]}'")
+                (backing,) = client.search_runs(
+                    experiments(), f"tags.`dagster.asset_key` = 'tokenizer' and tags.`dagster.run_id` = '{runs[0]}'"
+                )
                 client.create_registered_model("kept_model")
-                version = client.create_model_version("kept_model", f"{backing.info.artifact_uri}", run_id=backing.info.run_id)
+                version = client.create_model_version(
+                    "kept_model", f"{backing.info.artifact_uri}", run_id=backing.info.run_id
+                )
                 kept_artifacts = Path(backing.info.artifact_uri.removeprefix("file://"))
                 assert any(kept_artifacts.rglob("*"))
             reports.append(prune(1, instance))
@@ -80,11 +89,16 @@ def test_the_state_folder_stays_bounded_over_repeated_runs(state):
             assert instance.get_latest_materialization_event(dg.AssetKey(key)).run_id == runs[-1]
         tagged = {r.data.tags.get("dagster.run_id") for r in client.search_runs(experiments(), max_results=1000)}
         assert tagged == {runs[0], runs[-1]}
-        assert client.get_model_version("kept_model", version.version).run_id == backing.info.run_id and any(kept_artifacts.rglob("*"))
+        assert client.get_model_version("kept_model", version.version).run_id == backing.info.run_id and any(
+            kept_artifacts.rglob("*")
+        )
         freed = [r for r in reports if r["dagster_runs_deleted"]]
         assert freed and all(r["errors"] == [] for r in reports), reports
         assert {runs[1], runs[2]} <= {d for r in freed for d in r["dagster_runs_deleted"]}
-        assert sum(r["bytes_freed_by"]["dagster"] for r in freed) > 0 and sum(r["bytes_freed_by"]["mlflow"] for r in freed) > 0
+        assert (
+            sum(r["bytes_freed_by"]["dagster"] for r in freed) > 0
+            and sum(r["bytes_freed_by"]["mlflow"] for r in freed) > 0
+        )
     finally:
         instance.dispose()
 
@@ -121,7 +135,12 @@ def test_a_model_run_records_its_vocabulary_and_tokenizer(state):
 
     selection = ["corpus", "tokenizer", "labels", "ngram_baseline", "rnn_lm"]
     cfg = {**TINY, "ops": {k: v for k, v in TINY["ops"].items() if k in selection}}
-    cfg["ops"]["rnn_lm"] = {"config": {**cfg["ops"]["rnn_lm"]["config"], "train": {**cfg["ops"]["rnn_lm"]["config"]["train"], "max_steps": 4}}}
+    cfg["ops"]["rnn_lm"] = {
+        "config": {
+            **cfg["ops"]["rnn_lm"]["config"],
+            "train": {**cfg["ops"]["rnn_lm"]["config"]["train"], "max_steps": 4},
+        }
+    }
     instance = dg.DagsterInstance.get()
     try:
         result = dg.materialize(list(defs.assets), resources=defs.resources, run_config=cfg, selection=selection,
@@ -131,6 +150,8 @@ def test_a_model_run_records_its_vocabulary_and_tokenizer(state):
     finally:
         instance.dispose()
     client = MlflowClient(tracking_uri=local_tracking_uri())
-    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()], "tags.`dagster.asset_key` = 'rnn_lm'")
+    (run,) = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()], "tags.`dagster.asset_key` = 'rnn_lm'"
+    )
     assert run.data.params["vocab_size"] == str(labels["vocab_size"])
     assert run.data.params["tokenizer_sha256"] == labels["tokenizer_sha256"]

@@ -67,10 +67,16 @@ def test_two_runs_on_a_fresh_folder_both_succeed_with_their_own_inputs(set_up_st
     # MLflow parent with one child per asset, and nothing is left RUNNING.
     _, all_runs = mlflow_runs(set_up_state)
     assert {r.info.status for r in all_runs} == {"FINISHED"}
-    parents = {r.data.tags["dagster.run_id"]: r.info.run_id for r in all_runs if r.data.tags.get("dagster.role") == "dagster_run"}
+    parents = {
+        r.data.tags["dagster.run_id"]: r.info.run_id
+        for r in all_runs
+        if r.data.tags.get("dagster.role") == "dagster_run"
+    }
     assert sorted(parents) == sorted(ids)
     for run_id, parent in parents.items():
-        children = sorted(r.data.tags["dagster.asset_key"] for r in all_runs if r.data.tags.get("mlflow.parentRunId") == parent)
+        children = sorted(
+            r.data.tags["dagster.asset_key"] for r in all_runs if r.data.tags.get("mlflow.parentRunId") == parent
+        )
         assert children == ["corpus", "labels", "tokenizer"]
 
 
@@ -82,7 +88,10 @@ def test_concurrent_runs_with_different_configs_never_mix_data(set_up_state):
     vocab = {"a": 512, "b": 700}
     # Each run executes its steps in its own process (in_process executor: what the config jobs use);
     # the two runs still share the state folder and the stores at the same time.
-    configs = {k: {**tiny(**{"tokenizer.config.vocab_size": v}), "execution": {"config": {"in_process": {}}}} for k, v in vocab.items()}
+    configs = {
+        k: {**tiny(**{"tokenizer.config.vocab_size": v}), "execution": {"config": {"in_process": {}}}}
+        for k, v in vocab.items()
+    }
     before = {r.dagster_run.run_id for r in runs(instance(state))}
     procs = {k: launch(state, select, configs[k], name=f"mix_{k}") for k in vocab}
     codes = {k: wait(p, timeout=600) for k, p in procs.items()}
@@ -163,7 +172,9 @@ def test_a_bad_config_fails_in_seconds_listing_every_problem(tmp_path, monkeypat
     monkeypatch.setenv("PIPELINE_STATE_DIR", str(tmp_path / "state"))
     from test_pipeline import materialize
 
-    cfg = tiny(**{"lstm_lm.config.train.lr": -1.0, "gradient_study.config.seq_len": 64, "rnn_lm.config.train.block_size": 64})
+    cfg = tiny(
+        **{"lstm_lm.config.train.lr": -1.0, "gradient_study.config.seq_len": 64, "rnn_lm.config.train.block_size": 64}
+    )
     t0 = time.time()
     result = materialize(cfg)
     elapsed = time.time() - t0

@@ -25,7 +25,15 @@ TOKENIZER = {"vocab_size": 512, "sample_shards": 2}
 BLOCK = 32
 LM = {  # a few steps of a small Transformer
     "model": {"param_budget": 60000, "n_layer": 2, "block_size": BLOCK},
-    "train": {"max_steps": 4, "batch_size": 8, "block_size": BLOCK, "eval_interval": 4, "eval_batches": 2, "log_interval": 2, "warmup_steps": 1},
+    "train": {
+        "max_steps": 4,
+        "batch_size": 8,
+        "block_size": BLOCK,
+        "eval_interval": 4,
+        "eval_batches": 2,
+        "log_interval": 2,
+        "warmup_steps": 1,
+    },
     "sampling": {"num_samples": 1, "sample_tokens": 8},
 }
 
@@ -40,7 +48,12 @@ def test_sharded_view_indexes_like_the_concatenated_blocks():
     shards = [pack_blocks(rng.integers(4, 500, n), 8, 512) for n in (50, 3, 17, 64)]
     view = ShardedBlocks([(b.x, b.y, None) for b in shards])
     whole = TokenBlocks(np.concatenate([b.x for b in shards]), np.concatenate([b.y for b in shards]))
-    for v, w in [(view, whole), (view.crop(4), whole.crop(4)), (view.crop(3), whole.crop(3)), (view.crop(4).crop(2), whole.crop(4).crop(2))]:
+    for v, w in [
+        (view, whole),
+        (view.crop(4), whole.crop(4)),
+        (view.crop(3), whole.crop(3)),
+        (view.crop(4).crop(2), whole.crop(4).crop(2)),
+    ]:
         assert (v.n_blocks, v.block_size, v.n_targets) == (w.n_blocks, w.block_size, w.n_targets)
         assert np.array_equal(np.asarray(v.x), w.x) and np.array_equal(np.asarray(v.y), w.y)
         idx = rng.integers(0, w.n_blocks, 9)
@@ -69,9 +82,15 @@ def test_shard_keys_are_safe_and_unique(tmp_path):
     (tmp_path / "sub").mkdir()
     for name in ("b.txt", "a.jsonl", "notes.md", ".hidden.txt", "sub/c.parquet"):
         (tmp_path / name).write_text("x")
-    assert list(list_shards(tmp_path)) == ["a.jsonl", "b.txt", "sub_c.parquet"]  # sorted; other types and hidden files are not shards
+    assert list(list_shards(tmp_path)) == [
+        "a.jsonl",
+        "b.txt",
+        "sub_c.parquet",
+    ]  # sorted; other types and hidden files are not shards
     (tmp_path / "sub_c.parquet").write_text("x")
-    with pytest.raises(PipelineInputError, match=r"sub/c.parquet and .*sub_c.parquet map to the same shard key 'sub_c.parquet'"):
+    with pytest.raises(
+        PipelineInputError, match=r"sub/c.parquet and .*sub_c.parquet map to the same shard key 'sub_c.parquet'"
+    ):
         list_shards(tmp_path)
 
 
@@ -93,7 +112,9 @@ class Route:
         self.ticks: list[dg.SensorResult] = []
 
     def tick(self) -> dg.SensorResult:
-        ctx = dg.build_sensor_context(instance=self.inst, cursor=self.cursor, resources=self.resources, definitions=self.defs)
+        ctx = dg.build_sensor_context(
+            instance=self.inst, cursor=self.cursor, resources=self.resources, definitions=self.defs
+        )
         result = self.sensor(ctx)
         for req in result.dynamic_partitions_requests or []:  # what the daemon does with them
             self.inst.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
@@ -101,7 +122,9 @@ class Route:
         self.ticks.append(result)
         return result
 
-    def run(self, request: dg.RunRequest, ops: dict | None = None, raise_on_error: bool = True) -> dg.ExecuteInProcessResult:
+    def run(
+        self, request: dg.RunRequest, ops: dict | None = None, raise_on_error: bool = True
+    ) -> dg.ExecuteInProcessResult:
         """Execute a run request as the daemon would: the job's assets, the request's partition."""
         job = self.defs.resolve_job_def(request.job_name)
         selection = list(job.asset_layer.executable_asset_keys)
@@ -142,10 +165,16 @@ def test_sensor_adds_a_partition_per_shard_and_requests_its_runs(route):
     keys = [f"wiki-{i:05d}.xml.bz2" for i in range(N_SHARDS)]
     assert list(first.dynamic_partitions_requests[0].partition_keys) == keys
     assert [q.job_name for q in first.run_requests] == ["shard_tokenizer_job"]  # the tokenizer first, once
-    assert [q.partition_key for q in second.run_requests] == keys and {q.job_name for q in second.run_requests} == {"shard_ingest"}
+    assert [q.partition_key for q in second.run_requests] == keys and {q.job_name for q in second.run_requests} == {
+        "shard_ingest"
+    }
     assert not second.dynamic_partitions_requests and [q.job_name for q in third.run_requests] == ["combine_shards"]
     assert route.inst.get_materialized_partitions(dg.AssetKey("label_shards")) == set(keys)
-    tok = manifest(route.inst, route.inst.get_latest_materialization_event(dg.AssetKey("shard_tokenizer")).run_id, "shard_tokenizer")
+    tok = manifest(
+        route.inst,
+        route.inst.get_latest_materialization_event(dg.AssetKey("shard_tokenizer")).run_id,
+        "shard_tokenizer",
+    )
     assert tok["trained_on"]["shards"] == keys[:2]  # the bounded sample: the first shards by key
     # Nothing more to do until a shard appears or changes.
     assert not route.tick().run_requests
@@ -160,13 +189,22 @@ def test_sharded_blocks_equal_the_unsharded_route(route):
     combined = manifest(route.inst, route.combine.run_id, "sharded_labels")
     train, val, meta = load_labels(combined["path"])
     assert isinstance(train, ShardedBlocks) and train.n_shards == N_SHARDS == meta["n_shards"]
-    tok_path = route.inst.get_latest_materialization_event(dg.AssetKey("shard_tokenizer")).asset_materialization.metadata["tokenizer_path"].value
+    tok_path = (
+        route.inst.get_latest_materialization_event(dg.AssetKey("shard_tokenizer"))
+        .asset_materialization.metadata["tokenizer_path"]
+        .value
+    )
     tok = load_tokenizer(tok_path)
     keys = [s["key"] for s in meta["shards"]]
     records = latest_materializations(route.inst, dg.AssetKey("corpus_shards"), keys)
     import datasets
 
-    texts = {k: datasets.load_from_disk(json.loads(Path(records[k].asset_materialization.metadata["manifest_path"].value).read_text())["path"])["train"]["text"] for k in keys}
+    texts = {
+        k: datasets.load_from_disk(
+            json.loads(Path(records[k].asset_materialization.metadata["manifest_path"].value).read_text())["path"]
+        )["train"]["text"]
+        for k in keys
+    }
     start, real_x, real_y, n_tokens = 0, [], [], []
     for i, shard in enumerate(meta["shards"]):
         k, n = shard["key"], shard["train_blocks"]
@@ -189,7 +227,9 @@ def test_sharded_blocks_equal_the_unsharded_route(route):
     keep = np.setdiff1d(np.arange(ref_meta["train_targets"]), crossing)
     assert np.array_equal(np.concatenate(real_x), ref_train.x.reshape(-1)[keep])
     assert np.array_equal(np.concatenate(real_y), ref_train.y.reshape(-1)[keep])
-    assert ref_train.n_blocks <= train.n_blocks <= ref_train.n_blocks + N_SHARDS - 1  # at most one padded tail per shard
+    assert (
+        ref_train.n_blocks <= train.n_blocks <= ref_train.n_blocks + N_SHARDS - 1
+    )  # at most one padded tail per shard
     assert val.n_blocks == meta["validation_blocks"] >= N_SHARDS and np.all(val.y[:, 0] != IGNORE_INDEX)
 
 
@@ -204,8 +244,18 @@ def test_training_loop_reads_the_view_as_one_array(route):
 
     train_view, val_view, meta = load_labels(manifest(route.inst, route.combine.run_id, "sharded_labels")["path"])
     whole = [TokenBlocks(np.asarray(v.x), np.asarray(v.y)) for v in (train_view, val_view)]
-    s = TrainSettings(max_steps=6, batch_size=8, block_size=16, lr=1e-2, warmup_steps=1, eval_interval=3, eval_batches=2,
-                      log_interval=1, device="cpu", seed=3)
+    s = TrainSettings(
+        max_steps=6,
+        batch_size=8,
+        block_size=16,
+        lr=1e-2,
+        warmup_steps=1,
+        eval_interval=3,
+        eval_batches=2,
+        log_interval=1,
+        device="cpu",
+        seed=3,
+    )
     losses = []
     n = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -227,9 +277,13 @@ def test_language_model_trains_on_the_sharded_labels(route):
     assert lm["inputs"]["labels"] == route.combine.run_id and math.isfinite(lm["metrics"]["val/loss"])
     # Its run config is checked against the sharded labels' block size, not the default route's.
     bad = {**LM, "train": {**LM["train"], "block_size": 2 * BLOCK}}
-    failed = route.materialize(["transformer_shards_lm"], ops={"transformer_shards_lm": {"config": bad}}, raise_on_error=False)
+    failed = route.materialize(
+        ["transformer_shards_lm"], ops={"transformer_shards_lm": {"config": bad}}, raise_on_error=False
+    )
     assert not failed.success
-    assert f"train.block_size={2 * BLOCK} exceeds sharded_labels.block_size={BLOCK}" in "\n".join(step_errors(route.inst, failed.run_id))
+    assert f"train.block_size={2 * BLOCK} exceeds sharded_labels.block_size={BLOCK}" in "\n".join(
+        step_errors(route.inst, failed.run_id)
+    )
 
 
 @pytest.mark.slow  # two torchrun processes
@@ -237,7 +291,9 @@ def test_torchrun_trains_on_the_sharded_labels(route):
     """The same asset under 2 gloo processes: each rank checks every shard's files against their
     recorded hashes (files of the same name in every shard's folder) and trains on the view."""
     ddp = {**LM, "train": {**LM["train"], "launcher": "torchrun", "nproc_per_node": 2}}
-    result = route.materialize(["transformer_shards_lm"], ops={"transformer_shards_lm": {"config": ddp}}, raise_on_error=False)
+    result = route.materialize(
+        ["transformer_shards_lm"], ops={"transformer_shards_lm": {"config": ddp}}, raise_on_error=False
+    )
     assert result.success, "\n".join(step_errors(route.inst, result.run_id))
     lm = manifest(route.inst, result.run_id, "transformer_shards_lm")
     assert lm["launch"]["world_size"] == 2 and math.isfinite(lm["metrics"]["val/loss"])
@@ -252,11 +308,16 @@ def test_missing_shard_file_is_named(route, tmp_path):
     gone = tmp_path / "gone_train_x.npy"
     meta["shards"][3]["files"]["train_x"]["path"] = str(gone)
     (tmp_path / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(PipelineInputError, match=rf"label shard 'wiki-00003.xml.bz2': token file {re.escape(str(gone))} is missing"):
+    with pytest.raises(
+        PipelineInputError, match=rf"label shard 'wiki-00003.xml.bz2': token file {re.escape(str(gone))} is missing"
+    ):
         load_labels(tmp_path)
     files = dict(combined["files"])
     files["wiki-00003.xml.bz2/train_x"] = {**files["wiki-00003.xml.bz2/train_x"], "path": str(gone)}
-    with pytest.raises(PipelineInputError, match=rf"`sharded_labels`'s wiki-00003.xml.bz2/train_x file {re.escape(str(gone))} is missing"):
+    with pytest.raises(
+        PipelineInputError,
+        match=rf"`sharded_labels`'s wiki-00003.xml.bz2/train_x file {re.escape(str(gone))} is missing",
+    ):
         verify_files({**combined, "files": files}, "sharded_labels")
 
 
@@ -275,7 +336,13 @@ def test_a_shard_appearing_later_becomes_a_new_partition(route):
     again = route.tick()
     assert [q.job_name for q in again.run_requests] == ["combine_shards"]
     route.run(again.run_requests[0])
-    _, _, meta = load_labels(manifest(route.inst, route.inst.get_latest_materialization_event(dg.AssetKey("sharded_labels")).run_id, "sharded_labels")["path"])
+    _, _, meta = load_labels(
+        manifest(
+            route.inst,
+            route.inst.get_latest_materialization_event(dg.AssetKey("sharded_labels")).run_id,
+            "sharded_labels",
+        )["path"]
+    )
     assert meta["n_shards"] == N_SHARDS + 1 and meta["shards"][-1]["key"] == "wiki-00016.jsonl"
 
 
@@ -285,13 +352,17 @@ def test_a_shard_appearing_later_becomes_a_new_partition(route):
 def _bad_shards(folder: Path) -> dict[str, str]:
     """key → the part of the error message that names the fault."""
     folder.mkdir()
-    good = bz2.compress(b"<mediawiki><page><title>A</title><ns>0</ns><id>1</id><revision><text>Some text here.</text></revision></page></mediawiki>")
+    good = bz2.compress(
+        b"<mediawiki><page><title>A</title><ns>0</ns><id>1</id><revision><text>Some text "
+        b"here.</text></revision></page></mediawiki>"
+    )
     (folder / "truncated.xml.bz2").write_bytes(good[: len(good) // 2])
     (folder / "rows.jsonl").write_text('{"text": "fine"}\n{"text": "also fine"}\n{"text": broken\n')
     (folder / "latin1.txt").write_bytes("first paragraph\n\nsecond caf\xe9 paragraph\n".encode("latin-1"))
     at = re.escape(str(folder))
     return {
-        "truncated.xml.bz2": rf"{at}/truncated.xml.bz2: the dump is truncated or corrupted \(stopped after reading \d+ of its \d+ bytes\)",
+        "truncated.xml.bz2": rf"{at}/truncated.xml.bz2: the dump is truncated or corrupted \(stopped after reading \d+ "
+            rf"of its \d+ bytes\)",
         "rows.jsonl": rf"{at}/rows.jsonl:3: invalid JSON",
         "latin1.txt": rf"{at}/latin1.txt: not valid UTF-8 at byte offset 27 \(line 3",
     }
@@ -306,8 +377,16 @@ def test_a_corrupt_shard_fails_its_partition_and_records_nothing(route, tmp_path
         errors = "\n".join(step_errors(bad.inst, result.run_id))
         assert not result.success and re.search(message, errors), (key, errors)
         assert not materializations(bad.inst, result.run_id)
-        assert not (route.state / "artifacts" / "corpus_shards" / result.run_id).exists()  # no folder, not even a partial one
+        assert not (
+            route.state / "artifacts" / "corpus_shards" / result.run_id
+        ).exists()  # no folder, not even a partial one
     assert bad.inst.get_materialized_partitions(dg.AssetKey("corpus_shards")) == set()
     _, runs = mlflow_runs(route.state)
-    failed = [r for r in runs if r.data.tags.get("dagster.asset_key") == "corpus_shards" and r.data.tags.get("dagster.partition") in expected]
-    assert sorted(r.data.tags["dagster.partition"] for r in failed) == sorted(expected) and {r.info.status for r in failed} == {"FAILED"}
+    failed = [
+        r
+        for r in runs
+        if r.data.tags.get("dagster.asset_key") == "corpus_shards" and r.data.tags.get("dagster.partition") in expected
+    ]
+    assert sorted(r.data.tags["dagster.partition"] for r in failed) == sorted(expected) and {
+        r.info.status for r in failed
+    } == {"FAILED"}

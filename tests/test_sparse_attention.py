@@ -104,7 +104,9 @@ def test_sliding_window_model_equals_reference_impl_and_caches():
             blk.attn.window = None
         assert (ref(x)[0] - full)[..., 1:].abs().max() > 1e-3  # (column 0 is [PAD], -inf in both)
     prompt = x[:, :5]
-    assert torch.equal(m.generate(prompt, 20, temperature=0, use_cache=True), m.generate(prompt, 20, temperature=0, use_cache=False))
+    assert torch.equal(
+        m.generate(prompt, 20, temperature=0, use_cache=True), m.generate(prompt, 20, temperature=0, use_cache=False)
+    )
 
 
 def test_window_settings_are_checked():

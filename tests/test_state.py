@@ -27,7 +27,12 @@ N_PROCS = 4
 def stores(tmp_path_factory):
     """A fresh state folder whose stores were created by N processes started at the same moment."""
     state = tmp_path_factory.mktemp("shared") / "state"
-    env = {**os.environ, "PIPELINE_STATE_DIR": str(state), "DAGSTER_HOME": str(state / "dagster"), "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "PIPELINE_STATE_DIR": str(state),
+        "DAGSTER_HOME": str(state / "dagster"),
+        "PYTHONPATH": str(ROOT),
+    }
     go = state.parent / "go"
     code = textwrap.dedent(
         f"""
@@ -38,8 +43,12 @@ def stores(tmp_path_factory):
         print(json.dumps(ensure_stores()))
         """
     )
-    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(N_PROCS)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(N_PROCS)
+    ]
     time.sleep(0.3)
     go.touch()  # all call ensure_stores within a few ms; the loser(s) wait on the lock, then find it done
     results = [p.communicate(timeout=120) for p in procs]
@@ -157,7 +166,9 @@ def _started_run(instance, pid_event: int | None = None) -> str:
     from dagster._core.events import DagsterEvent, DagsterEventType, EngineEventData
 
     run = instance.create_run_for_job(_job())
-    instance.report_dagster_event(DagsterEvent(DagsterEventType.RUN_START.value, job_name=run.job_name), run_id=run.run_id)
+    instance.report_dagster_event(
+        DagsterEvent(DagsterEventType.RUN_START.value, job_name=run.job_name), run_id=run.run_id
+    )
     if pid_event is not None:
         instance.report_engine_event(f"Executing steps in process (pid: {pid_event})", run,
                                      EngineEventData.in_process(pid_event))
@@ -187,8 +198,14 @@ def _killed_step(run_id: str, final: Path) -> int:
             time.sleep(60)
         """
     )
-    worker = subprocess.Popen(["sh", "-c", f'"{sys.executable}" -c "$CODE" & wait'], env={**os.environ, "CODE": code, "PYTHONPATH": str(ROOT)},
-                              cwd=ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    worker = subprocess.Popen(
+        ["sh", "-c", f'"{sys.executable}" -c "$CODE" & wait'],
+        env={**os.environ, "CODE": code, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     pid = int(worker.stdout.readline())
     os.killpg(worker.pid, signal.SIGKILL)
     worker.wait()

@@ -26,17 +26,27 @@ def regression_trial(params: dict) -> dict:
 
 def test_the_sweep_picks_the_known_best_learning_rate():
     seen = []
-    result = run_sweep(SweepSettings(lrs=[0.05, 0.1, 0.25, 0.4, 0.6], warmup_steps=[0], max_steps=5), regression_trial, log=seen.append)
+    result = run_sweep(
+        SweepSettings(lrs=[0.05, 0.1, 0.25, 0.4, 0.6], warmup_steps=[0], max_steps=5), regression_trial, log=seen.append
+    )
     assert result.best["lr"] == 0.25 and result.best["val_loss"] < 1e-10
-    assert len(result.trials) == len(seen) == 5 and result.trials[-1]["val_loss"] > result.trials[0]["val_loss"]  # 0.6 overshoots
+    assert (
+        len(result.trials) == len(seen) == 5 and result.trials[-1]["val_loss"] > result.trials[0]["val_loss"]
+    )  # 0.6 overshoots
     assert "**(chosen)**" in result.markdown() and "sweep" in result.figures
 
 
-@pytest.mark.parametrize("bad, field", [
-    (dict(lrs=[]), "lrs is empty"), (dict(lrs=[1e-3, 0.0]), "lrs holds non-positive"), (dict(lrs=[-1e-3]), "lrs holds non-positive"),
-    (dict(warmup_steps=[]), "warmup_steps is empty"), (dict(max_steps=0), "max_steps=0 is smaller than one step"),
-    (dict(warmup_steps=[700]), "warmup_steps=700"),
-])
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        (dict(lrs=[]), "lrs is empty"),
+        (dict(lrs=[1e-3, 0.0]), "lrs holds non-positive"),
+        (dict(lrs=[-1e-3]), "lrs holds non-positive"),
+        (dict(warmup_steps=[]), "warmup_steps is empty"),
+        (dict(max_steps=0), "max_steps=0 is smaller than one step"),
+        (dict(warmup_steps=[700]), "warmup_steps=700"),
+    ],
+)
 def test_bad_grids_name_the_setting(bad, field):
     with pytest.raises(ConfigError, match=field):
         run_sweep(SweepSettings(**bad), regression_trial, where="tune")

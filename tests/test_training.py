@@ -111,7 +111,10 @@ def test_training_reduces_loss_and_logs_shared_names(tmp_path, blocks):
     assert all(n == 30 for _, _, n, _ in progress) and progress[0][3] > 0 and progress[-1][3] == 0
     names = set().union(*(m for _, m in logged))
     assert {"train/loss", "val/loss", "val/ppl", "tokens_per_s", "grad_norm", "lr"} <= names
-    assert set(r.metrics()) >= {"train/loss", "val/loss", "val/ppl", "train/tokens_per_s_mean"} and "tokens_per_s" not in r.metrics()
+    assert (
+        set(r.metrics()) >= {"train/loss", "val/loss", "val/ppl", "train/tokens_per_s_mean"}
+        and "tokens_per_s" not in r.metrics()
+    )
     assert json.loads((tmp_path / "history.json").read_text()) == r.history
     from components.core.device import cpu_has_native_bf16
 
@@ -136,12 +139,16 @@ def test_evaluate_is_the_mean_over_real_targets(blocks):
 def test_clipping_bound_is_respected(tmp_path, blocks):
     train_b, val_b = blocks
     clip = 0.05
-    r = train(tiny_model(), train_b, val_b, quick(lr=0.5, grad_clip=clip, optimizer="sgd", max_steps=8), tmp_path / "on")
+    r = train(
+        tiny_model(), train_b, val_b, quick(lr=0.5, grad_clip=clip, optimizer="sgd", max_steps=8), tmp_path / "on"
+    )
     pts = [h for h in r.history if "grad_norm" in h]
     assert len(pts) == 8
     assert any(h["grad_norm"] > 2 * clip for h in pts)  # clipping was actually needed ...
     assert all(h["grad_norm_clipped"] <= clip * (1 + 1e-5) for h in pts)  # ... and held
-    off = train(tiny_model(), train_b, val_b, quick(lr=0.5, grad_clip=0.0, optimizer="sgd", max_steps=3), tmp_path / "off")
+    off = train(
+        tiny_model(), train_b, val_b, quick(lr=0.5, grad_clip=0.0, optimizer="sgd", max_steps=3), tmp_path / "off"
+    )
     assert all(h["grad_norm_clipped"] == pytest.approx(h["grad_norm"]) for h in off.history if "grad_norm" in h)
 
 
@@ -209,7 +216,14 @@ def test_resume_refuses_another_model_naming_the_field(tmp_path, blocks):
     train(tiny_model(), train_b, val_b, s, tmp_path, model_meta={"tokenizer_sha256": TOK_HASH})
     bigger = RecurrentLM(RecurrentSettings(cell="rnn", n_embd=32, hidden_size=64), V)
     with pytest.raises(CheckpointMismatchError, match=r"model_config\.hidden_size: checkpoint 48 != now 64"):
-        train(bigger, train_b, val_b, s.model_copy(update={"max_steps": 4}), tmp_path, model_meta={"tokenizer_sha256": TOK_HASH})
+        train(
+            bigger,
+            train_b,
+            val_b,
+            s.model_copy(update={"max_steps": 4}),
+            tmp_path,
+            model_meta={"tokenizer_sha256": TOK_HASH},
+        )
     with pytest.raises(CheckpointMismatchError, match="model_kind"):
         train(tiny_model("lstm"), train_b, val_b, s, tmp_path, model_meta={"tokenizer_sha256": TOK_HASH})
     with pytest.raises(CheckpointMismatchError, match="tokenizer_sha256"):
@@ -224,7 +238,9 @@ def test_checkpoint_round_trip_with_tied_weights(tmp_path, blocks):
     seed_everything(0)
     cfg = RecurrentSettings(cell="lstm", n_embd=32, hidden_size=48, tie_weights=True)
     model = RecurrentLM(cfg, V)
-    r = train(model, train_b, val_b, quick(max_steps=3, eval_interval=0), tmp_path, model_meta={"tokenizer_sha256": TOK_HASH})
+    r = train(
+        model, train_b, val_b, quick(max_steps=3, eval_interval=0), tmp_path, model_meta={"tokenizer_sha256": TOK_HASH}
+    )
     state, meta = load_model_weights(r.checkpoint_dir)
     assert meta["model_kind"] == "recurrent-lstm" and meta["tokenizer_sha256"] == TOK_HASH and meta["step"] == "3"
     assert RecurrentSettings.model_validate_json(meta["model_config"]) == cfg
@@ -289,8 +305,12 @@ def test_a_tampered_checkpoint_is_refused_naming_the_files(tmp_path, blocks):
 
     # The identity too: the header rewritten to another vocabulary hash at the right step.
     header = read_metadata(late)
-    save_file(load_file(str(late / WEIGHTS_FILE)), str(late / WEIGHTS_FILE), metadata={**header, "tokenizer_sha256": "b" * 64})
-    with pytest.raises(CheckpointMismatchError, match=r"says tokenizer_sha256='bbbb.*train_state.pt says tokenizer_sha256='aaaa"):
+    save_file(
+        load_file(str(late / WEIGHTS_FILE)), str(late / WEIGHTS_FILE), metadata={**header, "tokenizer_sha256": "b" * 64}
+    )
+    with pytest.raises(
+        CheckpointMismatchError, match=r"says tokenizer_sha256='bbbb.*train_state.pt says tokenizer_sha256='aaaa"
+    ):
         load_checkpoint(late, tiny_model())
     untouched = tiny_model(seed=5)
     before = [p.clone() for p in untouched.parameters()]
@@ -307,7 +327,9 @@ def test_ranks_split_one_global_batch():
     glob = np.random.default_rng(7).integers(0, 100, size=12)
     assert [len(d) for d in draws] == [4, 4, 4] and np.array_equal(np.concatenate(draws), glob)
     # One process draws exactly what the loop always drew: the trajectory of world_size 1 is unchanged.
-    assert np.array_equal(batch_indices(np.random.default_rng(7), 100, 4, Parallel()), np.random.default_rng(7).integers(0, 100, size=4))
+    assert np.array_equal(
+        batch_indices(np.random.default_rng(7), 100, 4, Parallel()), np.random.default_rng(7).integers(0, 100, size=4)
+    )
     assert Parallel().is_main and not Parallel(rank=1, world_size=2).is_main
     with pytest.raises(ConfigError, match="rank=2"):
         Parallel(rank=2, world_size=2)

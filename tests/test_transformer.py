@@ -67,7 +67,13 @@ def test_pad_row_stays_zero_and_pad_is_never_predicted(corpus, tmp_path):
     model = Transformer(TransformerSettings(**TINY), vocab)
     assert model.lm_head.weight is model.wte.weight  # tied
     assert torch.all(model.wte.weight[PAD_ID] == 0)
-    train(model, train_data, val_data, TrainSettings(max_steps=15, batch_size=8, eval_interval=0, threads=1, lr=1e-2), tmp_path)
+    train(
+        model,
+        train_data,
+        val_data,
+        TrainSettings(max_steps=15, batch_size=8, eval_interval=0, threads=1, lr=1e-2),
+        tmp_path,
+    )
     assert torch.all(model.wte.weight[PAD_ID] == 0)  # tied and trained, still zero
     assert torch.all(model.wte.weight[1:].abs().sum(-1) > 0)
     logits = model(train_data.batch(np.arange(2))[0])[0]
@@ -111,10 +117,17 @@ def test_trains_on_real_text_samples_and_reloads(corpus, tmp_path):
     result = train_lm(
         "transformer",
         TransformerSettings(**TINY, pos_encoding="rope"),
-        TrainSettings(max_steps=150, batch_size=16, eval_interval=75, eval_batches=10, threads=1, lr=3e-3, warmup_steps=10),
-        train_data, val_data, vocab, tmp_path,
+        TrainSettings(
+            max_steps=150, batch_size=16, eval_interval=75, eval_batches=10, threads=1, lr=3e-3, warmup_steps=10
+        ),
+        train_data,
+        val_data,
+        vocab,
+        tmp_path,
         sampling=SamplingSettings(num_samples=2, sample_tokens=40, sample_prompt="The "),
-        decode=decode, encode=encode, log_metrics=lambda m, step: logged.append((step, m)),
+        decode=decode,
+        encode=encode,
+        log_metrics=lambda m, step: logged.append((step, m)),
     )
     m = result.metrics
     # uniform over the characters is ln(vocab) ≈ 4.4 nats; a unigram model ≈ 3.0: it learned more than that
@@ -152,8 +165,13 @@ def test_gpu_settings_on_a_machine_without_cuda(corpus, tmp_path):
                  train_data, val_data, vocab, tmp_path / "a", sampling=no_samples)
     res = train_lm(
         "transformer",
-        TransformerSettings(**TINY, sdpa_backend="flash"), TrainSettings(max_steps=2, batch_size=4, threads=1, dtype="auto"),
-        train_data, val_data, vocab, tmp_path / "b", sampling=no_samples,
+        TransformerSettings(**TINY, sdpa_backend="flash"),
+        TrainSettings(max_steps=2, batch_size=4, threads=1, dtype="auto"),
+        train_data,
+        val_data,
+        vocab,
+        tmp_path / "b",
+        sampling=no_samples,
     )
     assert any("no CUDA GPU found, training on the CPU" in w for w in res.warnings)  # fell back, and says so
     assert any("pinned on CUDA only" in w for w in res.warnings)
@@ -274,9 +292,28 @@ def test_throughput_benchmark_runs_ours_and_nanogpt_side_by_side(tmp_path):
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "throughput.json"
     proc = subprocess.run(
-        [sys.executable, "benchmarks/train_throughput.py", "--preset", "tiny", "--iters", "12", "--threads", "1",
-         "--text", datapath("lee_background.cor"), "--max-chars", "60000", "--set", "pos_encoding=learned", "--out", str(out)],
-        cwd=root, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "benchmarks/train_throughput.py",
+            "--preset",
+            "tiny",
+            "--iters",
+            "12",
+            "--threads",
+            "1",
+            "--text",
+            datapath("lee_background.cor"),
+            "--max-chars",
+            "60000",
+            "--set",
+            "pos_encoding=learned",
+            "--out",
+            str(out),
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(out.read_text())

@@ -148,8 +148,14 @@ def readme_run(tmp_path_factory):
     addresses = {"dagster": f"http://127.0.0.1:{free_port()}", "mlflow": f"http://127.0.0.1:{free_port()}"}
     log = base / "run_pipeline.log"
     with open(log, "w") as out:
-        proc = subprocess.run(["bash", "scripts/run_pipeline.sh", "tiny"], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                              env=server_env(state, addresses["dagster"], addresses["mlflow"]), timeout=3 * RUN_TIMEOUT_MS / 1000)
+        proc = subprocess.run(
+            ["bash", "scripts/run_pipeline.sh", "tiny"],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=server_env(state, addresses["dagster"], addresses["mlflow"]),
+            timeout=3 * RUN_TIMEOUT_MS / 1000,
+        )
     text = log.read_text()
     found = re.search(r"^Run ([0-9a-f-]{36}) of tiny_pipeline in code location (\S+)", text, re.M)
     assert proc.returncode == 0 and found, text[-3000:]
@@ -184,9 +190,18 @@ def servers(readme_run):
         for name in ("ui", "mlflow_ui"):
             logs[name] = base / f"{name}.log"
             with open(logs[name], "w") as log:
-                procs.append(subprocess.Popen(["bash", f"scripts/{name}.sh"], cwd=ROOT, env=env, stdout=log,
-                                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                              preexec_fn=default_signals))
+                procs.append(
+                    subprocess.Popen(
+                        ["bash", f"scripts/{name}.sh"],
+                        cwd=ROOT,
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                        preexec_fn=default_signals,
+                    )
+                )
         deadline = time.monotonic() + SERVER_START_S
         wait_until_up(procs[0], f"{dagster_url}/server_info", logs["ui"], deadline)
         wait_until_up(procs[1], f"{mlflow_url}/health", logs["mlflow_ui"], deadline)
@@ -378,7 +393,9 @@ def test_asset_page_links_to_its_mlflow_run(servers, tiny_run, new_page, screens
     page.goto(f"{servers['dagster']}/assets/transformer_lm")
     row = page.get_by_role("row").filter(has=page.get_by_role("cell", name="mlflow_url", exact=True))
     link = row.get_by_role("link").first
-    expect(link).to_have_attribute("href", re.compile(re.escape(f"{servers['mlflow']}/#/experiments/") + r"\d+/runs/" + mlflow_run_id))
+    expect(link).to_have_attribute(
+        "href", re.compile(re.escape(f"{servers['mlflow']}/#/experiments/") + r"\d+/runs/" + mlflow_run_id)
+    )
     page.screenshot(path=screenshots / "dagster_transformer_lm.png")
     with page.context.expect_page() as opened:
         link.click()  # opens a new tab
@@ -434,7 +451,9 @@ def test_mlflow_registry_holds_the_language_models(servers, tiny_run, new_page, 
     table = page.get_by_role("main").get_by_role("table")
     for name in sorted(registered):
         row = table.get_by_role("row").filter(has=page.get_by_role("link", name=name, exact=True))
-        expect(row).to_contain_text(re.compile(r"Version \d+"))  # one version per run (the README's and the launchpad's)
+        expect(row).to_contain_text(
+            re.compile(r"Version \d+")
+        )  # one version per run (the README's and the launchpad's)
     page.screenshot(path=screenshots / "mlflow_registry.png")
 
 
@@ -525,7 +544,9 @@ def test_readme_command_run_is_listed_under_its_job_and_location(servers, readme
     assert data["repositoryOrigin"] == {"repositoryLocationName": LOCATION, "repositoryName": "__repository__"}, data
     page = new_page()
     page.goto(f"{servers['dagster']}/locations/{LOCATION}/jobs/tiny_pipeline/runs")
-    expect(page.get_by_role("link", name=f"run {run_id[:8]}", exact=True).first).to_be_visible()  # (icon "run", then the id)
+    expect(
+        page.get_by_role("link", name=f"run {run_id[:8]}", exact=True).first
+    ).to_be_visible()  # (icon "run", then the id)
     page.screenshot(path=screenshots / "dagster_job_runs.png")
     page.goto(f"{servers['dagster']}/locations")
     expect(page.get_by_text(LOCATION, exact=True).first).to_be_visible()
@@ -563,7 +584,9 @@ def test_recorded_links_lead_to_their_pages(servers, readme_run, new_page, scree
     mlflow = opened.value
     expect(mlflow.get_by_role("heading", name="rnn_lm", exact=True)).to_be_visible()
     close_mlflow_assistant(mlflow)
-    asset = follow(mlflow, mlflow.get_by_role("link", name="rnn_lm", exact=True).first)  # "Asset [rnn_lm](…)" in its description
+    asset = follow(
+        mlflow, mlflow.get_by_role("link", name="rnn_lm", exact=True).first
+    )  # "Asset [rnn_lm](…)" in its description
     assert asset.url.startswith(f"{servers['dagster']}/assets/rnn_lm")
     expect(asset.get_by_text("Freshness policy").first).to_be_visible()  # (the language models' asset page)
     # `report_url` → the page in MLflow's artifact view.

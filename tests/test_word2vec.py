@@ -80,7 +80,9 @@ def test_pad_row_stays_exactly_zero_and_specials_untouched(planted, sg):
     # ... while every word moved away from its initial vector (gensim's init: uniform in [-1, 1) / D)
     init = torch.Generator().manual_seed(settings.seed)
     start = ((torch.rand(len(vocab) - 4, settings.vector_size, generator=init) * 2 - 1) / settings.vector_size).numpy()
-    untrained = train_word2vec(vocab.encode(planted), vocab, settings.model_copy(update={"alpha": 1e-9, "min_alpha": 0.0}))
+    untrained = train_word2vec(
+        vocab.encode(planted), vocab, settings.model_copy(update={"alpha": 1e-9, "min_alpha": 0.0})
+    )
     np.testing.assert_allclose(untrained.vectors[4:], start, atol=1e-7)  # the initialisation, as stated
     assert np.all(np.abs(result.vectors[4:] - start).max(axis=1) > 1e-3)
 
@@ -189,13 +191,17 @@ def test_row_update_cap_scales_a_frequent_rows_change():
     """A row taking T > cap pair gradients in one update gets cap/T of its change; other rows are untouched."""
     import dataclasses
 
-    s = Word2VecSettings(vector_size=8, window=2, negative=2, batch_size=64, batch_growth=1, sample=0.0, row_update_cap=40)
+    s = Word2VecSettings(
+        vector_size=8, window=2, negative=2, batch_size=64, batch_growth=1, sample=0.0, row_update_cap=40
+    )
     counts = np.r_[0, 0, 0, 0, 500, 10, 10, 10]
     vocab = Vocab(list(SPECIAL_TOKENS) + ["the", "a", "b", "c"], counts)
     rng = np.random.default_rng(0)
     sentence = np.where(rng.random(60) < 0.5, 4, rng.integers(5, 8, 60))  # "the" every other word
     corpus = w2v._flatten([sentence], vocab, s.window)
-    ch = next(w2v._epoch_chunks(corpus, np.ones(len(vocab)), w2v._negative_cdf(counts), s, 0, rng, torch.device("cpu"), 1))
+    ch = next(
+        w2v._epoch_chunks(corpus, np.ones(len(vocab)), w2v._negative_cdf(counts), s, 0, rng, torch.device("cpu"), 1)
+    )
     W0 = torch.randn(len(vocab), 16, generator=torch.Generator().manual_seed(1)) * 0.3
     W0[0] = 0
     capped, free = W0.clone(), W0.clone()
@@ -220,7 +226,9 @@ def test_every_pair_is_trained_once_within_its_sentence():
     rng = np.random.default_rng(0)
     sentences = [rng.integers(4, 10, size=n) for n in rng.integers(1, 30, size=40)]
     corpus = w2v._flatten(sentences, vocab, W)
-    chunks = list(w2v._epoch_chunks(corpus, np.ones(len(vocab)), w2v._negative_cdf(counts), s, 0, rng, torch.device("cpu"), 1))
+    chunks = list(
+        w2v._epoch_chunks(corpus, np.ones(len(vocab)), w2v._negative_cdf(counts), s, 0, rng, torch.device("cpu"), 1)
+    )
     pairs: list[tuple[int, int]] = []  # (centre, context) in corpus positions (sample=0 keeps every token)
     for ch in chunks:
         m = ch.masks.numpy()  # (C, W, 2)
@@ -243,7 +251,11 @@ def test_every_pair_is_trained_once_within_its_sentence():
         b = max(abs(o) for o in offsets)  # the drawn window: every same-sentence word within b, both sides
         expected = {o for o in range(-b, b + 1) if o and 0 <= c + o < len(sent) and sent[c + o] == sent[c]}
         assert offsets == expected and 1 <= b <= W
-    has_neighbour = [i for i in range(len(sent)) if (i > 0 and sent[i - 1] == sent[i]) or (i + 1 < len(sent) and sent[i + 1] == sent[i])]
+    has_neighbour = [
+        i
+        for i in range(len(sent))
+        if (i > 0 and sent[i - 1] == sent[i]) or (i + 1 < len(sent) and sent[i + 1] == sent[i])
+    ]
     assert sorted(by_centre) == has_neighbour  # every token with a neighbour is a centre, once
     assert sum(ch.raw_words for ch in chunks) == len(sent)
 

@@ -21,12 +21,26 @@ MAX_NEW_TOKENS = 4096  # the export's bound (components.core.export.folder.MAX_N
 
 
 def _generate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="export folder (model.safetensors, config.json, tokenizer.json, generation_config.json)")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="export folder (model.safetensors, config.json, tokenizer.json, generation_config.json)",
+    )
     p.add_argument("--prompt", default="", help="text to continue (empty: start a new document)")
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help=f"new tokens, at most {MAX_NEW_TOKENS} (default: generation_config.json)")
-    p.add_argument("--temperature", type=float, default=None, help="softmax temperature, 0 = greedy (default: generation_config.json)")
-    p.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens (default: generation_config.json)")
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="softmax temperature, 0 = greedy (default: generation_config.json)",
+    )
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=None,
+        help="sample among the k most likely tokens (default: generation_config.json)",
+    )
     p.add_argument("--seed", type=int, default=None, help="seed of the sampler (default: unseeded)")
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     p.add_argument("--stats", action="store_true", help="also print tokens, time and variant to stderr")
@@ -46,16 +60,25 @@ def _run_generate(args: argparse.Namespace) -> int:
         return 2
     if out.prompt_tokens_dropped:
         total = out.prompt_tokens + out.prompt_tokens_dropped
-        print(f"notice: the prompt is {total} tokens, longer than the model's context: only its last {out.prompt_tokens} "
-              f"tokens were used (the first {out.prompt_tokens_dropped} were cut)", file=sys.stderr)
+        print(
+            f"notice: the prompt is {total} tokens, longer than the model's context: only its last {out.prompt_tokens} "
+            f"tokens were used (the first {out.prompt_tokens_dropped} were cut)",
+            file=sys.stderr,
+        )
     print(args.prompt + out.text)
     if args.stats:
-        print(f"[{out.variant}] {out.new_tokens} new tokens after {out.prompt_tokens} prompt tokens in {out.seconds:.2f} s", file=sys.stderr)
+        print(
+            f"[{out.variant}] {out.new_tokens} new tokens after {out.prompt_tokens} prompt tokens in {out.seconds:.2f} "
+            f"s",
+            file=sys.stderr,
+        )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m components.core", description="The pipeline's ML core, without Dagster.")
+    parser = argparse.ArgumentParser(
+        prog="python -m components.core", description="The pipeline's ML core, without Dagster."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     _generate_args(sub.add_parser("generate", help="generate text from an export folder"))
     args = parser.parse_args(argv)

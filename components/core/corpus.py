@@ -48,7 +48,9 @@ class CorpusSettings(BaseModel):
     hf_config: Optional[str] = Field(None, description="Hugging Face dataset config name.")
     hf_split: str = Field("train", description="Hugging Face split to read.")
     max_documents: Optional[int] = Field(
-        None, ge=2, description="Keep at most this many documents (None: all); at least 2, one train and one validation document."
+        None,
+        ge=2,
+        description="Keep at most this many documents (None: all); at least 2, one train and one validation document.",
     )
     min_chars: int = Field(1, ge=1, description="Drop documents shorter than this many characters after cleaning.")
     validation_fraction: float = Field(0.1, gt=0.0, lt=1.0, description="Share of documents held out for validation.")
@@ -114,9 +116,12 @@ def iter_wiki_articles(path: str | Path) -> Iterator[dict[str, str]]:
                         continue
                     yield {"doc_id": f"wiki:{pageid}", "title": title, "text": wiki_to_text(markup)}
         except (EOFError, OSError, ValueError) as e:  # bz2 raises EOFError/OSError, expat raises ValueError subclasses
-            where = f" (stopped after reading {raw.tell()} of its {path.stat().st_size} bytes)" if not raw.closed else ""
+            where = (
+                f" (stopped after reading {raw.tell()} of its {path.stat().st_size} bytes)" if not raw.closed else ""
+            )
             raise PipelineInputError(
-                f"{path}: the dump is truncated or corrupted{where} ({type(e).__name__}: {e}); re-download or point corpus.path at a complete dump"
+                f"{path}: the dump is truncated or corrupted{where} ({type(e).__name__}: {e}); re-download or point "
+                f"corpus.path at a complete dump"
             ) from e
         except Exception as e:  # xml.etree.ElementTree.ParseError
             if type(e).__name__ == "ParseError":
@@ -182,7 +187,8 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
                 raise PipelineInputError(
-                    f"{path}: not valid UTF-8 at byte offset {offset + e.start} (line {lineno}, byte 0x{raw[e.start]:02x}); "
+                    f"{path}: not valid UTF-8 at byte offset {offset + e.start} (line {lineno}, byte "
+                    f"0x{raw[e.start]:02x}); "
                     "convert the file to UTF-8"
                 ) from e
             offset += len(raw)
@@ -192,7 +198,11 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
 def _iter_txt(path: Path, mode: str) -> Iterator[dict[str, str]]:
     """One document per file, or per block of lines separated by blank (whitespace-only) lines."""
     if mode == "file":
-        yield {"doc_id": f"{path.name}", "title": path.stem, "text": "".join(line for _, line in _iter_lines(path)).strip()}
+        yield {
+            "doc_id": f"{path.name}",
+            "title": path.stem,
+            "text": "".join(line for _, line in _iter_lines(path)).strip(),
+        }
         return
     block: list[str] = []
     index = 0
@@ -252,7 +262,9 @@ def _iter_parquet(path: Path, column: str, report: ReadReport) -> Iterator[dict[
         raise PipelineInputError(f"{path}: cannot read as Parquet ({type(e).__name__}: {e})") from e
     schema = pf.schema_arrow
     if column not in schema.names:
-        raise PipelineInputError(f"{path}: no column '{column}' (found {schema.names}); set corpus.text_column to the text column")
+        raise PipelineInputError(
+            f"{path}: no column '{column}' (found {schema.names}); set corpus.text_column to the text column"
+        )
     found = schema.field(column).type
     if not _is_text_type(found):
         raise PipelineInputError(
@@ -309,10 +321,13 @@ def iter_hf_dataset(settings: CorpusSettings, report: ReadReport) -> Iterator[di
     ds = datasets.load_dataset(settings.hf_dataset, settings.hf_config, split=settings.hf_split)
     column = settings.text_column
     if column not in ds.column_names:
-        raise PipelineInputError(f"{settings.hf_dataset}: no column '{column}' (found {ds.column_names}); set corpus.text_column")
+        raise PipelineInputError(
+            f"{settings.hf_dataset}: no column '{column}' (found {ds.column_names}); set corpus.text_column"
+        )
     if not _is_text_type(ds.data.schema.field(column).type):
         raise PipelineInputError(
-            f"{settings.hf_dataset}: column '{column}' has type {ds.features[column]}, not string; set corpus.text_column"
+            f"{settings.hf_dataset}: column '{column}' has type {ds.features[column]}, not string; set "
+            f"corpus.text_column"
         )
     for i, row in enumerate(ds):
         if row[column] is None:
@@ -402,7 +417,9 @@ def _schema():
     return pa.schema([(c, pa.string()) for c in COLUMNS])
 
 
-def _write_documents(docs: Iterator[dict[str, str]], settings: CorpusSettings, path: Path) -> tuple[_Stats, int, list[str]]:
+def _write_documents(
+    docs: Iterator[dict[str, str]], settings: CorpusSettings, path: Path
+) -> tuple[_Stats, int, list[str]]:
     """Stream the kept documents into an Arrow IPC stream file, a record batch of about BATCH_CHARS
     characters at a time; returns their statistics, how many were too short, and sample lines."""
     import pyarrow as pa
@@ -481,11 +498,14 @@ def build_corpus(settings: CorpusSettings, out_dir: str | Path, cache_dir: Optio
                 else "add documents, or separate a .txt file's documents with a blank line"
             )
             raise PipelineInputError(
-                f"the corpus at {where} has only one document; a train/validation split by document needs two or more ({fix})"
+                f"the corpus at {where} has only one document; a train/validation split by document needs two or more "
+                f"({fix})"
             )
         train_idx, val_idx = split_documents(n, settings.validation_fraction, settings.seed)
         _write_splits(tmp / "all.arrow", val_idx, n, tmp / "train.arrow", tmp / "validation.arrow")
-        dd = datasets.DatasetDict({name: datasets.Dataset.from_file(str(tmp / f"{name}.arrow")) for name in ("train", "validation")})
+        dd = datasets.DatasetDict(
+            {name: datasets.Dataset.from_file(str(tmp / f"{name}.arrow")) for name in ("train", "validation")}
+        )
         dd.save_to_disk(str(out_dir))
         del dd
     result = stats.result(train_idx, val_idx)

@@ -166,13 +166,17 @@ class ShardedBlocks:
             if real is None:
                 real = (rows - 1) * full + int(np.count_nonzero(np.asarray(y[-1]) != IGNORE_INDEX)) if rows else 0
             if not ((rows - 1) * full < real <= rows * full if rows else real == 0):
-                raise ValueError(f"shard {i}: {real} targets do not fit {rows} blocks of {full} with padding only in the last")
+                raise ValueError(
+                    f"shard {i}: {real} targets do not fit {rows} blocks of {full} with padding only in the last"
+                )
             if rows == 0:
                 continue
             last = real - (rows - 1) * full  # real targets in the last row
             kept_last = self._cols < last
             counts.append((rows - 1) * len(self._cols) + int(kept_last.sum()))
-            targets += (rows - 1) * len(self._cols) * self._width + int(np.minimum(self._width, last - self._cols[kept_last]).sum())
+            targets += (rows - 1) * len(self._cols) * self._width + int(
+                np.minimum(self._width, last - self._cols[kept_last]).sum()
+            )
             self._shards.append((x, y, int(real)))
         self._starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
         self._targets = targets

@@ -80,7 +80,10 @@ class LaunchSettings(BaseModel):
         "processes (gloo on the CPU, NCCL on GPUs), batch_size being the global batch.",
     )
     nproc_per_node: int = Field(
-        2, ge=1, description="Processes of a torchrun launch: at most the CPU cores (on the CPU) or the GPUs; must divide batch_size."
+        2,
+        ge=1,
+        description="Processes of a torchrun launch: at most the CPU cores (on the CPU) or the GPUs; must divide "
+            "batch_size.",
     )
     strategy: Strategy = Field(
         "ddp",
@@ -99,7 +102,8 @@ class WorkerSpec(BaseModel):
     train: TrainSettings
     labels: str = Field(description="The labels folder (train_x.npy ..., meta.json).")
     labels_sha256: dict[str, str] = Field(
-        description="Labels file (a path relative to the labels folder, or absolute: the shards' files of sharded labels) -> "
+        description="Labels file (a path relative to the labels folder, or absolute: the shards' files of sharded "
+            "labels) -> "
         "its SHA-256; every one is checked."
     )
     tokenizer_sha256: str = Field(description="The tokenizer the labels were built with; recorded in the checkpoint.")
@@ -201,7 +205,9 @@ def verify_labels(spec: WorkerSpec) -> None:
     for name, expected in sorted(spec.labels_sha256.items()):
         f = folder / name
         if not f.is_file():
-            raise PipelineInputError(f"labels file {f} is missing (the spec expects sha256 {expected[:12]}…); re-materialize `labels`")
+            raise PipelineInputError(
+                f"labels file {f} is missing (the spec expects sha256 {expected[:12]}…); re-materialize `labels`"
+            )
         got = sha256_file(f)
         if got != expected:
             raise PipelineInputError(
@@ -293,7 +299,9 @@ def run_worker(
                 if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
                 else {"broadcast_buffers": False}  # torch < 2.13
             )
-            model = DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda" else None, **no_buffer_sync)
+            model = DistributedDataParallel(
+                model, device_ids=[local_rank] if device.type == "cuda" else None, **no_buffer_sync
+            )
     try:
         result = train(
             model, train_data, val_data, steps_for_budget(prep, spec.train), spec.out_dir,
@@ -353,8 +361,16 @@ class FullStateCheckpoints:
         model_sd, optim_sd = get_state_dict(model, optimizer, options=full)
         if self.rank == 0:
             copy, copy_optimizer = self._copy()
-            set_state_dict(copy, copy_optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd, options=StateDictOptions(full_state_dict=True))
-            save_checkpoint(ckpt_dir, copy, step=step, optimizer=copy_optimizer, train_state=train_state, model_meta=model_meta)
+            set_state_dict(
+                copy,
+                copy_optimizer,
+                model_state_dict=model_sd,
+                optim_state_dict=optim_sd,
+                options=StateDictOptions(full_state_dict=True),
+            )
+            save_checkpoint(
+                ckpt_dir, copy, step=step, optimizer=copy_optimizer, train_state=train_state, model_meta=model_meta
+            )
         return Path(ckpt_dir)
 
     def load_checkpoint(self, ckpt_dir, model, optimizer=None, *, expected_meta=None):
@@ -439,8 +455,15 @@ def failure_report(error: Any, out_dir: str | Path) -> dict[str, Any]:
     for rank, f in sorted(error.failures.items()):
         signal_name = f.signal_name() if f.exitcode < 0 else None
         raised = f.message if f.exitcode > 0 and isinstance(f.message, str) and f.error_file_data.get("message") else ""
-        how = f"was killed by {signal_name}" if signal_name else f"exited with code {f.exitcode}" + (f": {raised}" if raised else "")
-        ranks.append({"rank": rank, "pid": f.pid, "exitcode": f.exitcode, "signal": signal_name, "error": raised, "how": how})
+        how = (
+            f"was killed by {signal_name}"
+            if signal_name
+            else f"exited with code {f.exitcode}" + (f": {raised}" if raised else "")
+        )
+        ranks.append(
+            {"rank": rank, "pid": f.pid, "exitcode": f.exitcode, "signal": signal_name, "error": raised, "how": how}
+        )
+
     # The cause first: a rank killed by another signal than the launcher's SIGTERM, or one that raised
     # anything but a lost connection to a peer that died.
     def secondary(r: dict) -> bool:
@@ -459,7 +482,12 @@ def failure_report(error: Any, out_dir: str | Path) -> dict[str, Any]:
         if step is not None else "No checkpoint was written yet; a rerun starts fresh."
     )
     message = f"data-parallel training failed: {'; then '.join(parts)}. {resume}"
-    return {"message": message, "ranks": ranks, "cause_rank": cause["rank"], "checkpoint_step": int(step) if step else None}
+    return {
+        "message": message,
+        "ranks": ranks,
+        "cause_rank": cause["rank"],
+        "checkpoint_step": int(step) if step else None,
+    }
 
 
 def launch(spec_path: str | Path, nproc_per_node: int, worker_module: str = WORKER_MODULE) -> int:
@@ -471,7 +499,9 @@ def launch(spec_path: str | Path, nproc_per_node: int, worker_module: str = WORK
     check_world_size(LaunchSettings(launcher="torchrun", nproc_per_node=nproc_per_node), spec.train)
     failure_file = Path(spec.out_dir) / FAILURE_FILE
     failure_file.unlink(missing_ok=True)
-    for key, value in launch_env(LaunchSettings(launcher="torchrun", nproc_per_node=nproc_per_node), spec.train).items():
+    for key, value in launch_env(
+        LaunchSettings(launcher="torchrun", nproc_per_node=nproc_per_node), spec.train
+    ).items():
         os.environ.setdefault(key, value)  # what the asset passes; the ranks inherit it
     exit_with_parent()
     register_loopback_rendezvous()
@@ -501,7 +531,9 @@ def main(argv: list[str] | None = None) -> int:
         torchrun_main(args if chosen else torchrun_args("", 1)[:4] + args)  # unless told otherwise: loopback
         return 0
     if argv and argv[0] == "launch":
-        ap = argparse.ArgumentParser(prog="python -m components.core.distributed launch", description="torchrun a worker spec")
+        ap = argparse.ArgumentParser(
+            prog="python -m components.core.distributed launch", description="torchrun a worker spec"
+        )
         ap.add_argument("--nproc-per-node", type=int, required=True)
         ap.add_argument("--worker", default=WORKER_MODULE, help="the module torchrun runs in every rank")
         ap.add_argument("spec")
@@ -511,7 +543,9 @@ def main(argv: list[str] | None = None) -> int:
         except (ConfigError, PipelineInputError) as e:  # refused before anything launched: the reason, no traceback
             print(f"{type(e).__name__}: {e}", file=sys.stderr)
             return 2
-    ap = argparse.ArgumentParser(prog="python -m components.core.distributed", description="one rank of a worker spec (under torchrun)")
+    ap = argparse.ArgumentParser(
+        prog="python -m components.core.distributed", description="one rank of a worker spec (under torchrun)"
+    )
     ap.add_argument("spec")
     args = ap.parse_args(argv)
     worker_main(args.spec)

@@ -86,7 +86,9 @@ def write_token_stream(tok: Tokenizer, texts: Iterable[str], path: Path, dtype: 
 
 def _open_npy(path: Path, dtype: np.dtype, shape: tuple[int, int]):
     fh = open(path, "wb")
-    np.lib.format.write_array_header_1_0(fh, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
+    np.lib.format.write_array_header_1_0(
+        fh, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    )
     return fh
 
 
@@ -99,11 +101,18 @@ def write_blocks(stream_path: Path, n: int, dtype: np.dtype, block_size: int, x_
     n_blocks = -(-(n - 1) // block_size)
     total = n_blocks * block_size
     itemsize = dtype.itemsize
-    with _open_npy(x_path, dtype, (n_blocks, block_size)) as xf, _open_npy(y_path, np.dtype(np.int32), (n_blocks, block_size)) as yf:
+    with (
+        _open_npy(x_path, dtype, (n_blocks, block_size)) as xf,
+        _open_npy(y_path, np.dtype(np.int32), (n_blocks, block_size)) as yf,
+    ):
         for start in range(0, total, WRITE_TOKENS):
             end = min(start + WRITE_TOKENS, total)
             count = max(0, min(end + 1, n) - start)  # stream[start:end + 1] is what this slice of X and Y holds
-            tokens = np.fromfile(stream_path, dtype=dtype, count=count, offset=start * itemsize) if count else np.zeros(0, dtype)
+            tokens = (
+                np.fromfile(stream_path, dtype=dtype, count=count, offset=start * itemsize)
+                if count
+                else np.zeros(0, dtype)
+            )
             x = np.full(end - start, PAD_ID, dtype=dtype)
             x[: min(count, end - start)] = tokens[: end - start]
             y = np.full(end - start, IGNORE_INDEX, dtype=np.int32)
@@ -153,7 +162,9 @@ def build_labels(
                     f"labels.block_size={settings.block_size} is larger than the {split} split holds "
                     f"({n - 1} next-token targets); lower labels.block_size or use a bigger corpus"
                 )
-            n_blocks = write_blocks(stream_path, n, dtype, settings.block_size, out_dir / f"{split}_x.npy", out_dir / f"{split}_y.npy")
+            n_blocks = write_blocks(
+                stream_path, n, dtype, settings.block_size, out_dir / f"{split}_x.npy", out_dir / f"{split}_y.npy"
+            )
         finally:
             stream_path.unlink(missing_ok=True)
         meta[f"{split}_tokens"] = n
@@ -175,14 +186,19 @@ def load_labels(path: str | Path, mmap: bool = True) -> tuple[Blocks, Blocks, di
     if "shards" in meta:
         return load_sharded_labels(path)
     mode = "r" if mmap else None
-    splits = [TokenBlocks(np.load(path / f"{s}_x.npy", mmap_mode=mode), np.load(path / f"{s}_y.npy", mmap_mode=mode)) for s in SPLITS]
+    splits = [
+        TokenBlocks(np.load(path / f"{s}_x.npy", mmap_mode=mode), np.load(path / f"{s}_y.npy", mmap_mode=mode))
+        for s in SPLITS
+    ]
     return splits[0], splits[1], meta
 
 
 def _open_shard_file(key: str, rec: dict[str, Any]) -> np.ndarray:
     p = Path(rec["path"])
     if not p.is_file():
-        raise PipelineInputError(f"label shard '{key}': token file {p} is missing (deleted or pruned); re-materialize that partition")
+        raise PipelineInputError(
+            f"label shard '{key}': token file {p} is missing (deleted or pruned); re-materialize that partition"
+        )
     size = p.stat().st_size
     if size != rec["bytes"]:
         raise PipelineInputError(
@@ -208,11 +224,16 @@ def load_sharded_labels(path: str | Path) -> tuple[ShardedBlocks, ShardedBlocks,
         for shard in meta["shards"]:
             x = _open_shard_file(shard["key"], shard["files"][f"{split}_x"])
             y = _open_shard_file(shard["key"], shard["files"][f"{split}_y"])
-            rows, width, targets = int(shard[f"{split}_blocks"]), int(meta["block_size"]), max(0, int(shard[f"{split}_targets"]))
+            rows, width, targets = (
+                int(shard[f"{split}_blocks"]),
+                int(meta["block_size"]),
+                max(0, int(shard[f"{split}_targets"])),
+            )
             for a, name in ((x, "x"), (y, "y")):
                 if a.shape != (rows, width):
                     raise PipelineInputError(
-                        f"label shard '{shard['key']}': {shard['files'][f'{split}_{name}']['path']} has shape {a.shape}, "
+                        f"label shard '{shard['key']}': {shard['files'][f'{split}_{name}']['path']} has shape "
+                        f"{a.shape}, "
                         f"recorded {(rows, width)}; re-materialize that partition"
                     )
             if not ((rows - 1) * width < targets <= rows * width if rows else targets == 0):

@@ -71,7 +71,9 @@ class SamplingSettings(BaseModel):
     sample_prompt: str = Field(
         "", description="Prompt text (needs an encoder); empty = the first prompt_tokens tokens of validation blocks."
     )
-    prompt_tokens: int = Field(8, ge=1, description="Tokens of a validation block used as the prompt when sample_prompt is empty.")
+    prompt_tokens: int = Field(
+        8, ge=1, description="Tokens of a validation block used as the prompt when sample_prompt is empty."
+    )
     sample_seed: int = Field(1234, description="Seed of the sampler.")
 
 
@@ -158,15 +160,22 @@ def explicit_settings_win(
                 f"{' and '.join(WIDTH_FIELDS[family])} itself: drop {written} to size the model by the budget, or set "
                 "model.param_budget: null to build it at that width"
             )
-        notes.append(f"{written} is set: the default model.param_budget={model['param_budget']} is off (as with param_budget: null)")
+        notes.append(
+            f"{written} is set: the default model.param_budget={model['param_budget']} is off (as with param_budget: "
+            f"null)"
+        )
         model["param_budget"] = None
     m_block, t_block = model.get("block_size"), train.get("block_size")
     if m_block is not None and t_block is not None and t_block > m_block:
         if changed(model, model_defaults, "block_size") and not changed(train, train_defaults, "block_size"):
-            notes.append(f"model.block_size={m_block} is set: train.block_size follows it (the default {t_block} is off)")
+            notes.append(
+                f"model.block_size={m_block} is set: train.block_size follows it (the default {t_block} is off)"
+            )
             train["block_size"] = None
         elif changed(train, train_defaults, "block_size") and not changed(model, model_defaults, "block_size"):
-            notes.append(f"train.block_size={t_block} is set: model.block_size follows it (the default {m_block} is off)")
+            notes.append(
+                f"train.block_size={t_block} is set: model.block_size follows it (the default {m_block} is off)"
+            )
             model["block_size"] = t_block
     return model, train, notes
 
@@ -237,7 +246,9 @@ def attention_backend_report(model: nn.Module, device: torch.device, dtype: torc
     report = detect_sdpa_backend(device, dtype, (1, cfg.n_head, T, cfg.head_dim), requested)
     report["implementation"] = "fused"
     if cfg.sdpa_backend != "auto" and device.type != "cuda":
-        report["note"] = f"sdpa_backend={cfg.sdpa_backend!r} is pinned on CUDA only; on {device.type} torch chose the kernel"
+        report["note"] = (
+            f"sdpa_backend={cfg.sdpa_backend!r} is pinned on CUDA only; on {device.type} torch chose the kernel"
+        )
     return report
 
 
@@ -275,17 +286,26 @@ def prepare_lm(
     device, _ = resolve_device(train_settings.device)
     dtype = resolve_dtype(train_settings.dtype, device)
     model_block = getattr(settings, "block_size", None)
-    T = min(train_settings.block_size or model_block or train_data.block_size, model_block or train_data.block_size, train_data.block_size)
+    T = min(
+        train_settings.block_size or model_block or train_data.block_size,
+        model_block or train_data.block_size,
+        train_data.block_size,
+    )
 
     # Verify the attention kernel before training: a pinned backend this GPU cannot run fails now, clearly.
     backend = attention_backend_report(model, device, dtype, T)
     if backend.get("error") and device.type == "cuda":
-        raise ConfigError(f"{backend['error']}; set sdpa_backend='auto' or pick one of {[k for k, ok in backend['available'].items() if ok]}")
+        raise ConfigError(
+            f"{backend['error']}; set sdpa_backend='auto' or pick one of "
+            f"{[k for k, ok in backend['available'].items() if ok]}"
+        )
 
     explicit_lstm = isinstance(model, RecurrentLM) and settings.cell == "lstm" and settings.lstm_impl == "explicit"
     budget = _as_settings(family, model_settings).param_budget
     header = {"family": family, **({"param_budget": budget} if budget else {}), **(model_meta or {})}
-    return PreparedLM(family, settings, model, device, dtype, T, backend, header, lstm_gate_callback if explicit_lstm else None)
+    return PreparedLM(
+        family, settings, model, device, dtype, T, backend, header, lstm_gate_callback if explicit_lstm else None
+    )
 
 
 def steps_for_budget(prep: PreparedLM, s: TrainSettings) -> TrainSettings:
@@ -300,7 +320,9 @@ def steps_for_budget(prep: PreparedLM, s: TrainSettings) -> TrainSettings:
         raise ConfigError(f"train.flops_budget={s.flops_budget:.3g} is smaller than one step ({per_step:.3g} FLOPs for "
                           f"{s.batch_size} × {prep.block_size} tokens of this model)")
     if steps <= s.warmup_steps:
-        raise ConfigError(f"train.flops_budget={s.flops_budget:.3g} buys {steps} steps, not more than warmup_steps={s.warmup_steps}")
+        raise ConfigError(
+            f"train.flops_budget={s.flops_budget:.3g} buys {steps} steps, not more than warmup_steps={s.warmup_steps}"
+        )
     return s.model_copy(update={"max_steps": steps})
 
 
@@ -407,14 +429,18 @@ def sample_texts(
         return []
     if s.sample_prompt:
         if encode is None:
-            raise ConfigError("sample_prompt is set but no tokenizer encoder was given; pass encode= or clear sample_prompt")
+            raise ConfigError(
+                "sample_prompt is set but no tokenizer encoder was given; pass encode= or clear sample_prompt"
+            )
         ids = encode(s.sample_prompt)
         if not ids:
             raise ConfigError(f"sample_prompt={s.sample_prompt!r} encodes to no tokens; use another prompt")
         prompts = [ids] * s.num_samples
     else:
         rows = [i % val_data.n_blocks for i in range(s.num_samples)]
-        prompts = [[int(t) for t in val_data.x[r, : s.prompt_tokens] if t != PAD_ID] or [int(val_data.x[r, 0])] for r in rows]
+        prompts = [
+            [int(t) for t in val_data.x[r, : s.prompt_tokens] if t != PAD_ID] or [int(val_data.x[r, 0])] for r in rows
+        ]
     decode = decode or (lambda ids: " ".join(map(str, ids)))
     was_training = model.training
     model.eval().to(device)

@@ -129,7 +129,11 @@ def table_html(rows: list[dict], total: int | None = None, cls: str = "data") ->
     cols = list(dict.fromkeys(k for r in rows for k in r))
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
     body = "".join("<tr>" + "".join(f"<td>{esc(r.get(c, ''))}</td>" for c in cols) + "</tr>" for r in rows)
-    more = f'<p class="more">first {len(rows)} of {total} rows (all in the MLflow run\'s tables/)</p>' if total and total > len(rows) else ""
+    more = (
+        f'<p class="more">first {len(rows)} of {total} rows (all in the MLflow run\'s tables/)</p>'
+        if total and total > len(rows)
+        else ""
+    )
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}'
 
 
@@ -174,29 +178,49 @@ def _row(j: Judgement, cells: str, with_id: bool = True, before: str = "") -> st
 def claims_html(judgements: list[Judgement], with_asset: bool = True, with_id: bool = True) -> str:
     """Checks as a compact table (verdict, name, asset, statement, figures): the invariants, and each
     stage's own checks under its section."""
-    head = "<th>verdict</th><th>check</th>" + ("<th>asset</th>" if with_asset else "") + "<th>statement</th><th>measured</th>"
+    head = (
+        "<th>verdict</th><th>check</th>"
+        + ("<th>asset</th>" if with_asset else "")
+        + "<th>statement</th><th>measured</th>"
+    )
     rows = []
     for j in judgements:
         asset = f'<td><a href="#{anchor("asset", j.asset)}">{html.escape(j.asset)}</a></td>' if with_asset else ""
         kind = "" if j.claim.kind == "claim" else f"<em>{html.escape(j.claim.kind)}</em> "
-        rows.append(_row(j, f"<td><code>{html.escape(j.claim.name)}</code></td>{asset}<td>{kind}{html.escape(j.claim.statement)}</td>"
-                            f'<td class="figures">{_measured(j)}</td>', with_id))
+        rows.append(
+            _row(
+                j,
+                f"<td><code>{html.escape(j.claim.name)}</code></td>{asset}<td>{kind}{html.escape(j.claim.statement)}</td>"
+                f'<td class="figures">{_measured(j)}</td>',
+                with_id,
+            )
+        )
     return f'<table class="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
 def article_claims_html(judgements: list[Judgement]) -> str:
     """The article's claims in the article's order: section, statement in Chinese and English, what
     would fail it, the verdict and every measured figure (intervals included)."""
-    head = "<th>§</th><th>verdict</th><th>claim</th><th>statement (中文 / English)</th><th>fails if</th><th>measured</th>"
+    head = (
+        "<th>§</th><th>verdict</th><th>claim</th><th>statement (中文 / English)</th><th>fails if</th><th>measured</th>"
+    )
     order = list(SECTIONS)
     rows = []
     for j in sorted(judgements, key=lambda j: order.index(j.claim.section) if j.claim.section in order else len(order)):
         c = j.claim
         section = f'<td title="{html.escape(SECTIONS.get(c.section, ""), quote=True)}">{html.escape(c.section)}</td>'
-        rows.append(_row(j, (
-            f'<td><code>{html.escape(c.name)}</code><br><a href="#{anchor("asset", j.asset)}">{html.escape(j.asset)}</a></td>'
-            f'<td><span lang="zh">{html.escape(c.statement_zh)}</span><br>{html.escape(c.statement)}</td>'
-            f'<td>{html.escape(c.falsifier)}</td><td class="figures">{_measured(j, 40)}</td>'), before=section))
+        rows.append(
+            _row(
+                j,
+                (
+                    f'<td><code>{html.escape(c.name)}</code><br><a '
+                    f'href="#{anchor("asset", j.asset)}">{html.escape(j.asset)}</a></td>'
+                    f'<td><span lang="zh">{html.escape(c.statement_zh)}</span><br>{html.escape(c.statement)}</td>'
+                    f'<td>{html.escape(c.falsifier)}</td><td class="figures">{_measured(j, 40)}</td>'
+                ),
+                before=section,
+            )
+        )
     return f'<table class="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
@@ -213,13 +237,18 @@ def section_html(s: Section, judgements: list[Judgement]) -> str:
         parts.append('<ul class="warnings">' + "".join(f"<li>{html.escape(w)}</li>" for w in s.warnings) + "</ul>")
     if s.metrics:
         rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{esc(v)}</td></tr>" for k, v in sorted(s.metrics.items()))
-        parts.append(f'<table class="metrics"><thead><tr><th>metric</th><th>value</th></tr></thead><tbody>{rows}</tbody></table>')
+        parts.append(
+            f'<table class="metrics"><thead><tr><th>metric</th><th>value</th></tr></thead><tbody>{rows}</tbody></table>'
+        )
     for name, path in s.figures.items():
         uri = data_uri(path)
         img = f'<img src="{uri}" alt="{html.escape(name)}">' if uri else f"<em>{html.escape(str(path))} is missing</em>"
         parts.append(f"<figure>{img}<figcaption>{html.escape(name)}</figcaption></figure>")
     for name, rows in s.tables.items():
-        parts.append(f"<details><summary>table: {html.escape(name)}</summary>{table_html(rows, s.table_rows.get(name))}</details>")
+        parts.append(
+            f"<details><summary>table: "
+            f"{html.escape(name)}</summary>{table_html(rows, s.table_rows.get(name))}</details>"
+        )
     for name, text in s.texts.items():
         parts.append(f"<details><summary>{html.escape(name)}</summary>{markdown_html(text)}</details>")
     return "\n".join(parts)
@@ -239,7 +268,11 @@ def render_report(
     counts, inv = claim_counts(judgements), invariant_counts(judgements)
     info = "".join(
         f"<tr><th>{html.escape(k)}</th><td>"
-        + (f'<a href="{html.escape(str(v), quote=True)}">{html.escape(str(v))}</a>' if str(v).startswith("http") else esc(v))
+        + (
+            f'<a href="{html.escape(str(v), quote=True)}">{html.escape(str(v))}</a>'
+            if str(v).startswith("http")
+            else esc(v)
+        )
         + "</td></tr>"
         for k, v in run_info.items()
     )
@@ -252,11 +285,15 @@ def render_report(
     body = [
         f"<h1>{html.escape(title)}</h1>",
         f"<table>{info}</table>",
-        "<nav>" + '<a href="#claims">claims</a><a href="#invariants">invariants</a>'
-        + "".join(f'<a href="#{anchor("stage", g)}">{html.escape(g)}</a>' for g in groups) + "</nav>",
+        "<nav>"
+        + '<a href="#claims">claims</a><a href="#invariants">invariants</a>'
+        + "".join(f'<a href="#{anchor("stage", g)}">{html.escape(g)}</a>' for g in groups)
+        + "</nav>",
         '<h2 id="claims">The article\'s claims, measured on this run</h2>',
-        '<p class="desc">Each claim could fail on this run: its falsifier says how. Counted once per claim (a claim judged on '
-        "several models counts with its worst verdict); “not judged” means nothing was measured and is never a pass. The "
+        '<p class="desc">Each claim could fail on this run: its falsifier says how. Counted once per claim (a claim '
+        'judged on '
+        "several models counts with its worst verdict); “not judged” means nothing was measured and is never a pass. "
+        "The "
         "invariants below are not counted here.</p>",
         summary,
         article_claims_html(article),
@@ -266,26 +303,34 @@ def render_report(
         claims_html(integrity),
     ]
     if data_checks:
-        rows = [{"check": c["name"], "asset": c["asset"], "passed": c["passed"], "severity": c.get("severity", "")} for c in data_checks]
+        rows = [
+            {"check": c["name"], "asset": c["asset"], "passed": c["passed"], "severity": c.get("severity", "")}
+            for c in data_checks
+        ]
         body += ["<h3>Data checks recorded in this run</h3>", table_html(rows)]
     for g in groups:
         body.append(f'<h2 id="{anchor("stage", g)}">Stage: {html.escape(g)}</h2>')
         body += [section_html(s, judgements) for s in sections if s.group == g]
     return (
-        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1"><title>{html.escape(title)}</title>'
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
+        f'content="width=device-width, initial-scale=1"><title>{html.escape(title)}</title>'
         f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
     )
 
 
-def summary_markdown(title: str, judgements: list[Judgement], headline: dict[str, float], report_name: str, limit: int = 7000) -> str:
+def summary_markdown(
+    title: str, judgements: list[Judgement], headline: dict[str, float], report_name: str, limit: int = 7000
+) -> str:
     """The run's summary as markdown (MLflow's run description): claim counts, each claim's verdict,
     then headline figures while the text stays under `limit` characters."""
     counts, inv = claim_counts(judgements), invariant_counts(judgements)
     lines = [
         f"### {title}",
         "",
-        f"The article's claims: **{counts['passed']} passed**, {counts['failed']} failed, {counts['warning']} warnings, "
-        f"{counts['not judged']} not judged. Invariants (by construction, not counted): {inv['passed']} held, {inv['failed']} broken, "
+        f"The article's claims: **{counts['passed']} passed**, {counts['failed']} failed, {counts['warning']} "
+        f"warnings, "
+        f"{counts['not judged']} not judged. Invariants (by construction, not counted): {inv['passed']} held, "
+        f"{inv['failed']} broken, "
         f"{inv['warning']} warnings, {inv['not judged']} not judged. "
         f"The whole report, with every stage's figures and plots: artifact `{report_name}`.",
         "",
@@ -293,8 +338,11 @@ def summary_markdown(title: str, judgements: list[Judgement], headline: dict[str
         "|---|---|---|---|",
     ]
     ordered = sorted(judgements, key=lambda j: (j.claim.kind != "claim", STATUS_ORDER.index(j.status)))
-    lines += [f"| {STATUS_MARK[j.status]} | {j.claim.section if j.claim.kind == 'claim' else j.claim.kind} | `{j.claim.name}` | {j.asset} |"
-              for j in ordered]
+    lines += [
+        f"| {STATUS_MARK[j.status]} | {j.claim.section if j.claim.kind == 'claim' else j.claim.kind} | "
+        f"`{j.claim.name}` | {j.asset} |"
+        for j in ordered
+    ]
     lines += ["", "| headline metric | value |", "|---|---:|"]
     more = "| … | (all metrics on this run) |"
     size = sum(len(x) + 1 for x in lines)

@@ -94,7 +94,9 @@ def shard_corpus_settings(path: str | Path, read: BaseModel) -> CorpusSettings:
     return CorpusSettings(source=source, path=str(path), **read.model_dump())
 
 
-def build_corpus_shard(path: str | Path, read: BaseModel, out_dir: str | Path, cache_dir: Path | None = None) -> CorpusResult:
+def build_corpus_shard(
+    path: str | Path, read: BaseModel, out_dir: str | Path, cache_dir: Path | None = None
+) -> CorpusResult:
     """`build_corpus` on one shard: its documents cleaned and split into train/validation (Arrow).
     A corrupt shard raises PipelineInputError naming the file (and line or offset)."""
     path = Path(path)
@@ -103,7 +105,9 @@ def build_corpus_shard(path: str | Path, read: BaseModel, out_dir: str | Path, c
     return build_corpus(shard_corpus_settings(path, read), out_dir, cache_dir=cache_dir)
 
 
-def build_label_shard(corpus_path: str | Path, tokenizer_path: str | Path, settings: LabelSettings, out_dir: str | Path) -> LabelsResult:
+def build_label_shard(
+    corpus_path: str | Path, tokenizer_path: str | Path, settings: LabelSettings, out_dir: str | Path
+) -> LabelsResult:
     """`build_labels` on one shard's documents. A split shorter than one block is allowed here (it
     makes one padded block): what must hold at least one block is the whole corpus, not a shard."""
     dd = load_corpus(corpus_path)
@@ -160,14 +164,17 @@ def combine_label_shards(shards: Mapping[str, str | Path], out_dir: str | Path) 
         if differs:
             raise PipelineInputError(
                 f"label shard '{key}' ({folder}) differs from shard '{entries[0]['key']}' in {differs} "
-                f"({[meta.get(k) for k in differs]} vs {[first.get(k) for k in differs]}): rebuild the shards with one tokenizer and block size"
+                f"({[meta.get(k) for k in differs]} vs {[first.get(k) for k in differs]}): rebuild the shards with one "
+                f"tokenizer and block size"
             )
         files = {}
         for split in SPLITS:
             for xy in ("x", "y"):
                 p = folder / f"{split}_{xy}.npy"
                 if not p.is_file():
-                    raise PipelineInputError(f"label shard '{key}': token file {p} is missing; re-materialize that partition")
+                    raise PipelineInputError(
+                        f"label shard '{key}': token file {p} is missing; re-materialize that partition"
+                    )
                 files[f"{split}_{xy}"] = {"path": str(p.resolve()), "bytes": p.stat().st_size}
         entry = {"key": key, "files": files, **{k: meta[k] for k in totals}}
         for k in totals:
@@ -176,7 +183,13 @@ def combine_label_shards(shards: Mapping[str, str | Path], out_dir: str | Path) 
     assert first is not None
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    combined = {"format": SHARDED_FORMAT, **{k: first[k] for k in _SAME}, **totals, "n_shards": len(entries), "shards": entries}
+    combined = {
+        "format": SHARDED_FORMAT,
+        **{k: first[k] for k in _SAME},
+        **totals,
+        "n_shards": len(entries),
+        "shards": entries,
+    }
     write_json(out_dir / "meta.json", combined)
     return LabelsResult(path=out_dir, meta=combined)
 

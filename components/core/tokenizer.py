@@ -35,7 +35,9 @@ SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]
 PAD, UNK, BOS, EOS = range(4)
 BYTE_ALPHABET = 256
 
-MAX_CHUNK_CHARS = 1 << 13  # longest piece of text handed to the tokenizer at once (small pieces also spread evenly over threads)
+MAX_CHUNK_CHARS = (
+    1 << 13
+)  # longest piece of text handed to the tokenizer at once (small pieces also spread evenly over threads)
 BATCH_CHARS = 1 << 21  # characters per encode/train batch (pieces of several documents)
 MIN_VOCAB_FILL = 0.5  # warn when the tokenizer learned fewer than this share of the vocabulary asked for
 MAX_UNK_RATE = 0.05  # warn when more than this share of validation tokens are [UNK]
@@ -51,7 +53,9 @@ class TokenizerSettings(BaseModel):
     )
     vocab_size: int = Field(2048, description="Largest vocabulary, special tokens included.")
     min_count: int = Field(
-        2, ge=1, description="Least frequency for a merge (bpe), a character (char) or a word (word) to enter the vocabulary."
+        2,
+        ge=1,
+        description="Least frequency for a merge (bpe), a character (char) or a word (word) to enter the vocabulary.",
     )
     lowercase: bool = Field(True, description="Lower-case text first (word tokenizer only).")
 
@@ -61,7 +65,8 @@ class TokenizerSettings(BaseModel):
         if self.vocab_size < least:
             raise ValueError(
                 f"tokenizer.vocab_size={self.vocab_size} is too small for kind '{self.kind}': it must hold the "
-                f"{len(SPECIAL_TOKENS)} special tokens" + (f" and the {BYTE_ALPHABET} byte symbols" if self.kind == "bpe" else "")
+                f"{len(SPECIAL_TOKENS)} special tokens"
+                + (f" and the {BYTE_ALPHABET} byte symbols" if self.kind == "bpe" else "")
                 + f" (at least {least})"
             )
         return self
@@ -211,7 +216,10 @@ def _build(settings: TokenizerSettings) -> tuple[Tokenizer, Any]:
         tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
         tok.decoder = decoders.Fuse()
         trainer = trainers.WordLevelTrainer(
-            vocab_size=settings.vocab_size, min_frequency=settings.min_count, special_tokens=SPECIAL_TOKENS, show_progress=False
+            vocab_size=settings.vocab_size,
+            min_frequency=settings.min_count,
+            special_tokens=SPECIAL_TOKENS,
+            show_progress=False,
         )
     else:
         tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
@@ -220,7 +228,10 @@ def _build(settings: TokenizerSettings) -> tuple[Tokenizer, Any]:
         tok.pre_tokenizer = pre_tokenizers.Whitespace()
         tok.decoder = decoders.WordPiece(prefix="##", cleanup=True)
         trainer = trainers.WordLevelTrainer(
-            vocab_size=settings.vocab_size, min_frequency=settings.min_count, special_tokens=SPECIAL_TOKENS, show_progress=False
+            vocab_size=settings.vocab_size,
+            min_frequency=settings.min_count,
+            special_tokens=SPECIAL_TOKENS,
+            show_progress=False,
         )
     return tok, trainer
 
@@ -286,7 +297,9 @@ class TokenizerReport:
         return out
 
 
-def evaluate_tokenizer(tok: Tokenizer, texts: Iterable[str], requested_vocab_size: Optional[int] = None) -> TokenizerReport:
+def evaluate_tokenizer(
+    tok: Tokenizer, texts: Iterable[str], requested_vocab_size: Optional[int] = None
+) -> TokenizerReport:
     """Compression and coverage on held-out text (the validation split), streamed.
 
     `warnings` flags a vocabulary under MIN_VOCAB_FILL of `requested_vocab_size` (the corpus is too
@@ -308,13 +321,15 @@ def evaluate_tokenizer(tok: Tokenizer, texts: Iterable[str], requested_vocab_siz
     warnings = []
     if requested_vocab_size and learned < MIN_VOCAB_FILL * requested_vocab_size:
         warnings.append(
-            f"the tokenizer learned {learned} tokens of the {requested_vocab_size} asked for (tokenizer.vocab_size): the "
+            f"the tokenizer learned {learned} tokens of the {requested_vocab_size} asked for (tokenizer.vocab_size): "
+            f"the "
             "training text holds too few distinct tokens of tokenizer.min_count or more; lower tokenizer.vocab_size or "
             "tokenizer.min_count, or use a larger corpus"
         )
     if unk_rate > MAX_UNK_RATE:
         warnings.append(
-            f"{unk_rate:.1%} of the validation tokens are [UNK] (more than {MAX_UNK_RATE:.0%}): the vocabulary misses much "
+            f"{unk_rate:.1%} of the validation tokens are [UNK] (more than {MAX_UNK_RATE:.0%}): the vocabulary misses "
+            f"much "
             "of the held-out text; raise tokenizer.vocab_size, lower tokenizer.min_count or use kind 'bpe' (no [UNK])"
         )
     return TokenizerReport(
@@ -338,7 +353,9 @@ def word_level_from_vocab(words: list[str], lowercase: bool = True) -> Tokenizer
     (specials first), with the same normalizer and pre-tokenizer as kind='word'."""
     if words[: len(SPECIAL_TOKENS)] != SPECIAL_TOKENS:
         raise ValueError(f"the vocabulary must start with the special tokens {SPECIAL_TOKENS}")
-    tok, _ = _build(TokenizerSettings(kind="word", vocab_size=max(len(words), len(SPECIAL_TOKENS) + 1), lowercase=lowercase))
+    tok, _ = _build(
+        TokenizerSettings(kind="word", vocab_size=max(len(words), len(SPECIAL_TOKENS) + 1), lowercase=lowercase)
+    )
     tok.model = models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token="[UNK]")
     tok.add_special_tokens(SPECIAL_TOKENS)
     return tok

@@ -99,7 +99,10 @@ class TrainSettings(BaseModel):
 
     max_steps: int = Field(200, ge=1, description="Optimizer steps to train for (a resume continues up to this).")
     batch_size: int = Field(
-        16, ge=1, description="Blocks per micro-batch over all data-parallel ranks (each trains batch_size / world_size of them)."
+        16,
+        ge=1,
+        description="Blocks per micro-batch over all data-parallel ranks (each trains batch_size / world_size of "
+            "them).",
     )
     block_size: Optional[int] = Field(
         None,
@@ -108,22 +111,34 @@ class TrainSettings(BaseModel):
         "block_size (or the model's config.block_size if smaller). Larger than the labels hold is an error.",
     )
     flops_budget: Optional[float] = Field(
-        None, gt=0, description="Training FLOPs to spend (the model's flops_per_token × tokens): when set, max_steps becomes the "
+        None,
+        gt=0,
+        description="Training FLOPs to spend (the model's flops_per_token × tokens): when set, max_steps becomes the "
         "number of steps that spend it, so the schedule ends at the budget (a model compared at equal FLOPs is never a "
         "snapshot taken mid-schedule); None = max_steps as given.",
     )
     lr: float = Field(3e-3, ge=0, allow_inf_nan=False, description="Peak learning rate, reached after warmup_steps.")
     min_lr: float = Field(3e-4, ge=0, allow_inf_nan=False, description="Learning rate at the end of the cosine decay.")
     warmup_steps: int = Field(20, ge=0, description="Steps of linear warmup from ~0 to lr.")
-    lr_decay_steps: Optional[int] = Field(None, ge=1, description="Step at which the cosine reaches min_lr; None = max_steps.")
-    weight_decay: float = Field(0.1, ge=0, allow_inf_nan=False, description="Decoupled weight decay on >= 2-D weights (not biases or norms).")
+    lr_decay_steps: Optional[int] = Field(
+        None, ge=1, description="Step at which the cosine reaches min_lr; None = max_steps."
+    )
+    weight_decay: float = Field(
+        0.1, ge=0, allow_inf_nan=False, description="Decoupled weight decay on >= 2-D weights (not biases or norms)."
+    )
     beta1: float = Field(0.9, ge=0, lt=1, description="AdamW beta1 (the SGD momentum when optimizer='sgd').")
     beta2: float = Field(0.99, ge=0, lt=1, description="AdamW beta2.")
-    grad_clip: float = Field(1.0, ge=0, allow_inf_nan=False, description="Maximum global gradient norm; 0 disables clipping.")
+    grad_clip: float = Field(
+        1.0, ge=0, allow_inf_nan=False, description="Maximum global gradient norm; 0 disables clipping."
+    )
     grad_accum: int = Field(1, ge=1, description="Micro-batches accumulated per optimizer step.")
-    eval_interval: int = Field(50, ge=0, description="Evaluate on the validation split every this many steps (0 = at the end only).")
+    eval_interval: int = Field(
+        50, ge=0, description="Evaluate on the validation split every this many steps (0 = at the end only)."
+    )
     eval_batches: Optional[int] = Field(
-        None, ge=1, description="Validation batches per evaluation (the first blocks, so it is deterministic); None = the whole "
+        None,
+        ge=1,
+        description="Validation batches per evaluation (the first blocks, so it is deterministic); None = the whole "
         "validation split, the one fixed set every model's validation loss (and the n-gram baseline's) is measured on.",
     )
     log_interval: int = Field(10, ge=1, description="Log training metrics every this many steps.")
@@ -211,7 +226,9 @@ class TrainResult:
     history: list[dict]  # one dict per log/eval point: step, train/loss, val/loss, val/ppl, lr, grad_norm, ...
     checkpoint_dir: Path
     resumed_from: int = 0  # the step a resume started at (0 = fresh run)
-    val_targets: int = 0  # how many validation targets val_loss is the mean over (all of them unless eval_batches is set)
+    val_targets: int = (
+        0  # how many validation targets val_loss is the mean over (all of them unless eval_batches is set)
+    )
 
     def metrics(self) -> dict[str, float]:
         """Headline numbers under the shared metric names."""
@@ -275,7 +292,9 @@ def _non_empty_blocks(data: Blocks, name: str) -> Blocks:
     """Drop blocks with no target at all (their mean loss would be 0/0); refuse empty splits."""
     kept = data.drop_empty()
     if kept.n_blocks == 0:
-        raise PipelineInputError(f"the {name} split has no targets ({data.n_blocks} blocks, all padding); rebuild the labels")
+        raise PipelineInputError(
+            f"the {name} split has no targets ({data.n_blocks} blocks, all padding); rebuild the labels"
+        )
     return kept
 
 
@@ -389,8 +408,10 @@ def verify_checkpoint_file(ckpt_dir: Path, name: str) -> None:
     path, sums = ckpt_dir / name, ckpt_dir / CHECKSUM_FILE
     over = f"Start over with resume=False (or delete {ckpt_dir}); it is never resumed from"
     if not sums.is_file():
-        raise CheckpointCorruptError(f"{ckpt_dir} records no checksums ({CHECKSUM_FILE}; an older or partial checkpoint) so "
-                                     f"{path} cannot be verified. {over}")
+        raise CheckpointCorruptError(
+            f"{ckpt_dir} records no checksums ({CHECKSUM_FILE}; an older or partial checkpoint) so "
+            f"{path} cannot be verified. {over}"
+        )
     try:
         expected = read_json(sums).get(name)
     except (ValueError, AttributeError) as e:
@@ -417,7 +438,9 @@ def read_metadata(path: str | Path) -> dict[str, str]:
         raise PipelineInputError(f"{path} is not a readable safetensors file ({e}); delete it and retrain") from e
 
 
-def load_model_weights(path: str | Path, device: str | torch.device = "cpu") -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def load_model_weights(
+    path: str | Path, device: str | torch.device = "cpu"
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """(state_dict, metadata) of a .safetensors file or checkpoint folder, for downstream stages.
 
     A tied matrix appears under one name only; load it with `load_weights_into(model, path)` or
@@ -428,7 +451,9 @@ def load_model_weights(path: str | Path, device: str | torch.device = "cpu") -> 
     return load_file(str(path / WEIGHTS_FILE if path.is_dir() else path), device=str(device)), meta
 
 
-def load_weights_into(model: nn.Module, path: str | Path, *, expected_meta: dict[str, str] | None = None) -> dict[str, str]:
+def load_weights_into(
+    model: nn.Module, path: str | Path, *, expected_meta: dict[str, str] | None = None
+) -> dict[str, str]:
     """Load a checkpoint's weights into `model` (strict; ties restored), after an identity check."""
     path = Path(path)
     meta = read_metadata(path)
@@ -469,7 +494,9 @@ def load_checkpoint(
             ) from e
         _check_same_save(meta, state, ckpt_dir)
     elif optimizer is not None:
-        raise PipelineInputError(f"{ckpt_dir} holds weights but no {STATE_FILE}; it cannot be resumed, start fresh with resume=False")
+        raise PipelineInputError(
+            f"{ckpt_dir} holds weights but no {STATE_FILE}; it cannot be resumed, start fresh with resume=False"
+        )
     verify_checkpoint_file(ckpt_dir, WEIGHTS_FILE)
     load_weights_into(model, ckpt_dir)
     if optimizer is not None:
@@ -614,7 +641,9 @@ def optimizer_step(
     # The phases are named for torch.profiler (benchmarks/train_profile.py); unprofiled they cost ~1 µs.
     for _ in range(s.grad_accum):
         with record_function("phase/batch"):
-            x, y = data.batch(batch_indices(state.sampler, data.n_blocks, s.batch_size, parallel), device)  # (B, T) each
+            x, y = data.batch(
+                batch_indices(state.sampler, data.n_blocks, s.batch_size, parallel), device
+            )  # (B, T) each
         with record_function("phase/forward"), autocast_context(device, dtype):
             _, loss = model(x, y)
         loss_sum += loss.detach().float()
@@ -657,7 +686,9 @@ def _mean_over_ranks(state: TrainState, st: StepStats, device: torch.device, par
     return replace(st, loss=mean)
 
 
-def log_point(state: TrainState, st: StepStats, *, seconds: float, steps: int, tokens_per_step: int) -> dict[str, float]:
+def log_point(
+    state: TrainState, st: StepStats, *, seconds: float, steps: int, tokens_per_step: int
+) -> dict[str, float]:
     """The training metrics of a log point: the mean loss since the last one (resetting the sums), the
     lr and gradient norms of this step, and the throughput over the `steps` steps (`seconds`) since."""
     point = {
@@ -721,10 +752,13 @@ def train(
     raw_model = model
     if parallel.world_size > 1:
         if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-            raise ConfigError(f"world_size={parallel.world_size} needs torch.distributed initialised in every rank first")
+            raise ConfigError(
+                f"world_size={parallel.world_size} needs torch.distributed initialised in every rank first"
+            )
         if s.batch_size % parallel.world_size:
             raise ConfigError(
-                f"train.batch_size={s.batch_size} (the global batch) must be a multiple of the world size {parallel.world_size}"
+                f"train.batch_size={s.batch_size} (the global batch) must be a multiple of the world size "
+                f"{parallel.world_size}"
             )
         raw_model = model if parallel.sharded else model.module  # FSDP2 shards in place; DDP wraps
 
@@ -736,7 +770,9 @@ def train(
     if block_size is None:
         block_size = min(train_data.block_size, model_block or train_data.block_size)
     elif model_block is not None and block_size > model_block:
-        raise ConfigError(f"train.block_size={block_size} exceeds the model's block_size={model_block}; lower train.block_size")
+        raise ConfigError(
+            f"train.block_size={block_size} exceeds the model's block_size={model_block}; lower train.block_size"
+        )
     train_data = _non_empty_blocks(train_data.crop(block_size), "train")
     val_data = _non_empty_blocks(val_data.crop(min(block_size, val_data.block_size)), "validation")
 
@@ -752,7 +788,9 @@ def train(
     meta = model_metadata(raw_model, model_meta)
     resumed_from = 0
     if resume and (ckpt_dir / STATE_FILE).is_file():
-        ckpt = (parallel.sharded or _Unsharded).load_checkpoint(ckpt_dir, raw_model, state.optimizer, expected_meta=meta)
+        ckpt = (parallel.sharded or _Unsharded).load_checkpoint(
+            ckpt_dir, raw_model, state.optimizer, expected_meta=meta
+        )
         state.restore(ckpt, device)
         resumed_from = state.step
         old = ckpt.get("train_settings", {})
@@ -769,7 +807,9 @@ def train(
     tokens_per_step = s.batch_size * block_size * s.grad_accum  # over all ranks
 
     def validate() -> float:
-        return evaluate(model, val_data, batch_size=s.batch_size, max_batches=s.eval_batches, device=device, dtype=dtype)
+        return evaluate(
+            model, val_data, batch_size=s.batch_size, max_batches=s.eval_batches, device=device, dtype=dtype
+        )
 
     step_times: list[float] = []
     interval_time, interval_steps = 0.0, 0  # since the last log point, in this call
@@ -785,7 +825,9 @@ def train(
         if parallel.world_size > 1:
             st = _mean_over_ranks(state, st, device, parallel)
         if st.not_finite:
-            kept = f"The last good checkpoint (step {last_good}) is kept in {ckpt_dir}. " if last_good is not None else ""
+            kept = (
+                f"The last good checkpoint (step {last_good}) is kept in {ckpt_dir}. " if last_good is not None else ""
+            )
             diverged = (
                 f"training diverged at step {state.step + 1}: {st.not_finite} is not finite. "
                 f"{kept or 'No checkpoint was written yet. '}"
@@ -800,7 +842,9 @@ def train(
         point: dict[str, float] = {}
         is_last = state.step == s.max_steps
         if state.step % s.log_interval == 0 or is_last:
-            point.update(log_point(state, st, seconds=interval_time, steps=interval_steps, tokens_per_step=tokens_per_step))
+            point.update(
+                log_point(state, st, seconds=interval_time, steps=interval_steps, tokens_per_step=tokens_per_step)
+            )
             interval_time, interval_steps = 0.0, 0
             if step_callback is not None:
                 point.update(step_callback(state.step, raw_model) or {})

@@ -17,7 +17,9 @@ def _metadata_value(v: Any) -> Any:
     if isinstance(v, (bool, int, str)):
         return v
     if isinstance(v, float):
-        return v if math.isfinite(v) else str(v)  # full precision (the one-line reason shows them rounded); NaN/inf as text
+        return (
+            v if math.isfinite(v) else str(v)
+        )  # full precision (the one-line reason shows them rounded); NaN/inf as text
     return dg.MetadataValue.json(v) if isinstance(v, (dict, list)) else str(v)
 
 
@@ -33,7 +35,9 @@ def reason(c: Claim, v: Verdict, limit: int = 4) -> str:
         head = "not judged"
     else:
         head = "passed: " + ", ".join(v.checks)
-    figures = [f"{k} {fmt(x)}" for k, x in v.figures.items() if isinstance(x, (bool, int, float, str)) and x is not None]
+    figures = [
+        f"{k} {fmt(x)}" for k, x in v.figures.items() if isinstance(x, (bool, int, float, str)) and x is not None
+    ]
     shown = "; ".join(figures[:limit]) + (f"; … {len(figures) - limit} more" if len(figures) > limit else "")
     return head + (f" ({v.note})" if v.note else "") + (f" — {shown}" if shown else "")
 
@@ -46,7 +50,9 @@ def check_result(c: Claim, v: Verdict, *, named: bool = False) -> dg.AssetCheckR
     line = reason(c, v)
     metadata: dict[str, Any] = {"reason": line}
     metadata.update({k: _metadata_value(x) for k, x in {**v.checks, **v.figures}.items() if x is not None})
-    metadata.update(kind=c.kind, section=c.section, verdict="passed" if v.passed else ("failed" if v.judged else "not judged"))
+    metadata.update(
+        kind=c.kind, section=c.section, verdict="passed" if v.passed else ("failed" if v.judged else "not judged")
+    )
     if v.note:
         metadata["note"] = v.note
     # When it was judged: the check page's "Timestamp" is when Dagster planned the check (the run's

@@ -55,7 +55,9 @@ def main(spec_path: str) -> None:
     from .tracking import AssetRun
 
     with open_dagster_pipes() as pipes:
-        run = AssetRun(MlflowClient(tracking_uri=pipes.get_extra(MLFLOW_TRACKING_URI)), pipes.get_extra(MLFLOW_RUN_ID), "", "")
+        run = AssetRun(
+            MlflowClient(tracking_uri=pipes.get_extra(MLFLOW_TRACKING_URI)), pipes.get_extra(MLFLOW_RUN_ID), "", ""
+        )
         worker_main(
             spec_path,
             log_metrics=run.log_metrics,

@@ -63,12 +63,16 @@ def verify_files(manifest: dict[str, Any], asset: str) -> None:
 def latest_materializations(instance: dg.DagsterInstance, key: dg.AssetKey, partitions: list[str]) -> dict[str, Any]:
     """partition → the latest materialization record of asset `key` for each of `partitions` that
     has one (two queries per 500 partitions, however many materializations each has)."""
-    latest = instance.get_latest_storage_id_by_partition(key, dg.DagsterEventType.ASSET_MATERIALIZATION, set(partitions))
+    latest = instance.get_latest_storage_id_by_partition(
+        key, dg.DagsterEventType.ASSET_MATERIALIZATION, set(partitions)
+    )
     ids = sorted(latest.values())
     out: dict[str, Any] = {}
     for i in range(0, len(ids), 500):
         chunk = ids[i : i + 500]
-        for rec in instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, storage_ids=chunk), limit=len(chunk)).records:
+        for rec in instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=key, storage_ids=chunk), limit=len(chunk)
+        ).records:
             out[rec.partition_key] = rec
     return out
 
@@ -76,16 +80,23 @@ def latest_materializations(instance: dg.DagsterInstance, key: dg.AssetKey, part
 def _recorded_manifest(materialization: Any, asset: str, run_id: str) -> tuple[Path, str]:
     meta = materialization.metadata
     if "manifest_path" not in meta:
-        raise dg.Failure(f"upstream asset `{asset}`'s latest materialization (run {run_id}) records no manifest: re-materialize it")
+        raise dg.Failure(
+            f"upstream asset `{asset}`'s latest materialization (run {run_id}) records no manifest: re-materialize it"
+        )
     return Path(meta["manifest_path"].value), meta["manifest_sha256"].value
 
 
 def read_manifest(path: Path, expected: str | None, asset: str) -> dict[str, Any]:
     """The manifest at `path`, checked against its recorded hash (if given), with every file it names verified."""
     if not path.is_file():
-        raise dg.Failure(f"upstream asset `{asset}`: its manifest {path} is missing (deleted or pruned): re-materialize `{asset}`")
+        raise dg.Failure(
+            f"upstream asset `{asset}`: its manifest {path} is missing (deleted or pruned): re-materialize `{asset}`"
+        )
     if expected is not None and sha256_file(path) != expected:
-        raise PipelineInputError(f"`{asset}`'s manifest {path} has changed since it was materialized (SHA-256 differs); re-materialize `{asset}`")
+        raise PipelineInputError(
+            f"`{asset}`'s manifest {path} has changed since it was materialized (SHA-256 differs); re-materialize "
+            f"`{asset}`"
+        )
     manifest = read_json(path)
     verify_files(manifest, asset)
     return manifest
@@ -105,7 +116,9 @@ class ManifestIOManager(dg.ConfigurableIOManager):
             return
         partition = context.partition_key if context.has_partition_key else None
         path = write_json(manifest_path(context.asset_key, context.run_id, partition), obj)
-        context.add_output_metadata({"manifest_path": dg.MetadataValue.path(str(path)), "manifest_sha256": sha256_file(path)})
+        context.add_output_metadata(
+            {"manifest_path": dg.MetadataValue.path(str(path)), "manifest_sha256": sha256_file(path)}
+        )
 
     def load_input(self, context: dg.InputContext) -> Any:
         """The upstream's manifest; for a partitioned upstream read by a step of one partition, that
@@ -117,8 +130,14 @@ class ManifestIOManager(dg.ConfigurableIOManager):
                 return read_manifest(manifest_path(key, run_id), None, key.to_user_string())
             event = context.instance.get_latest_materialization_event(key)
             if event is None:
-                raise dg.Failure(f"upstream asset `{key.to_user_string()}` has never been materialized in this instance: materialize it first")
-            return read_manifest(*_recorded_manifest(event.asset_materialization, key.to_user_string(), event.run_id), key.to_user_string())
+                raise dg.Failure(
+                    f"upstream asset `{key.to_user_string()}` has never been materialized in this instance: "
+                    f"materialize it first"
+                )
+            return read_manifest(
+                *_recorded_manifest(event.asset_materialization, key.to_user_string(), event.run_id),
+                key.to_user_string(),
+            )
         partitions = list(context.asset_partition_keys)
         manifests = self._load_partitions(context, key, partitions)
         return manifests[partitions[0]] if context.has_partition_key and len(partitions) == 1 else manifests
@@ -135,8 +154,12 @@ class ManifestIOManager(dg.ConfigurableIOManager):
         missing = [p for p in partitions if p not in records]
         if missing:
             shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
-            raise dg.Failure(f"upstream asset `{asset}` has no materialization for partition(s) {shown}: materialize them first")
+            raise dg.Failure(
+                f"upstream asset `{asset}` has no materialization for partition(s) {shown}: materialize them first"
+            )
         for p in partitions:
             rec = records[p]
-            out[p] = read_manifest(*_recorded_manifest(rec.asset_materialization, f"{asset}[{p}]", rec.run_id), f"{asset}[{p}]")
+            out[p] = read_manifest(
+                *_recorded_manifest(rec.asset_materialization, f"{asset}[{p}]", rec.run_id), f"{asset}[{p}]"
+            )
         return out

@@ -109,10 +109,15 @@ def with_defaults(name: str, base: type, defaults: dict[str, Any], where: str) -
     """A subclass of the config class `base` whose field defaults are `defaults` (validated now)."""
     unknown = sorted(set(defaults) - set(base.model_fields))
     if unknown:
-        raise ValueError(f"{where}: unknown setting(s) {unknown} for {base.__name__}; valid: {sorted(base.model_fields)}")
+        raise ValueError(
+            f"{where}: unknown setting(s) {unknown} for {base.__name__}; valid: {sorted(base.model_fields)}"
+        )
     base(**defaults)  # raises, naming the field, if a value is invalid
     # The base field with only its default replaced: constraints (ge=..., Literal) and descriptions stay.
-    fields = {k: (base.model_fields[k].annotation, FieldInfo.merge_field_infos(base.model_fields[k], default=v)) for k, v in defaults.items()}
+    fields = {
+        k: (base.model_fields[k].annotation, FieldInfo.merge_field_infos(base.model_fields[k], default=v))
+        for k, v in defaults.items()
+    }
     return create_model(name, __base__=base, **fields)
 
 
@@ -137,7 +142,9 @@ def content_identity(labels: dict, tokenizer: dict) -> dict[str, str]:
     }
 
 
-def training_identity(asset: str, family: str, settings: dict[str, Any], labels: dict, tokenizer: dict) -> dict[str, Any]:
+def training_identity(
+    asset: str, family: str, settings: dict[str, Any], labels: dict, tokenizer: dict
+) -> dict[str, Any]:
     """What a training is, for its checkpoint's key: the asset, the settings and the data's content.
     Not how it is launched: a rerun under the other launcher, with another process count or strategy,
     resumes the same checkpoint (`batch_size` being the global batch)."""
@@ -175,7 +182,17 @@ def exclusive(path: Path) -> Iterator[None]:
 
 
 def _history_summary(history: list[dict]) -> list[dict]:
-    keep = ("step", "step_ms", "train/loss", "val/loss", "val/ppl", "tokens_per_s", "lr", "grad_norm", "grad_norm_clipped")
+    keep = (
+        "step",
+        "step_ms",
+        "train/loss",
+        "val/loss",
+        "val/ppl",
+        "tokens_per_s",
+        "lr",
+        "grad_norm",
+        "grad_norm_clipped",
+    )
     return [{k: h[k] for k in keep if k in h} for h in history]
 
 
@@ -221,16 +238,25 @@ def language_model_asset(
         check_same_tokenizer(labels, tokenizer)
         # A width or block size the run config sets is never resized by a default (explicit_settings_win).
         model_settings, train_settings, notes = explicit_settings_win(
-            family, config.model.model_dump(), model_cls().model_dump(), config.train.model_dump(), train_cls().model_dump()
+            family,
+            config.model.model_dump(),
+            model_cls().model_dump(),
+            config.train.model_dump(),
+            train_cls().model_dump(),
         )
         for note in notes:
             context.log.warning(note)
-        config = config.model_copy(update={
-            "model": config.model.model_copy(update=model_settings), "train": config.train.model_copy(update=train_settings),
-        })
+        config = config.model_copy(
+            update={
+                "model": config.model.model_copy(update=model_settings),
+                "train": config.train.model_copy(update=train_settings),
+            }
+        )
         scratch = scratch_dir(name, training_identity(name, family, config.model_dump(), labels, tokenizer))
         with exclusive(scratch):
-            output = _train_and_publish(context, mlflow, config, labels, tokenizer, scratch, baseline_in.get("baseline"))
+            output = _train_and_publish(
+                context, mlflow, config, labels, tokenizer, scratch, baseline_in.get("baseline")
+            )
             shutil.rmtree(scratch, ignore_errors=True)  # under the lock: a waiting run starts clean
         yield output
         for c in LM_CLAIMS:
@@ -252,7 +278,9 @@ def language_model_asset(
             )
             load_before = machine_load()
             if launch.launcher == "torchrun":
-                result, launched = _train_torchrun(context, s, mlflow, config, launch, train_settings, labels, scratch, common)
+                result, launched = _train_torchrun(
+                    context, s, mlflow, config, launch, train_settings, labels, scratch, common
+                )
             else:
                 result = train_lm(
                     family,
@@ -294,11 +322,15 @@ def language_model_asset(
                     "registered_model": registered,
                     # The count model to beat, on the same validation targets (the claim checks that they are).
                     "baseline": {k: ngram[k] for k in ("val_loss", "block_size", "n_targets", "tokenizer_sha256")}
-                    | {"model": ngram["best"]["model"]} if ngram else None,
+                    | {"model": ngram["best"]["model"]}
+                    if ngram
+                    else None,
                 },
                 metrics=metrics,
                 figures=result.figures,
-                texts={"samples": "\n\n".join(f"```\n{t[:600]}\n```" for t in result.samples)} if result.samples else None,
+                texts={"samples": "\n\n".join(f"```\n{t[:600]}\n```" for t in result.samples)}
+                if result.samples
+                else None,
                 files={"weights": weights, "samples": s.tmp / "samples.txt"},
                 artifacts=[s.tmp / "samples.txt"],
                 values={
@@ -337,7 +369,9 @@ def language_model_asset(
             f"--nproc-per-node={launch.nproc_per_node}", "--worker", DDP_WORKER, str(spec_path),
         ]
         extras = {MLFLOW_RUN_ID: s.run.run_id, MLFLOW_TRACKING_URI: mlflow.resolved_uri()}
-        context.log.info(f"launching torchrun: {launch.nproc_per_node} processes, {launch.strategy} ({' '.join(command[1:])})")
+        context.log.info(
+            f"launching torchrun: {launch.nproc_per_node} processes, {launch.strategy} ({' '.join(command[1:])})"
+        )
         try:
             invocation = dg.PipesSubprocessClient().run(
                 context=context, command=command, extras=extras, env=launch_env(launch, train_settings)
@@ -349,7 +383,10 @@ def language_model_asset(
             raise DistributedTrainingError(f"{name}: {failure['message']}") from e
         reported = {k: v.value for k, v in invocation.get_materialize_result().metadata.items()}
         result_file = scratch / RESULT_FILE
-        for key, path in (("train_result_sha256", result_file), ("weights_sha256", scratch / "checkpoint" / WEIGHTS_FILE)):
+        for key, path in (
+            ("train_result_sha256", result_file),
+            ("weights_sha256", scratch / "checkpoint" / WEIGHTS_FILE),
+        ):
             if reported.get(key) != sha256_file(path):
                 raise PipelineInputError(
                     f"{path} does not match the sha256 rank 0 reported through Pipes ({key}); it changed after training"
@@ -415,16 +452,33 @@ def register_model(context: dg.AssetExecutionContext, s: Any, weights: Path, tok
     with tempfile.TemporaryDirectory(prefix=f"{name}-export-") as tmp:  # the run folder keeps only the weights
         folder = Path(tmp) / "model"
         model = load_lm(weights)
-        export_model(model, "fp32", folder, tokenizer_path=tokenizer["path"], config=result.config.model_dump(),
-                     train_settings=config.train.model_dump(), provenance=provenance, tokenizer_sha256=tokenizer["sha256"])
+        export_model(
+            model,
+            "fp32",
+            folder,
+            tokenizer_path=tokenizer["path"],
+            config=result.config.model_dump(),
+            train_settings=config.train.model_dump(),
+            provenance=provenance,
+            tokenizer_sha256=tokenizer["sha256"],
+        )
         return log_and_register(
-            s.run, folder, name,
+            s.run,
+            folder,
+            name,
             description=f"{description} (asset `{name}`; one version per materialization).",
-            model_description=(f"Dagster run [{run_id[:8]}]({dagster_run_url(run_id)}) (asset [{name}]({dagster_asset_url(context.asset_key)})): "
-                               f"val loss {result.metrics['val/loss']:.4f}."),
+            model_description=(
+                f"Dagster run [{run_id[:8]}]({dagster_run_url(run_id)}) (asset "
+                f"[{name}]({dagster_asset_url(context.asset_key)})): "
+                f"val loss {result.metrics['val/loss']:.4f}."
+            ),
             tags=links,
-            params={"family": result.family, "vocab_size": model.vocab_size, "tokenizer_sha256": tokenizer["sha256"],
-                    **{f"resolved.{k}": v for k, v in result.config.model_dump().items()}},
+            params={
+                "family": result.family,
+                "vocab_size": model.vocab_size,
+                "tokenizer_sha256": tokenizer["sha256"],
+                **{f"resolved.{k}": v for k, v in result.config.model_dump().items()},
+            },
         )
 
 
@@ -454,7 +508,15 @@ class LanguageModel(dg.Component, dg.Model, dg.Resolvable):
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         asset = language_model_asset(
-            self.name, self.family, self.architecture, self.training, self.sampling, self.description or self.name, self.group,
-            labels=self.labels, tokenizer=self.tokenizer, baseline=self.baseline,
+            self.name,
+            self.family,
+            self.architecture,
+            self.training,
+            self.sampling,
+            self.description or self.name,
+            self.group,
+            labels=self.labels,
+            tokenizer=self.tokenizer,
+            baseline=self.baseline,
         )
         return dg.Definitions(assets=[asset])

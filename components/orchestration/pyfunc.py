@@ -29,7 +29,11 @@ class ExportedLanguageModel:
         if hasattr(model_input, "columns"):  # a pandas DataFrame, as MLflow passes it under the signature
             prompts = []
             for cell in model_input["prompt"]:  # {"prompt": [a, b]} arrives as one row holding the list
-                prompts += [str(p) for p in cell] if isinstance(cell, (list, tuple)) or hasattr(cell, "tolist") else [str(cell)]
+                prompts += (
+                    [str(p) for p in cell]
+                    if isinstance(cell, (list, tuple)) or hasattr(cell, "tolist")
+                    else [str(cell)]
+                )
         elif isinstance(model_input, str):
             prompts = [model_input]
         else:

@@ -482,13 +482,21 @@ def _end_mlflow_runs(instance: Any, uri: str, active: dict[str, Any], failed: se
             _terminate(client, r["run_id"], FINAL_MLFLOW_STATUS[status], f"Dagster run {status}", end)
             report["mlflow_parents"].append(r["run_id"])
         else:
-            why = "its process was killed" if r["dagster_run_id"] in failed else f"the Dagster run ended ({status}) while it ran"
+            why = (
+                "its process was killed"
+                if r["dagster_run_id"] in failed
+                else f"the Dagster run ended ({status}) while it ran"
+            )
             _terminate(client, r["run_id"], "KILLED", why, end)
             report["mlflow_killed"].append(r["run_id"])
     # Parents that were FINISHED between two steps of a run that then died.
     if failed:
         for p in _mlflow_runs(uri, "parents"):
-            if p["dagster_run_id"] in failed and p["status"] != "FAILED" and p["run_id"] not in report["mlflow_parents"]:
+            if (
+                p["dagster_run_id"] in failed
+                and p["status"] != "FAILED"
+                and p["run_id"] not in report["mlflow_parents"]
+            ):
                 if client is None:
                     from mlflow.tracking import MlflowClient
 
@@ -546,7 +554,9 @@ def sync_mlflow_parents(instance: Any, tracking_uri: str | None = None) -> dict[
         record = records.get(r["dagster_run_id"])
         status = record.dagster_run.status.value if record else None
         if status in FINAL_MLFLOW_STATUS:
-            _terminate(get_client(), r["run_id"], "KILLED", f"the Dagster run ended ({status}) while it ran", _end_ms(record))
+            _terminate(
+                get_client(), r["run_id"], "KILLED", f"the Dagster run ended ({status}) while it ran", _end_ms(record)
+            )
             report["children_killed"].append(r["run_id"])
     for p in parents:
         record = records.get(p["dagster_run_id"])
@@ -762,10 +772,14 @@ def _referenced_runs(instance: Any, keep_last: int, registered: set[str]) -> set
         keep.add(entry.run_id)
         if entry.dagster_event and entry.dagster_event.partition:
             key = rec.asset_entry.asset_key
-            ids = list(instance.get_latest_storage_id_by_partition(key, DagsterEventType.ASSET_MATERIALIZATION).values())
+            ids = list(
+                instance.get_latest_storage_id_by_partition(key, DagsterEventType.ASSET_MATERIALIZATION).values()
+            )
             for start in range(0, len(ids), 500):
                 chunk = ids[start:start + 500]
-                result = instance.fetch_materializations(AssetRecordsFilter(asset_key=key, storage_ids=chunk), limit=len(chunk))
+                result = instance.fetch_materializations(
+                    AssetRecordsFilter(asset_key=key, storage_ids=chunk), limit=len(chunk)
+                )
                 keep |= {r.run_id for r in result.records}
     return keep
 
@@ -828,7 +842,9 @@ def prune_history(instance: Any, tracking_uri: str, keep_last: int, dry_run: boo
         mlflow_doomed = []
         exps = [e.experiment_id for e in client.search_experiments()]
         for dagster_run_id in doomed:
-            for run in client.search_runs(exps, filter_string=f"tags.`dagster.run_id` = '{dagster_run_id}'", max_results=50000):
+            for run in client.search_runs(
+                exps, filter_string=f"tags.`dagster.run_id` = '{dagster_run_id}'", max_results=50000
+            ):
                 if run.info.run_id not in registered_mlflow:
                     mlflow_doomed.append(run.info.run_id)
         report["dagster_runs_deleted"] = doomed
@@ -860,7 +876,11 @@ def _mlflow_gc(tracking_uri: str, run_ids: list[str]) -> None:
     import subprocess
     import sys
 
-    if sqlite_path(tracking_uri) is None and "://" in tracking_uri and tracking_uri.split("://")[0] in ("http", "https"):
+    if (
+        sqlite_path(tracking_uri) is None
+        and "://" in tracking_uri
+        and tracking_uri.split("://")[0] in ("http", "https")
+    ):
         return  # a server's backend store is the server's to collect (`mlflow gc` where it runs)
     subprocess.run(
         [sys.executable, "-m", "mlflow", "gc", "--backend-store-uri", tracking_uri, "--tracking-uri", tracking_uri,
@@ -873,14 +893,21 @@ def _mlflow_gc(tracking_uri: str, run_ids: list[str]) -> None:
 # under the daemon
 
 
-def recovery_sensor(minimum_interval_seconds: int = 60, name: str = "recover_dead_runs", tracking_uri: str | None = None):
+def recovery_sensor(
+    minimum_interval_seconds: int = 60, name: str = "recover_dead_runs", tracking_uri: str | None = None
+):
     """A sensor for `dagster dev`'s daemon: every minute, `recover_dead_runs` and
     `sync_mlflow_parents`, so a killed run is marked failed (and its pool slot freed) even while no
     other step runs. Requests no runs. Add it to the Definitions' sensors."""
     import dagster as dg
 
-    @dg.sensor(name=name, minimum_interval_seconds=minimum_interval_seconds, default_status=dg.DefaultSensorStatus.RUNNING,
-               description="Marks runs whose processes are gone as failed (leases in <state>/leases); mirrors ended runs in MLflow.")
+    @dg.sensor(
+        name=name,
+        minimum_interval_seconds=minimum_interval_seconds,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description="Marks runs whose processes are gone as failed (leases in <state>/leases); mirrors ended runs in "
+            "MLflow.",
+    )
     def _sensor(context):  # (no annotation: this module has postponed annotations, `dg` is local)
         report = recover_dead_runs(context.instance, tracking_uri)
         synced = sync_mlflow_parents(context.instance, tracking_uri)

@@ -103,7 +103,9 @@ def check_tracking_store(uri: str, setting: str | None = None) -> None:
         try:
             status = requests.get(f"{uri.rstrip('/')}/health", timeout=PROBE_TIMEOUT_S).status_code
         except requests.RequestException as e:
-            raise StoreUnreachable(f"MLflow tracking server {redact(uri)} is unreachable (set by {setting}): {_first_line(e)}") from e
+            raise StoreUnreachable(
+                f"MLflow tracking server {redact(uri)} is unreachable (set by {setting}): {_first_line(e)}"
+            ) from e
         if status >= 500:
             raise StoreUnreachable(f"MLflow tracking server {redact(uri)} answers HTTP {status} (set by {setting})")
     else:

@@ -24,7 +24,8 @@ class ShardFolder(dg.ConfigurableResource, ShardReadSettings):
     how each shard's documents are read and split into train/validation."""
 
     path: Optional[str] = Field(
-        None, description=f"Folder of shard files (searched recursively). Default: ${SHARD_DIR_ENV}, else <state>/shards."
+        None,
+        description=f"Folder of shard files (searched recursively). Default: ${SHARD_DIR_ENV}, else <state>/shards.",
     )
 
     def folder(self) -> Path:

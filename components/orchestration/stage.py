@@ -151,7 +151,9 @@ class Stage:
                 metadata[name] = table_metadata(rows)
         figure_files = {}
         for name, fig in (figures or {}).items():
-            png_bytes = figure_png(fig)  # rendered once: the file (report; MLflow `<name>.png`, which Dagster's metadata shows)
+            png_bytes = figure_png(
+                fig
+            )  # rendered once: the file (report; MLflow `<name>.png`, which Dagster's metadata shows)
             png = self.tmp / "figures" / f"{name}.png"
             png.parent.mkdir(exist_ok=True)
             png.write_bytes(png_bytes)
@@ -225,4 +227,6 @@ def stage(context: dg.AssetExecutionContext, tracker: MlflowTracker, params: dic
             yield Stage(context=context, run=run, tmp=tmp, final=final)
     n = keep_last()
     if n > 0:
-        prune(n, instance=context.instance, assets=["/".join(context.asset_key.path)], tracking_uri=tracker.resolved_uri())
+        prune(
+            n, instance=context.instance, assets=["/".join(context.asset_key.path)], tracking_uri=tracker.resolved_uri()
+        )

@@ -253,7 +253,9 @@ def _mlflow_ready(marker: dict[str, Any], uri: str) -> bool:
 _READY: set[tuple[str, str]] = set()  # (kind, target) known ready in this process
 
 
-def ensure_stores(tracking_uri: str | None = None, dagster: bool | None = None, setting: str | None = None) -> dict[str, Any]:
+def ensure_stores(
+    tracking_uri: str | None = None, dagster: bool | None = None, setting: str | None = None
+) -> dict[str, Any]:
     """Create the Dagster instance's storage and the MLflow store once, safely under concurrency.
 
     tracking_uri: the MLflow store (default: MLFLOW_TRACKING_URI, else the SQLite DB in the state
@@ -280,7 +282,11 @@ def ensure_stores(tracking_uri: str | None = None, dagster: bool | None = None, 
     home = dagster_home()
     todo_dagster = do_dagster and ("dagster", str(home)) not in _READY
     todo_mlflow = ("mlflow", uri) not in _READY
-    report: dict[str, Any] = {"dagster_home": str(home) if do_dagster else None, "tracking_uri": redact(uri), "initialized": []}
+    report: dict[str, Any] = {
+        "dagster_home": str(home) if do_dagster else None,
+        "tracking_uri": redact(uri),
+        "initialized": [],
+    }
     if not (todo_dagster or todo_mlflow):
         return report
     if todo_mlflow:
@@ -431,7 +437,9 @@ def ui_addresses() -> dict[str, str]:
         pass
     except ValueError as e:
         raise ValueError(f"{path}: not the JSON of the UI addresses ({e}); delete it to record them again") from e
-    wanted = {k: _check_address(os.environ.get(env) or DEFAULT_UI_ADDRESSES[k], env) for k, env in UI_ADDRESS_ENV.items()}
+    wanted = {
+        k: _check_address(os.environ.get(env) or DEFAULT_UI_ADDRESSES[k], env) for k, env in UI_ADDRESS_ENV.items()
+    }
     tmp = path.with_name(f"{UI_ADDRESSES}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(wanted, indent=1))
     try:

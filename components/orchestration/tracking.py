@@ -218,14 +218,19 @@ class AssetRun:
     def log_table(self, rows: list[dict], name: str) -> None:
         """Rows as an MLflow table artifact (`tables/<name>.json`), shown in the run's artifact view."""
         cols = list(dict.fromkeys(k for r in rows for k in r))
-        self.client.log_table(self.run_id, data={c: [r.get(c) for r in rows] for c in cols}, artifact_file=f"tables/{name}.json")
+        self.client.log_table(
+            self.run_id, data={c: [r.get(c) for r in rows] for c in cols}, artifact_file=f"tables/{name}.json"
+        )
 
     def child(self, name: str, metrics: dict[str, Any], params: dict[str, Any] | None = None,
               series: dict[str, list[tuple[int, float]]] | None = None) -> "AssetRun":
         """A finished run nested under this one (e.g. one per model in a comparison), so MLflow's
         compare view lines the children up by metric name."""
         parent = self.client.get_run(self.run_id).data.tags
-        tags = {"mlflow.parentRunId": self.run_id, **{k: v for k, v in parent.items() if k.startswith(("dagster.", "mlflow.source.", "mlflow.user"))}}
+        tags = {
+            "mlflow.parentRunId": self.run_id,
+            **{k: v for k, v in parent.items() if k.startswith(("dagster.", "mlflow.source.", "mlflow.user"))},
+        }
         tags["dagster.role"] = "comparison_child"
         run = self.client.create_run(self.experiment_id, run_name=name, tags=tags)
         child = AssetRun(self.client, run.info.run_id, self.experiment_id, self.ui_base)
@@ -304,13 +309,18 @@ class MlflowTracker(dg.ConfigurableResource):
         exp = client.get_experiment_by_name(self.experiment)
         if exp is None:
             try:
-                client.create_experiment(self.experiment, artifact_location=experiment_artifact_location(self.resolved_uri()),
-                                         tags=EXPERIMENT_TAGS)
+                client.create_experiment(
+                    self.experiment,
+                    artifact_location=experiment_artifact_location(self.resolved_uri()),
+                    tags=EXPERIMENT_TAGS,
+                )
             except Exception:  # created meanwhile by another process
                 pass
             exp = client.get_experiment_by_name(self.experiment)
             if exp is None:
-                raise RuntimeError(f"MLflow experiment {self.experiment!r} could not be created at {self.resolved_uri()}")
+                raise RuntimeError(
+                    f"MLflow experiment {self.experiment!r} could not be created at {self.resolved_uri()}"
+                )
         for key, value in EXPERIMENT_TAGS.items():  # an experiment created elsewhere (e.g. by the store's init)
             if exp.tags.get(key) != value:
                 client.set_experiment_tag(exp.experiment_id, key, value)
@@ -336,7 +346,8 @@ class MlflowTracker(dg.ConfigurableResource):
                     "dagster.role": PARENT_ROLE,
                     "dagster.job": job_name,
                     "dagster.run_url": run_url,
-                    "mlflow.note.content": f"Dagster run [{dagster_run_id[:8]}]({run_url}) of {run_subject(job_name, asset_selection)}.",
+                    "mlflow.note.content": f"Dagster run [{dagster_run_id[:8]}]({run_url}) of "
+                        f"{run_subject(job_name, asset_selection)}.",
                     **source_tags(f"pipelines.definitions:{job_label(job_name)}"),
                 },
             )
@@ -403,7 +414,9 @@ class MlflowTracker(dg.ConfigurableResource):
 
 def merge_parent(client: Any, experiment_id: str, duplicate: str, keep: str) -> None:
     """Move the children of a duplicate parent onto `keep`, then delete the duplicate."""
-    children = client.search_runs([experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{duplicate}'", max_results=1000)
+    children = client.search_runs(
+        [experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{duplicate}'", max_results=1000
+    )
     for child in children:
         client.set_tag(child.info.run_id, "mlflow.parentRunId", keep)
     try:
@@ -418,7 +431,9 @@ def settle_parent(client: Any, experiment_id: str, parent: str) -> None:
     Each child marks itself terminated before looking, so whichever of two simultaneous children
     looks last sees both terminated.
     """
-    children = client.search_runs([experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'", max_results=1000)
+    children = client.search_runs(
+        [experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent}'", max_results=1000
+    )
     statuses = {r.info.status for r in children}
     if statuses & {"FAILED", "KILLED"}:
         client.set_terminated(parent, "FAILED")

@@ -89,12 +89,18 @@ def check_run_config(
                 continue
             t_block, m_block = t.get("block_size"), getattr(resolved, "block_size", None)
         if t_block is not None and t_block > labels_block_size:
-            problems.append(f"ops.{op}.config.train.block_size={t_block} exceeds {labels_name}.block_size={labels_block_size}: lower it or raise {labels_name}.block_size")
+            problems.append(
+                f"ops.{op}.config.train.block_size={t_block} exceeds {labels_name}.block_size={labels_block_size}: "
+                f"lower it or raise {labels_name}.block_size"
+            )
         if t_block is not None and m_block is not None and t_block > m_block:
             problems.append(f"ops.{op}.config.train.block_size={t_block} exceeds its model.block_size={m_block}")
         seq_len = getattr(cfg, "seq_len", None)
         if isinstance(seq_len, int) and seq_len > labels_block_size:
-            problems.append(f"ops.{op}.config.seq_len={seq_len} exceeds {labels_name}.block_size={labels_block_size}: lower it or raise {labels_name}.block_size")
+            problems.append(
+                f"ops.{op}.config.seq_len={seq_len} exceeds {labels_name}.block_size={labels_block_size}: lower it or "
+                f"raise {labels_name}.block_size"
+            )
     return problems
 
 
@@ -123,7 +129,9 @@ def validate_run_config(context: dg.AssetExecutionContext) -> None:
     """Raise ConfigError listing every problem of this run's config (see `check_run_config`). An op
     that reads other labels than `labels` is checked against those labels' recorded block size."""
     selected = context.run.asset_selection  # None or empty: the job's whole graph
-    executed = [a for a in context.job_def.asset_layer.asset_graph.assets_defs if not selected or set(a.keys) & selected]
+    executed = [
+        a for a in context.job_def.asset_layer.asset_graph.assets_defs if not selected or set(a.keys) & selected
+    ]
     classes = config_classes(executed)  # the assets this run executes
     ops = (context.run.run_config or {}).get("ops", {})
     elsewhere = other_labels(executed)
@@ -132,6 +140,11 @@ def validate_run_config(context: dg.AssetExecutionContext) -> None:
     problems = check_run_config(ops, main, labels_block)
     for op, key in elsewhere.items():
         if op in classes:
-            problems += check_run_config(ops, {op: classes[op]}, _recorded_labels_block_size(context.instance, key), key)
+            problems += check_run_config(
+                ops, {op: classes[op]}, _recorded_labels_block_size(context.instance, key), key
+            )
     if problems:
-        raise ConfigError(f"the run config has {len(problems)} problem(s); nothing was trained:\n" + "\n".join(f"- {p}" for p in problems))
+        raise ConfigError(
+            f"the run config has {len(problems)} problem(s); nothing was trained:\n"
+            + "\n".join(f"- {p}" for p in problems)
+        )

@@ -32,7 +32,9 @@ class EmbeddingEvalConfig(dg.Config, EmbeddingEvalSettings):
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch", "safetensors"}, pool=TRAINING_POOL)
-def word_embeddings(context: dg.AssetExecutionContext, config: WordEmbeddingsConfig, corpus: dict, mlflow: MlflowTracker) -> dg.Output[dict]:
+def word_embeddings(
+    context: dg.AssetExecutionContext, config: WordEmbeddingsConfig, corpus: dict, mlflow: MlflowTracker
+) -> dg.Output[dict]:
     """Word vectors trained on the corpus' train split: `vectors.safetensors` ([PAD] row zero), the
     vocabulary with counts (`vocab.tsv`) and a word-level `tokenizer.json` whose ids are the rows;
     the trainable state (context vectors) kept apart in `trainable/`."""
@@ -61,7 +63,9 @@ pad_excluded_from_similarity = claim_check("pad_excluded_from_similarity", word_
 
 
 @dg.asset(group_name=GROUP, kinds={"python"})
-def embedding_eval(context: dg.AssetExecutionContext, config: EmbeddingEvalConfig, word_embeddings: dict, mlflow: MlflowTracker) -> dg.Output[dict]:
+def embedding_eval(
+    context: dg.AssetExecutionContext, config: EmbeddingEvalConfig, word_embeddings: dict, mlflow: MlflowTracker
+) -> dg.Output[dict]:
     """Analogies (3CosAdd, top 30k words), WordSim353 and SimLex-999 Spearman, nearest neighbours,
     king − man + woman, one-hot versus learned vectors, and a PCA plot of the probe words (our own
     evaluators, checked against gensim's on gensim's evaluation sets)."""

@@ -59,23 +59,38 @@ def corpus(context: dg.AssetExecutionContext, config: CorpusConfig, mlflow: Mlfl
 
 def tokenizer_healthy_spec(asset: str) -> dg.AssetCheckSpec:
     return dg.AssetCheckSpec(
-        "tokenizer_is_healthy", asset=asset, description="The tokenizer learned the vocabulary it was asked for and rarely falls back to [UNK]."
+        "tokenizer_is_healthy",
+        asset=asset,
+        description="The tokenizer learned the vocabulary it was asked for and rarely falls back to [UNK].",
     )
 
 
-def publish_tokenizer(s: Stage, tok: Any, report: TokenizerReport, kind: str, extra: dict[str, Any] | None = None) -> tuple[dg.Output, dg.AssetCheckResult]:
+def publish_tokenizer(
+    s: Stage, tok: Any, report: TokenizerReport, kind: str, extra: dict[str, Any] | None = None
+) -> tuple[dg.Output, dg.AssetCheckResult]:
     """Save `tok` as `tokenizer.json`, probe its round trip, publish it with `report`'s figures; the
     output and its `tokenizer_is_healthy` check result (yield both, the output first)."""
     path = s.tmp / "tokenizer.json"
     tok.save(str(path))
     roundtrip = [
-        {"text": t.replace("\n", "⏎").replace("\t", "⇥"), "tokens": len(encode(tok, t)), "exact_roundtrip": roundtrip_ok(tok, t)}
+        {
+            "text": t.replace("\n", "⏎").replace("\t", "⇥"),
+            "tokens": len(encode(tok, t)),
+            "exact_roundtrip": roundtrip_ok(tok, t),
+        }
         for t in ROUNDTRIP_PROBES
     ]
     metrics = {**report.metrics(), "roundtrip_ok": float(all(r["exact_roundtrip"] for r in roundtrip))}
     warnings = list(getattr(report, "warnings", []) or [])
     output = s.publish(
-        {"path": s.final_path(path), "kind": kind, "sha256": sha256_file(path), "vocab_size": tok.get_vocab_size(), **report.metrics(), **(extra or {})},
+        {
+            "path": s.final_path(path),
+            "kind": kind,
+            "sha256": sha256_file(path),
+            "vocab_size": tok.get_vocab_size(),
+            **report.metrics(),
+            **(extra or {}),
+        },
         metrics=metrics,
         tables={"roundtrip": roundtrip},
         files={"tokenizer": path},
@@ -86,7 +101,10 @@ def publish_tokenizer(s: Stage, tok: Any, report: TokenizerReport, kind: str, ex
         check_name="tokenizer_is_healthy",
         passed=not warnings,
         severity=dg.AssetCheckSeverity.WARN,
-        metadata={"warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in warnings) or "none"), **numbers(report.metrics())},
+        metadata={
+            "warnings": dg.MetadataValue.md("\n".join(f"- {w}" for w in warnings) or "none"),
+            **numbers(report.metrics()),
+        },
     )
     return output, check
 
@@ -104,7 +122,9 @@ def tokenizer(context: dg.AssetExecutionContext, config: TokenizerConfig, corpus
 
 
 @dg.asset(group_name=GROUP, kinds={"numpy"})
-def labels(context: dg.AssetExecutionContext, config: LabelsConfig, corpus: dict, tokenizer: dict, mlflow: MlflowTracker) -> dg.Output[dict]:
+def labels(
+    context: dg.AssetExecutionContext, config: LabelsConfig, corpus: dict, tokenizer: dict, mlflow: MlflowTracker
+) -> dg.Output[dict]:
     """Next-token blocks: X = tokens[:-1], Y = tokens[1:], padding targets -100; .npy per split."""
     with stage(context, mlflow, config.model_dump()) as s:
         dd = load_corpus(corpus["path"])
@@ -119,7 +139,9 @@ def labels(context: dg.AssetExecutionContext, config: LabelsConfig, corpus: dict
         )
 
 
-@dg.asset_check(asset=labels, blocking=True, description="Y is X shifted by one in every block; no target crosses into padding.")
+@dg.asset_check(
+    asset=labels, blocking=True, description="Y is X shifted by one in every block; no target crosses into padding."
+)
 def labels_are_shifted_inputs(labels: dict) -> dg.AssetCheckResult:
     train, val, meta = load_labels(Path(labels["path"]))
     reports = {"train": check_blocks(train), "validation": check_blocks(val)}

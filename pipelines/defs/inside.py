@@ -42,13 +42,21 @@ class AttentionTopKConfig(dg.Config, AttentionTopKSettings):
 
 def _codec(tokenizer: dict):
     tok = load_tokenizer(tokenizer["path"])
-    return (lambda ids: tok.decode(ids, skip_special_tokens=False)), (lambda text: tok.encode(text, add_special_tokens=False).ids)
+    return (lambda ids: tok.decode(ids, skip_special_tokens=False)), (
+        lambda text: tok.encode(text, add_special_tokens=False).ids
+    )
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"})
 def attention_heads(
-    context: dg.AssetExecutionContext, config: InsideConfig, transformer_lm: dict, transformer_1head_lm: dict, labels: dict,
-    tokenizer: dict, memory_induction: dict, mlflow: MlflowTracker,
+    context: dg.AssetExecutionContext,
+    config: InsideConfig,
+    transformer_lm: dict,
+    transformer_1head_lm: dict,
+    labels: dict,
+    tokenizer: dict,
+    memory_induction: dict,
+    mlflow: MlflowTracker,
 ) -> dg.Output[dict]:
     """Attention maps per layer and head; each head's share of attention on the previous, first and
     same token, mean distance and entropy over validation text, and its class (thresholds in the
@@ -61,13 +69,25 @@ def attention_heads(
         r = run_attention_heads(load_lm(transformer_lm["weights"]), val, config, decode=decode, encode=encode,
                                 one_head=load_lm(transformer_1head_lm["weights"]))
         metrics = r.metrics()
-        thresholds = {k: getattr(config, k) for k in ("prev_threshold", "first_threshold", "self_threshold", "local_distance")}
+        thresholds = {
+            k: getattr(config, k) for k in ("prev_threshold", "first_threshold", "self_threshold", "local_distance")
+        }
         return s.publish(
-            {"heads": r.heads, "ablation": r.ablation, "base_loss": r.base_loss, "one_head_loss": r.one_head_loss,
-             "thresholds": thresholds, "metrics": metrics,
-             "induction": {k: memory_induction[k] for k in ("found", "base", "ablations", "heads", "n_layer")}},
+            {
+                "heads": r.heads,
+                "ablation": r.ablation,
+                "base_loss": r.base_loss,
+                "one_head_loss": r.one_head_loss,
+                "thresholds": thresholds,
+                "metrics": metrics,
+                "induction": {k: memory_induction[k] for k in ("found", "base", "ablations", "heads", "n_layer")},
+            },
             metrics=metrics,
-            tables={"heads": r.heads, "induction_heads": memory_induction["heads"], "induction_ablations": memory_induction["ablations"]},
+            tables={
+                "heads": r.heads,
+                "induction_heads": memory_induction["heads"],
+                "induction_ablations": memory_induction["ablations"],
+            },
             figures=r.figures,
             values={"thresholds": dg.MetadataValue.json(thresholds)},
         )
@@ -79,7 +99,12 @@ heads_differ = claim_check("heads_differ", attention_heads)
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"})
 def ffn_memories(
-    context: dg.AssetExecutionContext, config: InsideConfig, transformer_lm: dict, labels: dict, tokenizer: dict, corpus: dict,
+    context: dg.AssetExecutionContext,
+    config: InsideConfig,
+    transformer_lm: dict,
+    labels: dict,
+    tokenizer: dict,
+    corpus: dict,
     mlflow: MlflowTracker,
 ) -> dg.Output[dict]:
     """FFN neurons as key-value memories: the most selective neurons' top contexts and promoted tokens;
@@ -93,11 +118,22 @@ def ffn_memories(
         r = run_ffn_memories(load_lm(transformer_lm["weights"]), val, config, decode=decode, encode=encode, known=known)
         metrics = r.metrics()
         probe = [{k: v for k, v in p.items() if k != "_neurons"} for p in r.probe]
-        neurons = [{**n, "key_contexts": " | ".join(n["key_contexts"]), "value_tokens": " ".join(repr(t) for t in n["value_tokens"])} for n in r.neurons]
+        neurons = [
+            {
+                **n,
+                "key_contexts": " | ".join(n["key_contexts"]),
+                "value_tokens": " ".join(repr(t) for t in n["value_tokens"]),
+            }
+            for n in r.neurons
+        ]
         return s.publish(
             {"neurons": r.neurons, "probe": probe, "made_up": r.gap, "metrics": metrics},
             metrics=metrics,
-            tables={"neurons": neurons, "fact_probe": [{**p, "top_neurons": " ".join(p["top_neurons"])} for p in probe], "made_up": r.gap},
+            tables={
+                "neurons": neurons,
+                "fact_probe": [{**p, "top_neurons": " ".join(p["top_neurons"])} for p in probe],
+                "made_up": r.gap,
+            },
             figures=r.figures,
         )
 
@@ -107,7 +143,11 @@ fact_neurons_matter = claim_check("fact_neurons_matter", ffn_memories)
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"})
 def attention_topk(
-    context: dg.AssetExecutionContext, config: AttentionTopKConfig, transformer_lm: dict, labels: dict, mlflow: MlflowTracker
+    context: dg.AssetExecutionContext,
+    config: AttentionTopKConfig,
+    transformer_lm: dict,
+    labels: dict,
+    mlflow: MlflowTracker,
 ) -> dg.Output[dict]:
     """Soft attention against picking only the top-scoring keys: the trained Transformer's validation
     loss with each query restricted to its top-k keys (renormalised), for each k, against the full
@@ -129,7 +169,12 @@ soft_attention_beats_topk = claim_check("soft_attention_beats_topk", attention_t
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"})
 def article_examples(
-    context: dg.AssetExecutionContext, config: ExamplesConfig, transformer_lm: dict, lstm_lm: dict, tokenizer: dict, mlflow: MlflowTracker,
+    context: dg.AssetExecutionContext,
+    config: ExamplesConfig,
+    transformer_lm: dict,
+    lstm_lm: dict,
+    tokenizer: dict,
+    mlflow: MlflowTracker,
 ) -> dg.Output[dict]:
     """The article's own examples through this run's tokenizer and models: 我爱你 / 你爱我 first-layer
     scores with and without positional encoding (equal up to the permutation without it); 今天 天气 真
@@ -137,10 +182,17 @@ def article_examples(
     trained LSTM's gates token by token."""
     with stage(context, mlflow, config.model_dump()) as s:
         decode, encode = _codec(tokenizer)
-        r = run_article_examples(load_lm(transformer_lm["weights"]), load_lm(lstm_lm["weights"]), encode, decode, config)
+        r = run_article_examples(
+            load_lm(transformer_lm["weights"]), load_lm(lstm_lm["weights"]), encode, decode, config
+        )
         return s.publish(
-            {"word_order": {k: v for k, v in r.word_order.items() if k not in ("without_position", "with_position")},
-             "metrics": r.metrics, "attention_mix": r.attention_mix, "lstm_gates": r.lstm_gates, "shifted_pairs": r.shifted_pairs},
+            {
+                "word_order": {k: v for k, v in r.word_order.items() if k not in ("without_position", "with_position")},
+                "metrics": r.metrics,
+                "attention_mix": r.attention_mix,
+                "lstm_gates": r.lstm_gates,
+                "shifted_pairs": r.shifted_pairs,
+            },
             metrics=r.metrics,
             tables={"attention_mix": r.attention_mix, "lstm_gates": r.lstm_gates, "shifted_pairs": r.shifted_pairs},
             texts=r.texts,

@@ -46,7 +46,9 @@ class ContextUsageConfig(dg.Config, ContextUsageSettings):
 
 # Both assets time things: in the training pool, so no training shares the cores while they measure.
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
-def attention_cost(context: dg.AssetExecutionContext, config: AttentionCostConfig, mlflow: MlflowTracker) -> dg.Output[dict]:
+def attention_cost(
+    context: dg.AssetExecutionContext, config: AttentionCostConfig, mlflow: MlflowTracker
+) -> dg.Output[dict]:
     """Causal attention's time and peak memory against sequence length N, forward and forward+backward:
     the reference (materialises the N×N scores), the fused SDPA kernel (FlashAttention-class; the kernel
     observed is recorded) and the blocked sliding window. Log-log exponents fitted per implementation;
@@ -58,8 +60,12 @@ def attention_cost(context: dg.AssetExecutionContext, config: AttentionCostConfi
         return s.publish(
             {"rows": result.rows, "fits": result.fits, "info": result.info, "metrics": metrics},
             metrics=metrics,
-            tables={"points": [{k: r.get(k) for k in ("pass", "impl", "n", "ms", "peak_mib", "error", "stop")} for r in result.rows],
-                    "fits": result.fits},
+            tables={
+                "points": [
+                    {k: r.get(k) for k in ("pass", "impl", "n", "ms", "peak_mib", "error", "stop")} for r in result.rows
+                ],
+                "fits": result.fits,
+            },
             figures=result.figures,
             texts={"report": result.markdown()},
             values={"fused_kernel": result.info["fused_kernel"], "memory_accounting": result.info["memory_accounting"]},
@@ -73,23 +79,41 @@ attention_time_scales_as_claimed = claim_check("attention_time_scales_as_claimed
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
 def generation_cost(
-    context: dg.AssetExecutionContext, config: GenerationCostConfig, transformer_lm: dict, rnn_lm: dict, lstm_lm: dict, mlflow: MlflowTracker
+    context: dg.AssetExecutionContext,
+    config: GenerationCostConfig,
+    transformer_lm: dict,
+    rnn_lm: dict,
+    lstm_lm: dict,
+    mlflow: MlflowTracker,
 ) -> dg.Output[dict]:
     """Time per generated token against context length for the trained Transformer with and without
     its KV cache and for the RNN and LSTM, and the memory each carries per sequence between tokens
     (KV cache bytes against the recurrent state's)."""
     with stage(context, mlflow, config.model_dump()) as s:
-        models = {"transformer": load_lm(transformer_lm["weights"]), "rnn": load_lm(rnn_lm["weights"]), "lstm": load_lm(lstm_lm["weights"])}
+        models = {
+            "transformer": load_lm(transformer_lm["weights"]),
+            "rnn": load_lm(rnn_lm["weights"]),
+            "lstm": load_lm(lstm_lm["weights"]),
+        }
         result = run_generation_cost(models, config)
         metrics = result.metrics()
         return s.publish(
             {"rows": result.rows, "fits": result.fits, "metrics": metrics},
             metrics=metrics,
-            tables={"timings": [{k: r.get(k) for k in ("model", "context_len", "ms_per_token", "prefill_ms", "bytes_per_sequence", "skipped")}
-                                for r in result.rows],
-                    "fits": result.fits},
+            tables={
+                "timings": [
+                    {
+                        k: r.get(k)
+                        for k in ("model", "context_len", "ms_per_token", "prefill_ms", "bytes_per_sequence", "skipped")
+                    }
+                    for r in result.rows
+                ],
+                "fits": result.fits,
+            },
             figures=result.figures,
-            warnings=[f"{r['model']} L={r['context_len']}: skipped, {r['skipped']}" for r in result.rows if "skipped" in r],
+            warnings=[
+                f"{r['model']} L={r['context_len']}: skipped, {r['skipped']}" for r in result.rows if "skipped" in r
+            ],
         )
 
 
@@ -99,8 +123,13 @@ kv_cache_pays = claim_check("kv_cache_pays", generation_cost)
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
 def long_context_cost(
-    context: dg.AssetExecutionContext, config: LongContextConfig, attention_cost: dict, generation_cost: dict, recurrent_cost: dict,
-    transformer_lm: dict, mlflow: MlflowTracker,
+    context: dg.AssetExecutionContext,
+    config: LongContextConfig,
+    attention_cost: dict,
+    generation_cost: dict,
+    recurrent_cost: dict,
+    transformer_lm: dict,
+    mlflow: MlflowTracker,
 ) -> dg.Output[dict]:
     """The long-context figures in one place: every fitted exponent with its R² and cost(2N)/cost(N);
     the length where the Transformer's per-token training cost overtakes the RNN's and LSTM's (its
@@ -108,15 +137,33 @@ def long_context_cost(
     of 7B/8B/70B-class shapes at 4k…1M tokens, with the same formulas checked against our measurements."""
     with stage(context, mlflow, config.model_dump()) as s:
         result = run_long_context_cost(
-            load_lm(transformer_lm["weights"]), attention=attention_cost, generation=generation_cost, recurrent=recurrent_cost, settings=config
+            load_lm(transformer_lm["weights"]),
+            attention=attention_cost,
+            generation=generation_cost,
+            recurrent=recurrent_cost,
+            settings=config,
         )
         metrics = result.metrics()
         return s.publish(
-            {"exponents": result.exponents, "crossovers": result.crossovers, "arithmetic": result.arithmetic, "train_rows": result.train_rows,
-             "kv_check": result.kv_check, "scores_check": result.scores_check, "summary": result.summary(), "metrics": metrics},
+            {
+                "exponents": result.exponents,
+                "crossovers": result.crossovers,
+                "arithmetic": result.arithmetic,
+                "train_rows": result.train_rows,
+                "kv_check": result.kv_check,
+                "scores_check": result.scores_check,
+                "summary": result.summary(),
+                "metrics": metrics,
+            },
             metrics=metrics,
-            tables={"exponents": result.exponents, "crossovers": result.crossovers, "arithmetic": result.arithmetic,
-                    "training_steps": result.train_rows, "kv_cache_check": result.kv_check, "scores_check": result.scores_check},
+            tables={
+                "exponents": result.exponents,
+                "crossovers": result.crossovers,
+                "arithmetic": result.arithmetic,
+                "training_steps": result.train_rows,
+                "kv_cache_check": result.kv_check,
+                "scores_check": result.scores_check,
+            },
             figures=result.figures,
             texts={"report": result.markdown()},
         )
@@ -128,8 +175,13 @@ recurrence_is_the_serial_bottleneck = claim_check("recurrence_is_the_serial_bott
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"})
 def context_usage(
-    context: dg.AssetExecutionContext, config: ContextUsageConfig, transformer_lm: dict, transformer_window_lm: dict, lstm_lm: dict,
-    labels: dict, mlflow: MlflowTracker,
+    context: dg.AssetExecutionContext,
+    config: ContextUsageConfig,
+    transformer_lm: dict,
+    transformer_window_lm: dict,
+    lstm_lm: dict,
+    labels: dict,
+    mlflow: MlflowTracker,
 ) -> dg.Output[dict]:
     """Validation loss by position within the context window for the full-attention Transformer, the
     sliding-window Transformer trained on the same data and steps, and the LSTM: how much later
@@ -141,7 +193,12 @@ def context_usage(
         result = run_context_usage(models, val, config)
         metrics = result.metrics()
         return s.publish(
-            {"curves": result.curves, "summaries": result.summaries, "window_gaps": result.window_gaps, "metrics": metrics},
+            {
+                "curves": result.curves,
+                "summaries": result.summaries,
+                "window_gaps": result.window_gaps,
+                "metrics": metrics,
+            },
             metrics=metrics,
             tables={"summaries": result.summaries, "by_position": result.buckets, "window_gaps": result.window_gaps},
             figures=result.figures,

@@ -50,7 +50,9 @@ def memory_delay(context: dg.AssetExecutionContext, config: DelayConfig, mlflow:
     with stage(context, mlflow, config.model_dump()) as s:
         r = delay_study(config)
         metrics = r.metrics("delay")
-        return s.publish(r.manifest(), metrics=metrics, tables={**_tables(r), "gradients": r.extra["gradients"]}, figures=r.figures)
+        return s.publish(
+            r.manifest(), metrics=metrics, tables={**_tables(r), "gradients": r.extra["gradients"]}, figures=r.figures
+        )
 
 
 rnn_forgets_where_lstm_remembers = claim_check("rnn_forgets_where_lstm_remembers", memory_delay)
@@ -74,7 +76,9 @@ window_answers_within_field_only = claim_check("window_answers_within_field_only
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
-def memory_induction(context: dg.AssetExecutionContext, config: InductionConfig, mlflow: MlflowTracker) -> dg.Output[dict]:
+def memory_induction(
+    context: dg.AssetExecutionContext, config: InductionConfig, mlflow: MlflowTracker
+) -> dg.Output[dict]:
     """Induction: a small Transformer trained on random spans repeated once; accuracy and loss on the
     first part and the repeat; per head the previous-token and prefix-matching scores; the
     previous-token head and the induction head found by them; the repeat with the induction head
@@ -82,12 +86,23 @@ def memory_induction(context: dg.AssetExecutionContext, config: InductionConfig,
     with stage(context, mlflow, config.model_dump()) as s:
         r = induction_study(config)
         b = r.extra["base"]
-        metrics = {"induction/first_accuracy": b["first_accuracy"], "induction/repeat_accuracy": b["repeat_accuracy"],
-                   "induction/first_loss": b["first_loss"], "induction/repeat_loss": b["repeat_loss"],
-                   **{f"induction/repeat_accuracy_{a['ablated'].replace(' ', '_')}_zeroed": a["repeat_accuracy"] for a in r.extra["ablations"]},
-                   "induction/train_seconds": r.models[0]["train_seconds"]}
-        return s.publish(r.manifest(), metrics=metrics, tables={"heads": r.extra["heads"], "ablations": r.extra["ablations"], "models": r.models},
-                         figures=r.figures)
+        metrics = {
+            "induction/first_accuracy": b["first_accuracy"],
+            "induction/repeat_accuracy": b["repeat_accuracy"],
+            "induction/first_loss": b["first_loss"],
+            "induction/repeat_loss": b["repeat_loss"],
+            **{
+                f"induction/repeat_accuracy_{a['ablated'].replace(' ', '_')}_zeroed": a["repeat_accuracy"]
+                for a in r.extra["ablations"]
+            },
+            "induction/train_seconds": r.models[0]["train_seconds"],
+        }
+        return s.publish(
+            r.manifest(),
+            metrics=metrics,
+            tables={"heads": r.extra["heads"], "ablations": r.extra["ablations"], "models": r.models},
+            figures=r.figures,
+        )
 
 
 induction_head_copies = claim_check("induction_head_copies", memory_induction)

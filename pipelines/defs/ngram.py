@@ -17,7 +17,9 @@ class NgramBaselineConfig(dg.Config, NgramSettings):
 
 
 @dg.asset(group_name=GROUP, kinds={"numpy"})
-def ngram_baseline(context: dg.AssetExecutionContext, config: NgramBaselineConfig, labels: dict, mlflow: MlflowTracker) -> dg.Output[dict]:
+def ngram_baseline(
+    context: dg.AssetExecutionContext, config: NgramBaselineConfig, labels: dict, mlflow: MlflowTracker
+) -> dg.Output[dict]:
     """Interpolated Kneser–Ney n-grams counted over the training labels, scored on every validation
     target at the models' block size: the loss a language model must beat to have learned more
     than counts."""

@@ -30,7 +30,17 @@ from components.orchestration.tracking import MlflowTracker, dagster_asset_url, 
 
 GROUP = "quantization"
 MAIN_MODEL = "transformer_lm"
-SOURCE_KEYS = ("name", "family", "weights", "model_config", "vocab_size", "tokenizer_sha256", "dagster_run_id", "mlflow_run_id", "metrics")
+SOURCE_KEYS = (
+    "name",
+    "family",
+    "weights",
+    "model_config",
+    "vocab_size",
+    "tokenizer_sha256",
+    "dagster_run_id",
+    "mlflow_run_id",
+    "metrics",
+)
 
 
 class QuantizedModelsConfig(dg.Config, QuantizationSettings):
@@ -40,7 +50,9 @@ class QuantizedModelsConfig(dg.Config, QuantizationSettings):
 class ModelExportConfig(dg.Config, ExportSettings):
     """Export folders: which variants, generation defaults, reload and load-time checks, registry."""
 
-    register_variant: str = Field("fp16", description="Variant logged to MLflow as a model and registered in the model registry ('' = none).")
+    register_variant: str = Field(
+        "fp16", description="Variant logged to MLflow as a model and registered in the model registry ('' = none)."
+    )
     registered_model_name: str = Field("transformer_lm_fp16", description="Name in the MLflow model registry.")
 
 
@@ -96,7 +108,12 @@ def quantized_models(
         )
         s.run.log_metrics(result.metrics)  # every figure to MLflow; the headline ones also to Dagster below
         checks = check_figures(result.rows, MAIN_MODEL)
-        headline = {k: v for k, v in result.metrics.items() if k.startswith(f"quant/{MAIN_MODEL}/") and k.rsplit("/", 1)[1] in ("dppl_pct", "memory_bytes", "gen_tokens_per_s")}
+        headline = {
+            k: v
+            for k, v in result.metrics.items()
+            if k.startswith(f"quant/{MAIN_MODEL}/")
+            and k.rsplit("/", 1)[1] in ("dppl_pct", "memory_bytes", "gen_tokens_per_s")
+        }
         return s.publish(
             {
                 "rows": result.rows,
@@ -162,11 +179,14 @@ def model_export(
     source = quantized_models["models"][MAIN_MODEL]
     if source["tokenizer_sha256"] != tokenizer["sha256"]:
         raise PipelineInputError(
-            f"quantized_models' {MAIN_MODEL} was trained with tokenizer {source['tokenizer_sha256'][:12]}…, the current one is "
+            f"quantized_models' {MAIN_MODEL} was trained with tokenizer {source['tokenizer_sha256'][:12]}…, the "
+            f"current one is "
             f"{tokenizer['sha256'][:12]}…: re-materialize {MAIN_MODEL} and quantized_models first"
         )
     if config.register_variant and config.register_variant not in config.variants:
-        raise PipelineInputError(f"register_variant={config.register_variant!r} is not among the exported variants {config.variants}")
+        raise PipelineInputError(
+            f"register_variant={config.register_variant!r} is not among the exported variants {config.variants}"
+        )
     with stage(context, mlflow, config.model_dump()) as s:
         _, val, _ = load_labels(labels["path"])
         rows = {r["variant"]: r for r in quantized_models["rows"] if r["model"] == MAIN_MODEL}
@@ -192,7 +212,9 @@ def model_export(
             provenance=provenance,
             val_data=val,
             eval_settings=QuantizationSettings(**quantized_models["settings"]),
-            settings=ExportSettings(**{k: v for k, v in config.model_dump().items() if k in ExportSettings.model_fields}),
+            settings=ExportSettings(
+                **{k: v for k, v in config.model_dump().items() if k in ExportSettings.model_fields}
+            ),
             study_val_loss={v: r["val_loss"] for v, r in rows.items()},
             device=quantized_models["device"],
         )
@@ -200,20 +222,40 @@ def model_export(
         if config.register_variant:
             run_id = context.run.run_id
             registered = log_and_register(
-                s.run, report.exports[config.register_variant].path, config.registered_model_name,
-                description=f"The trained {MAIN_MODEL}, exported at {config.register_variant} (safetensors, config.json, tokenizer.json).",
-                model_description=(f"{MAIN_MODEL} at {config.register_variant}, Dagster run [{run_id[:8]}]({dagster_run_url(run_id)}) "
-                                   f"(asset [{context.asset_key.to_user_string()}]({dagster_asset_url(context.asset_key)}))."),
-                tags={"variant": config.register_variant, "dagster.run_id": run_id, "dagster.run_url": dagster_run_url(run_id),
-                      "dagster.asset_url": dagster_asset_url(context.asset_key), "corpus_content_sha256": corpus["content_sha256"],
-                      "tokenizer_sha256": tokenizer["sha256"]},
+                s.run,
+                report.exports[config.register_variant].path,
+                config.registered_model_name,
+                description=f"The trained {MAIN_MODEL}, exported at {config.register_variant} (safetensors, "
+                    f"config.json, tokenizer.json).",
+                model_description=(
+                    f"{MAIN_MODEL} at {config.register_variant}, Dagster run [{run_id[:8]}]({dagster_run_url(run_id)}) "
+                    f"(asset [{context.asset_key.to_user_string()}]({dagster_asset_url(context.asset_key)}))."
+                ),
+                tags={
+                    "variant": config.register_variant,
+                    "dagster.run_id": run_id,
+                    "dagster.run_url": dagster_run_url(run_id),
+                    "dagster.asset_url": dagster_asset_url(context.asset_key),
+                    "corpus_content_sha256": corpus["content_sha256"],
+                    "tokenizer_sha256": tokenizer["sha256"],
+                },
             )
         exports = {v: {**info.as_dict(), "path": s.final_path(info.path)} for v, info in report.exports.items()}
         s.run.log_metrics(report.metrics)  # every figure to MLflow; the headline ones also to Dagster below
-        headline = {k: v for k, v in report.metrics.items() if k.rsplit("/", 1)[1] in ("weights_bytes", "load_speedup_vs_torch_load")}
+        headline = {
+            k: v
+            for k, v in report.metrics.items()
+            if k.rsplit("/", 1)[1] in ("weights_bytes", "load_speedup_vs_torch_load")
+        }
         return s.publish(
-            {"model": MAIN_MODEL, "exports": exports, "rows": report.rows, "registered_model": registered, "samples": report.samples,
-             "reload_ok": report.all_reloads_pass},
+            {
+                "model": MAIN_MODEL,
+                "exports": exports,
+                "rows": report.rows,
+                "registered_model": registered,
+                "samples": report.samples,
+                "reload_ok": report.all_reloads_pass,
+            },
             metrics=headline,
             tables={"exports": _table(report.rows)},
             texts={"report": report.markdown},
@@ -242,12 +284,18 @@ def weights_arithmetic(
     to 70B ("70B ≈ 140 GB in FP16"), next to the measured bytes of the exported files, scales, code
     books and headers included."""
     with stage(context, mlflow, config.model_dump()) as s:
-        files = {model_export["model"]: {v: f"{e['path']}/model.safetensors" for v, e in model_export["exports"].items()}}
+        files = {
+            model_export["model"]: {v: f"{e['path']}/model.safetensors" for v, e in model_export["exports"].items()}
+        }
         params = {r["model"]: int(r["params"]) for r in quantized_models["rows"] if r["variant"] == "fp32"}
         reference = {_size_name(n): n for n in config.reference_params}
         result = arithmetic_of(files, params, reference)
         s.run.log_metrics(result.metrics)
-        headline = {k: v for k, v in result.metrics.items() if k.startswith("arith/70B/") or k.endswith("/bits_per_quantized_param")}
+        headline = {
+            k: v
+            for k, v in result.metrics.items()
+            if k.startswith("arith/70B/") or k.endswith("/bits_per_quantized_param")
+        }
         return s.publish(
             {"reference": result.reference_rows, "measured": result.measured_rows},
             metrics=headline,

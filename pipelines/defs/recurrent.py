@@ -27,7 +27,12 @@ class RecurrentCostConfig(dg.Config, RecurrentCostSettings):
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
 def gradient_study(
-    context: dg.AssetExecutionContext, config: GradientStudyConfig, labels: dict, rnn_lm: dict, lstm_lm: dict, mlflow: MlflowTracker
+    context: dg.AssetExecutionContext,
+    config: GradientStudyConfig,
+    labels: dict,
+    rnn_lm: dict,
+    lstm_lm: dict,
+    mlflow: MlflowTracker,
 ) -> dg.Output[dict]:
     """||dL_T/dh_t|| over t for trained, fresh, contractive and expansive RNN/LSTM, with the fitted
     per-step factor; and an RNN trained at a high learning rate with and without clipping."""
@@ -43,9 +48,11 @@ def gradient_study(
         if c is not None:
             texts["clipping"] = (
                 f"Plain SGD at lr {config.clip_lr}, {config.clip_steps} steps.\n\n"
-                f"- unclipped: diverged = **{c.unclipped_diverged}**, max gradient norm {c.max_grad_norm_unclipped:.3g}, "
+                f"- unclipped: diverged = **{c.unclipped_diverged}**, max gradient norm "
+                f"{c.max_grad_norm_unclipped:.3g}, "
                 f"loss {c.loss_unclipped[0]:.3f} → {c.loss_unclipped[-1]:.3f}\n"
-                f"- clipped at {config.clip_grad}: diverged = **{c.clipped_diverged}**, trained = **{c.clipped_trained}**, "
+                f"- clipped at {config.clip_grad}: diverged = **{c.clipped_diverged}**, trained = "
+                f"**{c.clipped_trained}**, "
                 f"loss {c.loss_clipped[0]:.3f} → {c.loss_clipped[-1]:.3f}"
             )
         return s.publish(

@@ -77,7 +77,9 @@ def corpus_shards(context: dg.AssetExecutionContext, shards: ShardFolder, mlflow
 
 
 @dg.asset(group_name=SHARD_GROUP, kinds={"tokenizers"}, check_specs=[tokenizer_healthy_spec("shard_tokenizer")])
-def shard_tokenizer(context: dg.AssetExecutionContext, config: ShardTokenizerConfig, shards: ShardFolder, mlflow: MlflowTracker):
+def shard_tokenizer(
+    context: dg.AssetExecutionContext, config: ShardTokenizerConfig, shards: ShardFolder, mlflow: MlflowTracker
+):
     """The tokenizer of the sharded corpus: trained once, on the train split of the first
     `sample_shards` shards by key (each read and split as `corpus_shards` does), evaluated on their
     validation split; `tokenizer.json`."""
@@ -94,22 +96,38 @@ def shard_tokenizer(context: dg.AssetExecutionContext, config: ShardTokenizerCon
 
 
 @dg.asset(group_name=SHARD_GROUP, partitions_def=SHARD_PARTITIONS, kinds={"numpy"})
-def label_shards(context: dg.AssetExecutionContext, config: ShardLabelsConfig, corpus_shards: dict, shard_tokenizer: dict,
-                 mlflow: MlflowTracker) -> dg.Output[dict]:
+def label_shards(
+    context: dg.AssetExecutionContext,
+    config: ShardLabelsConfig,
+    corpus_shards: dict,
+    shard_tokenizer: dict,
+    mlflow: MlflowTracker,
+) -> dg.Output[dict]:
     """One shard's next-token blocks (as `labels` packs them, from that shard's documents alone): .npy per split."""
     with stage(context, mlflow, {"shard": context.partition_key, **config.model_dump()}) as s:
         result = build_label_shard(corpus_shards["path"], shard_tokenizer["path"], config, s.tmp)
         files = {f"{split}_{xy}": s.tmp / f"{split}_{xy}.npy" for split in SPLITS for xy in ("x", "y")}
         return s.publish(
-            {"path": str(s.final), "shard": context.partition_key, **numbers(result.meta), "tokenizer_sha256": result.meta["tokenizer_sha256"]},
+            {
+                "path": str(s.final),
+                "shard": context.partition_key,
+                **numbers(result.meta),
+                "tokenizer_sha256": result.meta["tokenizer_sha256"],
+            },
             metrics=numbers(result.meta),
             files={**files, "meta": s.tmp / "meta.json"},
             values={"block_size": int(result.meta["block_size"]), "tokenizer_sha256": result.meta["tokenizer_sha256"]},
         )
 
 
-@dg.asset(group_name=SHARD_GROUP, kinds={"numpy"}, ins={"label_shards": dg.AssetIn(partition_mapping=dg.AllPartitionMapping())})
-def sharded_labels(context: dg.AssetExecutionContext, label_shards: dict, shard_tokenizer: dict, mlflow: MlflowTracker) -> dg.Output[dict]:
+@dg.asset(
+    group_name=SHARD_GROUP,
+    kinds={"numpy"},
+    ins={"label_shards": dg.AssetIn(partition_mapping=dg.AllPartitionMapping())},
+)
+def sharded_labels(
+    context: dg.AssetExecutionContext, label_shards: dict, shard_tokenizer: dict, mlflow: MlflowTracker
+) -> dg.Output[dict]:
     """Every shard's token files listed in one `meta.json` (nothing copied), in key order:
     `load_labels` on it gives one memory-mapped view over all of them. The shards' files, with
     their recorded sizes and hashes, are in this manifest, so whoever reads it has them checked."""
@@ -122,7 +140,9 @@ def sharded_labels(context: dg.AssetExecutionContext, label_shards: dict, shard_
         )
     with stage(context, mlflow, {"shards": len(label_shards)}) as s:
         result = combine_label_shards({k: m["path"] for k, m in label_shards.items()}, s.tmp)
-        recorded = {f"{k}/{name}": m["files"][name] for k, m in label_shards.items() for name in m["files"] if name != "meta"}
+        recorded = {
+            f"{k}/{name}": m["files"][name] for k, m in label_shards.items() for name in m["files"] if name != "meta"
+        }
         totals = numbers(result.meta)
         return s.publish(
             {"path": str(s.final), **totals, "tokenizer_sha256": result.meta["tokenizer_sha256"],
@@ -164,7 +184,12 @@ combine_shards_job = dg.define_asset_job(
     description="List every shard's token files in one view (sharded_labels).",
 )
 
-IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
 
 
 def fingerprint(path: Path) -> str:
@@ -216,7 +241,14 @@ def shard_sensor(context: dg.SensorEvaluationContext, shards: ShardFolder) -> dg
     runs = []
     for key, fp in prints.items():
         if requested.get(key) != fp:
-            runs.append(dg.RunRequest(job_name=shard_ingest_job.name, partition_key=key, run_key=f"{key}@{fp}", tags={SENSOR_TAG: "ingest"}))
+            runs.append(
+                dg.RunRequest(
+                    job_name=shard_ingest_job.name,
+                    partition_key=key,
+                    run_key=f"{key}@{fp}",
+                    tags={SENSOR_TAG: "ingest"},
+                )
+            )
             requested[key] = fp
     if runs:
         return result(runs)
@@ -229,4 +261,6 @@ def shard_sensor(context: dg.SensorEvaluationContext, shards: ShardFolder) -> dg
     combined = instance.fetch_materializations(dg.AssetKey("sharded_labels"), limit=1).records
     if combined and combined[0].storage_id > latest:
         return result([], f"sharded_labels is up to date with all {len(partitions)} shards")
-    return result([dg.RunRequest(job_name=combine_shards_job.name, run_key=f"combine@{latest}", tags={SENSOR_TAG: "combine"})])
+    return result(
+        [dg.RunRequest(job_name=combine_shards_job.name, run_key=f"combine@{latest}", tags={SENSOR_TAG: "combine"})]
+    )

@@ -25,7 +25,9 @@ GROUP = "transformer"
 class AblationStudyConfig(dg.Config, AblationSettings):
     """Which ablations, and how long each run trains."""
 
-    deep_n_layer: int = Field(6, ge=2, description="Depth of the with/without-residual pair (residuals matter in deep stacks).")
+    deep_n_layer: int = Field(
+        6, ge=2, description="Depth of the with/without-residual pair (residuals matter in deep stacks)."
+    )
 
 
 class AblationModelConfig(TransformerModelConfig):
@@ -50,7 +52,11 @@ class TransformerAblationsConfig(dg.Config):
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
 def transformer_ablations(
-    context: dg.AssetExecutionContext, config: TransformerAblationsConfig, labels: dict, tokenizer: dict, mlflow: MlflowTracker
+    context: dg.AssetExecutionContext,
+    config: TransformerAblationsConfig,
+    labels: dict,
+    tokenizer: dict,
+    mlflow: MlflowTracker,
 ) -> dg.Output[dict]:
     """Short runs of the full model and each ablation (no positional encoding, no √d scaling, a deep
     stack without residuals) with the same data, steps and seed; permutation equivariance without
@@ -70,7 +76,13 @@ def transformer_ablations(
             model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
         )
         return s.publish(
-            {"table": result.table, "metrics": result.metrics, "permutation": result.permutation, "scaling": result.scaling, "depth": result.depth},
+            {
+                "table": result.table,
+                "metrics": result.metrics,
+                "permutation": result.permutation,
+                "scaling": result.scaling,
+                "depth": result.depth,
+            },
             metrics=result.metrics,
             tables={"ablations": result.table},
             figures=result.figures,

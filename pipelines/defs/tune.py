@@ -17,18 +17,26 @@ from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
 
 GROUP = "tune"
-SWEPT = ("rnn_lm", "lstm_lm", "transformer_lm")  # one per family; the Transformer variants share transformer_lm's values
+SWEPT = (
+    "rnn_lm",
+    "lstm_lm",
+    "transformer_lm",
+)  # one per family; the Transformer variants share transformer_lm's values
 
 
 class LrSweepConfig(dg.Config, SweepSettings):
     """The grid and the budget, the same for every family."""
 
     models: list[str] = Field(list(SWEPT), description=f"Language models to sweep (of {list(SWEPT)}).")
-    block_size: Optional[int] = Field(128, description="Context length of every trial (the models' training block_size).")
+    block_size: Optional[int] = Field(
+        128, description="Context length of every trial (the models' training block_size)."
+    )
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL, ins={m: dg.AssetIn(dg.AssetKey(m)) for m in SWEPT})
-def lr_sweep(context: dg.AssetExecutionContext, config: LrSweepConfig, labels: dict, mlflow: MlflowTracker, **lms: dict) -> dg.Output[dict]:
+def lr_sweep(
+    context: dg.AssetExecutionContext, config: LrSweepConfig, labels: dict, mlflow: MlflowTracker, **lms: dict
+) -> dg.Output[dict]:
     """For each model: its architecture and training settings as trained, retrained at every (lr,
     warmup) of the grid for `max_steps` steps, each with a full schedule ending there; scored on the
     whole validation split. The chosen values, and the `defs.yaml` lines that set them, are published."""
@@ -49,19 +57,39 @@ def lr_sweep(context: dg.AssetExecutionContext, config: LrSweepConfig, labels: d
                              model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]})
 
             def log(row: dict, name: str = name) -> None:
-                context.log.info(f"{name}: lr {row['lr']:g}, warmup {row['warmup_steps']}: val loss {row['val_loss']:.4f}")
-                s.run.child(f"{name} lr={row['lr']:g} warmup={row['warmup_steps']}",
-                            {"val/loss": row["val_loss"], **({"train/tokens_per_s_mean": row["tokens_per_s"]} if "tokens_per_s" in row else {})},
-                            params={"model": name, "lr": row["lr"], "min_lr": row["min_lr"], "warmup_steps": row["warmup_steps"],
-                                    "max_steps": row["max_steps"], "batch_size": row["batch_size"]},
-                            series={"val/loss": [(int(a), float(b)) for a, b in row.get("history", [])]})
+                context.log.info(
+                    f"{name}: lr {row['lr']:g}, warmup {row['warmup_steps']}: val loss {row['val_loss']:.4f}"
+                )
+                s.run.child(
+                    f"{name} lr={row['lr']:g} warmup={row['warmup_steps']}",
+                    {
+                        "val/loss": row["val_loss"],
+                        **({"train/tokens_per_s_mean": row["tokens_per_s"]} if "tokens_per_s" in row else {}),
+                    },
+                    params={
+                        "model": name,
+                        "lr": row["lr"],
+                        "min_lr": row["min_lr"],
+                        "warmup_steps": row["warmup_steps"],
+                        "max_steps": row["max_steps"],
+                        "batch_size": row["batch_size"],
+                    },
+                    series={"val/loss": [(int(a), float(b)) for a, b in row.get("history", [])]},
+                )
 
             result = run_sweep(settings, trial, where=f"lr_sweep[{name}]", log=log)
             shutil.rmtree(s.tmp / name, ignore_errors=True)  # trial checkpoints: only the losses are kept
             b = result.best
-            chosen[name] = {"lr": b["lr"], "min_lr": b["min_lr"], "warmup_steps": b["warmup_steps"], "val_loss": b["val_loss"]}
-            rows += [{"model": name, **{k: t[k] for k in ("lr", "warmup_steps", "max_steps", "val_loss")}, "chosen": t is b}
-                     for t in result.trials]
+            chosen[name] = {
+                "lr": b["lr"],
+                "min_lr": b["min_lr"],
+                "warmup_steps": b["warmup_steps"],
+                "val_loss": b["val_loss"],
+            }
+            rows += [
+                {"model": name, **{k: t[k] for k in ("lr", "warmup_steps", "max_steps", "val_loss")}, "chosen": t is b}
+                for t in result.trials
+            ]
             figures[f"sweep_{name}"] = result.figures["sweep"]
             texts[f"sweep_{name}"] = result.markdown()
         url = s.run.url
@@ -70,7 +98,8 @@ def lr_sweep(context: dg.AssetExecutionContext, config: LrSweepConfig, labels: d
             f"    min_lr: {c['min_lr']:g}\n    warmup_steps: {c['warmup_steps']}\n```" for n, c in chosen.items())
         return s.publish(
             {"chosen": chosen, "trials": rows, "budget_steps": settings.max_steps, "mlflow_url": url},
-            metrics={f"{n}/chosen_lr": c["lr"] for n, c in chosen.items()} | {f"{n}/val_loss": c["val_loss"] for n, c in chosen.items()},
+            metrics={f"{n}/chosen_lr": c["lr"] for n, c in chosen.items()}
+            | {f"{n}/val_loss": c["val_loss"] for n, c in chosen.items()},
             tables={"trials": rows},
             figures=figures,
             texts=texts,
@@ -78,6 +107,8 @@ def lr_sweep(context: dg.AssetExecutionContext, config: LrSweepConfig, labels: d
 
 
 tune_job = dg.define_asset_job(
-    "tune", selection=dg.AssetSelection.groups(GROUP),
-    description="Sweep each language-model family's learning rate and warmup at a fixed budget (after a default run trained the models).",
+    "tune",
+    selection=dg.AssetSelection.groups(GROUP),
+    description="Sweep each language-model family's learning rate and warmup at a fixed budget (after a default run "
+        "trained the models).",
 )

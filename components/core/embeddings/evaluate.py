@@ -55,17 +55,30 @@ class EmbeddingEvalSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     analogy_path: Optional[str] = Field(
-        None, description="Analogy questions (': section' headers, then 'a b c d' lines); None: gensim's questions-words.txt."
+        None,
+        description="Analogy questions (': section' headers, then 'a b c d' lines); None: gensim's "
+            "questions-words.txt.",
     )
-    wordsim_path: Optional[str] = Field(None, description="WordSim353 pairs 'w1<TAB>w2<TAB>score'; None: gensim's wordsim353.tsv.")
-    simlex_path: Optional[str] = Field(None, description="SimLex-999 pairs 'w1<TAB>w2<TAB>score'; None: gensim's simlex999.txt.")
-    restrict_vocab: int = Field(30000, ge=1, description="Analogies are searched among this many most frequent words (gensim's restrict_vocab).")
-    probe_words: list[str] = Field(default_factory=lambda: list(DEFAULT_PROBE_WORDS), description="Words whose nearest neighbours are listed and plotted (PCA).")
+    wordsim_path: Optional[str] = Field(
+        None, description="WordSim353 pairs 'w1<TAB>w2<TAB>score'; None: gensim's wordsim353.tsv."
+    )
+    simlex_path: Optional[str] = Field(
+        None, description="SimLex-999 pairs 'w1<TAB>w2<TAB>score'; None: gensim's simlex999.txt."
+    )
+    restrict_vocab: int = Field(
+        30000, ge=1, description="Analogies are searched among this many most frequent words (gensim's restrict_vocab)."
+    )
+    probe_words: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_PROBE_WORDS),
+        description="Words whose nearest neighbours are listed and plotted (PCA).",
+    )
     probe_triples: list[str] = Field(
         default_factory=lambda: list(DEFAULT_PROBE_TRIPLES),
         description="'anchor related unrelated' word triples for the one-hot versus learned comparison.",
     )
-    topn: int = Field(5, ge=1, description="Neighbours listed per probe word and answers listed for king - man + woman.")
+    topn: int = Field(
+        5, ge=1, description="Neighbours listed per probe word and answers listed for king - man + woman."
+    )
     min_analogy_questions: int = Field(
         100, ge=1, description="Fewer answerable analogy questions than this: report coverage only, no accuracy."
     )
@@ -124,7 +137,9 @@ class WordIndex:
     def vector(self, word: str) -> np.ndarray:
         return self.unit[self.pos[word.upper()]]
 
-    def most_similar(self, positive: Sequence[str], negative: Sequence[str] = (), topn: int = 5) -> list[tuple[str, float]]:
+    def most_similar(
+        self, positive: Sequence[str], negative: Sequence[str] = (), topn: int = 5
+    ) -> list[tuple[str, float]]:
         """gensim's `most_similar`: cosine to the normalised mean of the unit input vectors, inputs excluded."""
         q = sum(self.vector(w) for w in positive) - sum((self.vector(w) for w in negative), np.zeros_like(self.unit[0]))
         q = q / np.linalg.norm(q)
@@ -184,7 +199,8 @@ def read_analogies(path: str | Path) -> tuple[list[tuple[str, list[tuple[str, st
             continue
         if not sections:
             raise PipelineInputError(
-                f"{path}:{lineno}: question before any ': section' header; an analogy file starts with a line like ': capital-common-countries'"
+                f"{path}:{lineno}: question before any ': section' header; an analogy file starts with a line like ': "
+                f"capital-common-countries'"
             )
         if len(parts) != 4:
             invalid += 1
@@ -192,7 +208,9 @@ def read_analogies(path: str | Path) -> tuple[list[tuple[str, list[tuple[str, st
         sections[-1][1].append(tuple(parts))
     n = sum(len(q) for _, q in sections)
     if n == 0:
-        raise PipelineInputError(f"{path}: no analogy questions found (expected ': section' headers and 'a b c d' lines)")
+        raise PipelineInputError(
+            f"{path}: no analogy questions found (expected ': section' headers and 'a b c d' lines)"
+        )
     return sections, invalid
 
 
@@ -285,7 +303,9 @@ def read_word_pairs(path: str | Path, delimiter: str = "\t") -> tuple[list[tuple
         except ValueError:
             invalid += 1
     if not pairs:
-        raise PipelineInputError(f"{path}: no 'word1{delimiter!r}word2{delimiter!r}score' lines found; is this a word-similarity file?")
+        raise PipelineInputError(
+            f"{path}: no 'word1{delimiter!r}word2{delimiter!r}score' lines found; is this a word-similarity file?"
+        )
     return pairs, invalid
 
 
@@ -356,8 +376,13 @@ def similarity_meaning(
            "related_pairs": len(rel), "unrelated_pairs": len(unrel)}
     if len(rel) >= 3 and len(unrel) >= 3:
         diffs = [rng.choice(rel, len(rel)).mean() - rng.choice(unrel, len(unrel)).mean() for _ in range(n_boot)]
-        out.update(related_cos=float(rel.mean()), unrelated_cos=float(unrel.mean()), related_minus_unrelated=float(rel.mean() - unrel.mean()),
-                   related_minus_unrelated_lo=float(np.percentile(diffs, 2.5)), related_minus_unrelated_hi=float(np.percentile(diffs, 97.5)))
+        out.update(
+            related_cos=float(rel.mean()),
+            unrelated_cos=float(unrel.mean()),
+            related_minus_unrelated=float(rel.mean() - unrel.mean()),
+            related_minus_unrelated_lo=float(np.percentile(diffs, 2.5)),
+            related_minus_unrelated_hi=float(np.percentile(diffs, 97.5)),
+        )
     return out
 
 
@@ -379,16 +404,27 @@ def analogy_rank(
     rank = {int(p): r for r, p in enumerate(order, start=1)}
     candidates = [p for p in range(len(index)) if p not in excluded and index.key[p] != target.upper()]
     rng = np.random.default_rng(seed)
-    random_ranks = np.array([rank[int(p)] for p in rng.choice(candidates, min(n_random, len(candidates)), replace=False)])
-    return {"query": f"{b} - {a} + {c}", "target": target, "target_rank": rank[index.pos[target.upper()]], "candidates": len(index) - len(excluded),
-            "random_rank_median": float(np.median(random_ranks)), "random_rank_p05": float(np.percentile(random_ranks, 5)),
-            "random_words": len(random_ranks), "top": [index.words[int(p)] for p in order[:5]]}
+    random_ranks = np.array(
+        [rank[int(p)] for p in rng.choice(candidates, min(n_random, len(candidates)), replace=False)]
+    )
+    return {
+        "query": f"{b} - {a} + {c}",
+        "target": target,
+        "target_rank": rank[index.pos[target.upper()]],
+        "candidates": len(index) - len(excluded),
+        "random_rank_median": float(np.median(random_ranks)),
+        "random_rank_p05": float(np.percentile(random_ranks, 5)),
+        "random_words": len(random_ranks),
+        "top": [index.words[int(p)] for p in order[:5]],
+    }
 
 
 # --- neighbours, one-hot versus learned, PCA ----------------------------------------------------
 
 
-def nearest_neighbours(index: WordIndex, probe_words: Sequence[str], topn: int = 5) -> dict[str, list[tuple[str, float]]]:
+def nearest_neighbours(
+    index: WordIndex, probe_words: Sequence[str], topn: int = 5
+) -> dict[str, list[tuple[str, float]]]:
     """Top-n cosine neighbours of each in-vocabulary probe word (the word itself excluded)."""
     return {w: index.most_similar([w], topn=topn) for w in probe_words if w in index}
 
@@ -464,9 +500,17 @@ def distance_spread(index: WordIndex, n: int = 500, seed: int = 0) -> dict:
 
     def stats(d: np.ndarray) -> dict[str, float]:
         mean = float(d.mean())
-        return {"min": float(d.min()), "max": float(d.max()), "mean": mean, "std": float(d.std()), "cv": float(d.std() / mean)}
+        return {
+            "min": float(d.min()),
+            "max": float(d.max()),
+            "mean": mean,
+            "std": float(d.std()),
+            "cv": float(d.std() / mean),
+        }
 
-    onehot = sp.identity(int(index.rows.max()) + 1, dtype=np.float64, format="csr")[index.rows[:n]]  # (n, V) one-hot rows
+    onehot = sp.identity(int(index.rows.max()) + 1, dtype=np.float64, format="csr")[
+        index.rows[:n]
+    ]  # (n, V) one-hot rows
     learned = index.unit[:n].astype(np.float64)  # (n, D)
     rand = np.random.default_rng(seed).standard_normal(learned.shape)
     rand /= np.linalg.norm(rand, axis=1, keepdims=True)
@@ -562,8 +606,14 @@ class EmbeddingReport:
         m.update({f"king/{k}": float(v) for k, v in self.king_rank.items() if isinstance(v, (int, float))})
         if self.searchable > 3 and self.analogy.answered:
             lo, hi = wilson_interval(self.analogy.correct, self.analogy.answered)
-            m.update({"analogy/chance": 1.0 / (self.searchable - 3), "analogy/accuracy_lo": lo, "analogy/accuracy_hi": hi,
-                      "analogy/correct": float(self.analogy.correct)})
+            m.update(
+                {
+                    "analogy/chance": 1.0 / (self.searchable - 3),
+                    "analogy/accuracy_lo": lo,
+                    "analogy/accuracy_hi": hi,
+                    "analogy/correct": float(self.analogy.correct),
+                }
+            )
         return m
 
     def tables(self) -> dict[str, str]:
@@ -571,7 +621,9 @@ class EmbeddingReport:
         a = self.analogy
         rows = ["| section | accuracy | correct | answered | questions |", "|---|---:|---:|---:|---:|"]
         for s in a.sections:
-            rows.append(f"| {s['section']} | {_fmt(s['accuracy'], True)} | {s['correct']} | {s['answered']} | {s['total']} |")
+            rows.append(
+                f"| {s['section']} | {_fmt(s['accuracy'], True)} | {s['correct']} | {s['answered']} | {s['total']} |"
+            )
         rows.append(f"| **total** | {_fmt(a.accuracy, True)} | {a.correct} | {a.answered} | {a.total} |")
         analogy = "\n".join(rows)
 
@@ -586,37 +638,58 @@ class EmbeddingReport:
             rows.append("| - | king, man or woman is not in the vocabulary | - |")
         k = self.king_rank
         if k:
-            rows += ["", f"{k['target']} ranks {k['target_rank']} of {k['candidates']} candidates for {k['query']}; {k['random_words']} random "
-                         f"words rank {k['random_rank_median']:.0f} at the median and {k['random_rank_p05']:.0f} at the 5th percentile."]
+            rows += [
+                "",
+                f"{k['target']} ranks {k['target_rank']} of {k['candidates']} candidates for {k['query']}; "
+                f"{k['random_words']} random "
+                f"words rank {k['random_rank_median']:.0f} at the median and {k['random_rank_p05']:.0f} at the 5th "
+                f"percentile.",
+            ]
         king = "\n".join(rows)
 
         o = self.onehot
         mb = 1 / 2**20
         rows = [
-            f"Vocabulary {o['vocab_size']} words, {o['dim']} dimensions. One-hot dense {o['onehot_dense_bytes'] * mb:.1f} MiB, "
-            f"one-hot sparse (CSR) {o['onehot_sparse_bytes'] * mb:.2f} MiB, learned dense {o['embedding_dense_bytes'] * mb:.2f} MiB. "
+            f"Vocabulary {o['vocab_size']} words, {o['dim']} dimensions. One-hot dense "
+            f"{o['onehot_dense_bytes'] * mb:.1f} MiB, "
+            f"one-hot sparse (CSR) {o['onehot_sparse_bytes'] * mb:.2f} MiB, learned dense "
+            f"{o['embedding_dense_bytes'] * mb:.2f} MiB. "
             f"Largest cosine between distinct one-hot vectors: {o['onehot_max_offdiag_cosine']:.1f}.",
-            *([
-                "",
-                f"Pairwise distances among the {self.spread['words']} most frequent words (unit vectors): one-hot "
-                f"{self.spread['onehot']['min']:.6f} … {self.spread['onehot']['max']:.6f} (every pair √2); learned "
-                f"{self.spread['learned']['min']:.3f} … {self.spread['learned']['max']:.3f} (std/mean {self.spread['learned']['cv']:.3f}); "
-                f"random directions of the same dimension: std/mean {self.spread['random']['cv']:.3f}.",
-            ] if self.spread else []),
+            *(
+                [
+                    "",
+                    f"Pairwise distances among the {self.spread['words']} most frequent words (unit vectors): one-hot "
+                    f"{self.spread['onehot']['min']:.6f} … {self.spread['onehot']['max']:.6f} (every pair √2); learned "
+                    f"{self.spread['learned']['min']:.3f} … {self.spread['learned']['max']:.3f} (std/mean "
+                    f"{self.spread['learned']['cv']:.3f}); "
+                    f"random directions of the same dimension: std/mean {self.spread['random']['cv']:.3f}.",
+                ]
+                if self.spread
+                else []
+            ),
             "",
-            "| anchor | related | unrelated | one-hot cos (related) | one-hot cos (unrelated) | learned cos (related) | learned cos (unrelated) |",
+            "| anchor | related | unrelated | one-hot cos (related) | one-hot cos (unrelated) | learned cos (related) "
+            "| learned cos (unrelated) |",
             "|---|---|---|---:|---:|---:|---:|",
         ]
         for t in o["triples"]:
             if "missing" in t:
-                rows.append(f"| {' | '.join(t['triple'].split())} | - | - | not in vocabulary: {', '.join(t['missing'])} | - |")
+                rows.append(
+                    f"| {' | '.join(t['triple'].split())} | - | - | not in vocabulary: {', '.join(t['missing'])} | - |"
+                )
             else:
                 rows.append(
-                    f"| {t['anchor']} | {t['related']} | {t['unrelated']} | {t['onehot_related']:.1f} | {t['onehot_unrelated']:.1f} "
+                    f"| {t['anchor']} | {t['related']} | {t['unrelated']} | {t['onehot_related']:.1f} | "
+                    f"{t['onehot_unrelated']:.1f} "
                     f"| {t['learned_related']:.3f} | {t['learned_unrelated']:.3f} |"
                 )
         onehot = "\n".join(rows)
-        return {"analogy_sections": analogy, "neighbours": neighbours, "king_man_woman": king, "onehot_vs_learned": onehot}
+        return {
+            "analogy_sections": analogy,
+            "neighbours": neighbours,
+            "king_man_woman": king,
+            "onehot_vs_learned": onehot,
+        }
 
 
 def evaluate_embeddings(
@@ -645,18 +718,30 @@ def evaluate_embeddings(
     analogy = evaluate_analogies(
         words, vectors, analogy_path or gensim_test_file("questions-words.txt"), restrict_vocab, min_analogy_questions
     )
-    wordsim = evaluate_word_pairs(words, vectors, wordsim_path or gensim_test_file("wordsim353.tsv"), min_pairs=min_similarity_pairs)
-    simlex = evaluate_word_pairs(words, vectors, simlex_path or gensim_test_file("simlex999.txt"), min_pairs=min_similarity_pairs)
+    wordsim = evaluate_word_pairs(
+        words, vectors, wordsim_path or gensim_test_file("wordsim353.tsv"), min_pairs=min_similarity_pairs
+    )
+    simlex = evaluate_word_pairs(
+        words, vectors, simlex_path or gensim_test_file("simlex999.txt"), min_pairs=min_similarity_pairs
+    )
     notes = []
     if not analogy.reliable:
         notes.append(
-            f"analogy: only {analogy.answered} of {analogy.total} questions answerable (coverage {analogy.coverage:.1%}, "
+            f"analogy: only {analogy.answered} of {analogy.total} questions answerable (coverage "
+            f"{analogy.coverage:.1%}, "
             f"need {min_analogy_questions}); accuracy not reported"
         )
     for r in (wordsim, simlex):
         if not r.reliable:
-            notes.append(f"{r.name}: only {r.pairs} pairs in vocabulary (OOV {r.oov_ratio:.1%}, need {min_similarity_pairs}); Spearman not reported")
-    king = index.most_similar(["king", "woman"], ["man"], topn=topn) if all(w in index for w in ("king", "man", "woman")) else []
+            notes.append(
+                f"{r.name}: only {r.pairs} pairs in vocabulary (OOV {r.oov_ratio:.1%}, need {min_similarity_pairs}); "
+                f"Spearman not reported"
+            )
+    king = (
+        index.most_similar(["king", "woman"], ["man"], topn=topn)
+        if all(w in index for w in ("king", "man", "woman"))
+        else []
+    )
     return EmbeddingReport(
         analogy=analogy,
         wordsim=wordsim,
@@ -673,7 +758,9 @@ def evaluate_embeddings(
     )
 
 
-def evaluate_with_settings(words: Sequence[str], vectors: np.ndarray, settings: EmbeddingEvalSettings) -> EmbeddingReport:
+def evaluate_with_settings(
+    words: Sequence[str], vectors: np.ndarray, settings: EmbeddingEvalSettings
+) -> EmbeddingReport:
     """`evaluate_embeddings` driven by an `EmbeddingEvalSettings` (what the Dagster asset calls)."""
     return evaluate_embeddings(
         words,

@@ -59,7 +59,9 @@ class Vocab:
         if len(self.words) != len(self.counts):
             raise ValueError(f"{len(self.words)} words but {len(self.counts)} counts")
         if tuple(self.words[:N_SPECIAL]) != SPECIAL_TOKENS:
-            raise ValueError(f"the first words must be the special tokens {SPECIAL_TOKENS}, got {self.words[:N_SPECIAL]}")
+            raise ValueError(
+                f"the first words must be the special tokens {SPECIAL_TOKENS}, got {self.words[:N_SPECIAL]}"
+            )
         self.index = {w: i for i, w in enumerate(self.words)}
 
     def __len__(self) -> int:

@@ -59,11 +59,17 @@ class Word2VecSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     vector_size: int = Field(100, ge=1, description="Dimensions of the word vectors.")
-    window: int = Field(5, ge=1, description="Largest distance between centre and context word (each centre draws 1..window).")
+    window: int = Field(
+        5, ge=1, description="Largest distance between centre and context word (each centre draws 1..window)."
+    )
     min_count: int = Field(5, ge=1, description="Words rarer than this are dropped from the vocabulary.")
-    sg: int = Field(1, ge=0, le=1, description="1: skip-gram, 0: CBOW (mean of the context vectors, gensim's cbow_mean=1).")
+    sg: int = Field(
+        1, ge=0, le=1, description="1: skip-gram, 0: CBOW (mean of the context vectors, gensim's cbow_mean=1)."
+    )
     negative: int = Field(5, ge=1, description="Negative samples per positive pair, drawn from unigram counts^0.75.")
-    sample: float = Field(1e-3, ge=0.0, allow_inf_nan=False, description="Subsampling threshold for frequent words (0 disables).")
+    sample: float = Field(
+        1e-3, ge=0.0, allow_inf_nan=False, description="Subsampling threshold for frequent words (0 disables)."
+    )
     epochs: int = Field(5, ge=1, description="Passes over the corpus.")
     alpha: float = Field(0.025, gt=0.0, lt=1.0, description="Initial learning rate of plain SGD.")
     min_alpha: float = Field(0.0001, ge=0.0, description="Learning rate at the end; it decays linearly from alpha.")
@@ -146,7 +152,9 @@ def _flatten(sentences: list[np.ndarray], vocab: Vocab, window: int) -> _Corpus:
     lengths = np.fromiter((len(s) for s in sentences), dtype=np.int64, count=len(sentences))
     n = int(lengths.sum())
     if n == 0:
-        raise PipelineInputError("the corpus has no in-vocabulary tokens to train on; check the corpus and word2vec min_count")
+        raise PipelineInputError(
+            "the corpus has no in-vocabulary tokens to train on; check the corpus and word2vec min_count"
+        )
     ids = np.concatenate([np.asarray(s).ravel() for s in sentences]).astype(np.int64, copy=False)
     if ids.min() < N_SPECIAL or ids.max() >= len(vocab):
         bad = int(ids.min()) if ids.min() < N_SPECIAL else int(ids.max())
@@ -254,7 +262,9 @@ def _epoch_chunks(
         valid = (pos >= 0) & (pos < nk)
         pc = np.clip(pos, 0, nk - 1)
         ids = np.where(valid, ids_k[pc], 0)  # (B, C) [PAD] outside the corpus
-        seg = np.where(valid, sent_k[pc].astype(np.int64), -1 - np.arange(B * C).reshape(B, C))  # pads: unique, no pairs
+        seg = np.where(
+            valid, sent_k[pc].astype(np.int64), -1 - np.arange(B * C).reshape(B, C)
+        )  # pads: unique, no pairs
         e = eff[pc]
         local = np.arange(C)
         owned = (local >= W) & (local < C - W)  # (C,) the middle: covered positions [a - W, a - W + C)
@@ -596,7 +606,15 @@ def train_word2vec(
     total_words = n * s.epochs
     shards = _shards(corpus, s.workers if device.type == "cpu" else 1)
     history = [
-        {"epoch": e + 1, "loss": math.nan, "kept_tokens": 0.0, "pairs": 0.0, "words": 0, "loss_sum": 0.0, "loss_pairs": 0.0}
+        {
+            "epoch": e + 1,
+            "loss": math.nan,
+            "kept_tokens": 0.0,
+            "pairs": 0.0,
+            "words": 0,
+            "loss_sum": 0.0,
+            "loss_pairs": 0.0,
+        }
         for e in range(s.epochs)
     ]
     log_every = max(total_words // 50, 1)
@@ -614,7 +632,9 @@ def train_word2vec(
         h["loss_sum"] += loss_sum
         h["loss_pairs"] += loss_pairs
         if not math.isfinite(loss_sum):
-            raise FloatingPointError(f"word2vec diverged in epoch {epoch + 1} (non-finite loss); lower alpha or batch_size")
+            raise FloatingPointError(
+                f"word2vec diverged in epoch {epoch + 1} (non-finite loss); lower alpha or batch_size"
+            )
         if log_metrics is not None and words_done >= next_log:
             next_log += log_every
             log_metrics(
@@ -723,12 +743,18 @@ def save_embeddings(result: Word2VecResult, out_dir: str | Path) -> dict[str, Pa
         "metrics": json.dumps(result.metrics, sort_keys=True),
     }
     with atomic_dir(out_dir) as tmp:
-        save_file({"vectors": np.ascontiguousarray(result.vectors, dtype=np.float32)}, str(tmp / "vectors.safetensors"), metadata=meta)
+        save_file(
+            {"vectors": np.ascontiguousarray(result.vectors, dtype=np.float32)},
+            str(tmp / "vectors.safetensors"),
+            metadata=meta,
+        )
         set_weights_mode(tmp / "vectors.safetensors")
         result.vocab.save_tsv(tmp / "vocab.tsv")
         (tmp / "trainable").mkdir()
         # Plain SGD has no optimizer moments: the state is the two matrices and where the schedule stopped.
-        state_meta = dict(meta, optimizer="sgd", lr_at_end=str(result.settings.min_alpha), epochs_done=str(len(result.history)))
+        state_meta = dict(
+            meta, optimizer="sgd", lr_at_end=str(result.settings.min_alpha), epochs_done=str(len(result.history))
+        )
         save_file(
             {
                 "input": np.ascontiguousarray(result.vectors, dtype=np.float32),
@@ -755,7 +781,9 @@ def load_embeddings(path: str | Path) -> LoadedEmbeddings:
     vec_file, vocab_file = path / "vectors.safetensors", path / "vocab.tsv"
     for f in (vec_file, vocab_file):
         if not f.is_file():
-            raise PipelineInputError(f"{f} not found; materialize `word_embeddings` first (or point at its output folder)")
+            raise PipelineInputError(
+                f"{f} not found; materialize `word_embeddings` first (or point at its output folder)"
+            )
     try:
         with safe_open(str(vec_file), framework="numpy") as fh:
             meta = fh.metadata() or {}

@@ -114,18 +114,27 @@ def read_header(path: str | Path) -> tuple[dict[str, Any], int]:
     with open(path, "rb") as f:
         head = f.read(8)
         if len(head) < 8:
-            raise PipelineInputError(f"{path} is truncated ({size} bytes): not even a safetensors length prefix; re-export the model")
+            raise PipelineInputError(
+                f"{path} is truncated ({size} bytes): not even a safetensors length prefix; re-export the model"
+            )
         (n,) = struct.unpack("<Q", head)
         if n > size - 8 or n > 100_000_000:
-            raise PipelineInputError(f"{path} is truncated or not a safetensors file: its header claims {n} bytes but the file has {size}; re-export the model")
+            raise PipelineInputError(
+                f"{path} is truncated or not a safetensors file: its header claims {n} bytes but the file has {size}; "
+                f"re-export the model"
+            )
         raw = f.read(n)
     try:
         header = json.loads(raw)
     except ValueError as e:
-        raise PipelineInputError(f"{path}: the safetensors header is not valid JSON ({e}); the file is corrupted, re-export the model") from e
+        raise PipelineInputError(
+            f"{path}: the safetensors header is not valid JSON ({e}); the file is corrupted, re-export the model"
+        ) from e
     end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
     if 8 + n + end > size:
-        raise PipelineInputError(f"{path} is truncated: its tensors need {8 + n + end} bytes but the file has {size}; re-export the model")
+        raise PipelineInputError(
+            f"{path} is truncated: its tensors need {8 + n + end} bytes but the file has {size}; re-export the model"
+        )
     return header, 8 + n
 
 
@@ -161,12 +170,20 @@ def weights_metadata(model: nn.Module, config: dict | None = None) -> dict[str, 
     }
 
 
-def save_weights(model: nn.Module, path: str | Path, *, config: dict | None = None, metadata: dict | None = None) -> dict[str, int]:
+def save_weights(
+    model: nn.Module, path: str | Path, *, config: dict | None = None, metadata: dict | None = None
+) -> dict[str, int]:
     """Write a converted model's tensors to `path` (.safetensors, via a temporary name), its
     identity and precision in the header. Returns {bytes, header_bytes, tensor_bytes}."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {**weights_metadata(model, config), **{k: v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str) for k, v in (metadata or {}).items()}}
+    meta = {
+        **weights_metadata(model, config),
+        **{
+            k: v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
+            for k, v in (metadata or {}).items()
+        },
+    }
     tmp = path.with_name(f".{path.name}.partial")
     try:
         save_file(precision_state_dict(model), str(tmp), metadata=meta)
@@ -209,13 +226,24 @@ def load_weights(path: str | Path, device: str | torch.device = "cpu") -> nn.Mod
     meta = header.get("__metadata__", {}) or {}
     missing = [k for k in ("family", "model_config", "vocab_size", "quantization") if k not in meta]
     if missing:
-        raise PipelineInputError(f"{path}: the header lacks {missing}; not a weights file written by components.core.export")
+        raise PipelineInputError(
+            f"{path}: the header lacks {missing}; not a weights file written by components.core.export"
+        )
     try:
         q, model_config = json.loads(meta["quantization"]), json.loads(meta["model_config"])
     except ValueError as e:
         raise PipelineInputError(f"{path}: the header's quantization/model_config is not valid JSON ({e})") from e
     spec = _spec_from(q, f"{path} header")
-    return _rebuild(meta["family"], model_config, int(meta["vocab_size"]), spec, path, header, device, "the architecture in its header")
+    return _rebuild(
+        meta["family"],
+        model_config,
+        int(meta["vocab_size"]),
+        spec,
+        path,
+        header,
+        device,
+        "the architecture in its header",
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -342,7 +370,9 @@ def load_export(folder: str | Path, device: str | torch.device = "cpu", *, verif
         raise PipelineInputError(f"{folder}: no such export folder")
     cfg = _read_json(folder / CONFIG, "architecture and precision")
     if cfg.get("format") != FORMAT:
-        raise PipelineInputError(f"{folder / CONFIG}: format {cfg.get('format')!r} is not {FORMAT!r}; not an export of this project")
+        raise PipelineInputError(
+            f"{folder / CONFIG}: format {cfg.get('format')!r} is not {FORMAT!r}; not an export of this project"
+        )
     for key in ("family", "model_config", "vocab_size", "quantization", "tokenizer_sha256", "weights"):
         if key not in cfg:
             raise PipelineInputError(f"{folder / CONFIG} lacks {key!r}; re-export the model")
@@ -357,15 +387,21 @@ def load_export(folder: str | Path, device: str | torch.device = "cpu", *, verif
         rec = cfg["weights"]
         if size != rec.get("bytes"):
             raise PipelineInputError(
-                f"{weights} has {size} bytes but {CONFIG} records {rec.get('bytes')}: the file is truncated or was replaced; re-export the model"
+                f"{weights} has {size} bytes but {CONFIG} records {rec.get('bytes')}: the file is truncated or was "
+                f"replaced; re-export the model"
             )
         if sha256_file(weights) != rec.get("sha256"):
-            raise PipelineInputError(f"{weights} is corrupted: its SHA-256 differs from the one {CONFIG} records; re-export the model")
+            raise PipelineInputError(
+                f"{weights} is corrupted: its SHA-256 differs from the one {CONFIG} records; re-export the model"
+            )
     header, _ = read_header(weights)
     meta = header.get("__metadata__", {}) or {}
     if meta.get("scheme") != q["scheme"]:
         scheme_variant(meta.get("scheme", ""), f"{weights} header scheme")
-        raise PipelineInputError(f"{weights} header says scheme {meta.get('scheme')!r} but {CONFIG} says {q['scheme']!r}; the files come from different exports")
+        raise PipelineInputError(
+            f"{weights} header says scheme {meta.get('scheme')!r} but {CONFIG} says {q['scheme']!r}; the files come "
+            f"from different exports"
+        )
 
     tok_file = folder / TOKENIZER
     if not tok_file.is_file():
@@ -373,7 +409,8 @@ def load_export(folder: str | Path, device: str | torch.device = "cpu", *, verif
     tok_sha = sha256_file(tok_file)
     if tok_sha != cfg["tokenizer_sha256"]:
         raise PipelineInputError(
-            f"{tok_file} has SHA-256 {tok_sha[:12]}…, but the model was trained with tokenizer {cfg['tokenizer_sha256'][:12]}… "
+            f"{tok_file} has SHA-256 {tok_sha[:12]}…, but the model was trained with tokenizer "
+            f"{cfg['tokenizer_sha256'][:12]}… "
             f"({CONFIG}): token ids would mean different things. Put the original tokenizer.json back or re-export"
         )
     tokenizer = load_tokenizer(tok_file)
@@ -409,7 +446,13 @@ def _cache_kwargs(model: nn.Module) -> dict[str, bool]:
 
 @torch.no_grad()
 def generate_tokens(
-    model: nn.Module, idx: torch.Tensor, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None, seed: int | None = None
+    model: nn.Module,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    *,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    seed: int | None = None,
 ) -> torch.Tensor:
     """`model.generate` with its KV cache switched on when it has one; temperature 0 = greedy. A seed
     samples in a forked RNG (the caller's RNG state is left alone)."""
@@ -449,10 +492,15 @@ def generate(
     went). Text is encoded and decoded as the model was trained (Chinese segmented by jieba for a
     word-level tokenizer, and decoded without the spaces between its words)."""
     if max_new_tokens is not None and max_new_tokens > MAX_NEW_TOKENS:
-        raise ConfigError(f"max_new_tokens={max_new_tokens} is over the maximum of {MAX_NEW_TOKENS} new tokens per call")
+        raise ConfigError(
+            f"max_new_tokens={max_new_tokens} is over the maximum of {MAX_NEW_TOKENS} new tokens per call"
+        )
     folder = Path(folder)
     model, tokenizer, cfg = loaded or load_export(folder, device)
-    gen = {**DEFAULT_GENERATION, **(_read_json(folder / GENERATION, "sampling defaults") if (folder / GENERATION).is_file() else {})}
+    gen = {
+        **DEFAULT_GENERATION,
+        **(_read_json(folder / GENERATION, "sampling defaults") if (folder / GENERATION).is_file() else {}),
+    }
     n = gen["max_new_tokens"] if max_new_tokens is None else max_new_tokens
     t = gen["temperature"] if temperature is None else temperature
     k = gen.get("top_k") if top_k is None else top_k
@@ -499,7 +547,9 @@ def _median(fn, repeats: int, device: torch.device) -> float:
     return statistics.median(times[1:])
 
 
-def load_benchmark(weights: str | Path, *, repeats: int = 5, device: str | torch.device | None = None) -> dict[str, float]:
+def load_benchmark(
+    weights: str | Path, *, repeats: int = 5, device: str | torch.device | None = None
+) -> dict[str, float]:
     """Seconds (median, warm page cache) to read the state dict of `weights`: safetensors memory-mapped
     (`safe_open` + `get_tensor`) and `load_file`, against `torch.load(weights_only=True)` (plain and
     mmap=True) of the same tensors saved with `torch.save` into a temporary file — on the CPU, and
@@ -520,11 +570,17 @@ def load_benchmark(weights: str | Path, *, repeats: int = 5, device: str | torch
         out["safetensors_mmap_s"] = _median(st_mmap, repeats, cpu)
         out["safetensors_load_file_s"] = _median(lambda: load_file(str(weights), device="cpu"), repeats, cpu)
         out["torch_load_s"] = _median(lambda: torch.load(pt, weights_only=True, map_location="cpu"), repeats, cpu)
-        out["torch_load_mmap_s"] = _median(lambda: torch.load(pt, weights_only=True, mmap=True, map_location="cpu"), repeats, cpu)
-        gpu = torch.device(device) if device is not None else (torch.device("cuda") if torch.cuda.is_available() else cpu)
+        out["torch_load_mmap_s"] = _median(
+            lambda: torch.load(pt, weights_only=True, mmap=True, map_location="cpu"), repeats, cpu
+        )
+        gpu = (
+            torch.device(device) if device is not None else (torch.device("cuda") if torch.cuda.is_available() else cpu)
+        )
         if gpu.type == "cuda":
             out["safetensors_to_gpu_s"] = _median(lambda: load_file(str(weights), device=str(gpu)), repeats, gpu)
-            out["torch_load_to_gpu_s"] = _median(lambda: torch.load(pt, weights_only=True, map_location=gpu), repeats, gpu)
+            out["torch_load_to_gpu_s"] = _median(
+                lambda: torch.load(pt, weights_only=True, map_location=gpu), repeats, gpu
+            )
     out["speedup_mmap_vs_torch_load"] = out["torch_load_s"] / max(out["safetensors_mmap_s"], 1e-12)
     return out
 

@@ -103,7 +103,9 @@ class PrecisionSpec(BaseModel):
 def scheme_variant(scheme: str, where: str) -> str:
     """The variant of a scheme name; an unknown one is a ConfigError naming where it was found."""
     if scheme not in VARIANT_OF_SCHEME:
-        raise ConfigError(f"{where}: unknown quantization scheme {scheme!r}; known schemes: {', '.join(SCHEMES.values())}")
+        raise ConfigError(
+            f"{where}: unknown quantization scheme {scheme!r}; known schemes: {', '.join(SCHEMES.values())}"
+        )
     return VARIANT_OF_SCHEME[scheme]
 
 
@@ -184,11 +186,20 @@ class LinearRecurrence(nn.Module):
     nn.LSTM) or 1 (Elman RNN). Same equations, weights and state layout as `nn.LSTM` / `nn.RNN`,
     so it is a drop-in whose Linear layers can become quantized layers."""
 
-    def __init__(self, cell: Literal["lstm", "rnn"], input_size: int, hidden_size: int, num_layers: int, nonlinearity: str = "tanh"):
+    def __init__(
+        self,
+        cell: Literal["lstm", "rnn"],
+        input_size: int,
+        hidden_size: int,
+        num_layers: int,
+        nonlinearity: str = "tanh",
+    ):
         super().__init__()
         G = 4 if cell == "lstm" else 1
         self.cell, self.hidden_size, self.num_layers, self.nonlinearity = cell, hidden_size, num_layers, nonlinearity
-        self.ih = nn.ModuleList(nn.Linear(input_size if k == 0 else hidden_size, G * hidden_size) for k in range(num_layers))
+        self.ih = nn.ModuleList(
+            nn.Linear(input_size if k == 0 else hidden_size, G * hidden_size) for k in range(num_layers)
+        )
         self.hh = nn.ModuleList(nn.Linear(hidden_size, G * hidden_size) for k in range(num_layers))
 
     @classmethod
@@ -197,7 +208,10 @@ class LinearRecurrence(nn.Module):
 
         if isinstance(rnn, (nn.LSTM, nn.RNN)):
             if not rnn.batch_first or rnn.bidirectional or not rnn.bias or getattr(rnn, "proj_size", 0):
-                raise ConfigError(f"{type(rnn).__name__}: only batch-first, unidirectional layers with biases and no projection can be rewritten")
+                raise ConfigError(
+                    f"{type(rnn).__name__}: only batch-first, unidirectional layers with biases and no projection can "
+                    f"be rewritten"
+                )
             cell = "lstm" if isinstance(rnn, nn.LSTM) else "rnn"
             nonlin = getattr(rnn, "nonlinearity", "tanh")
         elif isinstance(rnn, ExplicitLSTM):
@@ -261,7 +275,9 @@ def rewrite_recurrent(model: nn.Module, names: list[str] | None = None) -> list[
         try:
             module = model.get_submodule(name)
         except AttributeError:
-            raise PipelineInputError(f"recurrent module {name!r} to rewrite does not exist in {type(model).__name__}") from None
+            raise PipelineInputError(
+                f"recurrent module {name!r} to rewrite does not exist in {type(model).__name__}"
+            ) from None
         if not isinstance(module, LinearRecurrence):
             _set_submodule(model, name, LinearRecurrence.from_module(module))
     return names
@@ -291,7 +307,9 @@ def _quantized_linear(
     if variant == "int8":
         layer = lib.nn.Linear8bitLt(in_f, out_f, bias=has_bias, has_fp16_weights=False, threshold=spec.int8_threshold)
         if tensors is None:
-            layer.weight = lib.nn.Int8Params(linear.weight.detach().float().clone(), requires_grad=False, has_fp16_weights=False)
+            layer.weight = lib.nn.Int8Params(
+                linear.weight.detach().float().clone(), requires_grad=False, has_fp16_weights=False
+            )
         else:
             cb = tensors["weight"]
             layer.weight = lib.nn.Int8Params(cb, requires_grad=False, has_fp16_weights=False, CB=cb, SCB=tensors["SCB"])
@@ -357,7 +375,9 @@ def _tie_embeddings_to_heads(model: nn.Module, pairs: dict[str, str], dtype: tor
     """Replace each embedding of `pairs` (embedding module -> quantized head) by a HeadTiedEmbedding."""
     for emb_name, head_name in pairs.items():
         emb = model.get_submodule(emb_name)
-        _set_submodule(model, emb_name, HeadTiedEmbedding(model.get_submodule(head_name), getattr(emb, "padding_idx", None), dtype))
+        _set_submodule(
+            model, emb_name, HeadTiedEmbedding(model.get_submodule(head_name), getattr(emb, "padding_idx", None), dtype)
+        )
 
 
 def is_quantized_layer(module: nn.Module) -> bool:
@@ -421,7 +441,11 @@ def to_precision(
     tied = _tied_linears(m)
     heads = {}
     if quantize_embedding:  # a head tied to an nn.Embedding: quantize it, and let the embedding read its codes
-        heads = {n: o.rsplit(".", 1)[0] for n, o in tied.items() if o.endswith(".weight") and isinstance(m.get_submodule(o.rsplit(".", 1)[0]), nn.Embedding)}
+        heads = {
+            n: o.rsplit(".", 1)[0]
+            for n, o in tied.items()
+            if o.endswith(".weight") and isinstance(m.get_submodule(o.rsplit(".", 1)[0]), nn.Embedding)
+        }
         tied = {n: o for n, o in tied.items() if n not in heads}
     targets = [n for n, mod in m.named_modules() if isinstance(mod, nn.Linear) and n not in tied]
     # Quantize from the float32 weights; everything else goes to keep_dtype first (a bitsandbytes
@@ -518,7 +542,9 @@ def expected_shapes(skeleton: nn.Module, spec: PrecisionSpec) -> dict[str, tuple
     return shapes
 
 
-def check_shapes(skeleton: nn.Module, spec: PrecisionSpec, stored: dict[str, tuple[int, ...]], where: str, config_note: str) -> None:
+def check_shapes(
+    skeleton: nn.Module, spec: PrecisionSpec, stored: dict[str, tuple[int, ...]], where: str, config_note: str
+) -> None:
     """Compare the stored tensors' shapes (from the safetensors header) with what the architecture implies."""
     expected = expected_shapes(skeleton, spec)
     problems = []
@@ -537,7 +563,9 @@ def check_shapes(skeleton: nn.Module, spec: PrecisionSpec, stored: dict[str, tup
         )
 
 
-def apply_precision(skeleton: nn.Module, spec: PrecisionSpec, tensors: dict[str, torch.Tensor], device: torch.device | str, where: str) -> nn.Module:
+def apply_precision(
+    skeleton: nn.Module, spec: PrecisionSpec, tensors: dict[str, torch.Tensor], device: torch.device | str, where: str
+) -> nn.Module:
     """Turn a freshly built float `skeleton` into the stored model: same rewrite and layer types as
     `to_precision`, filled with the stored tensors (nothing re-quantized). Returns it on `device`."""
     device = torch.device(device)
@@ -570,15 +598,27 @@ def apply_precision(skeleton: nn.Module, spec: PrecisionSpec, tensors: dict[str,
             raise PipelineInputError(f"{where}: quantized layer {name!r} is not a Linear layer of this architecture")
         own = {k[len(name) + 1:]: v for k, v in full.items() if k.startswith(name + ".")}
         layer = _quantized_linear(
-            spec.variant, None, spec, torch.device("cpu"), shape=tuple(lin.weight.shape), bias=own.get("bias"), tensors=own
+            spec.variant,
+            None,
+            spec,
+            torch.device("cpu"),
+            shape=tuple(lin.weight.shape),
+            bias=own.get("bias"),
+            tensors=own,
         )
         _set_submodule(m, name, layer)
     _tie_embeddings_to_heads(m, spec.embeddings_from_head, DTYPES[spec.keep_dtype])
-    rest = {k: v for k, v in full.items() if k.rpartition(".")[0] not in quantized and not any(k.startswith(q + ".weight.") for q in quantized)}
+    rest = {
+        k: v
+        for k, v in full.items()
+        if k.rpartition(".")[0] not in quantized and not any(k.startswith(q + ".weight.") for q in quantized)
+    }
     missing, unexpected = m.load_state_dict(rest, strict=False)
     missing = [k for k in missing if k.rpartition(".")[0] not in quantized and not k.endswith("weight_format")]
     if missing or unexpected:
-        raise PipelineInputError(f"{where}: tensors missing {missing[:5]} / unexpected {unexpected[:5]} for this architecture")
+        raise PipelineInputError(
+            f"{where}: tensors missing {missing[:5]} / unexpected {unexpected[:5]} for this architecture"
+        )
     setattr(m, PRECISION_ATTR, spec)
     return m.to(device)
 
@@ -666,7 +706,9 @@ def logits_of(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
 
 def cross_entropy_sum(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = -100) -> tuple[float, int]:
     """(sum of the cross-entropy over real targets, their count), computed in float32."""
-    loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=ignore_index, reduction="sum")
+    loss = F.cross_entropy(
+        logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=ignore_index, reduction="sum"
+    )
     return float(loss), int((targets != ignore_index).sum())
 
 

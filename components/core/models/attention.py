@@ -70,13 +70,20 @@ def window_mask(n_query: int, n_key: int, window: int, n_global: int = 0, device
 
 
 def allowed_keys(
-    T: int, device, causal: bool = True, key_padding_mask: torch.Tensor | None = None, window: int | None = None, n_global: int = 0
+    T: int,
+    device,
+    causal: bool = True,
+    key_padding_mask: torch.Tensor | None = None,
+    window: int | None = None,
+    n_global: int = 0,
 ) -> torch.Tensor:
     """Boolean mask of the keys each query may attend to: (T, T), or (B, 1, T, T) with a padding mask.
     `window` (causal only) keeps the last `window` keys and the first `n_global` positions."""
     allowed = torch.ones(T, T, dtype=torch.bool, device=device)  # (T, T)
     if causal:
-        allowed = allowed.tril() if window is None else window_mask(T, T, window, n_global, device)  # query t sees keys 0..t
+        allowed = (
+            allowed.tril() if window is None else window_mask(T, T, window, n_global, device)
+        )  # query t sees keys 0..t
     if key_padding_mask is not None:
         allowed = allowed[None, None] & key_padding_mask[:, None, None, :].bool()  # (B, 1, T, T)
         # A query always sees itself, so a row of only padding (a pad query) stays finite instead of
@@ -181,7 +188,13 @@ def fused_attention(
 
 @float32_on_cpu
 def sliding_window_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: float, n_global: int = 0, dropout_p: float = 0.0
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    scale: float,
+    n_global: int = 0,
+    dropout_p: float = 0.0,
 ) -> torch.Tensor:
     """Causal local attention: query t sees keys (t - window, t] and the first `n_global` positions.
     Computed one block of `window` queries at a time with SDPA, each against at most n_global + 2·window
@@ -198,7 +211,9 @@ def sliding_window_attention(
         ks, vs = k[..., k0:e, :], v[..., k0:e, :]
         if g:
             ks, vs = torch.cat([k[..., :g, :], ks], dim=-2), torch.cat([v[..., :g, :], vs], dim=-2)
-        outs.append(F.scaled_dot_product_attention(q[..., s:e, :], ks, vs, attn_mask=allowed, dropout_p=dropout_p, scale=scale))
+        outs.append(
+            F.scaled_dot_product_attention(q[..., s:e, :], ks, vs, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
+        )
     return torch.cat(outs, dim=-2)  # (B, nh, T, hs)
 
 
@@ -206,7 +221,14 @@ _FLEX = {}
 
 
 def flex_window_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, scale: float, n_global: int = 0, *, compiled: bool = True
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    scale: float,
+    n_global: int = 0,
+    *,
+    compiled: bool = True,
 ) -> torch.Tensor:
     """The sliding-window (+ global tokens) mask through FlexAttention: a `BlockMask` built once per
     (N, window, n_global, device) skips the key blocks the mask rules out. The mask is built compiled
@@ -307,7 +329,9 @@ class CausalSelfAttention(nn.Module):
         if impl not in ATTENTION_IMPLS:
             raise ConfigError(f"attention={impl!r} is unknown; use one of {', '.join(ATTENTION_IMPLS)}")
         if sdpa_backend != "auto" and sdpa_backend not in SDPA_BACKENDS:
-            raise ConfigError(f"sdpa_backend={sdpa_backend!r} is unknown; use auto or one of {', '.join(SDPA_BACKENDS)}")
+            raise ConfigError(
+                f"sdpa_backend={sdpa_backend!r} is unknown; use auto or one of {', '.join(SDPA_BACKENDS)}"
+            )
         self.n_head, self.n_embd, self.head_dim = n_head, n_embd, n_embd // n_head
         self.impl, self.sdpa_backend, self.dropout = impl, sdpa_backend, dropout
         # Local attention (impl sliding_window): the last `window` keys and the first `n_global` positions.
@@ -348,9 +372,22 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, nh, offset+T, hs)
             y = cached_attention(
-                q, k, v, scale=self.scale, impl=self.impl, backend=self.sdpa_backend, window=self.window, n_global=self.n_global
+                q,
+                k,
+                v,
+                scale=self.scale,
+                impl=self.impl,
+                backend=self.sdpa_backend,
+                window=self.window,
+                n_global=self.n_global,
             )
-        elif self.impl == "sliding_window" and causal and key_padding_mask is None and not need_weights and self.top_k is None:
+        elif (
+            self.impl == "sliding_window"
+            and causal
+            and key_padding_mask is None
+            and not need_weights
+            and self.top_k is None
+        ):
             y = sliding_window_attention(
                 q, k, v, self.window, self.scale, self.n_global, dropout_p=self.dropout if self.training else 0.0
             )  # (B, nh, T, hs)

@@ -62,7 +62,8 @@ class LearnedPositionalEncoding(nn.Module):
     def forward(self, T: int, offset: int = 0) -> torch.Tensor:
         if offset + T > self.block_size:
             raise ConfigError(
-                f"sequence length {offset + T} is longer than the learned positional table (block_size={self.block_size} rows); "
+                f"sequence length {offset + T} is longer than the learned positional table "
+                f"(block_size={self.block_size} rows); "
                 "raise the model's `block_size` or feed shorter blocks (the learned encoding cannot extrapolate)"
             )
         pos = torch.arange(offset, offset + T, device=self.wpe.weight.device)  # (T,)

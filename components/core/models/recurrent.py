@@ -50,7 +50,9 @@ class RecurrentSettings(BaseModel):
     n_embd: int = Field(128, ge=1, description="Token embedding width E.")
     hidden_size: int = Field(256, ge=1, description="Recurrent state width H.")
     n_layer: int = Field(1, ge=1, description="Number of stacked recurrent layers.")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on embeddings, between layers and before the head (0 = off).")
+    dropout: float = Field(
+        0.0, ge=0.0, lt=1.0, description="Dropout on embeddings, between layers and before the head (0 = off)."
+    )
     tie_weights: bool = Field(
         False,
         description="Share the embedding matrix with the output head; when hidden_size != n_embd a "
@@ -215,7 +217,9 @@ class RecurrentLM(nn.Module):
     def init_state(self, batch_size: int, device=None, dtype=None) -> State:
         """The zero state every block starts from."""
         w = self.wte.weight
-        h = torch.zeros(self.config.n_layer, batch_size, self.config.hidden_size, device=device or w.device, dtype=dtype or w.dtype)
+        h = torch.zeros(
+            self.config.n_layer, batch_size, self.config.hidden_size, device=device or w.device, dtype=dtype or w.dtype
+        )
         return (h, h.clone()) if self.is_lstm else h
 
     def embed(self, idx: torch.Tensor) -> torch.Tensor:

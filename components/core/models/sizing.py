@@ -62,7 +62,8 @@ def size_for_budget(
     if count(1) > budget:
         raise ConfigError(
             f"param_budget={budget} is below the smallest {what} for vocab_size={vocab_size} "
-            f"({count(1)} parameters at {widths(1)}); raise param_budget, make the model shallower or shrink the vocabulary"
+            f"({count(1)} parameters at {widths(1)}); raise param_budget, make the model shallower or shrink the "
+            f"vocabulary"
         )
     # Invariant: count(lo) <= budget < count(hi).
     lo, hi = 1, 2

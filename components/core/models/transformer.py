@@ -39,8 +39,14 @@ class TransformerSettings(BaseModel):
     n_head: int = Field(4, ge=1, description="Attention heads per block; n_embd must be divisible by it.")
     n_embd: int = Field(128, ge=1, description="Model width (embedding and residual stream size).")
     block_size: int = Field(64, ge=1, description="Context length in tokens (rows of the learned positional table).")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on embeddings, attention weights and residual branches.")
-    bias: bool = Field(False, description="Biases in Linear and LayerNorm layers (GPT-2: True; nanoGPT's default False is a bit faster and no worse).")
+    dropout: float = Field(
+        0.0, ge=0.0, lt=1.0, description="Dropout on embeddings, attention weights and residual branches."
+    )
+    bias: bool = Field(
+        False,
+        description="Biases in Linear and LayerNorm layers (GPT-2: True; nanoGPT's default False is a bit faster and "
+            "no worse).",
+    )
     pos_encoding: PositionalEncoding = Field(
         "rope",
         description="Positional encoding: rope (rotary; the default: it trains fastest here), learned (GPT-2), "
@@ -51,19 +57,35 @@ class TransformerSettings(BaseModel):
         description="fused: torch SDPA (FlashAttention-class kernels); reference: explicit QKᵀ→mask→softmax→×V; "
         "sliding_window: each query sees the last `window` keys and the first `n_global` positions (memory N·window).",
     )
-    window: int = Field(64, ge=1, description="Keys each query sees under attention: sliding_window (at most block_size).")
-    n_global: int = Field(0, ge=0, description="Leading positions every query sees under attention: sliding_window (global tokens; fewer than block_size).")
-    norm: Norm = Field("pre", description="LayerNorm before each sublayer (pre, GPT-2) or after the residual add (post, original Transformer).")
+    window: int = Field(
+        64, ge=1, description="Keys each query sees under attention: sliding_window (at most block_size)."
+    )
+    n_global: int = Field(
+        0,
+        ge=0,
+        description="Leading positions every query sees under attention: sliding_window (global tokens; fewer than "
+            "block_size).",
+    )
+    norm: Norm = Field(
+        "pre",
+        description="LayerNorm before each sublayer (pre, GPT-2) or after the residual add (post, original "
+            "Transformer).",
+    )
     residual: bool = Field(True, description="Residual connections around attention and FFN (False is the ablation).")
     scale_scores: bool = Field(True, description="Scale attention scores by 1/sqrt(d_head) (False is the ablation).")
     tie_weights: bool = Field(True, description="Share the token embedding matrix with the output head.")
     ffn_mult: int = Field(4, ge=1, description="FFN hidden width as a multiple of n_embd.")
     sdpa_backend: SdpaBackend = Field(
-        "auto", description="SDPA kernel pinned on CUDA via torch.nn.attention.sdpa_kernel; auto lets torch choose. Ignored on CPU."
+        "auto",
+        description="SDPA kernel pinned on CUDA via torch.nn.attention.sdpa_kernel; auto lets torch choose. Ignored on "
+            "CPU.",
     )
     rope_base: float = Field(10000.0, gt=0, description="Base of the rotary / sinusoidal wavelengths.")
     param_budget: Optional[int] = Field(
-        None, ge=1, description="If set, n_embd is chosen (a multiple of n_head) so the model's parameter count is closest to this."
+        None,
+        ge=1,
+        description="If set, n_embd is chosen (a multiple of n_head) so the model's parameter count is closest to "
+            "this.",
     )
 
     @field_validator("pos_encoding", "attention", "norm", "sdpa_backend", mode="before")
@@ -79,11 +101,13 @@ class TransformerSettings(BaseModel):
     def _consistent(self):
         if self.param_budget is None and self.n_embd % self.n_head:
             raise ValueError(
-                f"n_embd={self.n_embd} must be divisible by n_head={self.n_head} (each head gets n_embd/n_head channels)"
+                f"n_embd={self.n_embd} must be divisible by n_head={self.n_head} (each head gets n_embd/n_head "
+                f"channels)"
             )
         if self.attention == "sliding_window" and self.window > self.block_size:
             raise ValueError(
-                f"window={self.window} is larger than block_size={self.block_size}: the sliding window would be full attention"
+                f"window={self.window} is larger than block_size={self.block_size}: the sliding window would be full "
+                f"attention"
             )
         if self.attention == "sliding_window" and self.n_global >= self.block_size:
             raise ValueError(f"n_global={self.n_global} global tokens must be fewer than block_size={self.block_size}")
@@ -148,7 +172,9 @@ class Transformer(nn.Module):
     def __init__(self, config: TransformerSettings, vocab_size: int):
         super().__init__()
         if vocab_size < 2:
-            raise ConfigError(f"vocab_size={vocab_size} is too small; the tokenizer must hold [PAD] and at least one token")
+            raise ConfigError(
+                f"vocab_size={vocab_size} is too small; the tokenizer must hold [PAD] and at least one token"
+            )
         if config.param_budget is not None:
             raise ConfigError(
                 f"param_budget={config.param_budget} is not resolved into a width yet; size the settings first "
@@ -160,7 +186,9 @@ class Transformer(nn.Module):
 
         # padding_idx keeps the [PAD] row at zero: its lookup gets no gradient.
         self.wte = nn.Embedding(vocab_size, C, padding_idx=PAD_ID)
-        self.pos, self.rope = build_positional(config.pos_encoding, C, config.n_head, config.block_size, config.rope_base)
+        self.pos, self.rope = build_positional(
+            config.pos_encoding, C, config.n_head, config.block_size, config.rope_base
+        )
         self.drop = nn.Dropout(config.dropout)
         self.h = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         # Pre-norm leaves the residual stream un-normalised, so it needs a final LayerNorm; post-norm ends on one.
@@ -215,7 +243,9 @@ class Transformer(nn.Module):
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=IGNORE_INDEX)
         return logits, loss
 
-    def _trunk(self, idx: torch.Tensor, need_weights: bool = False, cache: KVCache | None = None, **attn_kw) -> tuple[torch.Tensor, list]:
+    def _trunk(
+        self, idx: torch.Tensor, need_weights: bool = False, cache: KVCache | None = None, **attn_kw
+    ) -> tuple[torch.Tensor, list]:
         B, T = idx.shape
         offset = cache.length if cache is not None else 0  # positions already in the cache
         x = self.wte(idx)  # (B, T, C)

@@ -58,14 +58,24 @@ class AblationSettings(BaseModel):
         default_factory=lambda: ["no_pos", "no_scale", "no_residual"],
         description="Ablations to run against the full model: no_pos, no_scale, no_residual.",
     )
-    ablation_steps: Optional[int] = Field(None, ge=1, description="Optimizer steps per run (None = the train settings' max_steps).")
-    deep_n_layer: int = Field(8, ge=2, description="Depth of the with/without-residual pair (residuals matter in deep stacks).")
+    ablation_steps: Optional[int] = Field(
+        None, ge=1, description="Optimizer steps per run (None = the train settings' max_steps)."
+    )
+    deep_n_layer: int = Field(
+        8, ge=2, description="Depth of the with/without-residual pair (residuals matter in deep stacks)."
+    )
     permutation_len: int = Field(16, ge=3, description="Tokens in the permutation-equivariance check.")
-    permutation_trials: int = Field(3, ge=1, description="Permutations tried (the first is the reversal, 我爱你 → 你爱我).")
+    permutation_trials: int = Field(
+        3, ge=1, description="Permutations tried (the first is the reversal, 我爱你 → 你爱我)."
+    )
     probe_blocks: int = Field(8, ge=1, description="Validation blocks for the at-init and attention-entropy probes.")
-    depths: list[int] = Field([2, 4, 8, 12], description="Depths of the residual study (with and without residuals, same budget); [] = skip.")
+    depths: list[int] = Field(
+        [2, 4, 8, 12], description="Depths of the residual study (with and without residuals, same budget); [] = skip."
+    )
     depth_steps: int = Field(30, ge=1, description="Optimizer steps per model of the residual study.")
-    depth_n_embd: int = Field(32, ge=8, description="Width of the residual study's models (small: 2 × len(depths) trainings).")
+    depth_n_embd: int = Field(
+        32, ge=8, description="Width of the residual study's models (small: 2 × len(depths) trainings)."
+    )
     depth_block_size: int = Field(32, ge=8, description="Context of the residual study's models.")
 
     @field_validator("ablations")
@@ -95,7 +105,9 @@ class AblationResult:
     depth: list[dict] = field(default_factory=list)  # `residual_depth_study`
 
 
-def _runs(model_settings: TransformerSettings, s: AblationSettings) -> dict[str, tuple[TransformerSettings, str, str | None]]:
+def _runs(
+    model_settings: TransformerSettings, s: AblationSettings
+) -> dict[str, tuple[TransformerSettings, str, str | None]]:
     """name -> (settings, the change in words, baseline run name)."""
     base = model_settings.model_dump()
     runs = {"full": (model_settings, "—", None)}
@@ -156,18 +168,35 @@ def run_ablations(
 
     tokens = probe[0][:1, : settings.permutation_len]  # (1, n) real text
     permutation = {
-        "no_pe": permutation_equivariance(models.get("no_pos") or _fresh(model_settings, "none", vocab_size, ts.seed), tokens,
-                                          settings.permutation_trials, ts.seed),
-        "with_pe": permutation_equivariance(models["full"] if model_settings.pos_encoding != "none" else
-                                            _fresh(model_settings, "learned", vocab_size, ts.seed), tokens,
-                                            settings.permutation_trials, ts.seed),
+        "no_pe": permutation_equivariance(
+            models.get("no_pos") or _fresh(model_settings, "none", vocab_size, ts.seed),
+            tokens,
+            settings.permutation_trials,
+            ts.seed,
+        ),
+        "with_pe": permutation_equivariance(
+            models["full"]
+            if model_settings.pos_encoding != "none"
+            else _fresh(model_settings, "learned", vocab_size, ts.seed),
+            tokens,
+            settings.permutation_trials,
+            ts.seed,
+        ),
     }
     scaling = score_scaling_at_init(model_settings, vocab_size, *probe, seed=ts.seed)
     seed_everything(ts.seed)
     accounting = parameter_accounting(_build(model_settings, vocab_size))
-    depth = residual_depth_study(model_settings, train_settings, settings, train_data, val_data, vocab_size, out_dir / "depth") if settings.depths else []
+    depth = (
+        residual_depth_study(
+            model_settings, train_settings, settings, train_data, val_data, vocab_size, out_dir / "depth"
+        )
+        if settings.depths
+        else []
+    )
 
-    metrics = {f"{r['run']}/{k}": float(r[k]) for r in rows for k in ("val_loss", "val_ppl", "delta_val_loss", "attn_entropy")}
+    metrics = {
+        f"{r['run']}/{k}": float(r[k]) for r in rows for k in ("val_loss", "val_ppl", "delta_val_loss", "attn_entropy")
+    }
     metrics.update({
         "permutation/no_pe_rel_err": permutation["no_pe"]["max_rel_err"],
         "permutation/with_pe_rel_err": permutation["with_pe"]["max_rel_err"],
@@ -180,29 +209,52 @@ def run_ablations(
         **{f"depth/{r['n_layer']}_{'res' if r['residual'] else 'nores'}/{k}": float(r[k])
            for r in depth for k in ("val_loss", "first_layer_grad_norm_init")},
     })
-    table_path = write_json(out_dir / "ablations.json", {
-        "table": rows, "permutation": permutation, "scaling": scaling, "accounting": accounting, "warnings": notes, "depth": depth,
-    })
-    markdown = "\n\n".join([
-        ablation_markdown(rows), permutation_markdown(permutation), scaling_markdown(scaling), accounting_markdown(accounting),
-        depth_markdown(depth),
-    ])
+    table_path = write_json(
+        out_dir / "ablations.json",
+        {
+            "table": rows,
+            "permutation": permutation,
+            "scaling": scaling,
+            "accounting": accounting,
+            "warnings": notes,
+            "depth": depth,
+        },
+    )
+    markdown = "\n\n".join(
+        [
+            ablation_markdown(rows),
+            permutation_markdown(permutation),
+            scaling_markdown(scaling),
+            accounting_markdown(accounting),
+            depth_markdown(depth),
+        ]
+    )
     (out_dir / "ablations.md").write_text(markdown + "\n", encoding="utf-8")
     figures = {
         "ablation_val_loss": plot_ablation_losses(rows),
         "ablation_curves": plot_ablation_curves(histories),
         "score_scaling": plot_score_scaling(scaling),
     }
-    return AblationResult(rows, markdown, metrics, permutation, scaling, accounting, run_dirs, notes, table_path, figures, depth)
+    return AblationResult(
+        rows, markdown, metrics, permutation, scaling, accounting, run_dirs, notes, table_path, figures, depth
+    )
 
 
 def depth_markdown(depth: list[dict]) -> str:
     if not depth:
         return ""
-    lines = ["### Depth with and without residual connections (same budget)", "",
-             "| n_layer | residual | val loss | first-layer grad norm at init | after training |", "|---:|---|---:|---:|---:|"]
-    lines += [f"| {r['n_layer']} | {'yes' if r['residual'] else 'no'} | {r['val_loss']:.4f} | {r['first_layer_grad_norm_init']:.3g} | "
-              f"{r['first_layer_grad_norm_trained']:.3g} |" for r in depth]
+    lines = [
+        "### Depth with and without residual connections (same budget)",
+        "",
+        "| n_layer | residual | val loss | first-layer grad norm at init | after training |",
+        "|---:|---|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['n_layer']} | {'yes' if r['residual'] else 'no'} | {r['val_loss']:.4f} | "
+        f"{r['first_layer_grad_norm_init']:.3g} | "
+        f"{r['first_layer_grad_norm_trained']:.3g} |"
+        for r in depth
+    ]
     return "\n".join(lines)
 
 
@@ -224,10 +276,18 @@ def residual_depth_study(
     same budget (`depth_steps`, same seed and batches): validation loss, and the gradient norm that
     reaches the first layer at init and after training."""
     T = min(s.depth_block_size, model_settings.block_size, train_data.block_size)
-    ts = train_settings.model_copy(update={
-        "max_steps": s.depth_steps, "lr_decay_steps": None, "warmup_steps": min(train_settings.warmup_steps, s.depth_steps // 5),
-        "block_size": T, "eval_interval": 0, "eval_batches": 4, "log_interval": s.depth_steps, "checkpoint_interval": s.depth_steps,
-    })
+    ts = train_settings.model_copy(
+        update={
+            "max_steps": s.depth_steps,
+            "lr_decay_steps": None,
+            "warmup_steps": min(train_settings.warmup_steps, s.depth_steps // 5),
+            "block_size": T,
+            "eval_interval": 0,
+            "eval_batches": 4,
+            "log_interval": s.depth_steps,
+            "checkpoint_interval": s.depth_steps,
+        }
+    )
     x, y = _probe_batch(val_data, min(8, val_data.n_blocks), T)
     rows = []
     for depth in s.depths:
@@ -238,10 +298,25 @@ def residual_depth_study(
             seed_everything(ts.seed)
             model = Transformer(cfg, vocab_size)
             g0 = first_layer_grad_norm(model, x, y)
-            res = train(model, train_data, val_data, ts, out_dir / f"depth{depth}_{'res' if residual else 'nores'}", resume=False,
-                        raise_on_divergence=False)
-            rows.append({"n_layer": depth, "residual": residual, "val_loss": res.val_loss, "first_layer_grad_norm_init": g0,
-                         "first_layer_grad_norm_trained": first_layer_grad_norm(model, x, y), "params": res.params})
+            res = train(
+                model,
+                train_data,
+                val_data,
+                ts,
+                out_dir / f"depth{depth}_{'res' if residual else 'nores'}",
+                resume=False,
+                raise_on_divergence=False,
+            )
+            rows.append(
+                {
+                    "n_layer": depth,
+                    "residual": residual,
+                    "val_loss": res.val_loss,
+                    "first_layer_grad_norm_init": g0,
+                    "first_layer_grad_norm_trained": first_layer_grad_norm(model, x, y),
+                    "params": res.params,
+                }
+            )
     return rows
 
 
@@ -478,9 +553,11 @@ def ablation_markdown(rows: list[dict]) -> str:
 def permutation_markdown(p: dict) -> str:
     return (
         "### Permutation equivariance (我爱你 vs 你爱我)\n\n"
-        "| positional encoding | rel. error, bidirectional | rel. error, reversal | rel. error, causal | equivariant |\n|---|---:|---:|---:|---|\n"
+        "| positional encoding | rel. error, bidirectional | rel. error, reversal | rel. error, causal | equivariant "
+        "|\n|---|---:|---:|---:|---|\n"
         + "\n".join(
-            f"| {v['pos_encoding']} | {v['max_rel_err']:.2e} | {v['reversal_rel_err']:.2e} | {v['causal_max_rel_err']:.2e} | {v['equivariant']} |"
+            f"| {v['pos_encoding']} | {v['max_rel_err']:.2e} | {v['reversal_rel_err']:.2e} | "
+            f"{v['causal_max_rel_err']:.2e} | {v['equivariant']} |"
             for v in p.values()
         )
     )
@@ -488,8 +565,10 @@ def permutation_markdown(p: dict) -> str:
 
 def scaling_markdown(s: dict) -> str:
     rows = [
-        f"| model at init (d_head={s['head_dim']}) | {s['scaled']['normalized_entropy']:.3f} | {s['unscaled']['normalized_entropy']:.3f} | "
-        f"{s['scaled']['score_std']:.3f} / {s['unscaled']['score_std']:.3f} | {s['scaled']['grad_norm']:.3f} / {s['unscaled']['grad_norm']:.3f} |"
+        f"| model at init (d_head={s['head_dim']}) | {s['scaled']['normalized_entropy']:.3f} | "
+        f"{s['unscaled']['normalized_entropy']:.3f} | "
+        f"{s['scaled']['score_std']:.3f} / {s['unscaled']['score_std']:.3f} | {s['scaled']['grad_norm']:.3f} / "
+        f"{s['unscaled']['grad_norm']:.3f} |"
     ] + [
         f"| unit-variance q, k (d={u['head_dim']}) | {u['entropy_scaled']:.3f} | {u['entropy_unscaled']:.3f} | "
         f"— | {u['score_grad_rms_scaled']:.2e} / {u['score_grad_rms_unscaled']:.2e} (score grad RMS) |"
@@ -497,7 +576,8 @@ def scaling_markdown(s: dict) -> str:
     ]
     return (
         "### √d scaling at init\n\nNormalised softmax entropy (1 = uniform, 0 = one-hot).\n\n"
-        "| probe | entropy scaled | entropy unscaled | score std scaled / unscaled | grad norm scaled / unscaled |\n|---|---:|---:|---:|---:|\n"
+        "| probe | entropy scaled | entropy unscaled | score std scaled / unscaled | grad norm scaled / unscaled "
+        "|\n|---|---:|---:|---:|---:|\n"
         + "\n".join(rows)
     )
 
@@ -505,12 +585,15 @@ def scaling_markdown(s: dict) -> str:
 def accounting_markdown(a: dict) -> str:
     lines = [f"| {k} | {v:,} | {v / a['total']:.1%} |" for k, v in a["components"].items()]
     return (
-        f"### Parameters per component ({a['n_layer']} layers, width {a['n_embd']}, vocab {a['vocab_size']}, tied={a['tied']})\n\n"
-        "| component | parameters | share of total |\n|---|---:|---:|\n" + "\n".join(lines)
+        f"### Parameters per component ({a['n_layer']} layers, width {a['n_embd']}, vocab {a['vocab_size']}, "
+        f"tied={a['tied']})\n\n"
+        "| component | parameters | share of total |\n|---|---:|---:|\n"
+        + "\n".join(lines)
         + f"\n| **total** | {a['total']:,} | 100% |\n\n"
         f"Non-embedding parameters (all but the token and position tables): {a['non_embedding']:,}. "
         f"FFN share of the blocks' parameters (attention + FFN + norms, {a['blocks']:,}): **{a['ffn_share']:.1%}** "
-        f"(formula 2m/(2m+4) = {a['ffn_share_formula']:.1%}; the article's \"about two thirds\": {a['about_two_thirds']})."
+        f"(formula 2m/(2m+4) = {a['ffn_share_formula']:.1%}; the article's \"about two thirds\": "
+        f"{a['about_two_thirds']})."
     )
 
 

@@ -147,7 +147,10 @@ def attention_sweep(
             gen = torch.Generator(device=device).manual_seed(seed)
             shape = (batch, n_head, n, head_dim)
             try:
-                q, k, v = (torch.randn(shape, device=device, dtype=dtype, generator=gen, requires_grad=backward) for _ in range(3))
+                q, k, v = (
+                    torch.randn(shape, device=device, dtype=dtype, generator=gen, requires_grad=backward)
+                    for _ in range(3)
+                )
                 grad = torch.randn(shape, device=device, dtype=dtype, generator=gen) if backward else None
 
                 def run() -> None:
@@ -192,20 +195,50 @@ def ratio_by_n(rows: list[dict], key: str, numerator: str, denominator: str) -> 
 class AttentionCostSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    seq_lens: list[int] = Field([256, 512, 1024, 2048, 4096, 8192], description="Sequence lengths N, increasing (the CPU default doubles 256 … 8192; the GPU config goes to 64k and more).")
-    impls: list[str] = Field(list(DEFAULT_IMPLS), description="Implementations: reference (materialises N×N), fused (SDPA), window (blocked sliding window), flex (the window's mask through compiled FlexAttention; forward only on the CPU).")
+    seq_lens: list[int] = Field(
+        [256, 512, 1024, 2048, 4096, 8192],
+        description="Sequence lengths N, increasing (the CPU default doubles 256 … 8192; the GPU config goes to 64k "
+            "and more).",
+    )
+    impls: list[str] = Field(
+        list(DEFAULT_IMPLS),
+        description="Implementations: reference (materialises N×N), fused (SDPA), window (blocked sliding window), "
+            "flex (the window's mask through compiled FlexAttention; forward only on the CPU).",
+    )
     passes: list[str] = Field(list(PASSES), description="Passes to time: inference, and training.")
     batch: int = Field(1, ge=1, description="Sequences per pass.")
     n_head: int = Field(4, ge=1, description="Attention heads.")
     head_dim: int = Field(32, ge=1, description="Dimensions per head.")
-    window: int = Field(256, ge=1, description="Keys each query sees in the sliding window (itself and the previous window-1); at most the smallest N.")
-    n_global: int = Field(0, ge=0, description="Global tokens of the window and flex implementations: the first n_global positions every query sees; fewer than the smallest N.")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Tensor dtype (bfloat16 on the GPU).")
+    window: int = Field(
+        256,
+        ge=1,
+        description="Keys each query sees in the sliding window (itself and the previous window-1); at most the "
+            "smallest N.",
+    )
+    n_global: int = Field(
+        0,
+        ge=0,
+        description="Global tokens of the window and flex implementations: the first n_global positions every query "
+            "sees; fewer than the smallest N.",
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Tensor dtype (bfloat16 on the GPU)."
+    )
     repeats: int = Field(3, ge=1, description="Timed passes per point (the median is reported).")
     warmup: int = Field(1, ge=0, description="Untimed passes before timing each point.")
-    memory_ceiling_mib: float = Field(6144.0, gt=0, description="An implementation stops once one point's peak is above this (the next doubling would take about 4× for the reference), so the sweep cannot take the machine down.")
+    memory_ceiling_mib: float = Field(
+        6144.0,
+        gt=0,
+        description="An implementation stops once one point's peak is above this (the next doubling would take about "
+            "4× for the reference), so the sweep cannot take the machine down.",
+    )
     time_cap_s: float = Field(20.0, gt=0, description="An implementation stops once one pass takes longer than this.")
-    fit_from: int = Field(1024, ge=1, description="Exponents are fitted over N >= fit_from (smaller points are dominated by fixed overheads), or the top three points when fewer qualify.")
+    fit_from: int = Field(
+        1024,
+        ge=1,
+        description="Exponents are fitted over N >= fit_from (smaller points are dominated by fixed overheads), or the "
+            "top three points when fewer qualify.",
+    )
     sdpa_backend: SdpaBackend = Field("auto", description="Pin the fused kernel on CUDA (auto: torch chooses).")
     device: DeviceSetting = Field("auto", description="Where to measure: 'auto' = CUDA if present, else CPU.")
     threads: int = Field(0, ge=0, description="torch.set_num_threads when > 0 (CPU).")
@@ -219,7 +252,10 @@ class AttentionCostSettings(BaseModel):
         if any(n < 1 for n in v):
             raise ValueError(f"seq_lens must be positive, got {v}")
         if any(b <= a for a, b in zip(v, v[1:])):
-            raise ValueError(f"seq_lens must be strictly increasing (the sweep stops an implementation at its first failing N), got {v}")
+            raise ValueError(
+                f"seq_lens must be strictly increasing (the sweep stops an implementation at its first failing N), got "
+                f"{v}"
+            )
         return v
 
     @field_validator("impls", "passes")
@@ -237,11 +273,15 @@ class AttentionCostSettings(BaseModel):
     def _window_and_ceiling(self) -> "AttentionCostSettings":
         if {"window", "flex"} & set(self.impls) and self.window > self.seq_lens[0]:
             raise ValueError(
-                f"window={self.window} is larger than the smallest N ({self.seq_lens[0]}) in seq_lens: there the window "
+                f"window={self.window} is larger than the smallest N ({self.seq_lens[0]}) in seq_lens: there the "
+                f"window "
                 "would be full attention; lower the window or drop the small N"
             )
         if self.n_global >= self.seq_lens[0]:
-            raise ValueError(f"n_global={self.n_global} global tokens is not fewer than the smallest N ({self.seq_lens[0]}) in seq_lens")
+            raise ValueError(
+                f"n_global={self.n_global} global tokens is not fewer than the smallest N ({self.seq_lens[0]}) in "
+                f"seq_lens"
+            )
         # Every pass allocates at least its output (batch, n_head, N, head_dim) at the smallest N.
         smallest = self.batch * self.n_head * self.seq_lens[0] * self.head_dim * DTYPES[self.dtype].itemsize
         if self.memory_ceiling_mib * 2**20 < smallest:
@@ -273,7 +313,12 @@ def fit_rows(rows: list[dict], fit_from: int) -> list[dict]:
             use = [r for r in ok if r["n"] >= fit_from]
             if len(use) < 3:
                 use = ok[-3:]
-            row = {"pass": p, "impl": impl, "n_min": use[0]["n"] if use else None, "n_max": use[-1]["n"] if use else None}
+            row = {
+                "pass": p,
+                "impl": impl,
+                "n_min": use[0]["n"] if use else None,
+                "n_max": use[-1]["n"] if use else None,
+            }
             pair = ok[-2:] if len(ok) >= 2 and ok[-1]["n"] == 2 * ok[-2]["n"] else []  # the top doubling
             for key, name in (("ms", "time"), ("peak_bytes", "memory")):
                 f = fit_exponent([r["n"] for r in use], [r[key] for r in use])
@@ -333,7 +378,13 @@ class AttentionCostResult:
     def metrics(self) -> dict[str, float]:
         out = {}
         for f in self.fits:
-            for k in ("time_exponent", "memory_exponent", "time_r2", "time_ratio_last_doubling", "memory_ratio_last_doubling"):
+            for k in (
+                "time_exponent",
+                "memory_exponent",
+                "time_r2",
+                "time_ratio_last_doubling",
+                "memory_ratio_last_doubling",
+            ):
                 out[f"attention/{f['pass']}/{f['impl']}/{k}"] = f[k]
         out.update({f"attention/{k}": v for k, v in self.ratios_at_max().items()})
         return out
@@ -344,11 +395,19 @@ class AttentionCostResult:
             if "error" in r:
                 lines.append(f"| {r['pass']} | {r['impl']} | {r['n']} | {r['error']} | |")
             else:
-                lines.append(f"| {r['pass']} | {r['impl']} | {r['n']} | {r['ms']:.2f} | {r['peak_mib']:.2f} |" + (f" stop: {r['stop']}" if "stop" in r else ""))
-        lines += ["", "| pass | impl | time exponent (R²) | memory exponent (R²) | cost(2N)/cost(N) time, memory |", "| --- | --- | ---: | ---: | ---: |"]
+                lines.append(
+                    f"| {r['pass']} | {r['impl']} | {r['n']} | {r['ms']:.2f} | {r['peak_mib']:.2f} |"
+                    + (f" stop: {r['stop']}" if "stop" in r else "")
+                )
+        lines += [
+            "",
+            "| pass | impl | time exponent (R²) | memory exponent (R²) | cost(2N)/cost(N) time, memory |",
+            "| --- | --- | ---: | ---: | ---: |",
+        ]
         for f in self.fits:
             lines.append(
-                f"| {f['pass']} | {f['impl']} | {f['time_exponent']:.2f} ({f['time_r2']:.3f}) | {f['memory_exponent']:.2f} ({f['memory_r2']:.3f}) "
+                f"| {f['pass']} | {f['impl']} | {f['time_exponent']:.2f} ({f['time_r2']:.3f}) | "
+                f"{f['memory_exponent']:.2f} ({f['memory_r2']:.3f}) "
                 f"| {f['time_ratio_last_doubling']:.2f}, {f['memory_ratio_last_doubling']:.2f} |"
             )
         return "\n".join(lines)
@@ -365,9 +424,21 @@ def attention_cost(settings: AttentionCostSettings) -> AttentionCostResult:
     rows = []
     for p in s.passes:
         for r in attention_sweep(
-            s.seq_lens, s.impls, batch=s.batch, n_head=s.n_head, head_dim=s.head_dim, device=device, dtype=dtype,
-            repeats=s.repeats, warmup=s.warmup, backward=p == "forward_backward", window=s.window, n_global=s.n_global,
-            sdpa_backend=s.sdpa_backend, memory_ceiling_bytes=int(s.memory_ceiling_mib * 2**20), time_cap_s=s.time_cap_s,
+            s.seq_lens,
+            s.impls,
+            batch=s.batch,
+            n_head=s.n_head,
+            head_dim=s.head_dim,
+            device=device,
+            dtype=dtype,
+            repeats=s.repeats,
+            warmup=s.warmup,
+            backward=p == "forward_backward",
+            window=s.window,
+            n_global=s.n_global,
+            sdpa_backend=s.sdpa_backend,
+            memory_ceiling_bytes=int(s.memory_ceiling_mib * 2**20),
+            time_cap_s=s.time_cap_s,
             seed=s.seed,
         ):
             rows.append({"pass": p, **r})
@@ -377,7 +448,9 @@ def attention_cost(settings: AttentionCostSettings) -> AttentionCostResult:
         "fused_kernel": _observed_kernel(device, dtype, s),
         "settings": s.model_dump(),
     }
-    return AttentionCostResult(rows=rows, fits=fit_rows(rows, s.fit_from), info=info, figures={"attention_cost": plot_attention_cost(rows)})
+    return AttentionCostResult(
+        rows=rows, fits=fit_rows(rows, s.fit_from), info=info, figures={"attention_cost": plot_attention_cost(rows)}
+    )
 
 
 def _observed_kernel(device: torch.device, dtype: torch.dtype, s: AttentionCostSettings) -> str:

@@ -28,7 +28,9 @@ from ..training import evaluate
 class AttentionTopKSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    ks: list[int] = Field([1, 2, 4], min_length=1, description="Keys kept per query (each ≥ 1), against the full softmax.")
+    ks: list[int] = Field(
+        [1, 2, 4], min_length=1, description="Keys kept per query (each ≥ 1), against the full softmax."
+    )
     eval_blocks: int = Field(64, ge=1, description="Validation blocks evaluated per setting.")
     batch_size: int = Field(16, ge=1, description="Blocks per forward pass.")
     device: DeviceSetting = Field("auto", description="Where to run: 'auto' = CUDA if present, else CPU.")
@@ -43,7 +45,9 @@ class AttentionTopKSettings(BaseModel):
 
 @dataclass
 class TopKResult:
-    rows: list[dict]  # per k ascending, then the full softmax (k None): keys, k, val_loss, val_ppl, loss_increase, weight_share
+    rows: list[
+        dict
+    ]  # per k ascending, then the full softmax (k None): keys, k, val_loss, val_ppl, loss_increase, weight_share
     block_size: int
     blocks: int
     figures: dict[str, Figure] = field(default_factory=dict)
@@ -63,7 +67,9 @@ class TopKResult:
 
 
 @torch.no_grad()
-def top_weight_shares(model: nn.Module, blocks: TokenBlocks, ks: list[int], batch_size: int, device) -> dict[int, float]:
+def top_weight_shares(
+    model: nn.Module, blocks: TokenBlocks, ks: list[int], batch_size: int, device
+) -> dict[int, float]:
     """Mean share of the full softmax's weight on each query's top-k keys, over every layer, head and
     query that sees at least max(ks) keys (a k of the block size or more keeps every key: share 1)."""
     kmax = min(max(ks), blocks.block_size)
@@ -113,8 +119,29 @@ def attention_topk(model: nn.Module, val: TokenBlocks, settings: AttentionTopKSe
     for k in settings.ks:
         with top_k_attention(model, k):
             lk = loss()
-        rows.append({"keys": f"top-{k}", "k": k, "val_loss": lk, "val_ppl": float(np.exp(lk)), "loss_increase": lk - full,
-                     "weight_share": shares[k]})
-    rows.append({"keys": "all (softmax)", "k": None, "val_loss": full, "val_ppl": float(np.exp(full)), "loss_increase": 0.0,
-                 "weight_share": 1.0})
-    return TopKResult(rows=rows, block_size=int(blocks.block_size), blocks=n, figures={"topk_attention": plot_topk(rows, int(blocks.block_size), n)})
+        rows.append(
+            {
+                "keys": f"top-{k}",
+                "k": k,
+                "val_loss": lk,
+                "val_ppl": float(np.exp(lk)),
+                "loss_increase": lk - full,
+                "weight_share": shares[k],
+            }
+        )
+    rows.append(
+        {
+            "keys": "all (softmax)",
+            "k": None,
+            "val_loss": full,
+            "val_ppl": float(np.exp(full)),
+            "loss_increase": 0.0,
+            "weight_share": 1.0,
+        }
+    )
+    return TopKResult(
+        rows=rows,
+        block_size=int(blocks.block_size),
+        blocks=n,
+        figures={"topk_attention": plot_topk(rows, int(blocks.block_size), n)},
+    )

@@ -30,7 +30,9 @@ def training_time_axis(history: list[dict]) -> list[tuple[float, float]]:
 def tokens_axis(history: list[dict]) -> list[tuple[float, float]]:
     """(tokens seen, val loss) at each evaluation point; tokens per step read off the log points
     (tokens_per_s × step_ms), so the axis needs no settings."""
-    per_step = next((h["tokens_per_s"] * h["step_ms"] / 1000 for h in history if "tokens_per_s" in h and "step_ms" in h), None)
+    per_step = next(
+        (h["tokens_per_s"] * h["step_ms"] / 1000 for h in history if "tokens_per_s" in h and "step_ms" in h), None
+    )
     if per_step is None:
         return []
     return [(h["step"] * per_step, float(h["val/loss"])) for h in history if "val/loss" in h]
@@ -65,7 +67,9 @@ def tiers_text(tiers: list[list[str]]) -> str:
     return " < ".join(t[0] if len(t) == 1 else "{" + ", ".join(sorted(t)) + "}" for t in tiers)
 
 
-def ranking_settledness(curves: dict[str, list[tuple[float, float]]], spread: dict[str, float] | None = None) -> dict[str, Any]:
+def ranking_settledness(
+    curves: dict[str, list[tuple[float, float]]], spread: dict[str, float] | None = None
+) -> dict[str, Any]:
     """The models ranked by validation loss at their last and at their second-to-last evaluation:
     a ranking that still changes between the two is not settled by this budget. With the models'
     seed-to-seed `spread`, models closer than it are tied (a tier), and the ranking is settled when
@@ -75,7 +79,11 @@ def ranking_settledness(curves: dict[str, list[tuple[float, float]]], spread: di
     ok = {n: c for n, c in curves.items() if len(c) >= 2}
     last = sorted(ok, key=lambda n: ok[n][-1][1])
     previous = sorted(ok, key=lambda n: ok[n][-2][1])
-    out: dict[str, Any] = {"ranking_last_eval": last, "ranking_previous_eval": previous, "ranking_settled": bool(ok) and last == previous}
+    out: dict[str, Any] = {
+        "ranking_last_eval": last,
+        "ranking_previous_eval": previous,
+        "ranking_settled": bool(ok) and last == previous,
+    }
     if spread:
         assumed = sorted(n for n in ok if n not in spread)
         tolerance = {**{n: max(spread.values()) for n in assumed}, **spread}
@@ -93,8 +101,15 @@ def ranking_settledness(curves: dict[str, list[tuple[float, float]]], spread: di
 def seed_spread(val_losses: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     """Per model, its final validation loss over seeds: mean, min, max and spread (max − min)."""
     return {
-        n: {"seeds": len(v), "mean": float(np.mean(v)), "min": float(min(v)), "max": float(max(v)), "spread": float(max(v) - min(v))}
-        for n, v in val_losses.items() if v
+        n: {
+            "seeds": len(v),
+            "mean": float(np.mean(v)),
+            "min": float(min(v)),
+            "max": float(max(v)),
+            "spread": float(max(v) - min(v)),
+        }
+        for n, v in val_losses.items()
+        if v
     }
 
 
@@ -131,8 +146,19 @@ def pair_verdicts(val_losses: dict[str, list[float]]) -> list[dict[str, Any]]:
             tol = max(spread[a], spread[b])
             diff = ma - mb
             verdict = "tied" if abs(diff) <= tol else ("better" if diff < 0 else "worse")
-            out.append({"a": a, "b": b, "verdict": verdict, "a_mean": ma, "b_mean": mb, "difference": diff, "spread": tol,
-                        "a_seeds": len(la), "b_seeds": len(lb)})
+            out.append(
+                {
+                    "a": a,
+                    "b": b,
+                    "verdict": verdict,
+                    "a_mean": ma,
+                    "b_mean": mb,
+                    "difference": diff,
+                    "spread": tol,
+                    "a_seeds": len(la),
+                    "b_seeds": len(lb),
+                }
+            )
     return out
 
 
@@ -150,9 +176,13 @@ class ComparisonResult:
     rows: list[dict[str, Any]]
     matched_time_s: float
     settledness: dict[str, Any] = field(default_factory=dict)
-    seeds: dict[str, dict[str, float]] = field(default_factory=dict)  # seed_spread of the models retrained with other seeds
+    seeds: dict[str, dict[str, float]] = field(
+        default_factory=dict
+    )  # seed_spread of the models retrained with other seeds
     figures: dict[str, Figure] = field(default_factory=dict)
-    baseline: list[dict[str, Any]] = field(default_factory=list)  # the n-gram rows (model, val_loss), on the same targets
+    baseline: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # the n-gram rows (model, val_loss), on the same targets
     pairs: list[dict[str, Any]] = field(default_factory=list)  # pair_verdicts over seeds
 
     @property
@@ -160,47 +190,108 @@ class ComparisonResult:
         return min(self.baseline, key=lambda r: r["val_loss"]) if self.baseline else None
 
     def markdown(self) -> str:
-        cols = ["model", "params"] + [c for c in ("params_embedding", "params_head", "params_core") if any(c in r for r in self.rows)] + ["val_loss", "val_ppl", "tokens_per_s_mean", "train_time_s", "val_loss_at_matched_time"]
+        cols = (
+            ["model", "params"]
+            + [c for c in ("params_embedding", "params_head", "params_core") if any(c in r for r in self.rows)]
+            + ["val_loss", "val_ppl", "tokens_per_s_mean", "train_time_s", "val_loss_at_matched_time"]
+        )
         cols += [c for c in ("val_loss_seed_mean", "val_loss_seed_spread") if any(c in r for r in self.rows)]
         head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
 
         def fmt(v: Any) -> str:
-            return f"{v:,.0f}" if isinstance(v, (int, float)) and abs(v) >= 1000 else (f"{v:.4g}" if isinstance(v, float) else str(v))
+            return (
+                f"{v:,.0f}"
+                if isinstance(v, (int, float)) and abs(v) >= 1000
+                else (f"{v:.4g}" if isinstance(v, float) else str(v))
+            )
 
         body = "\n".join("| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in self.rows)
         if self.baseline:  # the count models, scored on the same validation targets: rows of their own
             body += "\n" + "\n".join("| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in self.baseline)
         st = self.settledness
-        settled = (f"\n\nRanking by validation loss at the last evaluation: {' < '.join(st.get('ranking_last_eval', []))}; at the one "
-                   f"before: {' < '.join(st.get('ranking_previous_eval', []))} — "
-                   + ("settled." if st.get("ranking_settled") else "**still changing: train longer before trusting the order**."))
+        settled = (
+            f"\n\nRanking by validation loss at the last evaluation: {' < '.join(st.get('ranking_last_eval', []))}; at "
+            f"the one "
+            f"before: {' < '.join(st.get('ranking_previous_eval', []))} — "
+            + (
+                "settled."
+                if st.get("ranking_settled")
+                else "**still changing: train longer before trusting the order**."
+            )
+        )
         if "tiers_last_eval" in st:
             spread = ", ".join(f"{n} {v['spread']:.3f}" for n, v in self.seeds.items())
-            settled += (f"\n\nSeed-to-seed spread of the final validation loss ({next(iter(self.seeds.values()))['seeds']} seeds): "
-                        f"{spread}" + (f" (assumed for {', '.join(st['spread_assumed_for'])}: the largest of these)" if st.get("spread_assumed_for") else "")
-                        + f". Models closer than their spread are tied: {tiers_text(st['tiers_last_eval'])} at the last "
-                        f"evaluation, {tiers_text(st['tiers_previous_eval'])} at the one before — "
-                        + ("settled beyond seed noise." if st["ranking_settled_beyond_spread"] else "**still changing beyond seed noise**."))
+            settled += (
+                f"\n\nSeed-to-seed spread of the final validation loss ({next(iter(self.seeds.values()))['seeds']} "
+                f"seeds): "
+                f"{spread}"
+                + (
+                    f" (assumed for {', '.join(st['spread_assumed_for'])}: the largest of these)"
+                    if st.get("spread_assumed_for")
+                    else ""
+                )
+                + f". Models closer than their spread are tied: {tiers_text(st['tiers_last_eval'])} at the last "
+                f"evaluation, {tiers_text(st['tiers_previous_eval'])} at the one before — "
+                + (
+                    "settled beyond seed noise."
+                    if st["ranking_settled_beyond_spread"]
+                    else "**still changing beyond seed noise**."
+                )
+            )
         best = self.best_ngram
         if best is not None:
-            settled += "\n\nAgainst the best n-gram (" + best["model"] + f", {best['val_loss']:.4f} on the same targets): " + ", ".join(
-                f"{r['model']} {best['val_loss'] - r.get('val_loss_seed_mean', r['val_loss']):+.3f}" for r in self.rows) + " nats ahead."
+            settled += (
+                "\n\nAgainst the best n-gram ("
+                + best["model"]
+                + f", {best['val_loss']:.4f} on the same targets): "
+                + ", ".join(
+                    f"{r['model']} {best['val_loss'] - r.get('val_loss_seed_mean', r['val_loss']):+.3f}"
+                    for r in self.rows
+                )
+                + " nats ahead."
+            )
         if self.pairs:
-            settled += "\n\nPairs, beyond the larger seed spread: " + "; ".join(
-                f"{p['a']} {p['verdict']} than {p['b']}" if p["verdict"] != "tied" else f"{p['a']} tied with {p['b']}" for p in self.pairs) + "."
-        return head + body + f"\n\nMatched wall-clock: validation loss after {self.matched_time_s:.1f} s of training each." + settled
+            settled += (
+                "\n\nPairs, beyond the larger seed spread: "
+                + "; ".join(
+                    f"{p['a']} {p['verdict']} than {p['b']}"
+                    if p["verdict"] != "tied"
+                    else f"{p['a']} tied with {p['b']}"
+                    for p in self.pairs
+                )
+                + "."
+            )
+        return (
+            head
+            + body
+            + f"\n\nMatched wall-clock: validation loss after {self.matched_time_s:.1f} s of training each."
+            + settled
+        )
 
     def metrics(self) -> dict[str, float]:
-        out = {"matched_time_s": self.matched_time_s, "ranking_settled": float(bool(self.settledness.get("ranking_settled")))}
+        out = {
+            "matched_time_s": self.matched_time_s,
+            "ranking_settled": float(bool(self.settledness.get("ranking_settled"))),
+        }
         if "ranking_settled_beyond_spread" in self.settledness:
             out["ranking_settled_beyond_spread"] = float(self.settledness["ranking_settled_beyond_spread"])
         best = self.best_ngram
         if best is not None:
             out["ngram/val_loss"] = float(best["val_loss"])
             for r in self.rows:
-                out[f"{r['model']}/margin_over_ngram"] = float(best["val_loss"]) - float(r.get("val_loss_seed_mean", r["val_loss"]))
+                out[f"{r['model']}/margin_over_ngram"] = float(best["val_loss"]) - float(
+                    r.get("val_loss_seed_mean", r["val_loss"])
+                )
         for r in self.rows:
-            for k in ("val_loss", "val_ppl", "tokens_per_s_mean", "params", "val_loss_at_matched_time", "val_loss_seed_mean", "val_loss_seed_spread"):
+            for k in (
+                "val_loss",
+                "val_ppl",
+                "tokens_per_s_mean",
+                "params",
+                "val_loss_at_matched_time",
+                "val_loss_seed_mean",
+                "val_loss_seed_spread",
+            ):
                 if k in r:
                     out[f"{r['model']}/{k}"] = float(r[k])
         return out
@@ -234,11 +325,22 @@ def compare_models(models: dict[str, dict[str, Any]], seed_losses: dict[str, lis
             }
         )
     settledness = ranking_settledness(curves, {n: v["spread"] for n, v in spreads.items()} or None)
-    base_rows = [{"model": r["model"], "params": 0, "val_loss": float(r["val_loss"]), "val_ppl": float(np.exp(r["val_loss"]))}
-                 for r in (baseline or [])]
-    all_losses = {n: list(seed_losses[n]) if seed_losses and n in seed_losses else [float(models[n]["metrics"]["val/loss"])] for n in models}
-    result = ComparisonResult(rows=rows, matched_time_s=matched, settledness=settledness, seeds=spreads, baseline=base_rows,
-                              pairs=pair_verdicts(all_losses))
+    base_rows = [
+        {"model": r["model"], "params": 0, "val_loss": float(r["val_loss"]), "val_ppl": float(np.exp(r["val_loss"]))}
+        for r in (baseline or [])
+    ]
+    all_losses = {
+        n: list(seed_losses[n]) if seed_losses and n in seed_losses else [float(models[n]["metrics"]["val/loss"])]
+        for n in models
+    }
+    result = ComparisonResult(
+        rows=rows,
+        matched_time_s=matched,
+        settledness=settledness,
+        seeds=spreads,
+        baseline=base_rows,
+        pairs=pair_verdicts(all_losses),
+    )
     tokens = {name: tokens_axis(m["history"]) for name, m in models.items()}
     flops = {name: flops_axis(m["history"], m["metrics"].get("flops_per_token")) for name, m in models.items()}
     result.figures["comparison"] = plot_comparison(curves, rows, matched, tokens, base_rows, flops)
@@ -284,7 +386,9 @@ def plot_comparison(curves: dict[str, list[tuple[float, float]]], rows: list[dic
     ax2.bar(names, [r["tokens_per_s_mean"] for r in rows], color=[f"C{i}" for i in range(len(rows))])
     ax2.tick_params(axis="x", labelrotation=30)
     ax2.set_ylabel("training tokens / s")
-    ax2.set_title("Throughput (params: " + ", ".join(f"{r['model']} {r['params'] / 1e6:.2f}M" for r in rows) + ")", fontsize=8)
+    ax2.set_title(
+        "Throughput (params: " + ", ".join(f"{r['model']} {r['params'] / 1e6:.2f}M" for r in rows) + ")", fontsize=8
+    )
     return fig
 
 
@@ -319,8 +423,18 @@ def train_other_seeds(
             if seed == own.seed:
                 continue
             ts = own.model_copy(update={"seed": seed})
-            res = train_lm(m["family"], m["model_config"], ts, train_data, val_data, vocab_size, Path(out_dir) / name / str(seed),
-                           sampling=SamplingSettings(num_samples=0), resume=False, model_meta=model_meta)
+            res = train_lm(
+                m["family"],
+                m["model_config"],
+                ts,
+                train_data,
+                val_data,
+                vocab_size,
+                Path(out_dir) / name / str(seed),
+                sampling=SamplingSettings(num_samples=0),
+                resume=False,
+                model_meta=model_meta,
+            )
             losses.append(float(res.metrics["val/loss"]))
             if log:
                 log(f"{name} seed {seed}: val loss {losses[-1]:.4f} (seed {own.seed}: {losses[0]:.4f})")

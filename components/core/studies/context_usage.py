@@ -40,14 +40,23 @@ from ..device import DeviceSetting, resolve_device
 class ContextUsageSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_blocks: int = Field(256, ge=1, description="Validation blocks evaluated (the first ones; the same for every model).")
+    max_blocks: int = Field(
+        256, ge=1, description="Validation blocks evaluated (the first ones; the same for every model)."
+    )
     batch_size: int = Field(32, ge=1, description="Blocks per forward pass.")
     bucket: int = Field(8, ge=1, description="Positions per bucket in the table and the saturation test.")
-    saturation: float = Field(0.1, gt=0, lt=1, description="A curve has saturated once its loss is within this share of its total gain of the last bucket's.")
+    saturation: float = Field(
+        0.1,
+        gt=0,
+        lt=1,
+        description="A curve has saturated once its loss is within this share of its total gain of the last bucket's.",
+    )
     device: DeviceSetting = Field("auto", description="Where to evaluate: 'auto' = CUDA if present, else CPU.")
 
 
-def block_losses(model: nn.Module, blocks: TokenBlocks, *, max_blocks: int, batch_size: int, device: torch.device) -> np.ndarray:
+def block_losses(
+    model: nn.Module, blocks: TokenBlocks, *, max_blocks: int, batch_size: int, device: torch.device
+) -> np.ndarray:
     """Cross-entropy (nats) of every target, (blocks, T), NaN where there is no target."""
     was = model.training
     model.eval()
@@ -57,13 +66,17 @@ def block_losses(model: nn.Module, blocks: TokenBlocks, *, max_blocks: int, batc
         for start in range(0, n, batch_size):
             x, y = blocks.batch(np.arange(start, min(start + batch_size, n)), device)  # (B, T) each
             logits, _ = model(x)  # (B, T, V)
-            ce = F.cross_entropy(logits.float().transpose(1, 2), y, ignore_index=IGNORE_INDEX, reduction="none")  # (B, T)
+            ce = F.cross_entropy(
+                logits.float().transpose(1, 2), y, ignore_index=IGNORE_INDEX, reduction="none"
+            )  # (B, T)
             out.append(torch.where(y != IGNORE_INDEX, ce.double(), torch.nan).cpu().numpy())
     model.train(was)
     return np.concatenate(out)
 
 
-def loss_by_position(model: nn.Module, blocks: TokenBlocks, *, max_blocks: int, batch_size: int, device: torch.device) -> tuple[np.ndarray, np.ndarray]:
+def loss_by_position(
+    model: nn.Module, blocks: TokenBlocks, *, max_blocks: int, batch_size: int, device: torch.device
+) -> tuple[np.ndarray, np.ndarray]:
     """Mean cross-entropy (nats) of the targets at each position of the block, and their counts (T,)."""
     ce = block_losses(model, blocks, max_blocks=max_blocks, batch_size=batch_size, device=device)
     count = np.isfinite(ce).sum(0)
@@ -165,17 +178,31 @@ class ContextUsageResult:
                  f"{s['loss_last_bucket']:.3f} nats)." for s in self.summaries]
         for g in self.window_gaps:
             if np.isfinite(g["gap_beyond_field"]):
-                lines.append(f"- {g['model']} against {g['versus']} beyond its receptive field ({g['receptive_field']} positions): "
-                             f"{g['gap_beyond_field']:+.4f} nats [{g['gap_beyond_field_low']:+.4f}, {g['gap_beyond_field_high']:+.4f}] "
-                             f"(95% bootstrap over blocks); within its window {g['gap_within_window']:+.4f}.")
+                lines.append(
+                    f"- {g['model']} against {g['versus']} beyond its receptive field ({g['receptive_field']} "
+                    f"positions): "
+                    f"{g['gap_beyond_field']:+.4f} nats [{g['gap_beyond_field_low']:+.4f}, "
+                    f"{g['gap_beyond_field_high']:+.4f}] "
+                    f"(95% bootstrap over blocks); within its window {g['gap_within_window']:+.4f}."
+                )
             else:
-                lines.append(f"- {g['model']}: its receptive field ({g['receptive_field']}) covers the whole block; nothing lies beyond it.")
+                lines.append(
+                    f"- {g['model']}: its receptive field ({g['receptive_field']}) covers the whole block; nothing "
+                    f"lies beyond it."
+                )
         return "\n".join(lines)
 
     def metrics(self) -> dict[str, float]:
         out = {}
         for s in self.summaries:
-            for k in ("gain_from_context", "saturation_position", "loss_first_bucket", "loss_last_bucket", "mean_loss", "context_helps_until"):
+            for k in (
+                "gain_from_context",
+                "saturation_position",
+                "loss_first_bucket",
+                "loss_last_bucket",
+                "mean_loss",
+                "context_helps_until",
+            ):
                 out[f"context/{s['model']}/{k}"] = float(s[k])
         for g in self.window_gaps:
             out[f"context/{g['model']}/gap_after_window"] = g["gap_after_window"]
@@ -202,12 +229,29 @@ def context_usage(models: dict[str, nn.Module], val: TokenBlocks, settings: Cont
     summaries = []
     for name, c in curves.items():
         rf = receptive_field(models[name])
-        summaries.append({"model": name, "positions": len(c), "window": windows.get(name), "receptive_field": rf,
-                          **summarize_curve(c, s.bucket, s.saturation), "context_helps_until": context_helps_until(per_block[name], s.bucket)})
-    buckets = [{"from": b, "to": min(b + s.bucket, T) - 1, **{n: float(c[b:b + s.bucket].mean()) for n, c in curves.items()}}
-               for b in range(0, T, s.bucket)]
+        summaries.append(
+            {
+                "model": name,
+                "positions": len(c),
+                "window": windows.get(name),
+                "receptive_field": rf,
+                **summarize_curve(c, s.bucket, s.saturation),
+                "context_helps_until": context_helps_until(per_block[name], s.bucket),
+            }
+        )
+    buckets = [
+        {"from": b, "to": min(b + s.bucket, T) - 1, **{n: float(c[b : b + s.bucket].mean()) for n, c in curves.items()}}
+        for b in range(0, T, s.bucket)
+    ]
     gaps = []
-    full = next((n for n, m in models.items() if n not in windows and getattr(m.config, "attention", None) in ("fused", "reference")), None)
+    full = next(
+        (
+            n
+            for n, m in models.items()
+            if n not in windows and getattr(m.config, "attention", None) in ("fused", "reference")
+        ),
+        None,
+    )
     if full is not None:
         for name, w in windows.items():
             d = curves[name] - curves[full]
@@ -215,12 +259,22 @@ def context_usage(models: dict[str, nn.Module], val: TokenBlocks, settings: Cont
             per = per_block[name] - per_block[full]  # (blocks, T): the window's loss minus full attention's, per target
             within = bootstrap_mean(_span_mean(per, 0, min(w, T)))
             beyond = bootstrap_mean(_span_mean(per, rf, T)) if rf < T else (float("nan"),) * 3
-            gaps.append({"model": name, "versus": full, "window": w, "receptive_field": rf,
-                         "gap_within_window": float(d[:w].mean()),
-                         "gap_after_window": float(d[w:].mean()) if w < T else float("nan"),
-                         "gap_within_window_low": within[1], "gap_within_window_high": within[2],
-                         "gap_beyond_field": beyond[0], "gap_beyond_field_low": beyond[1], "gap_beyond_field_high": beyond[2],
-                         "positions_beyond_field": max(0, T - rf)})
+            gaps.append(
+                {
+                    "model": name,
+                    "versus": full,
+                    "window": w,
+                    "receptive_field": rf,
+                    "gap_within_window": float(d[:w].mean()),
+                    "gap_after_window": float(d[w:].mean()) if w < T else float("nan"),
+                    "gap_within_window_low": within[1],
+                    "gap_within_window_high": within[2],
+                    "gap_beyond_field": beyond[0],
+                    "gap_beyond_field_low": beyond[1],
+                    "gap_beyond_field_high": beyond[2],
+                    "positions_beyond_field": max(0, T - rf),
+                }
+            )
     return ContextUsageResult(
         curves={n: c.tolist() for n, c in curves.items()}, summaries=summaries, buckets=buckets, window_gaps=gaps,
         figures={"context_usage": plot_context_usage(curves, windows, min(blocks.n_blocks, s.max_blocks))},

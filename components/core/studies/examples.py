@@ -39,9 +39,15 @@ SHIFT_CONTEXT = ["今天 天气 真 不错", "今天 天气 很 好", "我 爱 �
 class ExamplesSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    mix_sentence: str = Field("Apple announced a new phone and its market value rose", description="Sentence of the attention-mix example.")
-    mix_query: str = Field("rose", description="The word whose attention over the sentence is shown (its last token is the query).")
-    gate_sentence: str = Field("The history of the city begins in the second century", description="Sentence the LSTM's gates are read on.")
+    mix_sentence: str = Field(
+        "Apple announced a new phone and its market value rose", description="Sentence of the attention-mix example."
+    )
+    mix_query: str = Field(
+        "rose", description="The word whose attention over the sentence is shown (its last token is the query)."
+    )
+    gate_sentence: str = Field(
+        "The history of the city begins in the second century", description="Sentence the LSTM's gates are read on."
+    )
 
 
 @dataclass
@@ -92,14 +98,24 @@ def word_order(model: nn.Module, encode: Callable[[str], list[int]], decode: Cal
         spans[ch] = list(range(start, start + len(t)))
         start += len(t)
     perm = [i for ch in b for i in spans.get(ch, [])]
-    same_tokens = ids_a == [i for t in chars_a for i in t] and len(perm) == len(ids_a) and [ids_a[i] for i in perm] == ids_b
+    same_tokens = (
+        ids_a == [i for t in chars_a for i in t] and len(perm) == len(ids_a) and [ids_a[i] for i in perm] == ids_b
+    )
     structural = not same_tokens
     if structural:  # the tokenizer merged across characters: permute the first sentence's tokens by character
         ids_b = [ids_a[i] for i in perm] if len(perm) == len(ids_a) else ids_a[::-1]
         perm = perm if len(perm) == len(ids_a) else list(range(len(ids_a)))[::-1]
     p = torch.tensor(perm)
-    out: dict[str, Any] = {"a": a, "b": b, "tokens_a": [decode([i]) for i in ids_a], "tokens_b": [decode([i]) for i in ids_b],
-                           "ids_a": ids_a, "ids_b": ids_b, "permutation": perm, "structural": structural}
+    out: dict[str, Any] = {
+        "a": a,
+        "b": b,
+        "tokens_a": [decode([i]) for i in ids_a],
+        "tokens_b": [decode([i]) for i in ids_b],
+        "ids_a": ids_a,
+        "ids_b": ids_b,
+        "permutation": perm,
+        "structural": structural,
+    }
     for use, name in ((False, "without_position"), (True, "with_position")):
         sa, sb = first_layer_scores(model, ids_a, use), first_layer_scores(model, ids_b, use)
         diff = float((sb - sa[:, p][:, :, p]).abs().max() / sa.abs().max().clamp_min(1e-12))
@@ -110,22 +126,34 @@ def word_order(model: nn.Module, encode: Callable[[str], list[int]], decode: Cal
 def _matrix_md(title: str, labels: list[str], m: list[list[float]]) -> str:
     head = "| " + title + " | " + " | ".join(repr(t)[1:-1] or "∅" for t in labels) + " |"
     rows = [head, "|---|" + "---:|" * len(labels)]
-    rows += ["| " + (repr(labels[i])[1:-1] or "∅") + " | " + " | ".join(f"{v:.2f}" for v in row) + " |" for i, row in enumerate(m)]
+    rows += [
+        "| " + (repr(labels[i])[1:-1] or "∅") + " | " + " | ".join(f"{v:.2f}" for v in row) + " |"
+        for i, row in enumerate(m)
+    ]
     return "\n".join(rows)
 
 
 def word_order_markdown(w: dict) -> str:
     parts = [
         f"{w['a']} → tokens {w['tokens_a']}; {w['b']} → tokens {w['tokens_b']} (ids {w['ids_a']} / {w['ids_b']}).",
-        ("The tokenizer merges across characters, so the second sentence here is the first's tokens permuted character by "
-         "character (the structural version)." if w["structural"] else
-         f"The second sentence's tokens are the first's in another order (permutation {w['permutation']})."),
+        (
+            "The tokenizer merges across characters, so the second sentence here is the first's tokens permuted "
+            "character by "
+            "character (the structural version)."
+            if w["structural"]
+            else f"The second sentence's tokens are the first's in another order (permutation {w['permutation']})."
+        ),
         "",
-        f"First layer, head 0, raw scores q·k/√d. **Without positional encoding** the scores of {w['b']} equal those of {w['a']} with rows "
-        f"and columns permuted (relative difference {w['without_position']['rel_diff_from_permuted']:.2g}); **with it** they differ "
+        f"First layer, head 0, raw scores q·k/√d. **Without positional encoding** the scores of {w['b']} equal those "
+        f"of {w['a']} with rows "
+        f"and columns permuted (relative difference {w['without_position']['rel_diff_from_permuted']:.2g}); **with "
+        f"it** they differ "
         f"(relative difference {w['with_position']['rel_diff_from_permuted']:.2g}).",
     ]
-    for name, label in (("without_position", "without positional encoding"), ("with_position", "with positional encoding")):
+    for name, label in (
+        ("without_position", "without positional encoding"),
+        ("with_position", "with positional encoding"),
+    ):
         parts += ["", f"**{label}**", "", _matrix_md(w["a"], w["tokens_a"], w[name]["scores_a"]), "",
                   _matrix_md(w["b"], w["tokens_b"], w[name]["scores_b"])]
     return "\n".join(parts)
@@ -180,7 +208,9 @@ def attention_mix(model: nn.Module, encode: Callable[[str], list[int]], sentence
 
 
 @torch.no_grad()
-def lstm_gates(model: nn.Module, encode: Callable[[str], list[int]], decode: Callable[[list[int]], str], sentence: str) -> list[dict]:
+def lstm_gates(
+    model: nn.Module, encode: Callable[[str], list[int]], decode: Callable[[list[int]], str], sentence: str
+) -> list[dict]:
     """Per token: the first layer's mean input, forget and output gate and the memory cell's mean |c|,
     from the cell's equations on the trained weights (i, f, g, o = split of W_ih·x + b_ih + W_hh·h + b_hh)."""
     model.eval()
@@ -195,7 +225,12 @@ def lstm_gates(model: nn.Module, encode: Callable[[str], list[int]], decode: Cal
     rows = []
     for t, tok in enumerate(ids):
         z = w_ih @ x[t] + w_hh @ h + b
-        i, f, g, o = torch.sigmoid(z[:H]), torch.sigmoid(z[H : 2 * H]), torch.tanh(z[2 * H : 3 * H]), torch.sigmoid(z[3 * H :])
+        i, f, g, o = (
+            torch.sigmoid(z[:H]),
+            torch.sigmoid(z[H : 2 * H]),
+            torch.tanh(z[2 * H : 3 * H]),
+            torch.sigmoid(z[3 * H :]),
+        )
         c = f * c + i * g
         h = o * torch.tanh(c)
         rows.append({"position": t, "token": decode([tok]), "forget": float(f.mean()), "input": float(i.mean()),
@@ -212,7 +247,9 @@ def _table(rows: list[dict], fmt: str = "{:.3f}") -> str:
         return ""
     cols = list(rows[0])
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    out += ["| " + " | ".join(fmt.format(r[c]) if isinstance(r[c], float) else str(r[c]) for c in cols) + " |" for r in rows]
+    out += [
+        "| " + " | ".join(fmt.format(r[c]) if isinstance(r[c], float) else str(r[c]) for c in cols) + " |" for r in rows
+    ]
     return "\n".join(out)
 
 
@@ -221,7 +258,11 @@ def article_examples(transformer: nn.Module, lstm: nn.Module | None, encode: Cal
     wo = word_order(transformer, encode, decode)
     pairs = shifted_pairs()
     mix = attention_mix(transformer, encode, settings.mix_sentence, settings.mix_query)
-    gates = lstm_gates(lstm, encode, decode, settings.gate_sentence) if lstm is not None and lstm.config.cell == "lstm" else []
+    gates = (
+        lstm_gates(lstm, encode, decode, settings.gate_sentence)
+        if lstm is not None and lstm.config.cell == "lstm"
+        else []
+    )
     weights = [r["weight"] for r in mix]
     metrics = {
         "word_order/no_pe_rel_diff": wo["without_position"]["rel_diff_from_permuted"],
@@ -234,13 +275,17 @@ def article_examples(transformer: nn.Module, lstm: nn.Module | None, encode: Cal
                         "gates/output_mean": float(np.mean([r["output"] for r in gates]))})
     texts = {
         "word_order_wo_ai_ni": word_order_markdown(wo),
-        "shifted_pairs_jintian_tianqi": "The word-level tokenizer (jieba for Han text) and the labels stage's shift: each input "
-                                        "token's label is the next token.\n\n" + _table(pairs),
-        "attention_mix": f"Query {settings.mix_query!r} in “{settings.mix_sentence}” (last layer, heads averaged): a weighted mix — "
-                         f"the top word takes {weights[0]:.2f}, the top three {sum(weights[:3]):.2f} — where picking one would put 1.0 "
-                         "on a single word.\n\n" + _table(mix),
+        "shifted_pairs_jintian_tianqi": "The word-level tokenizer (jieba for Han text) and the labels stage's shift: "
+            "each input "
+        "token's label is the next token.\n\n" + _table(pairs),
+        "attention_mix": f"Query {settings.mix_query!r} in “{settings.mix_sentence}” (last layer, heads averaged): a "
+            f"weighted mix — "
+        f"the top word takes {weights[0]:.2f}, the top three {sum(weights[:3]):.2f} — where picking one would put 1.0 "
+        "on a single word.\n\n" + _table(mix),
     }
     if gates:
-        texts["lstm_gates"] = (f"The trained LSTM's first layer on “{settings.gate_sentence}”: mean gate activations per token "
-                               "(forget near 1 keeps the memory cell, input near 0 keeps new input out).\n\n" + _table(gates))
+        texts["lstm_gates"] = (
+            f"The trained LSTM's first layer on “{settings.gate_sentence}”: mean gate activations per token "
+            "(forget near 1 keeps the memory cell, input near 0 keeps new input out).\n\n" + _table(gates)
+        )
     return ExamplesResult(wo, pairs, mix, gates, metrics, texts)

@@ -36,8 +36,12 @@ from .attention_cost import fit_exponent
 class GenerationCostSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    context_lens: list[int] = Field([64, 128, 256, 512, 1024, 2048], description="Context lengths L before generating, increasing.")
-    gen_tokens: int = Field(16, ge=1, description="Tokens generated after each context (per-token time = decode time / gen_tokens).")
+    context_lens: list[int] = Field(
+        [64, 128, 256, 512, 1024, 2048], description="Context lengths L before generating, increasing."
+    )
+    gen_tokens: int = Field(
+        16, ge=1, description="Tokens generated after each context (per-token time = decode time / gen_tokens)."
+    )
     batch_size: int = Field(1, ge=1, description="Sequences generated at once (1: a user's chat).")
     repeats: int = Field(3, ge=1, description="Timed decodes per point (the median is reported).")
     warmup: int = Field(1, ge=0, description="Untimed decodes before timing each point.")
@@ -64,13 +68,21 @@ def tensor_bytes(x) -> int:
     return 0
 
 
-def _transformer_rows(name: str, m: Transformer, s: GenerationCostSettings, device: torch.device, gen: torch.Generator) -> list[dict]:
+def _transformer_rows(
+    name: str, m: Transformer, s: GenerationCostSettings, device: torch.device, gen: torch.Generator
+) -> list[dict]:
     rows = []
     vocab, limit = m.lm_head.out_features, m.config.block_size if m.config.pos_encoding == "learned" else None
     for L in s.context_lens:
         if limit is not None and L + s.gen_tokens > limit:
             for variant in ("kv_cache", "no_cache"):
-                rows.append({"model": f"{name}_{variant}", "context_len": L, "skipped": f"learned positions stop at block_size={limit}"})
+                rows.append(
+                    {
+                        "model": f"{name}_{variant}",
+                        "context_len": L,
+                        "skipped": f"learned positions stop at block_size={limit}",
+                    }
+                )
             continue
         x = torch.randint(1, vocab, (s.batch_size, L), generator=gen).to(device)  # (B, L)
 
@@ -97,13 +109,22 @@ def _transformer_rows(name: str, m: Transformer, s: GenerationCostSettings, devi
             cached_s = median_seconds(decode_cached, device, warmup=s.warmup, repeats=s.repeats)
             uncached_s = median_seconds(decode_uncached, device, warmup=s.warmup, repeats=s.repeats)
         common = {"context_len": L, "batch_size": s.batch_size, "prefill_ms": 1000 * prefill_s, "device": str(device)}
-        rows.append({"model": f"{name}_kv_cache", **common, "ms_per_token": 1000 * cached_s / s.gen_tokens, "bytes_per_sequence": held})
+        rows.append(
+            {
+                "model": f"{name}_kv_cache",
+                **common,
+                "ms_per_token": 1000 * cached_s / s.gen_tokens,
+                "bytes_per_sequence": held,
+            }
+        )
         rows.append({"model": f"{name}_no_cache", **common, "ms_per_token": 1000 * uncached_s / s.gen_tokens,
                      "bytes_per_sequence": (L + s.gen_tokens) * x.element_size()})
     return rows
 
 
-def _recurrent_rows(name: str, m: nn.Module, s: GenerationCostSettings, device: torch.device, gen: torch.Generator) -> list[dict]:
+def _recurrent_rows(
+    name: str, m: nn.Module, s: GenerationCostSettings, device: torch.device, gen: torch.Generator
+) -> list[dict]:
     rows = []
     for L in s.context_lens:
         x = torch.randint(1, m.vocab_size, (s.batch_size, L), generator=gen).to(device)  # (B, L)
@@ -119,10 +140,17 @@ def _recurrent_rows(name: str, m: nn.Module, s: GenerationCostSettings, device: 
                     tok = logits.argmax(-1)
 
             decode_s = median_seconds(decode, device, warmup=s.warmup, repeats=s.repeats)
-        rows.append({
-            "model": name, "context_len": L, "batch_size": s.batch_size, "prefill_ms": 1000 * prefill_s, "device": str(device),
-            "ms_per_token": 1000 * decode_s / s.gen_tokens, "bytes_per_sequence": tensor_bytes(state) // s.batch_size,
-        })
+        rows.append(
+            {
+                "model": name,
+                "context_len": L,
+                "batch_size": s.batch_size,
+                "prefill_ms": 1000 * prefill_s,
+                "device": str(device),
+                "ms_per_token": 1000 * decode_s / s.gen_tokens,
+                "bytes_per_sequence": tensor_bytes(state) // s.batch_size,
+            }
+        )
     return rows
 
 
@@ -200,6 +228,8 @@ def generation_cost(models: dict[str, nn.Module], settings: GenerationCostSettin
         elif hasattr(m, "step") and hasattr(m, "forward_hidden"):
             rows += _recurrent_rows(name, m, s, device, gen)
         else:
-            raise TypeError(f"generation_cost: model {name!r} ({type(m).__name__}) is neither a Transformer nor a recurrent model")
+            raise TypeError(
+                f"generation_cost: model {name!r} ({type(m).__name__}) is neither a Transformer nor a recurrent model"
+            )
     fits = fit_generation(rows)
     return GenerationCostResult(rows=rows, fits=fits, figures={"generation_cost": plot_generation(rows)})

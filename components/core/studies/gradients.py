@@ -45,20 +45,42 @@ from ..training import TrainSettings, train
 class GradientStudySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    seq_len: int = Field(256, ge=1, description="T: steps back-propagated through (the labels' block_size must hold it).")
-    n_sequences: int = Field(8, ge=1, description="Sequences (validation blocks) the norms are averaged over (geometric mean).")
-    contractive_radius: float = Field(0.5, gt=0, allow_inf_nan=False, description="Spectral radius of the contractive synthetic recurrent weights.")
-    expansive_radius: float = Field(3.0, gt=0, allow_inf_nan=False, description="Spectral radius of the expansive synthetic recurrent weights (> 1).")
+    seq_len: int = Field(
+        256, ge=1, description="T: steps back-propagated through (the labels' block_size must hold it)."
+    )
+    n_sequences: int = Field(
+        8, ge=1, description="Sequences (validation blocks) the norms are averaged over (geometric mean)."
+    )
+    contractive_radius: float = Field(
+        0.5, gt=0, allow_inf_nan=False, description="Spectral radius of the contractive synthetic recurrent weights."
+    )
+    expansive_radius: float = Field(
+        3.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Spectral radius of the expansive synthetic recurrent weights (> 1).",
+    )
     seed: int = Field(0, description="Seed of the fresh (untrained) models and of the clipping runs.")
     clip_steps: int = Field(60, ge=1, description="Training steps of each clipping-experiment run.")
-    clip_lr: float = Field(8.0, gt=0, allow_inf_nan=False, description="The (too) high learning rate of the clipping experiment (plain SGD).")
+    clip_lr: float = Field(
+        8.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="The (too) high learning rate of the clipping experiment (plain SGD).",
+    )
     clip_grad: float = Field(
-        0.25, gt=0, allow_inf_nan=False, description="Max gradient norm of the clipped run (about the typical norm, so only the spikes are cut)."
+        0.25,
+        gt=0,
+        allow_inf_nan=False,
+        description="Max gradient norm of the clipped run (about the typical norm, so only the spikes are cut).",
     )
     clip_batch_size: int = Field(16, ge=1, description="Batch size of the clipping experiment.")
     clip_block_size: int = Field(64, ge=1, description="Context length of the clipping experiment.")
     clip_blowup: float = Field(
-        2.0, gt=0, allow_inf_nan=False, description="A run counts as diverged when its loss is NaN/inf or ever exceeds clip_blowup x its first loss."
+        2.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="A run counts as diverged when its loss is NaN/inf or ever exceeds clip_blowup x its first loss.",
     )
 
 
@@ -77,7 +99,9 @@ def hidden_grad_norms(model: RecurrentLM, x: torch.Tensor, y: torch.Tensor) -> n
     x, y = x.cpu(), y.cpu()
     keep = y[:, -1] != IGNORE_INDEX
     if not keep.any():
-        raise PipelineInputError("every sequence's last target is padding; pass blocks whose last target is a real token")
+        raise PipelineInputError(
+            "every sequence's last target is padding; pass blocks whose last target is a real token"
+        )
     x, y = x[keep], y[keep]
     B, T = x.shape
     emb = m.embed(x)  # (B, T, E)
@@ -194,10 +218,23 @@ def clipping_experiment(
         seed_everything(s.seed)
         model = RecurrentLM(model_config, vocab_size)  # same init for both runs
         ts = TrainSettings(
-            max_steps=s.clip_steps, batch_size=s.clip_batch_size, block_size=min(s.clip_block_size, train_data.block_size),
-            lr=s.clip_lr, min_lr=s.clip_lr, warmup_steps=0, weight_decay=0.0, beta1=0.0, grad_clip=clip,
-            eval_interval=0, eval_batches=1, log_interval=1, checkpoint_interval=s.clip_steps, seed=s.seed,
-            device="cpu", dtype="float32", optimizer="sgd",
+            max_steps=s.clip_steps,
+            batch_size=s.clip_batch_size,
+            block_size=min(s.clip_block_size, train_data.block_size),
+            lr=s.clip_lr,
+            min_lr=s.clip_lr,
+            warmup_steps=0,
+            weight_decay=0.0,
+            beta1=0.0,
+            grad_clip=clip,
+            eval_interval=0,
+            eval_batches=1,
+            log_interval=1,
+            checkpoint_interval=s.clip_steps,
+            seed=s.seed,
+            device="cpu",
+            dtype="float32",
+            optimizer="sgd",
         )
         res = train(model, train_data, val_data, ts, workdir / name, resume=False, raise_on_divergence=False)
         curve = [h["train/loss"] for h in res.history if "train/loss" in h]
@@ -214,7 +251,9 @@ def clipping_experiment(
         clipped_diverged=_diverged(lc, s.clip_blowup),
         clipped_trained=_trained(lc),
         max_grad_norm_unclipped=max((h["grad_norm"] for h in hu if "grad_norm" in h), default=float("nan")),
-        max_grad_norm_clipped_after_clip=max((h["grad_norm_clipped"] for h in hc if "grad_norm_clipped" in h), default=float("nan")),
+        max_grad_norm_clipped_after_clip=max(
+            (h["grad_norm_clipped"] for h in hc if "grad_norm_clipped" in h), default=float("nan")
+        ),
         notes=notes,
         max_grad_norm_clipped_before_clip=max((h["grad_norm"] for h in hc if "grad_norm" in h), default=float("nan")),
         steps_clip_engaged=sum(h["grad_norm"] > s.clip_grad for h in hc if "grad_norm" in h),
@@ -301,7 +340,9 @@ def gradient_study(
 
     clipping = None
     if train_data is not None and clip_model_config is not None:
-        vocab_size = next(iter(models.values())).vocab_size if models else int(max(data.x.max(), train_data.x.max())) + 1
+        vocab_size = (
+            next(iter(models.values())).vocab_size if models else int(max(data.x.max(), train_data.x.max())) + 1
+        )
         clipping = clipping_experiment(clip_model_config, vocab_size, train_data, data, s, out_dir)
 
     result = GradientStudyResult(rows=rows, norms=norms, clipping=clipping)

@@ -59,22 +59,38 @@ Encode = Callable[[str], list[int]]
 class InsideSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    sentences: list[str] = Field([], description="Sentences whose attention maps are drawn (empty: the start of the first validation blocks).")
+    sentences: list[str] = Field(
+        [], description="Sentences whose attention maps are drawn (empty: the start of the first validation blocks)."
+    )
     map_sentences: int = Field(2, ge=1, description="Validation excerpts drawn when `sentences` is empty.")
     map_tokens: int = Field(20, ge=2, description="Tokens per attention map (readable at that size).")
-    stat_blocks: int = Field(128, ge=1, description="Validation blocks for head statistics, head ablation, neuron activations and fact prompts.")
-    prev_threshold: float = Field(0.4, gt=0, le=1, description="Previous-token head: at least this share of attention on t − 1.")
+    stat_blocks: int = Field(
+        128,
+        ge=1,
+        description="Validation blocks for head statistics, head ablation, neuron activations and fact prompts.",
+    )
+    prev_threshold: float = Field(
+        0.4, gt=0, le=1, description="Previous-token head: at least this share of attention on t − 1."
+    )
     first_threshold: float = Field(0.4, gt=0, le=1, description="Sink head: at least this share on the first position.")
-    self_threshold: float = Field(0.4, gt=0, le=1, description="Self head: at least this share on the query's own position.")
-    local_distance: float = Field(4.0, gt=0, description="Local head: mean attention distance at most this many tokens.")
+    self_threshold: float = Field(
+        0.4, gt=0, le=1, description="Self head: at least this share on the query's own position."
+    )
+    local_distance: float = Field(
+        4.0, gt=0, description="Local head: mean attention distance at most this many tokens."
+    )
     top_neurons: int = Field(6, ge=1, description="Most selective FFN neurons shown with their keys and values.")
     top_contexts: int = Field(4, ge=1, description="Top-activating contexts shown per neuron.")
     context_tokens: int = Field(8, ge=1, description="Tokens of context shown before each activating token.")
     value_tokens: int = Field(5, ge=1, description="Tokens each shown neuron's output promotes most.")
-    n_facts: int = Field(16, ge=1, description="Fact prompts probed (confident, correct next-word predictions from validation).")
+    n_facts: int = Field(
+        16, ge=1, description="Fact prompts probed (confident, correct next-word predictions from validation)."
+    )
     fact_context: int = Field(16, ge=2, description="Tokens of each fact prompt.")
     min_confidence: float = Field(0.15, gt=0, lt=1, description="A fact prompt's answer probability at least this.")
-    ablate_k: int = Field(8, ge=1, description="Neurons zeroed per fact prompt (top by attribution, and as many random ones).")
+    ablate_k: int = Field(
+        8, ge=1, description="Neurons zeroed per fact prompt (top by attribution, and as many random ones)."
+    )
     random_draws: int = Field(5, ge=1, description="Random draws of k neurons for the control.")
     batch_size: int = Field(16, ge=1, description="Blocks per forward pass.")
     seed: int = Field(0, description="Seed of the random neuron draws and the made-up names.")
@@ -184,7 +200,9 @@ def head_ablation(model: nn.Module, blocks: TokenBlocks, n: int, batch_size: int
 
 
 @contextmanager
-def neuron_hooks(model: nn.Module, zero: dict[int, list[int]] | None = None, record: list | None = None) -> Iterator[None]:
+def neuron_hooks(
+    model: nn.Module, zero: dict[int, list[int]] | None = None, record: list | None = None
+) -> Iterator[None]:
     """Zero FFN neurons {layer: [index, ...]} (at every position) and/or record each layer's GELU output (B, T, 4C)."""
     handles = []
     for layer, block in enumerate(model.h):
@@ -207,7 +225,9 @@ def neuron_hooks(model: nn.Module, zero: dict[int, list[int]] | None = None, rec
 def value_vectors(model: nn.Module) -> list[torch.Tensor]:
     """Per layer (V, 4C): each neuron's output column mapped to the vocabulary through γ of ln_f and W_U."""
     if not isinstance(model.ln_f, nn.LayerNorm):
-        raise ConfigError("the neuron study needs a pre-LN Transformer (norm: pre), whose final LayerNorm reads the residual stream")
+        raise ConfigError(
+            "the neuron study needs a pre-LN Transformer (norm: pre), whose final LayerNorm reads the residual stream"
+        )
     gamma = model.ln_f.weight.detach()  # (C,)
     W_U = model.lm_head.weight.detach()  # (V, C)
     out = []
@@ -237,8 +257,15 @@ def neuron_memories(model: nn.Module, blocks: TokenBlocks, s: InsideSettings, de
         flat = a.reshape(-1, a.shape[-1])  # (n·T, 4C)
         sel = (flat.max(0).values - flat.mean(0)) / flat.std(0).clamp(min=1e-6)
         for i in range(flat.shape[1]):
-            rows.append({"layer": layer, "neuron": i, "selectivity": float(sel[i]), "max_activation": float(flat[:, i].max()),
-                         "mean_activation": float(flat[:, i].mean())})
+            rows.append(
+                {
+                    "layer": layer,
+                    "neuron": i,
+                    "selectivity": float(sel[i]),
+                    "max_activation": float(flat[:, i].max()),
+                    "mean_activation": float(flat[:, i].mean()),
+                }
+            )
         acts[layer] = a
     rows.sort(key=lambda r: -r["selectivity"])
     shown = []
@@ -253,7 +280,13 @@ def neuron_memories(model: nn.Module, blocks: TokenBlocks, s: InsideSettings, de
             after = [int(v) for v in blocks.x[b, t + 1:t + 4]]
             contexts.append(f"{marked(ids, decode, after)} ({a[flat_idx]:.2f})")
         promoted = torch.topk(values[r["layer"]][:, r["neuron"]], s.value_tokens + 1).indices.tolist()
-        shown.append({**r, "key_contexts": contexts, "value_tokens": [token_text(t, decode) for t in promoted if t != 0][: s.value_tokens]})
+        shown.append(
+            {
+                **r,
+                "key_contexts": contexts,
+                "value_tokens": [token_text(t, decode) for t in promoted if t != 0][: s.value_tokens],
+            }
+        )
     return shown
 
 
@@ -306,14 +339,22 @@ def find_fact_prompts(model: nn.Module, blocks: TokenBlocks, s: InsideSettings, 
             continue
         if len(facts) == s.n_facts or not _is_word(decode([ans])):
             continue
-        f = {"prompt": prompt, "answer": ans, "probability": p, "prompt_text": decode(prompt), "answer_text": decode([ans])}
+        f = {
+            "prompt": prompt,
+            "answer": ans,
+            "probability": p,
+            "prompt_text": decode(prompt),
+            "answer_text": decode([ans]),
+        }
         facts.append(f)
         by_answer[ans] = f
     return facts
 
 
 @torch.no_grad()
-def last_position(model: nn.Module, prompt: list[int], device, zero: dict[int, list[int]] | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def last_position(
+    model: nn.Module, prompt: list[int], device, zero: dict[int, list[int]] | None = None
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Next-token probabilities (V,) after the prompt and each layer's neuron activations there (4C,)."""
     x = torch.tensor([prompt], device=device)
     rec: list = []
@@ -380,7 +421,10 @@ def fact_probe(model: nn.Module, facts: list[dict], s: InsideSettings, device) -
             "top_attribution": float(attr.reshape(-1)[top[0]]), "_neurons": neurons,
         }
         if "heldout_prompt" in f:
-            row.update(heldout_test(model, f["heldout_prompt"], f["answer"], neurons, s, rng, device), heldout_text=f["heldout_text"])
+            row.update(
+                heldout_test(model, f["heldout_prompt"], f["answer"], neurons, s, rng, device),
+                heldout_text=f["heldout_text"],
+            )
         rows.append(row)
     return rows
 
@@ -400,10 +444,16 @@ def heldout_test(model: nn.Module, prompt: list[int], answer: int, neurons: list
         draw: list[tuple[int, int]] = []
         for layer, i in neurons:
             r = pos[layer][i]
-            near = [n for n in ranks[layer][max(0, r - 10):r + 11] if (layer, n) not in chosen and (layer, n) not in draw]
+            near = [
+                n for n in ranks[layer][max(0, r - 10) : r + 11] if (layer, n) not in chosen and (layer, n) not in draw
+            ]
             draw.append((layer, int(rng.choice(near))))
         p_rand.append(ablate_neurons(model, prompt, answer, draw, device))
-    return {"heldout_p_answer": float(p0[answer]), "heldout_p_top_k_zeroed": p_top, "heldout_p_matched_random_zeroed": float(np.mean(p_rand))}
+    return {
+        "heldout_p_answer": float(p0[answer]),
+        "heldout_p_top_k_zeroed": p_top,
+        "heldout_p_matched_random_zeroed": float(np.mean(p_rand)),
+    }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -444,7 +494,9 @@ def entropy(p: torch.Tensor) -> float:
     return float(-(p * p.clamp(min=1e-30).log()).sum())
 
 
-def confidence_gap(model: nn.Module, probe: list[dict], s: InsideSettings, encode: Encode, known: set[str], device) -> list[dict]:
+def confidence_gap(
+    model: nn.Module, probe: list[dict], s: InsideSettings, encode: Encode, known: set[str], device
+) -> list[dict]:
     rng = np.random.default_rng(s.seed)
     bs = model.config.block_size
     rows = []
@@ -478,7 +530,15 @@ def plot_head_ablation(inc: np.ndarray, kinds: list[dict]) -> Figure:
     ax = fig.subplots()
     im = ax.imshow(inc, cmap="magma")
     for r in kinds:
-        ax.text(r["head"], r["layer"], f"{inc[r['layer'], r['head']]:+.3f}\n{r['kind']}", ha="center", va="center", fontsize=8, color="cyan")
+        ax.text(
+            r["head"],
+            r["layer"],
+            f"{inc[r['layer'], r['head']]:+.3f}\n{r['kind']}",
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="cyan",
+        )
     ax.set_xticks(range(H), [f"head {h}" for h in range(H)])
     ax.set_yticks(range(L), [f"layer {layer}" for layer in range(L)])
     ax.set_title("validation loss increase with one head zeroed (nats)")
@@ -517,8 +577,11 @@ class HeadsResult:
     figures: dict[str, Figure] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, float]:
-        out = {"heads/val_loss": self.base_loss, "heads/max_ablation_increase": max(r["loss_increase"] for r in self.ablation),
-               "heads/max_row_sum_error": max(r["max_row_sum_error"] for r in self.heads)}
+        out = {
+            "heads/val_loss": self.base_loss,
+            "heads/max_ablation_increase": max(r["loss_increase"] for r in self.ablation),
+            "heads/max_row_sum_error": max(r["max_row_sum_error"] for r in self.heads),
+        }
         for k in ("previous-token", "first-token sink", "self", "local", "broad"):
             out[f"heads/count_{k.replace(' ', '_')}"] = float(sum(r["kind"] == k for r in self.heads))
         if self.one_head_loss is not None:
@@ -535,18 +598,25 @@ def attention_heads(model: nn.Module, val: TokenBlocks, s: InsideSettings, *, de
     n = min(blocks.n_blocks, s.stat_blocks)
     heads = classify_heads(head_statistics(attention_over_blocks(model, blocks, n, s.batch_size, device)), s)
     base, inc = head_ablation(model, blocks, n, s.batch_size, device)
-    ablation = [{"layer": r["layer"], "head": r["head"], "kind": r["kind"], "loss_increase": float(inc[r["layer"], r["head"]])} for r in heads]
+    ablation = [
+        {"layer": r["layer"], "head": r["head"], "kind": r["kind"], "loss_increase": float(inc[r["layer"], r["head"]])}
+        for r in heads
+    ]
     one_loss = None
     if one_head is not None:
         one_head = one_head.to(device).eval()
         sub = TokenBlocks(blocks.x[:n], blocks.y[:n])
         one_loss = evaluate(one_head, sub, batch_size=s.batch_size, max_batches=None, device=device)
     figures = {}
-    seqs = [encode(t)[: s.map_tokens] for t in s.sentences] or [[int(v) for v in blocks.x[i, : s.map_tokens]] for i in range(min(s.map_sentences, blocks.n_blocks))]
+    seqs = [encode(t)[: s.map_tokens] for t in s.sentences] or [
+        [int(v) for v in blocks.x[i, : s.map_tokens]] for i in range(min(s.map_sentences, blocks.n_blocks))
+    ]
     for i, ids in enumerate(seqs):
         with torch.no_grad():
             w = [t.cpu() for t in model.attention_weights(torch.tensor([ids], device=device))]
-        figures[f"attention_map_{i}"] = plot_head_maps(w, [decode([t]) for t in ids], f"attention weights (query rows → key columns): {decode(ids)[:80]!r}")
+        figures[f"attention_map_{i}"] = plot_head_maps(
+            w, [decode([t]) for t in ids], f"attention weights (query rows → key columns): {decode(ids)[:80]!r}"
+        )
     figures["head_ablation"] = plot_head_ablation(inc, heads)
     return HeadsResult(heads=heads, ablation=ablation, base_loss=base, one_head_loss=one_loss, figures=figures)
 
@@ -570,18 +640,34 @@ class MemoriesResult:
                 # per fact: how much more the selected neurons lower the held-out answer than matched random ones
                 d = np.array([r["heldout_p_matched_random_zeroed"] - r["heldout_p_top_k_zeroed"] for r in held])
                 boots = np.random.default_rng(0).choice(d, (1000, len(d))).mean(1)
-                out.update({"ffn/heldout_p_answer_mean": float(np.mean([r["heldout_p_answer"] for r in held])),
-                            "ffn/heldout_p_top_k_zeroed_mean": float(np.mean([r["heldout_p_top_k_zeroed"] for r in held])),
-                            "ffn/heldout_p_matched_random_zeroed_mean": float(np.mean([r["heldout_p_matched_random_zeroed"] for r in held])),
-                            "ffn/heldout_extra_drop_mean": float(d.mean()), "ffn/heldout_extra_drop_lo": float(np.percentile(boots, 2.5)),
-                            "ffn/heldout_extra_drop_hi": float(np.percentile(boots, 97.5))})
+                out.update(
+                    {
+                        "ffn/heldout_p_answer_mean": float(np.mean([r["heldout_p_answer"] for r in held])),
+                        "ffn/heldout_p_top_k_zeroed_mean": float(np.mean([r["heldout_p_top_k_zeroed"] for r in held])),
+                        "ffn/heldout_p_matched_random_zeroed_mean": float(
+                            np.mean([r["heldout_p_matched_random_zeroed"] for r in held])
+                        ),
+                        "ffn/heldout_extra_drop_mean": float(d.mean()),
+                        "ffn/heldout_extra_drop_lo": float(np.percentile(boots, 2.5)),
+                        "ffn/heldout_extra_drop_hi": float(np.percentile(boots, 97.5)),
+                    }
+                )
         if self.gap:
-            for k in ("top1_p_real", "top1_p_made_up", "entropy_real", "entropy_made_up", "fact_neurons_activation_real", "fact_neurons_activation_made_up"):
+            for k in (
+                "top1_p_real",
+                "top1_p_made_up",
+                "entropy_real",
+                "entropy_made_up",
+                "fact_neurons_activation_real",
+                "fact_neurons_activation_made_up",
+            ):
                 out[f"ffn/{k}_mean"] = float(np.mean([r[k] for r in self.gap]))
         return out
 
 
-def ffn_memories(model: nn.Module, val: TokenBlocks, s: InsideSettings, *, decode: Decode, encode: Encode, known: set[str]) -> MemoriesResult:
+def ffn_memories(
+    model: nn.Module, val: TokenBlocks, s: InsideSettings, *, decode: Decode, encode: Encode, known: set[str]
+) -> MemoriesResult:
     """`known`: every word of the corpus (lowercased; `known_words`), which a made-up name must not be."""
     device, _ = resolve_device(s.device)
     model = model.to(device).eval()

@@ -53,17 +53,27 @@ class ModelShape(BaseModel):
 
 # Published shapes of widely used open models (their config.json files).
 REFERENCE_SHAPES = [
-    ModelShape(name="7B, multi-head (Llama-2-7B shape)", params_b=6.7, n_layer=32, n_head=32, n_kv_head=32, head_dim=128),
-    ModelShape(name="8B, grouped-query (Llama-3-8B shape)", params_b=8.0, n_layer=32, n_head=32, n_kv_head=8, head_dim=128),
-    ModelShape(name="70B, grouped-query (Llama-3-70B shape)", params_b=70.6, n_layer=80, n_head=64, n_kv_head=8, head_dim=128),
+    ModelShape(
+        name="7B, multi-head (Llama-2-7B shape)", params_b=6.7, n_layer=32, n_head=32, n_kv_head=32, head_dim=128
+    ),
+    ModelShape(
+        name="8B, grouped-query (Llama-3-8B shape)", params_b=8.0, n_layer=32, n_head=32, n_kv_head=8, head_dim=128
+    ),
+    ModelShape(
+        name="70B, grouped-query (Llama-3-70B shape)", params_b=70.6, n_layer=80, n_head=64, n_kv_head=8, head_dim=128
+    ),
 ]
 
 
 class LongContextSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    context_lens: list[int] = Field([4096, 32768, 131072, 1048576], description="Context lengths of the arithmetic table.")
-    bytes_per_value: int = Field(2, ge=1, description="Bytes per cached key/value and score in the arithmetic (2: FP16/BF16).")
+    context_lens: list[int] = Field(
+        [4096, 32768, 131072, 1048576], description="Context lengths of the arithmetic table."
+    )
+    bytes_per_value: int = Field(
+        2, ge=1, description="Bytes per cached key/value and score in the arithmetic (2: FP16/BF16)."
+    )
     repeats: int = Field(3, ge=1, description="Timed Transformer training steps per length (the median is reported).")
     warmup: int = Field(1, ge=0, description="Untimed steps before timing each length.")
     device: DeviceSetting = Field("auto", description="Where to time: 'auto' = CUDA if present, else CPU.")
@@ -98,17 +108,24 @@ def arithmetic_table(settings: LongContextSettings, shapes: list[ModelShape] = R
     rows = []
     for sh in shapes:
         for L in settings.context_lens:
-            rows.append({
-                "model": sh.name, "params_b": sh.params_b, "context_len": L,
-                "kv_cache_gib": kv_cache_bytes(sh.n_layer, sh.n_kv_head, sh.head_dim, L, settings.bytes_per_value) / 2**30,
-                "weights_fp16_gib": sh.params_b * 1e9 * 2 / 2**30,
-                "scores_per_layer_gib": scores_bytes(sh.n_head, L, settings.bytes_per_value) / 2**30,
-                "attention_tflops_per_forward": attention_flops(sh.n_layer, sh.n_head, sh.head_dim, L) / 1e12,
-            })
+            rows.append(
+                {
+                    "model": sh.name,
+                    "params_b": sh.params_b,
+                    "context_len": L,
+                    "kv_cache_gib": kv_cache_bytes(sh.n_layer, sh.n_kv_head, sh.head_dim, L, settings.bytes_per_value)
+                    / 2**30,
+                    "weights_fp16_gib": sh.params_b * 1e9 * 2 / 2**30,
+                    "scores_per_layer_gib": scores_bytes(sh.n_head, L, settings.bytes_per_value) / 2**30,
+                    "attention_tflops_per_forward": attention_flops(sh.n_layer, sh.n_head, sh.head_dim, L) / 1e12,
+                }
+            )
     return rows
 
 
-def transformer_train_rows(model: nn.Module, seq_lens: list[int], batch_size: int, s: LongContextSettings) -> list[dict]:
+def transformer_train_rows(
+    model: nn.Module, seq_lens: list[int], batch_size: int, s: LongContextSettings
+) -> list[dict]:
     """The Transformer's training step (forward, backward, AdamW) timed at each length exactly as
     `recurrent_cost` times the recurrent models. Lengths beyond block_size run where the positional
     encoding extends (RoPE, sinusoidal, none): the cost is what is measured there, not the quality."""
@@ -170,9 +187,17 @@ def exponent_table(attention_fits: list[dict], generation_fits: list[dict], trai
     rows = []
     for f in attention_fits:
         for what in ("time", "memory"):
-            rows.append({"source": "attention_cost", "what": f"{f['pass']} {what}", "impl": f["impl"],
-                         "exponent": f[f"{what}_exponent"], "r2": f[f"{what}_r2"],
-                         "ratio_last_doubling": f[f"{what}_ratio_last_doubling"], "n_range": f"{f['n_min']}…{f['n_max']}"})
+            rows.append(
+                {
+                    "source": "attention_cost",
+                    "what": f"{f['pass']} {what}",
+                    "impl": f["impl"],
+                    "exponent": f[f"{what}_exponent"],
+                    "r2": f[f"{what}_r2"],
+                    "ratio_last_doubling": f[f"{what}_ratio_last_doubling"],
+                    "n_range": f"{f['n_min']}…{f['n_max']}",
+                }
+            )
     for f in generation_fits:
         rows.append({"source": "generation_cost", "what": "ms per generated token", "impl": f["model"],
                      "exponent": f["time_exponent"], "r2": f["time_r2"], "ratio_last_doubling": float("nan"),
@@ -180,9 +205,22 @@ def exponent_table(attention_fits: list[dict], generation_fits: list[dict], trai
     for name in dict.fromkeys(r["model"] for r in train_rows):
         rs = [r for r in train_rows if r["model"] == name]
         fit = fit_exponent([r["seq_len"] for r in rs], [r["train_step_ms"] for r in rs])
-        last = rs[-1]["train_step_ms"] / rs[-2]["train_step_ms"] if len(rs) >= 2 and rs[-1]["seq_len"] == 2 * rs[-2]["seq_len"] else float("nan")
-        rows.append({"source": "training step", "what": "ms per step vs T", "impl": name, "exponent": fit["exponent"],
-                     "r2": fit["r2"], "ratio_last_doubling": last, "n_range": f"{rs[0]['seq_len']}…{rs[-1]['seq_len']}"})
+        last = (
+            rs[-1]["train_step_ms"] / rs[-2]["train_step_ms"]
+            if len(rs) >= 2 and rs[-1]["seq_len"] == 2 * rs[-2]["seq_len"]
+            else float("nan")
+        )
+        rows.append(
+            {
+                "source": "training step",
+                "what": "ms per step vs T",
+                "impl": name,
+                "exponent": fit["exponent"],
+                "r2": fit["r2"],
+                "ratio_last_doubling": last,
+                "n_range": f"{rs[0]['seq_len']}…{rs[-1]['seq_len']}",
+            }
+        )
     return rows
 
 
@@ -194,8 +232,14 @@ def check_kv_arithmetic(generation_rows: list[dict], model_config: dict) -> list
         if r["model"] != "transformer_kv_cache" or "skipped" in r:
             continue
         predicted = kv_cache_bytes(model_config["n_layer"], model_config["n_head"], head_dim, r["context_len"], 4)
-        out.append({"context_len": r["context_len"], "measured_bytes": r["bytes_per_sequence"], "predicted_bytes": predicted,
-                    "measured_over_predicted": r["bytes_per_sequence"] / predicted})
+        out.append(
+            {
+                "context_len": r["context_len"],
+                "measured_bytes": r["bytes_per_sequence"],
+                "predicted_bytes": predicted,
+                "measured_over_predicted": r["bytes_per_sequence"] / predicted,
+            }
+        )
     return out
 
 
@@ -229,10 +273,24 @@ def plot_long_context(train_rows: list[dict], crossovers: list[dict], arithmetic
     ax_c.set_title("training: per-token cost vs length")
     for name in dict.fromkeys(r["model"] for r in arithmetic):
         rs = [r for r in arithmetic if r["model"] == name]
-        ax_a.loglog([r["context_len"] for r in rs], [r["kv_cache_gib"] for r in rs], "o-", base=2, label=f"{name}: KV cache")
+        ax_a.loglog(
+            [r["context_len"] for r in rs], [r["kv_cache_gib"] for r in rs], "o-", base=2, label=f"{name}: KV cache"
+        )
     if kv:
-        ax_a.loglog([r["context_len"] for r in kv], [r["measured_bytes"] / 2**30 for r in kv], "ks", base=2, label="ours, measured KV cache")
-        ax_a.loglog([r["context_len"] for r in kv], [r["predicted_bytes"] / 2**30 for r in kv], "k:", base=2, label="ours, formula")
+        ax_a.loglog(
+            [r["context_len"] for r in kv],
+            [r["measured_bytes"] / 2**30 for r in kv],
+            "ks",
+            base=2,
+            label="ours, measured KV cache",
+        )
+        ax_a.loglog(
+            [r["context_len"] for r in kv],
+            [r["predicted_bytes"] / 2**30 for r in kv],
+            "k:",
+            base=2,
+            label="ours, formula",
+        )
     ax_a.set_xlabel("context length (tokens)")
     ax_a.set_ylabel("GiB per sequence")
     ax_a.set_title("KV cache: formula for real shapes, checked on ours")
@@ -260,7 +318,10 @@ class LongContextResult:
         for p in dict.fromkeys(r["pass"] for r in self.scores_check):
             sc = [r["measured_over_scores"] for r in self.scores_check if r["pass"] == p and r["in_fit"]]
             if sc:
-                out[f"reference_{p}_peak_over_scores_min"], out[f"reference_{p}_peak_over_scores_max"] = min(sc), max(sc)
+                out[f"reference_{p}_peak_over_scores_min"], out[f"reference_{p}_peak_over_scores_max"] = (
+                    min(sc),
+                    max(sc),
+                )
         for c in self.crossovers:
             n = c["recurrent"]
             out[f"crossover_{n}_fitted_len"] = c["fitted_crossover_len"]
@@ -277,17 +338,39 @@ class LongContextResult:
         return {f"long_context/{k}": float(v) for k, v in self.summary().items() if v is not None and np.isfinite(v)}
 
     def markdown(self) -> str:
-        lines = ["| source | what | impl | exponent | R² | cost(2N)/cost(N) |", "| --- | --- | --- | ---: | ---: | ---: |"]
-        lines += [f"| {e['source']} | {e['what']} | {e['impl']} | {e['exponent']:.2f} | {e['r2']:.3f} | {e['ratio_last_doubling']:.2f} |" for e in self.exponents]
-        lines += ["", "| vs | first T where the Transformer costs more per token | fitted crossover T | extrapolated | Transformer/recurrent at the longest T |",
-                  "| --- | ---: | ---: | --- | ---: |"]
+        lines = [
+            "| source | what | impl | exponent | R² | cost(2N)/cost(N) |",
+            "| --- | --- | --- | ---: | ---: | ---: |",
+        ]
+        lines += [
+            f"| {e['source']} | {e['what']} | {e['impl']} | {e['exponent']:.2f} | {e['r2']:.3f} | "
+            f"{e['ratio_last_doubling']:.2f} |"
+            for e in self.exponents
+        ]
+        lines += [
+            "",
+            "| vs | first T where the Transformer costs more per token | fitted crossover T | extrapolated | "
+            "Transformer/recurrent at the longest T |",
+            "| --- | ---: | ---: | --- | ---: |",
+        ]
         for c in self.crossovers:
-            lines.append(f"| {c['recurrent']} | {c['first_measured_len_transformer_costlier']} | {c['fitted_crossover_len']:.0f} | "
-                         f"{c['fitted_crossover_extrapolated']} | {c.get('ratio_at_max_len', float('nan')):.2f} |")
-        lines += ["", "| model | context | KV cache GiB | FP16 weights GiB | scores per layer GiB | attention TFLOP per forward |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: |"]
-        lines += [f"| {r['model']} | {r['context_len']:,} | {r['kv_cache_gib']:.2f} | {r['weights_fp16_gib']:.1f} | {r['scores_per_layer_gib']:.3g} | "
-                  f"{r['attention_tflops_per_forward']:.3g} |" for r in self.arithmetic]
+            lines.append(
+                f"| {c['recurrent']} | {c['first_measured_len_transformer_costlier']} | "
+                f"{c['fitted_crossover_len']:.0f} | "
+                f"{c['fitted_crossover_extrapolated']} | {c.get('ratio_at_max_len', float('nan')):.2f} |"
+            )
+        lines += [
+            "",
+            "| model | context | KV cache GiB | FP16 weights GiB | scores per layer GiB | attention TFLOP per forward "
+            "|",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        lines += [
+            f"| {r['model']} | {r['context_len']:,} | {r['kv_cache_gib']:.2f} | {r['weights_fp16_gib']:.1f} | "
+            f"{r['scores_per_layer_gib']:.3g} | "
+            f"{r['attention_tflops_per_forward']:.3g} |"
+            for r in self.arithmetic
+        ]
         return "\n".join(lines)
 
 
@@ -306,15 +389,25 @@ def long_context_cost(
     seq_lens = sorted({r["seq_len"] for r in rec_rows})
     batch = rec_rows[0]["batch_size"]
     tf_rows = transformer_train_rows(transformer, seq_lens, batch, settings)
-    train_rows = tf_rows + [{k: r[k] for k in ("model", "seq_len", "batch_size", "train_step_ms", "tokens_per_s", "sequential_steps") if k in r}
-                            for r in rec_rows]
+    train_rows = tf_rows + [
+        {
+            k: r[k]
+            for k in ("model", "seq_len", "batch_size", "train_step_ms", "tokens_per_s", "sequential_steps")
+            if k in r
+        }
+        for r in rec_rows
+    ]
     crossovers = [crossover(tf_rows, rec_rows, name) for name in dict.fromkeys(r["model"] for r in rec_rows)]
     arithmetic = arithmetic_table(settings, shapes)
     kv = check_kv_arithmetic(generation["rows"], transformer.config.model_dump())
     fit_from = attention["info"]["settings"]["fit_from"]
     scores = check_scores_arithmetic(attention["rows"], attention["info"], fit_from)
     return LongContextResult(
-        exponents=exponent_table(attention["fits"], generation["fits"], train_rows), train_rows=train_rows, crossovers=crossovers,
-        arithmetic=arithmetic, kv_check=kv, scores_check=scores,
+        exponents=exponent_table(attention["fits"], generation["fits"], train_rows),
+        train_rows=train_rows,
+        crossovers=crossovers,
+        arithmetic=arithmetic,
+        kv_check=kv,
+        scores_check=scores,
         figures={"long_context_cost": plot_long_context(train_rows, crossovers, arithmetic, kv)},
     )

@@ -68,8 +68,10 @@ class MemoryTrainSettings(BaseModel):
     batch_size: int = Field(32, ge=1, description="Sequences per step.")
     lrs: dict[str, float] = Field(
         {"rnn": 3e-3, "lstm": 1e-2, "transformer": 3e-3, "window": 3e-3},
-        description="Peak AdamW learning rate per architecture (linear warm-up over 10% of the steps, cosine decay): each at "
-        "the rate it trained best at in a short sweep (1e-2 sends the RNN and the Transformer to chance; 3e-3 leaves the LSTM slow).",
+        description="Peak AdamW learning rate per architecture (linear warm-up over 10% of the steps, cosine decay): "
+            "each at "
+        "the rate it trained best at in a short sweep (1e-2 sends the RNN and the Transformer to chance; 3e-3 leaves "
+        "the LSTM slow).",
     )
     grad_clip: float = Field(1.0, gt=0, description="Gradient norm clip.")
     param_budget: int = Field(30000, ge=100, description="Parameters per model (every architecture sized to it).")
@@ -79,9 +81,12 @@ class MemoryTrainSettings(BaseModel):
                       "(validation sequences: seed + 1).")
     lstm_init: Literal["chrono", "forget1", "torch"] = Field(
         "forget1",
-        description="LSTM gate biases at initialisation: forget1 (forget bias 1, Gers et al. 2000 / Jozefowicz et al. 2015: the "
-        "cell starts out keeping more of what it holds), chrono (Tallec & Ollivier 2018: forget bias log U(1, seq_len − 1), input "
-        "bias its negative; its nearly shut input gates left the LSTM at chance on delayed recall in 400 steps here), torch "
+        description="LSTM gate biases at initialisation: forget1 (forget bias 1, Gers et al. 2000 / Jozefowicz et al. "
+            "2015: the "
+        "cell starts out keeping more of what it holds), chrono (Tallec & Ollivier 2018: forget bias log U(1, seq_len "
+        "− 1), input "
+        "bias its negative; its nearly shut input gates left the LSTM at chance on delayed recall in 400 steps here), "
+        "torch "
         "(nn.LSTM's own uniform init).",
     )
     threads: int = Field(1, ge=1, description="Torch CPU threads while these small models train (restored after): one "
@@ -89,16 +94,21 @@ class MemoryTrainSettings(BaseModel):
 
 
 class DelaySettings(MemoryTrainSettings):
-
-    delays: list[int] = Field([4, 8, 16, 32, 64], min_length=1, description="Distances from the symbol to the query, each at least 1.")
-    n_layer: int = Field(1, ge=1, description="Transformer blocks (one attention layer finds the symbol at any distance).")
+    delays: list[int] = Field(
+        [4, 8, 16, 32, 64], min_length=1, description="Distances from the symbol to the query, each at least 1."
+    )
+    n_layer: int = Field(
+        1, ge=1, description="Transformer blocks (one attention layer finds the symbol at any distance)."
+    )
     steps: int = Field(400, ge=1, description="Optimizer steps per model.")
     seq_len: int = Field(66, ge=2, description="Tokens per sequence; every delay must be at most seq_len - 1.")
     n_symbols: int = Field(8, ge=2, description="Symbols to remember (chance accuracy 1/n_symbols).")
     n_noise: int = Field(8, ge=1, description="Distinct noise tokens between the symbol and the query.")
     train_sequences: int = Field(8192, ge=1, description="Training sequences (delays drawn uniformly from `delays`).")
     val_per_delay: int = Field(256, ge=1, description="Validation sequences per delay.")
-    models: list[str] = Field(["rnn", "lstm", "transformer"], min_length=1, description="Architectures trained: rnn, lstm, transformer.")
+    models: list[str] = Field(
+        ["rnn", "lstm", "transformer"], min_length=1, description="Architectures trained: rnn, lstm, transformer."
+    )
 
     @property
     def train(self) -> MemoryTrainSettings:
@@ -124,18 +134,29 @@ class DelaySettings(MemoryTrainSettings):
 
 
 class RecallSettings(MemoryTrainSettings):
-
-    pairs: list[int] = Field([1, 2, 4, 8], min_length=1, description="Key-value pairs per sequence (mixed in training), each at least 1.")
+    pairs: list[int] = Field(
+        [1, 2, 4, 8], min_length=1, description="Key-value pairs per sequence (mixed in training), each at least 1."
+    )
     seq_len: int = Field(32, ge=3, description="Tokens per sequence: 3 per pair (key, value, query) plus filler.")
     n_keys: int = Field(8, ge=1, description="Key vocabulary: keys in a sequence are distinct, so at least max(pairs).")
     n_values: int = Field(8, ge=2, description="Value vocabulary (chance accuracy 1/n_values).")
     train_sequences: int = Field(8192, ge=1, description="Training sequences.")
     val_per_pairs: int = Field(128, ge=1, description="Validation sequences per number of pairs.")
-    distance_buckets: list[int] = Field([4, 8, 16, 32], min_length=1, description="Upper edges of the key-query distance buckets.")
-    window: int = Field(4, ge=1, description="Keys each query of the sliding-window Transformer sees per layer (2 layers of 4: a receptive field of 7).")
+    distance_buckets: list[int] = Field(
+        [4, 8, 16, 32], min_length=1, description="Upper edges of the key-query distance buckets."
+    )
+    window: int = Field(
+        4,
+        ge=1,
+        description="Keys each query of the sliding-window Transformer sees per layer (2 layers of 4: a receptive "
+            "field of 7).",
+    )
     steps: int = Field(600, ge=1, description="Optimizer steps per model.")
-    models: list[str] = Field(["rnn", "lstm", "transformer", "window"], min_length=1,
-                              description="Architectures trained: rnn, lstm, transformer, window (sliding-window Transformer).")
+    models: list[str] = Field(
+        ["rnn", "lstm", "transformer", "window"],
+        min_length=1,
+        description="Architectures trained: rnn, lstm, transformer, window (sliding-window Transformer).",
+    )
 
     @property
     def train(self) -> MemoryTrainSettings:
@@ -147,11 +168,15 @@ class RecallSettings(MemoryTrainSettings):
         if min(self.pairs) < 1:
             raise ValueError(f"pairs must all be at least 1, got {self.pairs}")
         if 3 * max(self.pairs) > self.seq_len:
-            raise ValueError(f"pairs={max(self.pairs)} do not fit in seq_len={self.seq_len}: each pair takes 3 tokens (key, value, "
-                             f"query), so pairs must be at most seq_len // 3 = {self.seq_len // 3}")
+            raise ValueError(
+                f"pairs={max(self.pairs)} do not fit in seq_len={self.seq_len}: each pair takes 3 tokens (key, value, "
+                f"query), so pairs must be at most seq_len // 3 = {self.seq_len // 3}"
+            )
         if self.n_keys < max(self.pairs):
-            raise ValueError(f"n_keys={self.n_keys} is too small a vocabulary for pairs={max(self.pairs)} distinct keys; "
-                             f"raise n_keys to at least {max(self.pairs)}")
+            raise ValueError(
+                f"n_keys={self.n_keys} is too small a vocabulary for pairs={max(self.pairs)} distinct keys; "
+                f"raise n_keys to at least {max(self.pairs)}"
+            )
         return self
 
     @field_validator("pairs", "distance_buckets")
@@ -191,7 +216,9 @@ def delay_task(s: DelaySettings, n: int, seed: int, delays: list[int] | None = N
     delays = delays or s.delays
     bad = [d for d in delays if d < 1 or d > s.seq_len - 1]
     if bad:
-        raise ConfigError(f"delay {bad[0]} is longer than the sequence allows (seq_len={s.seq_len}: delay at most {s.seq_len - 1})")
+        raise ConfigError(
+            f"delay {bad[0]} is longer than the sequence allows (seq_len={s.seq_len}: delay at most {s.seq_len - 1})"
+        )
     rng = np.random.default_rng(seed)
     T = s.seq_len
     sym0, noise0, query = 1, 1 + s.n_symbols, 1 + s.n_symbols + s.n_noise
@@ -248,10 +275,14 @@ def disjoint_validation(train: TaskData, val: TaskData) -> TaskData:
 # Models, training, evaluation
 
 
-def build_model(kind: str, vocab_size: int, seq_len: int, t: MemoryTrainSettings, window: int | None = None) -> nn.Module:
+def build_model(
+    kind: str, vocab_size: int, seq_len: int, t: MemoryTrainSettings, window: int | None = None
+) -> nn.Module:
     """One architecture sized to t.param_budget parameters."""
     if kind in ("rnn", "lstm"):
-        cfg = size_recurrent(RecurrentSettings(cell=kind, n_embd=32, hidden_size=64, param_budget=t.param_budget), vocab_size)
+        cfg = size_recurrent(
+            RecurrentSettings(cell=kind, n_embd=32, hidden_size=64, param_budget=t.param_budget), vocab_size
+        )
         model = RecurrentLM(cfg, vocab_size)
         if kind == "lstm" and t.lstm_init != "torch":
             H = cfg.hidden_size
@@ -270,7 +301,9 @@ def build_model(kind: str, vocab_size: int, seq_len: int, t: MemoryTrainSettings
         if window is None or window < 1:
             raise ConfigError(f"window={window}: a sliding-window model needs window >= 1")
         extra = {"attention": "sliding_window", "window": min(window, seq_len)}
-    cfg = TransformerSettings(n_layer=t.n_layer, n_head=t.n_head, block_size=seq_len, param_budget=t.param_budget, **extra)
+    cfg = TransformerSettings(
+        n_layer=t.n_layer, n_head=t.n_head, block_size=seq_len, param_budget=t.param_budget, **extra
+    )
     return Transformer(size_transformer(cfg, vocab_size), vocab_size)
 
 
@@ -294,7 +327,11 @@ def train_model(model: nn.Module, data: TaskData, t: MemoryTrainSettings, lr: fl
     t0, losses = time.perf_counter(), []
     for step in range(t.steps):
         for g in opt.param_groups:
-            g["lr"] = lr * min(1.0, (step + 1) / warm) * (0.5 * (1 + math.cos(math.pi * step / t.steps)) if step >= warm else 1.0)
+            g["lr"] = (
+                lr
+                * min(1.0, (step + 1) / warm)
+                * (0.5 * (1 + math.cos(math.pi * step / t.steps)) if step >= warm else 1.0)
+            )
         idx = torch.from_numpy(rng.integers(0, len(data), size=t.batch_size))
         _, loss = model(x_all[idx], y_all[idx])
         opt.zero_grad(set_to_none=True)
@@ -303,7 +340,11 @@ def train_model(model: nn.Module, data: TaskData, t: MemoryTrainSettings, lr: fl
         opt.step()
         losses.append(float(loss.detach()))
     model.eval()
-    return {"seconds": time.perf_counter() - t0, "first_loss": float(np.mean(losses[:10])), "final_loss": float(np.mean(losses[-10:]))}
+    return {
+        "seconds": time.perf_counter() - t0,
+        "first_loss": float(np.mean(losses[:10])),
+        "final_loss": float(np.mean(losses[-10:])),
+    }
 
 
 @torch.no_grad()
@@ -431,7 +472,9 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _train_all(kinds: list[str], vocab: int, seq_len: int, train: TaskData, t: MemoryTrainSettings, window: int | None = None):
+def _train_all(
+    kinds: list[str], vocab: int, seq_len: int, train: TaskData, t: MemoryTrainSettings, window: int | None = None
+):
     out = {}
     for kind in kinds:
         if kind not in t.lrs:
@@ -439,8 +482,17 @@ def _train_all(kinds: list[str], vocab: int, seq_len: int, train: TaskData, t: M
         torch.manual_seed(t.seed)
         model = build_model(kind, vocab, seq_len, t, window)
         info = train_model(model, train, t, t.lrs[kind])
-        out[kind] = (model, {"model": kind, "parameters": count_parameters(model), "state_size": state_size(model, seq_len),
-                             "train_seconds": info["seconds"], "first_loss": info["first_loss"], "final_loss": info["final_loss"]})
+        out[kind] = (
+            model,
+            {
+                "model": kind,
+                "parameters": count_parameters(model),
+                "state_size": state_size(model, seq_len),
+                "train_seconds": info["seconds"],
+                "first_loss": info["first_loss"],
+                "final_loss": info["final_loss"],
+            },
+        )
     return out
 
 
@@ -459,7 +511,9 @@ def _delay_study(s: DelaySettings) -> MemoryResult:
     for kind, (model, _) in trained.items():
         correct = predictions(model, val)[:, -1]
         for d in s.delays:
-            rows.append({"model": kind, "by": "delay", "at": d, "delay": d, **accuracy_row(correct[val.condition == d])})
+            rows.append(
+                {"model": kind, "by": "delay", "at": d, "delay": d, **accuracy_row(correct[val.condition == d])}
+            )
         n = min(64, len(val))
         g = input_gradients(model, torch.from_numpy(val.x[:n]), torch.from_numpy(val.y[:n]))
         curves[kind] = g
@@ -508,18 +562,39 @@ def _recall_study(s: RecallSettings) -> MemoryResult:
             rows.append({"model": kind, "by": "pairs", "at": p, "pairs": p, **accuracy_row(ok[sel])})
         for lo, hi in zip(edges, edges[1:]):
             sel = asked & (val.distance > lo) & (val.distance <= hi)
-            rows.append({"model": kind, "by": "distance", "at": hi, "distance": hi, "distance_from": lo + 1, **accuracy_row(ok[sel])})
+            rows.append(
+                {
+                    "model": kind,
+                    "by": "distance",
+                    "at": hi,
+                    "distance": hi,
+                    "distance_from": lo + 1,
+                    **accuracy_row(ok[sel]),
+                }
+            )
         if rf is not None:
             for where, sel in (("within", asked & (val.distance < rf)), ("beyond", asked & (val.distance >= rf))):
                 rows.append({"model": kind, "by": "field", "at": where, **accuracy_row(ok[sel])})
     chance = 1.0 / s.n_values
     marks = {f"{k} field {v}": v for k, v in fields.items()}
     figures = {
-        "recall_by_pairs": plot_accuracy([r for r in rows if r["by"] == "pairs"], "pairs", "key-value pairs in the sequence",
-                                         "Associative recall (MQAR): accuracy against pairs", chance, log_x=True),
-        "recall_by_distance": plot_accuracy([r for r in rows if r["by"] == "distance"], "distance",
-                                            "key-query distance (bucket's upper edge)", "Associative recall: accuracy against distance",
-                                            chance, log_x=True, marks=marks),
+        "recall_by_pairs": plot_accuracy(
+            [r for r in rows if r["by"] == "pairs"],
+            "pairs",
+            "key-value pairs in the sequence",
+            "Associative recall (MQAR): accuracy against pairs",
+            chance,
+            log_x=True,
+        ),
+        "recall_by_distance": plot_accuracy(
+            [r for r in rows if r["by"] == "distance"],
+            "distance",
+            "key-query distance (bucket's upper edge)",
+            "Associative recall: accuracy against distance",
+            chance,
+            log_x=True,
+            marks=marks,
+        ),
     }
     return MemoryResult(rows, [m for _, m in trained.values()], chance,
                         {"pairs": s.pairs, "receptive_fields": fields, "val_sequences": len(val)}, figures)
@@ -530,11 +605,17 @@ def _recall_study(s: RecallSettings) -> MemoryResult:
 
 
 class InductionSettings(MemoryTrainSettings):
-    span: int = Field(16, ge=2, description="Random tokens in the span; the sequence is the span twice (2 · span tokens).")
-    n_tokens: int = Field(32, ge=2, description="Vocabulary the spans are drawn from (first-part accuracy at chance: 1/n_tokens).")
+    span: int = Field(
+        16, ge=2, description="Random tokens in the span; the sequence is the span twice (2 · span tokens)."
+    )
+    n_tokens: int = Field(
+        32, ge=2, description="Vocabulary the spans are drawn from (first-part accuracy at chance: 1/n_tokens)."
+    )
     train_sequences: int = Field(4096, ge=1, description="Training sequences.")
     val_sequences: int = Field(256, ge=1, description="Validation sequences.")
-    n_layer: int = Field(2, ge=1, description="Transformer blocks: an induction head needs a previous-token head in an earlier layer.")
+    n_layer: int = Field(
+        2, ge=1, description="Transformer blocks: an induction head needs a previous-token head in an earlier layer."
+    )
     steps: int = Field(300, ge=1, description="Optimizer steps.")
 
     @property
@@ -566,7 +647,9 @@ def _halves(s: InductionSettings, ok: np.ndarray, ce: np.ndarray) -> dict:
 
 
 @torch.no_grad()
-def induction_eval(model: nn.Module, data: TaskData, s: InductionSettings, zero: list[tuple[int, int]] | None = None) -> dict:
+def induction_eval(
+    model: nn.Module, data: TaskData, s: InductionSettings, zero: list[tuple[int, int]] | None = None
+) -> dict:
     """Accuracy and loss on the first part and on the repeat, optionally with heads zeroed."""
     from .inside import heads_zeroed
 
@@ -591,7 +674,14 @@ def head_scores(model: nn.Module, data: TaskData, s: InductionSettings) -> list[
         prev = w[:, :, t, t - 1].mean(dim=(0, 2))  # (nh,)
         prefix = w[:, :, tq, tq - S + 1].mean(dim=(0, 2))
         for h in range(w.shape[1]):
-            rows.append({"layer": layer, "head": h, "previous_token_score": float(prev[h]), "prefix_matching_score": float(prefix[h])})
+            rows.append(
+                {
+                    "layer": layer,
+                    "head": h,
+                    "previous_token_score": float(prev[h]),
+                    "prefix_matching_score": float(prefix[h]),
+                }
+            )
     return rows
 
 
@@ -639,7 +729,9 @@ def induction_study(s: InductionSettings) -> MemoryResult:
             named = {(ind["layer"], ind["head"]), (prev["layer"], prev["head"])}
             others = [r for r in heads if (r["layer"], r["head"]) not in named]
             found["induction_head"] = [ind["layer"], ind["head"]]
-            targets = [("induction head", ind)] + ([("another head", min(others, key=lambda r: r["prefix_matching_score"]))] if others else [])
+            targets = [("induction head", ind)] + (
+                [("another head", min(others, key=lambda r: r["prefix_matching_score"]))] if others else []
+            )
             for what, r in targets:
                 e = induction_eval(model, val, s, zero=[(r["layer"], r["head"])])
                 ablations.append({"ablated": what, "layer": r["layer"], "head": r["head"], **e})
@@ -649,14 +741,48 @@ def induction_study(s: InductionSettings) -> MemoryResult:
         for r in heads:
             r["role"] = ("previous-token" if [r["layer"], r["head"]] == found["previous_token_head"] else
                          "induction" if [r["layer"], r["head"]] == found.get("induction_head") else "")
-    model_row = {"model": f"transformer ({s.n_layer} layer{'s' if s.n_layer > 1 else ''})", "parameters": count_parameters(model),
-                 "state_size": state_size(model, 2 * s.span), "train_seconds": info["seconds"], "first_loss": info["first_loss"],
-                 "final_loss": info["final_loss"]}
-    rows = [{"model": "transformer", "by": "part", "at": "first", "n": int(val.x.shape[0]), "accuracy": base["first_accuracy"], "loss": base["first_loss"]},
-            {"model": "transformer", "by": "part", "at": "repeat", "n": int(val.x.shape[0]), "accuracy": base["repeat_accuracy"], "loss": base["repeat_loss"]}]
-    rows += [{"model": f"transformer, {a['ablated']} L{a['layer']}H{a['head']} zeroed", "by": "part", "at": "repeat", "n": int(val.x.shape[0]),
-              "accuracy": a["repeat_accuracy"], "loss": a["repeat_loss"]} for a in ablations]
+    model_row = {
+        "model": f"transformer ({s.n_layer} layer{'s' if s.n_layer > 1 else ''})",
+        "parameters": count_parameters(model),
+        "state_size": state_size(model, 2 * s.span),
+        "train_seconds": info["seconds"],
+        "first_loss": info["first_loss"],
+        "final_loss": info["final_loss"],
+    }
+    rows = [
+        {
+            "model": "transformer",
+            "by": "part",
+            "at": "first",
+            "n": int(val.x.shape[0]),
+            "accuracy": base["first_accuracy"],
+            "loss": base["first_loss"],
+        },
+        {
+            "model": "transformer",
+            "by": "part",
+            "at": "repeat",
+            "n": int(val.x.shape[0]),
+            "accuracy": base["repeat_accuracy"],
+            "loss": base["repeat_loss"],
+        },
+    ]
+    rows += [
+        {
+            "model": f"transformer, {a['ablated']} L{a['layer']}H{a['head']} zeroed",
+            "by": "part",
+            "at": "repeat",
+            "n": int(val.x.shape[0]),
+            "accuracy": a["repeat_accuracy"],
+            "loss": a["repeat_loss"],
+        }
+        for a in ablations
+    ]
     curve = {"trained": per_pos}
-    return MemoryResult(rows, [model_row], 1.0 / s.n_tokens,
-                        {"heads": heads, "found": found, "ablations": ablations, "base": base, "n_layer": s.n_layer, "span": s.span},
-                        {"induction": plot_induction(heads, curve)})
+    return MemoryResult(
+        rows,
+        [model_row],
+        1.0 / s.n_tokens,
+        {"heads": heads, "found": found, "ablations": ablations, "base": base, "n_layer": s.n_layer, "span": s.span},
+        {"induction": plot_induction(heads, curve)},
+    )

@@ -37,9 +37,13 @@ from ..errors import ConfigError, PipelineInputError
 class NgramSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    orders: list[int] = Field([2, 3], description="The n-gram orders to build (2 = bigram, 3 = trigram); each scored on its own.")
+    orders: list[int] = Field(
+        [2, 3], description="The n-gram orders to build (2 = bigram, 3 = trigram); each scored on its own."
+    )
     block_size: int = Field(
-        128, ge=1, description="Context length the language models train and are scored at: the validation blocks are cropped "
+        128,
+        ge=1,
+        description="Context length the language models train and are scored at: the validation blocks are cropped "
         "to it, and a target sees only the tokens before it in its block, as the models do.",
     )
 
@@ -124,7 +128,9 @@ class KneserNey:
         target = np.asarray(target, dtype=np.int64)
         context = np.asarray(context, dtype=np.int64).reshape(len(target), self.order - 1)
         t1 = self.tables[0]
-        p = (np.maximum(_lookup(t1.keys, t1.counts, target) - t1.discount, 0.0) + t1.discount * len(t1.keys) / V) / max(t1.counts.sum(), 1)
+        p = (np.maximum(_lookup(t1.keys, t1.counts, target) - t1.discount, 0.0) + t1.discount * len(t1.keys) / V) / max(
+            t1.counts.sum(), 1
+        )
         if t1.counts.sum() == 0:
             p = np.full(len(target), 1.0 / V)
         for k in range(2, self.order + 1):
@@ -194,8 +200,10 @@ class NgramResult:
         for r in self.rows:
             lines.append(f"| {r['model']} | {r['val_loss']:.4f} | {r['val_ppl']:.1f} | "
                          f"{', '.join(f'{d:.3f}' for d in r['discounts'])} | {r['types']:,} |")
-        return "\n".join(lines) + (f"\n\nCounted over {self.n_train_tokens:,} training tokens; scored on all {self.n_targets:,} "
-                                   f"validation targets in blocks of {self.block_size} (each sees only its own block).")
+        return "\n".join(lines) + (
+            f"\n\nCounted over {self.n_train_tokens:,} training tokens; scored on all {self.n_targets:,} "
+            f"validation targets in blocks of {self.block_size} (each sees only its own block)."
+        )
 
 
 def ngram_baseline(train, val, vocab_size: int, settings: NgramSettings) -> NgramResult:
@@ -204,7 +212,9 @@ def ngram_baseline(train, val, vocab_size: int, settings: NgramSettings) -> Ngra
     if not settings.orders or any(o < 1 for o in settings.orders):
         raise ConfigError(f"ngram_baseline.orders={settings.orders}: give at least one order >= 1")
     if settings.block_size > val.block_size:
-        raise ConfigError(f"ngram_baseline.block_size={settings.block_size} exceeds the labels' block_size={val.block_size}")
+        raise ConfigError(
+            f"ngram_baseline.block_size={settings.block_size} exceeds the labels' block_size={val.block_size}"
+        )
     stream = train_stream(np.asarray(train.x), np.asarray(train.y))
     v = val.crop(settings.block_size)
     vx, vy = np.asarray(v.x).astype(np.int64), np.asarray(v.y).astype(np.int64)

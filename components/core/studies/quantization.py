@@ -100,24 +100,43 @@ class QuantizationSettings(BaseModel):
 
     # list[str], checked against the one `Variant` Literal: Dagster's config schema has no list-of-Literal type.
     variants: list[str] = Field(
-        list(VARIANTS), description=f"Precisions to build and measure, of {', '.join(VARIANTS)}; fp32 (the baseline) must be among them."
+        list(VARIANTS),
+        description=f"Precisions to build and measure, of {', '.join(VARIANTS)}; fp32 (the baseline) must be among "
+            f"them.",
     )
-    compute_dtype: DtypeName = Field("float32", description="dtype the 4-bit layers (nf4, fp4) compute their matmuls in.")
+    compute_dtype: DtypeName = Field(
+        "float32", description="dtype the 4-bit layers (nf4, fp4) compute their matmuls in."
+    )
     keep_dtype: DtypeName = Field(
-        "float16", description="dtype of what the quantized variants keep unquantized (norms, biases; the embedding when not quantized)."
+        "float16",
+        description="dtype of what the quantized variants keep unquantized (norms, biases; the embedding when not "
+            "quantized).",
     )
     quantize_embedding: bool = Field(
-        True, description="Quantize the output head tied to the token embedding too (the embedding reads its rows from the head's codes)."
+        True,
+        description="Quantize the output head tied to the token embedding too (the embedding reads its rows from the "
+            "head's codes).",
     )
     int8_threshold: float = Field(
-        6.0, ge=0.0, description="LLM.int8 outlier threshold: input columns with a value above it are multiplied in 16 bit (0 = all int8)."
+        6.0,
+        ge=0.0,
+        description="LLM.int8 outlier threshold: input columns with a value above it are multiplied in 16 bit (0 = all "
+            "int8).",
     )
-    blocksize: int = Field(64, description="Weights per absmax block of the 4-bit variants (64 … 4096, a power of two).")
-    double_quant: bool = Field(True, description="Quantize the 4-bit absmax scales to 8 bit too (QLoRA's double quantization).")
-    eval_batches: int = Field(8, ge=1, description="Validation batches evaluated per variant (the first blocks, deterministic).")
+    blocksize: int = Field(
+        64, description="Weights per absmax block of the 4-bit variants (64 … 4096, a power of two)."
+    )
+    double_quant: bool = Field(
+        True, description="Quantize the 4-bit absmax scales to 8 bit too (QLoRA's double quantization)."
+    )
+    eval_batches: int = Field(
+        8, ge=1, description="Validation batches evaluated per variant (the first blocks, deterministic)."
+    )
     batch_size: int = Field(8, ge=1, description="Blocks per evaluation batch.")
     logit_blocks: int = Field(2, ge=1, description="Blocks of the fixed batch whose logits are compared with FP32.")
-    prompt_tokens: int = Field(16, ge=1, description="Prompt length for the generation timing (from the first validation block).")
+    prompt_tokens: int = Field(
+        16, ge=1, description="Prompt length for the generation timing (from the first validation block)."
+    )
     gen_tokens: int = Field(32, ge=1, description="New tokens generated per timed generation (greedy, batch 1).")
     repeats: int = Field(3, ge=1, description="Timed generations per variant; the median is reported.")
     device: DeviceSetting = Field("auto", description="Where to run: 'auto' = CUDA if present, else the CPU.")
@@ -139,8 +158,12 @@ class QuantizationSettings(BaseModel):
 
     def precision_kwargs(self) -> dict[str, Any]:
         return {
-            "keep_dtype": self.keep_dtype, "compute_dtype": self.compute_dtype, "int8_threshold": self.int8_threshold,
-            "blocksize": self.blocksize, "double_quant": self.double_quant, "quantize_embedding": self.quantize_embedding,
+            "keep_dtype": self.keep_dtype,
+            "compute_dtype": self.compute_dtype,
+            "int8_threshold": self.int8_threshold,
+            "blocksize": self.blocksize,
+            "double_quant": self.double_quant,
+            "quantize_embedding": self.quantize_embedding,
         }
 
 
@@ -192,7 +215,12 @@ def evaluate(model: nn.Module, blocks: TokenBlocks, batch_size: int, device: tor
         s, n = cross_entropy_sum(logits, y)
         total, count = total + s, count + n
     loss = total / max(count, 1)
-    return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0)), "targets": count, "eval_tokens_per_s": blocks.x.size / max(seconds, 1e-9)}
+    return {
+        "val_loss": loss,
+        "val_ppl": math.exp(min(loss, 50.0)),
+        "targets": count,
+        "eval_tokens_per_s": blocks.x.size / max(seconds, 1e-9),
+    }
 
 
 def prompt_ids(val_data: TokenBlocks, n: int) -> list[int]:
@@ -200,7 +228,9 @@ def prompt_ids(val_data: TokenBlocks, n: int) -> list[int]:
     return ids or [int(val_data.x[0, 0])]
 
 
-def measure_generation(model: nn.Module, prompt: list[int], gen_tokens: int, repeats: int, device: torch.device) -> tuple[float, list[int]]:
+def measure_generation(
+    model: nn.Module, prompt: list[int], gen_tokens: int, repeats: int, device: torch.device
+) -> tuple[float, list[int]]:
     """(tokens/s, the greedy continuation): median of `repeats` timed runs after one warm-up."""
     idx = torch.tensor([prompt], dtype=torch.long, device=device)  # (1, t)
     out = generate_tokens(model, idx, min(2, gen_tokens))  # warm-up (allocations, first-call paths)
@@ -272,7 +302,10 @@ def quantize_and_measure(
                 ref_logits = logits
             tps, tokens = measure_generation(q, prompt, settings.gen_tokens, settings.repeats, dev)
             if variant == BASELINE:
-                ref_tokens, base = tokens, {"memory": wb["total"], "disk": disk["bytes"], "loss": ev["val_loss"], "ppl": ev["val_ppl"]}
+                ref_tokens, base = (
+                    tokens,
+                    {"memory": wb["total"], "disk": disk["bytes"], "loss": ev["val_loss"], "ppl": ev["val_ppl"]},
+                )
             q_params = wb["quantized_params"]
             codes_scales = wb["codes"] + wb["scales"]
             row.update(
@@ -298,8 +331,16 @@ def quantize_and_measure(
                 gen_tokens_per_s=tps,
                 cache=cache_kind(q),
                 greedy_match=sum(a == b for a, b in zip(tokens, ref_tokens)) / max(len(ref_tokens), 1),
-                quantized=(f"{len(spec.modules)} Linear layers" + (f" (recurrent {', '.join(spec.recurrent_as_linear)} rewritten as Linear)" if spec.recurrent_as_linear else ""))
-                if spec.quantized else "-",
+                quantized=(
+                    f"{len(spec.modules)} Linear layers"
+                    + (
+                        f" (recurrent {', '.join(spec.recurrent_as_linear)} rewritten as Linear)"
+                        if spec.recurrent_as_linear
+                        else ""
+                    )
+                )
+                if spec.quantized
+                else "-",
                 kept_float="; ".join(spec.kept_float),
                 eval_targets=ev["targets"],
                 seconds=time.perf_counter() - t0,
@@ -308,13 +349,22 @@ def quantize_and_measure(
             if keep_models:
                 kept.setdefault(name, {})[variant] = q
             if log:
-                log(f"{name} {variant}: {wb['total']} B in memory, val ppl {ev['val_ppl']:.3f} ({row['dppl_pct']:+.2f} %), {tps:.0f} tokens/s")
+                log(
+                    f"{name} {variant}: {wb['total']} B in memory, val ppl {ev['val_ppl']:.3f} ({row['dppl_pct']:+.2f} "
+                    f"%), {tps:.0f} tokens/s"
+                )
             del q
     _like_for_like(rows, settings)
     metrics = _metrics(rows)
     return QuantizationResult(
-        rows=rows, metrics=metrics, figures={"quantization": plot_quantization(rows)}, markdown=markdown_table(rows, settings, dev),
-        weights=weights, models=kept, warnings=notes, device=str(dev),
+        rows=rows,
+        metrics=metrics,
+        figures={"quantization": plot_quantization(rows)},
+        markdown=markdown_table(rows, settings, dev),
+        weights=weights,
+        models=kept,
+        warnings=notes,
+        device=str(dev),
     )
 
 
@@ -330,7 +380,11 @@ def _like_for_like(rows: list[dict], settings: QuantizationSettings) -> None:
     for r in rows:
         fp16 = by.get((r["model"], "fp16"))
         r["memory_vs_fp16"] = r["memory_bytes"] / fp16["memory_bytes"] if fp16 else None
-        ref_variant = {"int8": "fp16"}.get(r["variant"], COMPUTE_VARIANT[settings.compute_dtype]) if r["variant"] in QUANT_VARIANTS else None
+        ref_variant = (
+            {"int8": "fp16"}.get(r["variant"], COMPUTE_VARIANT[settings.compute_dtype])
+            if r["variant"] in QUANT_VARIANTS
+            else None
+        )
         ref = by.get((r["model"], ref_variant)) if ref_variant else None
         r["gen_reference"] = ref_variant if ref else None
         r["gen_vs_same_dtype"] = r["gen_tokens_per_s"] / ref["gen_tokens_per_s"] if ref else None
@@ -341,9 +395,23 @@ def _metrics(rows: list[dict]) -> dict[str, float]:
     out: dict[str, float] = {}
     for r in rows:
         p = f"quant/{r['model']}/{r['variant']}"
-        for k in ("memory_bytes", "disk_bytes", "val_loss", "val_ppl", "dppl_pct", "logits_max_abs_diff", "gen_tokens_per_s",
-                  "eval_tokens_per_s", "layer_ratio_vs_fp16", "layer_ratio_vs_fp16_all", "greedy_match", "memory_vs_fp32",
-                  "memory_vs_fp16", "gen_vs_same_dtype", "dequant_ms_per_token"):
+        for k in (
+            "memory_bytes",
+            "disk_bytes",
+            "val_loss",
+            "val_ppl",
+            "dppl_pct",
+            "logits_max_abs_diff",
+            "gen_tokens_per_s",
+            "eval_tokens_per_s",
+            "layer_ratio_vs_fp16",
+            "layer_ratio_vs_fp16_all",
+            "greedy_match",
+            "memory_vs_fp32",
+            "memory_vs_fp16",
+            "gen_vs_same_dtype",
+            "dequant_ms_per_token",
+        ):
             if r.get(k) is not None:
                 out[f"{p}/{k}"] = float(r[k])
     return out
@@ -358,11 +426,22 @@ def check_figures(rows: list[dict], model: str) -> dict[str, dict[str, Any]]:
         return by[v][k] if v in by else None
 
     return {
-        "int8_size": {"value": get("int8", "layer_ratio_vs_fp16"), "limit": INT8_SIZE_LIMIT, "all_in": get("int8", "layer_ratio_vs_fp16_all")},
-        "nf4_size": {"value": get("nf4", "layer_ratio_vs_fp16"), "limit": NF4_SIZE_LIMIT, "all_in": get("nf4", "layer_ratio_vs_fp16_all")},
+        "int8_size": {
+            "value": get("int8", "layer_ratio_vs_fp16"),
+            "limit": INT8_SIZE_LIMIT,
+            "all_in": get("int8", "layer_ratio_vs_fp16_all"),
+        },
+        "nf4_size": {
+            "value": get("nf4", "layer_ratio_vs_fp16"),
+            "limit": NF4_SIZE_LIMIT,
+            "all_in": get("nf4", "layer_ratio_vs_fp16_all"),
+        },
         "int8_ppl": {"value": get("int8", "dppl_pct"), "limit": INT8_PPL_LIMIT_PCT},
         "nf4_ppl": {"value": get("nf4", "dppl_pct"), "limit": NF4_PPL_LIMIT_PCT},
-        **{f"{v}_model_size": _model_size(by, v, limit) for v, limit in (("int8", INT8_MODEL_LIMIT), ("nf4", NF4_MODEL_LIMIT))},
+        **{
+            f"{v}_model_size": _model_size(by, v, limit)
+            for v, limit in (("int8", INT8_MODEL_LIMIT), ("nf4", NF4_MODEL_LIMIT))
+        },
     }
 
 
@@ -372,9 +451,15 @@ def _model_size(by: dict[str, dict], variant: str, limit: float) -> dict[str, An
     if variant not in by or "fp16" not in by:
         return {"value": None, "limit": limit}
     q, h = by[variant], by["fp16"]
-    return {"value": q["memory_bytes"] / h["memory_bytes"], "limit": limit, "bytes": q["memory_bytes"], "fp16_bytes": h["memory_bytes"],
-            "layer_ratio": q["layer_ratio_vs_fp16"], "quantized_share": q["quantized_params"] / q["params"] if q["params"] else None,
-            "kept_float": q["kept_float"]}
+    return {
+        "value": q["memory_bytes"] / h["memory_bytes"],
+        "limit": limit,
+        "bytes": q["memory_bytes"],
+        "fp16_bytes": h["memory_bytes"],
+        "layer_ratio": q["layer_ratio_vs_fp16"],
+        "quantized_share": q["quantized_params"] / q["params"] if q["params"] else None,
+        "kept_float": q["kept_float"],
+    }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -390,29 +475,53 @@ def _fmt_bytes(n: float) -> str:
 
 
 def markdown_table(rows: list[dict], settings: QuantizationSettings, device: torch.device) -> str:
-    head = ("| model | variant | memory | disk | ×FP32 | whole model ×FP16 | quantized layers vs FP16 (codes+scales / all) | val ppl | Δppl "
-            "| max abs Δlogit | gen tok/s | vs float of the same compute dtype (dequant ms/token) | cache | greedy = FP32 |")
+    head = (
+        "| model | variant | memory | disk | ×FP32 | whole model ×FP16 | quantized layers vs FP16 (codes+scales / all) "
+        "| val ppl | Δppl "
+        "| max abs Δlogit | gen tok/s | vs float of the same compute dtype (dequant ms/token) | cache | greedy = FP32 |"
+    )
     lines = [head, "|" + "---|" * 14]
     for r in rows:
-        ratio = "-" if r["layer_ratio_vs_fp16"] is None else f"{r['layer_ratio_vs_fp16']:.3f} / {r['layer_ratio_vs_fp16_all']:.3f}"
+        ratio = (
+            "-"
+            if r["layer_ratio_vs_fp16"] is None
+            else f"{r['layer_ratio_vs_fp16']:.3f} / {r['layer_ratio_vs_fp16_all']:.3f}"
+        )
         whole = "-" if r.get("memory_vs_fp16") is None else f"{r['memory_vs_fp16']:.3f}"
-        like = "-" if r.get("gen_vs_same_dtype") is None else f"{r['gen_vs_same_dtype']:.2f}× {r['gen_reference']} ({r['dequant_ms_per_token']:+.2f})"
+        like = (
+            "-"
+            if r.get("gen_vs_same_dtype") is None
+            else f"{r['gen_vs_same_dtype']:.2f}× {r['gen_reference']} ({r['dequant_ms_per_token']:+.2f})"
+        )
         lines.append(
-            f"| {r['model']} | {r['variant']} | {_fmt_bytes(r['memory_bytes'])} | {_fmt_bytes(r['disk_bytes'])} | {r['memory_vs_fp32']:.2f} | {whole} | {ratio} "
-            f"| {r['val_ppl']:.3f} | {r['dppl_pct']:+.2f} % | {r['logits_max_abs_diff']:.3g} | {r['gen_tokens_per_s']:.0f} | {like} | {r['cache']} "
+            f"| {r['model']} | {r['variant']} | {_fmt_bytes(r['memory_bytes'])} | {_fmt_bytes(r['disk_bytes'])} | "
+            f"{r['memory_vs_fp32']:.2f} | {whole} | {ratio} "
+            f"| {r['val_ppl']:.3f} | {r['dppl_pct']:+.2f} % | {r['logits_max_abs_diff']:.3g} | "
+            f"{r['gen_tokens_per_s']:.0f} | {like} | {r['cache']} "
             f"| {100 * r['greedy_match']:.0f} % |"
         )
-    notes = sorted({f"- {r['model']} ({r['variant']}): quantized {r['quantized']}; kept float: {r['kept_float']}" for r in rows if r["variant"] in QUANT_VARIANTS})
-    return "\n".join([
-        f"Device {device}; 4-bit compute dtype {settings.compute_dtype} (LLM.int8 multiplies in float16); unquantized tensors in "
-        f"{settings.keep_dtype}; tied embedding/head {'quantized (the embedding reads the head codes)' if settings.quantize_embedding else 'kept float'}; "
-        f"LLM.int8 threshold {settings.int8_threshold}; 4-bit blocks of {settings.blocksize}{' with double quantization' if settings.double_quant else ''}.",
-        "",
-        *lines,
-        "",
-        "What the quantized variants quantize and keep:",
-        *notes,
-    ])
+    notes = sorted(
+        {
+            f"- {r['model']} ({r['variant']}): quantized {r['quantized']}; kept float: {r['kept_float']}"
+            for r in rows
+            if r["variant"] in QUANT_VARIANTS
+        }
+    )
+    return "\n".join(
+        [
+            f"Device {device}; 4-bit compute dtype {settings.compute_dtype} (LLM.int8 multiplies in float16); "
+            f"unquantized tensors in "
+            f"{settings.keep_dtype}; tied embedding/head "
+            f"{'quantized (the embedding reads the head codes)' if settings.quantize_embedding else 'kept float'}; "
+            f"LLM.int8 threshold {settings.int8_threshold}; 4-bit blocks of "
+            f"{settings.blocksize}{' with double quantization' if settings.double_quant else ''}.",
+            "",
+            *lines,
+            "",
+            "What the quantized variants quantize and keep:",
+            *notes,
+        ]
+    )
 
 
 def plot_quantization(rows: list[dict]) -> Figure:
@@ -425,7 +534,11 @@ def plot_quantization(rows: list[dict]) -> Figure:
     axes = fig.subplots(1, 3)
     width = 0.8 / max(len(models), 1)
     x = np.arange(len(variants))
-    panels = [("memory_bytes", "weights in memory (MB)", 1e-6), ("dppl_pct", "Δ perplexity vs FP32 (%)", 1.0), ("gen_tokens_per_s", "generation tokens/s", 1.0)]
+    panels = [
+        ("memory_bytes", "weights in memory (MB)", 1e-6),
+        ("dppl_pct", "Δ perplexity vs FP32 (%)", 1.0),
+        ("gen_tokens_per_s", "generation tokens/s", 1.0),
+    ]
     for ax, (key, title, scale) in zip(axes, panels):
         for i, m in enumerate(models):
             by = {r["variant"]: r for r in rows if r["model"] == m}
@@ -451,8 +564,12 @@ class ExportSettings(BaseModel):
     variants: list[str] = Field(list(VARIANTS), description=f"Variants to export as folders, of {', '.join(VARIANTS)}.")
     max_new_tokens: int = Field(64, ge=1, description="generation_config.json: new tokens per generation.")
     temperature: float = Field(0.8, ge=0.0, description="generation_config.json: softmax temperature (0 = greedy).")
-    top_k: Optional[int] = Field(50, ge=1, description="generation_config.json: sample among the k most likely tokens (None = all).")
-    load_repeats: int = Field(5, ge=1, description="Timed loads per file (safetensors vs torch.load); the median is reported.")
+    top_k: Optional[int] = Field(
+        50, ge=1, description="generation_config.json: sample among the k most likely tokens (None = all)."
+    )
+    load_repeats: int = Field(
+        5, ge=1, description="Timed loads per file (safetensors vs torch.load); the median is reported."
+    )
     sample_prompt: str = Field("The", description="Prompt of the sample generated from each reloaded folder.")
     sample_tokens: int = Field(30, ge=1, description="New tokens of that sample.")
     sample_seed: int = Field(0, description="Seed of that sample.")
@@ -500,16 +617,30 @@ def export_and_verify(
     out_root = Path(out_root)
     missing = [v for v in settings.variants if v not in weights]
     if missing:
-        raise ConfigError(f"variants {missing} were not built by quantized_models (it built {sorted(weights)}); add them to its variants or drop them here")
-    generation = {"max_new_tokens": settings.max_new_tokens, "temperature": settings.temperature, "top_k": settings.top_k}
+        raise ConfigError(
+            f"variants {missing} were not built by quantized_models (it built {sorted(weights)}); add them to its "
+            f"variants or drop them here"
+        )
+    generation = {
+        "max_new_tokens": settings.max_new_tokens,
+        "temperature": settings.temperature,
+        "top_k": settings.top_k,
+    }
     exports, rows, samples = {}, [], {}
     for variant in settings.variants:
         model = load_weights(weights[variant], dev)
         blocks = eval_blocks(model, val_data, eval_settings.eval_batches * eval_settings.batch_size)
         fixed = torch.from_numpy(blocks.x[: eval_settings.logit_blocks].astype(np.int64)).to(dev)
         info = export_model(
-            model, variant, out_root / variant, tokenizer_path=tokenizer_path, config=model_config,
-            train_settings=train_settings, provenance=provenance, tokenizer_sha256=tokenizer_sha256, generation=generation,
+            model,
+            variant,
+            out_root / variant,
+            tokenizer_path=tokenizer_path,
+            config=model_config,
+            train_settings=train_settings,
+            provenance=provenance,
+            tokenizer_sha256=tokenizer_sha256,
+            generation=generation,
         )
         loaded = load_export(info.path, dev)
         reloaded = loaded[0]
@@ -521,48 +652,75 @@ def export_and_verify(
         quantized = variant in QUANT_VARIANTS
         study = (study_val_loss or {}).get(variant)
         times = load_benchmark(info.path / "model.safetensors", repeats=settings.load_repeats, device=dev)
-        gen = generate(info.path, settings.sample_prompt, max_new_tokens=settings.sample_tokens, seed=settings.sample_seed, loaded=loaded)
+        gen = generate(
+            info.path,
+            settings.sample_prompt,
+            max_new_tokens=settings.sample_tokens,
+            seed=settings.sample_seed,
+            loaded=loaded,
+        )
         samples[variant] = settings.sample_prompt + gen.text
         exports[variant] = info
-        rows.append({
-            "variant": variant,
-            "scheme": info.scheme,
-            "folder_bytes": sum(f["bytes"] for f in info.files.values()),
-            "weights_bytes": info.weights_bytes,
-            "header_bytes": info.header_bytes,
-            "reload_logits_max_abs_diff": _max_abs_diff(b, a),
-            "reload_bit_exact": bit_exact,
-            "exported_val_loss": ev_a["val_loss"],
-            "reloaded_val_loss": ev_b["val_loss"],
-            "study_val_loss": study,
-            "study_val_loss_rel_diff": abs(ev_b["val_loss"] - study) / abs(study) if study else None,
-            "reload_ok": bool(same_eval if quantized else bit_exact),
-            "criterion": "same validation loss" if quantized else "bit-exact logits",
-            "safetensors_mmap_ms": 1e3 * times["safetensors_mmap_s"],
-            "safetensors_load_file_ms": 1e3 * times["safetensors_load_file_s"],
-            "torch_load_ms": 1e3 * times["torch_load_s"],
-            "torch_load_mmap_ms": 1e3 * times["torch_load_mmap_s"],
-            **({"safetensors_to_gpu_ms": 1e3 * times["safetensors_to_gpu_s"], "torch_load_to_gpu_ms": 1e3 * times["torch_load_to_gpu_s"]}
-               if "safetensors_to_gpu_s" in times else {}),
-            "load_speedup_vs_torch_load": times["speedup_mmap_vs_torch_load"],
-            "sample_tokens_per_s": gen.new_tokens / max(gen.seconds, 1e-9),
-        })
+        rows.append(
+            {
+                "variant": variant,
+                "scheme": info.scheme,
+                "folder_bytes": sum(f["bytes"] for f in info.files.values()),
+                "weights_bytes": info.weights_bytes,
+                "header_bytes": info.header_bytes,
+                "reload_logits_max_abs_diff": _max_abs_diff(b, a),
+                "reload_bit_exact": bit_exact,
+                "exported_val_loss": ev_a["val_loss"],
+                "reloaded_val_loss": ev_b["val_loss"],
+                "study_val_loss": study,
+                "study_val_loss_rel_diff": abs(ev_b["val_loss"] - study) / abs(study) if study else None,
+                "reload_ok": bool(same_eval if quantized else bit_exact),
+                "criterion": "same validation loss" if quantized else "bit-exact logits",
+                "safetensors_mmap_ms": 1e3 * times["safetensors_mmap_s"],
+                "safetensors_load_file_ms": 1e3 * times["safetensors_load_file_s"],
+                "torch_load_ms": 1e3 * times["torch_load_s"],
+                "torch_load_mmap_ms": 1e3 * times["torch_load_mmap_s"],
+                **(
+                    {
+                        "safetensors_to_gpu_ms": 1e3 * times["safetensors_to_gpu_s"],
+                        "torch_load_to_gpu_ms": 1e3 * times["torch_load_to_gpu_s"],
+                    }
+                    if "safetensors_to_gpu_s" in times
+                    else {}
+                ),
+                "load_speedup_vs_torch_load": times["speedup_mmap_vs_torch_load"],
+                "sample_tokens_per_s": gen.new_tokens / max(gen.seconds, 1e-9),
+            }
+        )
     metrics: dict[str, float] = {}
     for r in rows:
-        for k in ("weights_bytes", "reload_logits_max_abs_diff", "safetensors_mmap_ms", "torch_load_ms", "load_speedup_vs_torch_load"):
+        for k in (
+            "weights_bytes",
+            "reload_logits_max_abs_diff",
+            "safetensors_mmap_ms",
+            "torch_load_ms",
+            "load_speedup_vs_torch_load",
+        ):
             metrics[f"export/{r['variant']}/{k}"] = float(r[k])
         metrics[f"export/{r['variant']}/reload_ok"] = float(r["reload_ok"])
-    return ExportReport(exports=exports, rows=rows, samples=samples, metrics=metrics, markdown=export_markdown(rows, samples))
+    return ExportReport(
+        exports=exports, rows=rows, samples=samples, metrics=metrics, markdown=export_markdown(rows, samples)
+    )
 
 
 def export_markdown(rows: list[dict], samples: dict[str, str]) -> str:
-    lines = ["| variant | folder | model.safetensors | reload | max abs Δlogit | val loss (exported / reloaded) | safetensors mmap | torch.load | speed-up |",
-             "|" + "---|" * 9]
+    lines = [
+        "| variant | folder | model.safetensors | reload | max abs Δlogit | val loss (exported / reloaded) | "
+        "safetensors mmap | torch.load | speed-up |",
+        "|" + "---|" * 9,
+    ]
     for r in rows:
         lines.append(
-            f"| {r['variant']} | {_fmt_bytes(r['folder_bytes'])} | {_fmt_bytes(r['weights_bytes'])} | {'ok' if r['reload_ok'] else 'FAILED'} ({r['criterion']}) "
+            f"| {r['variant']} | {_fmt_bytes(r['folder_bytes'])} | {_fmt_bytes(r['weights_bytes'])} | "
+            f"{'ok' if r['reload_ok'] else 'FAILED'} ({r['criterion']}) "
             f"| {r['reload_logits_max_abs_diff']:.3g} | {r['exported_val_loss']:.5f} / {r['reloaded_val_loss']:.5f} "
-            f"| {r['safetensors_mmap_ms']:.2f} ms | {r['torch_load_ms']:.2f} ms | {r['load_speedup_vs_torch_load']:.1f}× |"
+            f"| {r['safetensors_mmap_ms']:.2f} ms | {r['torch_load_ms']:.2f} ms | "
+            f"{r['load_speedup_vs_torch_load']:.1f}× |"
         )
     lines += ["", "Samples generated from each reloaded folder:", ""]
     lines += [f"- **{v}**: {t[:300]!r}" for v, t in samples.items()]
@@ -633,13 +791,22 @@ def file_accounting(path: str | Path) -> dict[str, Any]:
     predicted = q_params * bits / 8 + sum(n * DTYPE_BYTES.get(dt, 4) for dt, n in float_bytes_per_param.items())
     size = path.stat().st_size
     return {
-        "variant": variant, "file_bytes": size, "header_bytes": header_bytes, **{f"{k}_bytes": v for k, v in parts.items()},
-        "quantized_params": q_params, "float_params": f_params, "params": q_params + f_params,
-        "predicted_bytes": predicted, "overhead_bytes": size - predicted, "overhead_pct": 100.0 * (size - predicted) / predicted if predicted else 0.0,
+        "variant": variant,
+        "file_bytes": size,
+        "header_bytes": header_bytes,
+        **{f"{k}_bytes": v for k, v in parts.items()},
+        "quantized_params": q_params,
+        "float_params": f_params,
+        "params": q_params + f_params,
+        "predicted_bytes": predicted,
+        "overhead_bytes": size - predicted,
+        "overhead_pct": 100.0 * (size - predicted) / predicted if predicted else 0.0,
         # What the overhead does not explain (0 up to half a byte of 4-bit padding): the check on the arithmetic.
         "unexplained_bytes": size - predicted - parts["scales"] - parts["codebooks"] - header_bytes,
         "bits_per_quantized_param": 8 * (parts["codes"] + parts["scales"]) / q_params if q_params else float(bits),
-        "bits_per_quantized_param_all": 8 * (parts["codes"] + parts["scales"] + parts["codebooks"]) / q_params if q_params else float(bits),
+        "bits_per_quantized_param_all": 8 * (parts["codes"] + parts["scales"] + parts["codebooks"]) / q_params
+        if q_params
+        else float(bits),
         "float_dtypes": ", ".join(sorted(float_bytes_per_param)),
     }
 
@@ -653,7 +820,9 @@ class ArithmeticResult:
     markdown: str
 
 
-def weights_arithmetic(files: dict[str, dict[str, str | Path]], params: dict[str, int], reference: dict[str, float] | None = None) -> ArithmeticResult:
+def weights_arithmetic(
+    files: dict[str, dict[str, str | Path]], params: dict[str, int], reference: dict[str, float] | None = None
+) -> ArithmeticResult:
     """Parameters × bytes per parameter at FP32/FP16/INT8/INT4 for this project's models (`params`:
     name → count) and reference sizes up to 70B, next to the measured bytes of our files (`files`:
     model → variant → .safetensors path), overheads included; measured INT8/NF4 bits per parameter
@@ -692,23 +861,44 @@ def weights_arithmetic(files: dict[str, dict[str, str | Path]], params: dict[str
 
 
 def arithmetic_markdown(ref_rows: list[dict], measured: list[dict], bits: dict[str, float]) -> str:
-    lines = ["| model | parameters | FP32 | FP16 | INT8 | INT4 |" + "".join(f" {v} at measured {b:.3f} bits |" for v, b in bits.items()),
-             "|" + "---|" * (6 + len(bits))]
+    lines = [
+        "| model | parameters | FP32 | FP16 | INT8 | INT4 |"
+        + "".join(f" {v} at measured {b:.3f} bits |" for v, b in bits.items()),
+        "|" + "---|" * (6 + len(bits)),
+    ]
     for r in ref_rows:
-        cells = [f"{r[f'{p}_GB']:.4g} GB" for p in PRECISION_BYTES] + [f"{r[f'{v}_measured_bits_GB']:.4g} GB" for v in bits]
+        cells = [f"{r[f'{p}_GB']:.4g} GB" for p in PRECISION_BYTES] + [
+            f"{r[f'{v}_measured_bits_GB']:.4g} GB" for v in bits
+        ]
         lines.append(f"| {r['model']} | {r['params']:,} | " + " | ".join(cells) + " |")
     seventy = next((r for r in ref_rows if r["model"] == "70B"), None)
     if seventy:
-        lines += ["", f"70B parameters × 2 bytes = {seventy['FP16_GB']:.0f} GB in FP16 (the article's \"70B ≈ 140 GB\"); "
-                  f"INT8 {seventy['INT8_GB']:.0f} GB, INT4 {seventy['INT4_GB']:.0f} GB before scales"
-                  + (f", {seventy['nf4_measured_bits_GB']:.1f} GB at NF4's measured {bits['nf4']:.3f} bits per weight" if "nf4" in bits else "") + "."]
-    lines += ["", "Our files: predicted (quantized params × bits/8 + float params × their dtype's bytes) against the bytes on disk.", "",
-              "| model | variant | params (quantized / float) | predicted | on disk | overhead | of which scales | code books + state | header | unexplained | bits per quantized weight (+code books) |",
-              "|" + "---|" * 11]
+        lines += [
+            "",
+            f"70B parameters × 2 bytes = {seventy['FP16_GB']:.0f} GB in FP16 (the article's \"70B ≈ 140 GB\"); "
+            f"INT8 {seventy['INT8_GB']:.0f} GB, INT4 {seventy['INT4_GB']:.0f} GB before scales"
+            + (
+                f", {seventy['nf4_measured_bits_GB']:.1f} GB at NF4's measured {bits['nf4']:.3f} bits per weight"
+                if "nf4" in bits
+                else ""
+            )
+            + ".",
+        ]
+    lines += [
+        "",
+        "Our files: predicted (quantized params × bits/8 + float params × their dtype's bytes) against the bytes on "
+        "disk.",
+        "",
+        "| model | variant | params (quantized / float) | predicted | on disk | overhead | of which scales | code "
+        "books + state | header | unexplained | bits per quantized weight (+code books) |",
+        "|" + "---|" * 11,
+    ]
     for m in measured:
         lines.append(
-            f"| {m['model']} | {m['variant']} | {m['quantized_params']:,} / {m['float_params']:,} ({m['float_dtypes']}) | {m['predicted_bytes']:,.0f} | {m['file_bytes']:,} "
-            f"| {m['overhead_bytes']:+,.0f} ({m['overhead_pct']:+.1f} %) | {m['scales_bytes']:,} | {m['codebooks_bytes']:,} | {m['header_bytes']:,} | {m['unexplained_bytes']:g} "
+            f"| {m['model']} | {m['variant']} | {m['quantized_params']:,} / {m['float_params']:,} "
+            f"({m['float_dtypes']}) | {m['predicted_bytes']:,.0f} | {m['file_bytes']:,} "
+            f"| {m['overhead_bytes']:+,.0f} ({m['overhead_pct']:+.1f} %) | {m['scales_bytes']:,} | "
+            f"{m['codebooks_bytes']:,} | {m['header_bytes']:,} | {m['unexplained_bytes']:g} "
             f"| {m['bits_per_quantized_param']:.3f} ({m['bits_per_quantized_param_all']:.3f}) |"
         )
     return "\n".join(lines)

@@ -35,7 +35,9 @@ class RecurrentCostSettings(BaseModel):
     batch_size: int = Field(8, ge=1, description="Sequences per training step (and per generation batch).")
     repeats: int = Field(3, ge=1, description="Timed repetitions per point (the median is reported).")
     warmup: int = Field(1, ge=0, description="Untimed repetitions before timing each point.")
-    gen_tokens: int = Field(32, ge=1, description="Tokens generated after a T-token prompt to time one generation step.")
+    gen_tokens: int = Field(
+        32, ge=1, description="Tokens generated after a T-token prompt to time one generation step."
+    )
     device: DeviceSetting = Field("auto", description="Where to time: 'auto' = CUDA if present, else CPU.")
     threads: int = Field(0, ge=0, description="torch.set_num_threads when > 0 (CPU).")
     seed: int = Field(0, description="Seed of the models' initialisation and the random inputs.")
@@ -53,8 +55,16 @@ def timing_optimizer(model: nn.Module, device: torch.device) -> torch.optim.Opti
     return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, fused=device.type == "cuda")
 
 
-def train_step_seconds(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, device: torch.device,
-                       *, warmup: int, repeats: int) -> float:
+def train_step_seconds(
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    device: torch.device,
+    *,
+    warmup: int,
+    repeats: int,
+) -> float:
     """Median seconds of one training step (forward, backward, optimizer) of a model with the
     forward(idx, targets) -> (logits, loss) contract: the same measurement for every family."""
     model.train()

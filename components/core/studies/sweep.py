@@ -23,13 +23,17 @@ class SweepSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     lrs: list[float] = Field([1e-3, 2e-3, 4e-3, 8e-3], description="Peak learning rates to try (each > 0).")
-    warmup_steps: list[int] = Field([30], description="Warmup lengths to try with every learning rate (each >= 0, below max_steps).")
+    warmup_steps: list[int] = Field(
+        [30], description="Warmup lengths to try with every learning rate (each >= 0, below max_steps)."
+    )
     max_steps: int = Field(600, description="The budget: optimizer steps of every trial (its schedule ends there).")
     min_lr_ratio: float = Field(0.1, gt=0, le=1, description="min_lr = lr × this at the end of each trial's cosine.")
     batch_size: int = Field(16, description="Blocks per step (with block_size, the tokens one step costs).")
 
 
-def check_grid(s: SweepSettings, *, where: str = "sweep", tokens_per_step: int | None = None, budget_tokens: int | None = None) -> None:
+def check_grid(
+    s: SweepSettings, *, where: str = "sweep", tokens_per_step: int | None = None, budget_tokens: int | None = None
+) -> None:
     """Bad grids and budgets fail before any trial trains, naming the setting."""
     if not s.lrs:
         raise ConfigError(f"{where}.lrs is empty: give at least one learning rate")
@@ -43,11 +47,18 @@ def check_grid(s: SweepSettings, *, where: str = "sweep", tokens_per_step: int |
     if s.batch_size < 1:
         raise ConfigError(f"{where}.batch_size={s.batch_size} must be >= 1")
     if s.max_steps < 1:
-        raise ConfigError(f"{where}.max_steps={s.max_steps} is smaller than one step: the budget must allow at least one step")
+        raise ConfigError(
+            f"{where}.max_steps={s.max_steps} is smaller than one step: the budget must allow at least one step"
+        )
     if budget_tokens is not None and tokens_per_step is not None and budget_tokens < tokens_per_step:
-        raise ConfigError(f"{where}: a budget of {budget_tokens} tokens is smaller than one step ({tokens_per_step} tokens)")
+        raise ConfigError(
+            f"{where}: a budget of {budget_tokens} tokens is smaller than one step ({tokens_per_step} tokens)"
+        )
     if max(s.warmup_steps) >= s.max_steps:
-        raise ConfigError(f"{where}.warmup_steps={max(s.warmup_steps)} does not fit in max_steps={s.max_steps}: the schedule would never decay")
+        raise ConfigError(
+            f"{where}.warmup_steps={max(s.warmup_steps)} does not fit in max_steps={s.max_steps}: the schedule would "
+            f"never decay"
+        )
 
 
 @dataclass
@@ -73,8 +84,13 @@ def run_sweep(s: SweepSettings, trial: Callable[[dict[str, Any]], dict[str, Any]
     trials = []
     for warmup in s.warmup_steps:
         for lr in s.lrs:
-            params = {"lr": float(lr), "min_lr": float(lr) * s.min_lr_ratio, "warmup_steps": int(warmup), "max_steps": s.max_steps,
-                      "batch_size": s.batch_size}
+            params = {
+                "lr": float(lr),
+                "min_lr": float(lr) * s.min_lr_ratio,
+                "warmup_steps": int(warmup),
+                "max_steps": s.max_steps,
+                "batch_size": s.batch_size,
+            }
             out = trial(params)
             row = {**params, **out, "val_loss": float(out["val_loss"])}
             trials.append(row)
@@ -95,7 +111,9 @@ def plot_sweep(trials: list[dict], best: dict):
     fig = Figure(figsize=(5, 3.5), layout="constrained")
     ax = fig.subplots()
     for w in sorted({t["warmup_steps"] for t in trials}):
-        pts = sorted((t["lr"], t["val_loss"]) for t in trials if t["warmup_steps"] == w and math.isfinite(t["val_loss"]))
+        pts = sorted(
+            (t["lr"], t["val_loss"]) for t in trials if t["warmup_steps"] == w and math.isfinite(t["val_loss"])
+        )
         if pts:
             ax.plot(*zip(*pts), "o-", label=f"warmup {w}")
     ax.plot([best["lr"]], [best["val_loss"]], "k*", ms=12, label="chosen")
@@ -108,8 +126,17 @@ def plot_sweep(trials: list[dict], best: dict):
     return fig
 
 
-def lm_trial(family: str, model_settings: dict, base_train: dict, train_data, val_data, vocab_size: int, out_dir: str | Path,
-             *, model_meta: dict | None = None) -> Callable[[dict[str, Any]], dict[str, Any]]:
+def lm_trial(
+    family: str,
+    model_settings: dict,
+    base_train: dict,
+    train_data,
+    val_data,
+    vocab_size: int,
+    out_dir: str | Path,
+    *,
+    model_meta: dict | None = None,
+) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """A trial that trains the language model `family` with `base_train` updated by the trial's
     params and returns its validation loss on the whole validation split (diverged: inf)."""
     from ..lm import SamplingSettings, train_lm
@@ -124,7 +151,12 @@ def lm_trial(family: str, model_settings: dict, base_train: dict, train_data, va
         except TrainingDivergedError:
             return {"val_loss": float("inf"), "diverged": True}
         m = res.metrics
-        return {"val_loss": float(m["val/loss"]), "train_loss": float(m["train/loss"]), "tokens_per_s": float(m["train/tokens_per_s_mean"]),
-                "wall_s": float(m["wall_s"]), "history": [(h["step"], h["val/loss"]) for h in res.history if "val/loss" in h]}
+        return {
+            "val_loss": float(m["val/loss"]),
+            "train_loss": float(m["train/loss"]),
+            "tokens_per_s": float(m["train/tokens_per_s_mean"]),
+            "wall_s": float(m["wall_s"]),
+            "history": [(h["step"], h["val/loss"]) for h in res.history if "val/loss" in h],
+        }
 
     return trial
