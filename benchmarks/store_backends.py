@@ -6,7 +6,8 @@ both on this machine's loopback. Each run is a fresh Python process: `maintenanc
 after another). Backends alternate in the order ABBA, so a load that drifts steadily hits both
 alike; the load average is recorded beside every run. Wall time on a shared machine swings with the
 other work on it, so CPU time is measured too: the pipeline process's, plus for PostgreSQL what the
-servers spent meanwhile (the PostgreSQL and MLflow server process trees, ended children included). Needs PostgreSQL (bash scripts/install_test_deps.sh).
+servers spent meanwhile (the PostgreSQL and MLflow server process trees, ended children included). Needs PostgreSQL
+(bash scripts/install_test_deps.sh).
 
     .venv/bin/python benchmarks/store_backends.py --repeats 2 --out benchmarks/results/store_backends_cpu.json
 """

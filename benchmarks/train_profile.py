@@ -5,7 +5,8 @@ Ops are summed by self CPU time into groups (attention, RoPE and elementwise, no
 loss, the gradient norm and clipping, the optimizer, batch assembly, the rest), with the top ops
 and the Python time per step that no op accounts for (wall time minus the ops' self time).
 
-    python benchmarks/train_profile.py --text ../shared/data/tinyshakespeare.txt --out benchmarks/results/train_profile_cpu.json
+    python benchmarks/train_profile.py --text ../shared/data/tinyshakespeare.txt \
+        --out benchmarks/results/train_profile_cpu.json
 """
 
 from __future__ import annotations

@@ -136,7 +136,8 @@ def with_metadata(spec: dg.AssetSpec, code_version: str) -> dg.AssetSpec:
     """What every asset carries, set here once: the automation condition, its code version (see
     components/orchestration/versions.py), owners, tags, and for language models the freshness policy."""
     spec = spec.replace_attributes(
-        # The sharded route follows new shards through its sensor, not eagerly (a new shard must not retrain the tokenizer).
+        # The sharded route follows new shards through its sensor, not eagerly (a new shard must not retrain the
+        # tokenizer).
         automation_condition=None if spec.group_name in (SHARD_GROUP, TUNE_GROUP) else AUTOMATION,
         code_version=code_version,
         owners=OWNERS,

@@ -1,11 +1,13 @@
 """Housekeeping of the state folder (PIPELINE_STATE_DIR, default .state/), one JSON report per call.
 
-    python -m pipelines.maintenance init                 # create the stores once (safe when concurrent), then `recover`
-    python -m pipelines.maintenance recover              # mark runs whose processes are gone failed; MLflow mirrors Dagster
-    python -m pipelines.maintenance prune [--keep N]     # keep the newest N run folders per asset (+ the latest materialization)
-    python -m pipelines.maintenance shards [--keys]      # a `corpus_shards` partition per file of the shard folder
+    python -m pipelines.maintenance init              # create the stores once (safe when concurrent), then `recover`
+    python -m pipelines.maintenance recover           # mark runs whose processes are gone failed; MLflow mirrors
+                                                      # Dagster
+    python -m pipelines.maintenance prune [--keep N]  # keep the newest N run folders per asset (+ the latest
+                                                      # materialization)
+    python -m pipelines.maintenance shards [--keys]   # a `corpus_shards` partition per file of the shard folder
     python -m pipelines.maintenance addresses [--get dagster|mlflow] [--dagster URL] [--mlflow URL]
-                                                         # the UI addresses the state folder's links point to
+                                                      # the UI addresses the state folder's links point to
 
 The scripts in scripts/ run `init` before launching Dagster or MLflow. `init` recovers too: a run
 killed while it held the `training` pool's slot would otherwise keep a new run's training step

@@ -489,7 +489,10 @@ def bnb_importable() -> str | None:
 
         return None
     except Exception as e:  # noqa: BLE001
-        return f"bitsandbytes is not importable ({type(e).__name__}: {e}); carry it: bash scripts/gpu_carry.sh, run with .gpu_carry carried"
+        return (
+            f"bitsandbytes is not importable ({type(e).__name__}: {e}); carry it: bash scripts/gpu_carry.sh, "
+            "run with .gpu_carry carried"
+        )
 
 
 def bnb_check(ck: Check, cfg: dict, device: torch.device) -> dict:

@@ -135,7 +135,7 @@ class BaseModel:
         for klass in reversed(cls.__mro__):
             fields.update(getattr(klass, "model_fields", {}) if klass is not cls else {})
         validators = [v for k in reversed(cls.__mro__[1:]) for v in vars(k).values() if isinstance(v, _Decorated)]
-        for name, value in list(vars(cls).items()):
+        for value in list(vars(cls).values()):
             if isinstance(value, _Decorated):
                 validators.append(value)
         for name in cls.__dict__.get("__annotations__", {}):

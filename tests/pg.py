@@ -96,9 +96,9 @@ def postgres(databases: tuple[str, ...] = (), durable: bool = False) -> Iterator
         except KeyError:
             shutil.rmtree(folder)
             raise RuntimeError(
-                "running as root, and there is no `postgres` user to run PostgreSQL as (apt package postgresql creates "
-                "it)"
-            )
+                "running as root, and there is no `postgres` user to run PostgreSQL as "
+                "(apt package postgresql creates it)"
+            ) from None
         os.chown(folder, pw.pw_uid, pw.pw_gid)
         as_user = ["runuser", "-u", "postgres", "--"]
     password = secrets.token_hex(12)
@@ -127,7 +127,7 @@ def postgres(databases: tuple[str, ...] = (), durable: bool = False) -> Iterator
             capture_output=True,
             timeout=120,
         )
-        for attempt in range(3):  # a free port can be taken between asking and binding
+        for _attempt in range(3):  # a free port can be taken between asking and binding
             port = free_port()
             opts = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1" + (
                 "" if durable else " -c fsync=off -c full_page_writes=off"

@@ -364,7 +364,8 @@ def test_attention_cost_claims_fail_on_a_linear_reference_or_a_quadratic_kernel(
         C.attention_scales_as_claimed(attention_fits()).passed
         and C.attention_time_scales_as_claimed(attention_fits()).passed
     )
-    # Memory that grows as N (a kernel that never builds the score matrix, mislabelled reference) or a fused path that grows as N².
+    # Memory that grows as N (a kernel that never builds the score matrix, mislabelled reference) or a fused path
+    # that grows as N².
     assert not C.attention_scales_as_claimed(attention_fits(ref_mem=1.0, ref_ratio=2.0)).passed
     assert not C.attention_scales_as_claimed(attention_fits(fused_mem=2.0)).checks["fused_memory_linear"]
     # Time: a reference no steeper than linear, or a window as steep as the reference.

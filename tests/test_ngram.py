@@ -13,15 +13,18 @@ V = 4  # ids 0..3; 0 is [PAD] and never occurs
 
 
 def test_bigram_loss_computed_by_hand():
-    # Training stream 1 2 1 2 1 3 2. Bigram counts: (1,2)×2 (2,1)×2 (1,3)×1 (3,2)×1 → n1 = 2, n2 = 2, D2 = 2/(2+4) = 1/3.
+    # Training stream 1 2 1 2 1 3 2. Bigram counts: (1,2)×2 (2,1)×2 (1,3)×1 (3,2)×1
+    # → n1 = 2, n2 = 2, D2 = 2/(2+4) = 1/3.
     # Continuation counts (distinct left neighbours): 2 ← {1, 3} = 2, 1 ← {2} = 1, 3 ← {1} = 1; A1 = 4, T1 = 3,
-    # n1 = 2, n2 = 1 → D1 = 2/(2+2) = 1/2; p1(w) = (max(a − 1/2, 0) + (1/2)·3/4) / 4: p1(2) = 15/32, p1(1) = p1(3) = 7/32.
+    # n1 = 2, n2 = 1 → D1 = 2/(2+2) = 1/2; p1(w) = (max(a − 1/2, 0) + (1/2)·3/4) / 4:
+    # p1(2) = 15/32, p1(1) = p1(3) = 7/32.
     # Context 1: c = 3, T = 2; context 2: c = 2, T = 1; context 3: c = 1, T = 1.
     p_2_after_1 = (2 - 1 / 3 + (1 / 3) * 2 * 15 / 32) / 3  # 95/144
     p_1_after_2 = (2 - 1 / 3 + (1 / 3) * 1 * 7 / 32) / 2  # 167/192
     p_3_after_1 = (1 - 1 / 3 + (1 / 3) * 2 * 7 / 32) / 3  # 39/144
     p_2_after_3 = (1 - 1 / 3 + (1 / 3) * 1 * 15 / 32) / 1  # 79/96
     assert p_2_after_1 == pytest.approx(95 / 144) and p_1_after_2 == pytest.approx(167 / 192)
+    assert p_3_after_1 == pytest.approx(39 / 144) and p_2_after_3 == pytest.approx(79 / 96)
     expected = -(math.log(95 / 144) + math.log(167 / 192) + math.log(39 / 144) + math.log(79 / 96)) / 4
 
     train = pack_blocks(np.array([1, 2, 1, 2, 1, 3, 2]), 3, V)

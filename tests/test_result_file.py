@@ -15,8 +15,14 @@ from result_file import ISA_FLAGS, cpu_identity, emit  # noqa: E402
 
 from components.core.device import cpu_has_native_bf16  # noqa: E402
 
-AMX_CPU = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8488C\nflags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16 avx_vnni amx_bf16 amx_tile amx_int8\n"
-NO_AMX_CPU = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8375C\nflags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16 avx_vnni\n"
+AMX_CPU = (
+    "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8488C\n"
+    "flags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16 avx_vnni amx_bf16 amx_tile amx_int8\n"
+)
+NO_AMX_CPU = (
+    "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8375C\n"
+    "flags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16 avx_vnni\n"
+)
 
 
 def test_emit_records_the_machine(tmp_path, capsys):

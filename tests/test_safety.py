@@ -73,7 +73,7 @@ def test_two_runs_on_a_fresh_folder_both_succeed_with_their_own_inputs(set_up_st
         if r.data.tags.get("dagster.role") == "dagster_run"
     }
     assert sorted(parents) == sorted(ids)
-    for run_id, parent in parents.items():
+    for parent in parents.values():
         children = sorted(
             r.data.tags["dagster.asset_key"] for r in all_runs if r.data.tags.get("mlflow.parentRunId") == parent
         )

@@ -267,7 +267,7 @@ def test_training_loop_reads_the_view_as_one_array(route):
             losses.append([(h["step"], h.get("train/loss"), h.get("val/loss")) for h in result.history])
     finally:
         torch.set_num_threads(n)
-    assert losses[0] == losses[1] and all(math.isfinite(l) for _, l, _ in losses[0] if l is not None)
+    assert losses[0] == losses[1] and all(math.isfinite(loss) for _, loss, _ in losses[0] if loss is not None)
 
 
 def test_language_model_trains_on_the_sharded_labels(route):

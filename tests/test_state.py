@@ -77,7 +77,7 @@ def client(stores):
 
 
 def test_concurrent_ensure_stores_creates_each_store_once(stores, instance, client):
-    for p, (out, err) in zip(stores["procs"], stores["results"]):
+    for p, (_out, err) in zip(stores["procs"], stores["results"]):
         assert p.returncode == 0, err[-3000:]
     reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in stores["results"]]
     assert sorted(tuple(r["initialized"]) for r in reports) == [()] * (N_PROCS - 1) + [("dagster", "mlflow")]

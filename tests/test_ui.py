@@ -371,7 +371,8 @@ def test_asset_graph_shows_every_asset_materialized(servers, tiny_run, new_page,
         const r = [...document.querySelectorAll('[class*=AssetNode_assetNodeContainer], [class*=GroupNode]')]
           .map(e => e.getBoundingClientRect()).filter(b => b.width > 0);
         const x = Math.min(...r.map(b => b.left)), y = Math.min(...r.map(b => b.top));
-        return {x: x - 16, y: y - 16, width: Math.max(...r.map(b => b.right)) - x + 32, height: Math.max(...r.map(b => b.bottom)) - y + 32};
+        return {x: x - 16, y: y - 16,
+                width: Math.max(...r.map(b => b.right)) - x + 32, height: Math.max(...r.map(b => b.bottom)) - y + 32};
     }""")
     controls = "[class*=SVGViewport_zoomSliderContainer], [class*=SVGViewport_iconButton] { visibility: hidden; }"
     page.screenshot(path=screenshots / "dagster_asset_graph.png", clip=box, style=controls)

@@ -1,7 +1,8 @@
 """Data-parallel training of a language model in several processes, launched by torchrun.
 
     python -m components.core.distributed launch --nproc-per-node 2 spec.json   # torchrun + a failure report
-    python -m components.core.distributed torchrun --nproc-per-node 2 -m components.core.distributed spec.json   # the same, plain
+    python -m components.core.distributed torchrun --nproc-per-node 2 -m components.core.distributed spec.json
+                                                                                 # the same, plain
 
 The spec (`WorkerSpec`, JSON or YAML) names the model family and its settings, the training
 settings, the labels folder with the SHA-256 of each of its files (every rank checks them before

@@ -147,11 +147,14 @@ def figures_html(v: dict[str, Any], limit: int = 12) -> str:
 # The page
 
 CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1200px;padding:1em 2em;color:#222;line-height:1.4}
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1200px;padding:1em 2em;
+color:#222;line-height:1.4}
 h1{margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:1.6em}h3{margin-top:1.4em}
-table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
+td,th{border:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}
 th{background:#f4f4f4}table.metrics td:nth-child(2){text-align:right;font-variant-numeric:tabular-nums}
-tr.passed td.verdict{color:#176b2c}tr.failed td.verdict{color:#b00020;font-weight:bold}tr.warning td.verdict{color:#9a6700;font-weight:bold}
+tr.passed td.verdict{color:#176b2c}tr.failed td.verdict{color:#b00020;font-weight:bold}
+tr.warning td.verdict{color:#9a6700;font-weight:bold}
 tr.not_judged td.verdict{color:#666}td.verdict{white-space:nowrap}.figures{font-size:.85em;color:#444}
 .summary span{display:inline-block;margin-right:1.2em;font-weight:bold}.warn{color:#9a6700}.fail{color:#b00020}
 img{max-width:100%;border:1px solid #eee;margin:.3em 0}figure{margin:.6em 0}figcaption{font-size:.85em;color:#555}
@@ -159,7 +162,10 @@ details{margin:.4em 0}summary{cursor:pointer;color:#0b5394}nav a{margin-right:1e
 .desc{color:#444}ul.warnings{color:#9a6700}
 table{display:block;max-width:100%;overflow-x:auto}td,th{overflow-wrap:break-word}a{overflow-wrap:anywhere}img{height:auto}
 pre{white-space:pre-wrap;overflow-wrap:anywhere}nav{display:flex;flex-wrap:wrap;gap:.2em 0}
-@media (max-width:800px){body{padding:.5em .8em}td,th{padding:.2em .35em}table.claims{display:table;table-layout:fixed;width:100%}table.claims td,table.claims th{overflow-wrap:anywhere}table.claims td.verdict{white-space:normal}table.claims th:nth-child(1){width:14%}table.claims th:nth-child(2){width:20%}table.claims th:nth-child(3){width:15%}table.claims th:nth-child(4){width:28%}}
+@media (max-width:800px){body{padding:.5em .8em}td,th{padding:.2em .35em}
+table.claims{display:table;table-layout:fixed;width:100%}table.claims td,table.claims th{overflow-wrap:anywhere}
+table.claims td.verdict{white-space:normal}table.claims th:nth-child(1){width:14%}
+table.claims th:nth-child(2){width:20%}table.claims th:nth-child(3){width:15%}table.claims th:nth-child(4){width:28%}}
 """
 
 
@@ -172,7 +178,10 @@ def _measured(j: Judgement, limit: int = 12) -> str:
 
 def _row(j: Judgement, cells: str, with_id: bool = True, before: str = "") -> str:
     rid = f' id="{anchor("claim", j.claim.name, j.asset)}"' if with_id else ""
-    return f'<tr class="{j.status.replace(" ", "_")}"{rid}>{before}<td class="verdict">{STATUS_MARK[j.status]}</td>{cells}</tr>'
+    return (
+        f'<tr class="{j.status.replace(" ", "_")}"{rid}>{before}'
+        f'<td class="verdict">{STATUS_MARK[j.status]}</td>{cells}</tr>'
+    )
 
 
 def claims_html(judgements: list[Judgement], with_asset: bool = True, with_id: bool = True) -> str:

@@ -124,7 +124,7 @@ def train_shard_tokenizer(
         raise PipelineInputError("no shards to train the tokenizer on: put shard files in the shard folder first")
     with tempfile.TemporaryDirectory(dir=scratch, prefix="shard-tokenizer-") as tmp:
         folders, stats = [], {"shards": list(shards), "documents": 0, "train_characters": 0}
-        for i, (key, path) in enumerate(shards.items()):
+        for i, (_key, path) in enumerate(shards.items()):
             result = build_corpus_shard(path, read, Path(tmp) / f"{i:06d}", cache_dir=Path(tmp) / "cache")
             folders.append(result.path)
             stats["documents"] += result.stats["documents"]

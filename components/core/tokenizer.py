@@ -87,7 +87,7 @@ def _last_safe_cut(text: str, lo: int, hi: int) -> int:
     while True:
         start = max(lo, hi - span)
         last = None
-        for last in _SAFE_CUT.finditer(text, start, hi + 1):
+        for last in _SAFE_CUT.finditer(text, start, hi + 1):  # noqa: B007 (the loop keeps the last match)
             pass
         if last is not None:
             return last.start()
@@ -104,7 +104,8 @@ def text_chunks(text: str, max_chars: int = MAX_CHUNK_CHARS) -> Iterator[str]:
     word after it and a run of spaces minus its last one apart, the word-level and character-level
     splits break at white space anyway, so every kind gives the same tokens. In text without white
     space (Chinese) a piece may also end after 。！？；，、： before a letter or digit, which BPE,
-    jieba and the word-level split all treat as a boundary. Only a stretch of more than `max_chars` characters with neither is
+    jieba and the word-level split all treat as a boundary. Only a stretch of more than `max_chars` characters with
+    neither is
     cut where it reaches the limit, which may change the tokens at that one cut.
     """
     start = 0

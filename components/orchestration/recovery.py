@@ -228,7 +228,7 @@ def event_pid_verdict(instance: Any, run_id: str) -> str:
 def iter_leftovers(root: Path | None = None) -> Iterator[tuple[Path, int]]:
     """(path, pid) of every `.<name>.partial-<pid>` / `.<name>.pruning-<pid>` folder under the
     artifacts tree: beside run folders and (for partitions) one level inside them."""
-    for folder, is_run in _walk_artifacts(root or artifacts_root()):
+    for folder, _is_run in _walk_artifacts(root or artifacts_root()):
         try:
             entries = list(os.scandir(folder))
         except FileNotFoundError:
@@ -261,7 +261,7 @@ def _walk_artifacts(root: Path) -> Iterator[tuple[Path, bool]]:
 
 def dir_bytes(path: Path) -> int:
     total = 0
-    for dirpath, dirnames, filenames in os.walk(path):
+    for dirpath, _dirnames, filenames in os.walk(path):
         for name in filenames:
             try:
                 total += os.lstat(os.path.join(dirpath, name)).st_size
@@ -401,7 +401,8 @@ def recover_dead_runs(
 
     grace_s: skip runs started less than this long ago (0: the rule needs no grace, see above).
     Cheap enough for the start of every step: one run-records query, the run's lease files and
-    /proc reads (plus one event query for a run whose leases are all gone or absent); MLflow (one read-only SQL query on the local store) is written only when a run
+    /proc reads (plus one event query for a run whose leases are all gone or absent); MLflow (one read-only SQL
+    query on the local store) is written only when a run
     must be ended. Never raises: problems are listed under "errors".
     Returns {"runs_failed": [...], "unknown": [...], "young": [...], "mlflow_killed": [...], "mlflow_parents": [...],
     "leftovers_removed": [...], "leases_removed": [...], "ms": float, "errors": [...]}.

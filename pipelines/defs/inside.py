@@ -5,7 +5,8 @@ only the top-scoring keys costs.
     transformer_lm, transformer_1head_lm, labels, tokenizer, memory_induction ──► attention_heads
     transformer_lm, labels, tokenizer, corpus ──► ffn_memories
     transformer_lm, labels ──► attention_topk (top-k keys per query against the full softmax)
-    transformer_lm, lstm_lm, tokenizer ──► article_examples (我爱你 / 你爱我, 今天 天气 真 不错, one query's mix, the LSTM's gates)
+    transformer_lm, lstm_lm, tokenizer ──► article_examples (我爱你 / 你爱我, 今天 天气 真 不错, one query's mix,
+                                                              the LSTM's gates)
 """
 
 import dagster as dg

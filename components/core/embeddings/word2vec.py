@@ -667,7 +667,9 @@ def train_word2vec(
                     except queue.Empty:
                         dead = [w for w in workers if getattr(w, "exitcode", None) not in (None, 0)]
                         if dead:
-                            raise RuntimeError(f"a word2vec worker process died (exit code {dead[0].exitcode})")
+                            raise RuntimeError(
+                                f"a word2vec worker process died (exit code {dead[0].exitcode})"
+                            ) from None
                         continue
                     if msg[0] == "progress":
                         on_progress(msg)

@@ -13,7 +13,8 @@ What is quantized: every `nn.Linear` whose weight is not shared with another mod
 head (the Transformer's `lm_head` *is* its token embedding) stays a float embedding, like the
 embeddings, LayerNorms and biases, in `keep_dtype`, unless `quantize_embedding`: then the head is
 quantized like any Linear layer and the embedding becomes a `HeadTiedEmbedding` that dequantizes
-the rows it looks up from the head's codes (the matrix stored once, quantized; the [PAD] row zero). Recurrent layers (`nn.LSTM`, `nn.RNN`, the
+the rows it looks up from the head's codes (the matrix stored once, quantized; the [PAD] row zero). Recurrent layers
+(`nn.LSTM`, `nn.RNN`, the
 explicit LSTM) hold their matrices as raw parameters used by fused kernels or hand-written matmuls,
 which bitsandbytes cannot replace; for the quantized variants they are first rewritten as
 `LinearRecurrence` (the same equations with W_ih and W_hh as `nn.Linear` layers), so their matrices

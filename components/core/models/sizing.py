@@ -51,7 +51,8 @@ def size_for_budget(
     """The settings whose parameter count is closest to `budget`, over the shapes `widths(m)`, m = 1, 2, ...
 
     `widths(m)` is the settings update for width index m (e.g. {"n_embd": 8 * m}); the count must grow
-    with m. `what` names the model in the error when even m = 1 is over the budget. Brackets the budget by doubling m, then bisects; of the two neighbours the nearer wins.
+    with m. `what` names the model in the error when even m = 1 is over the budget. Brackets the budget by doubling
+    m, then bisects; of the two neighbours the nearer wins.
     Returns validated settings with `param_budget=None`: the width is resolved, and a model built from
     them (or from a checkpoint of them) needs no sizing again.
     """

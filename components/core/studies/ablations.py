@@ -541,7 +541,10 @@ def parameter_accounting(model: Transformer) -> dict:
 
 
 def ablation_markdown(rows: list[dict]) -> str:
-    head = "| run | change | vs | params | val loss | Δ val loss | val ppl | attn entropy | tokens/s |\n|---|---|---|---:|---:|---:|---:|---:|---:|"
+    head = (
+        "| run | change | vs | params | val loss | Δ val loss | val ppl | attn entropy | tokens/s |\n"
+        "|---|---|---|---:|---:|---:|---:|---:|---:|"
+    )
     lines = [
         f"| {r['run']} | {r['change']} | {r['baseline'] or '—'} | {r['params']:,} | {r['val_loss']:.4f} | "
         f"{r['delta_val_loss']:+.4f} | {r['val_ppl']:.2f} | {r['attn_entropy']:.3f} | {r['tokens_per_s']:,.0f} |"

@@ -416,7 +416,8 @@ def train_other_seeds(
 
     out: dict[str, list[float]] = {}
     for name, m in models.items():
-        # In process, whatever launched the model (launch settings are not TrainSettings; a seed is a seed in any world size).
+        # In process, whatever launched the model (launch settings are not TrainSettings; a seed is a seed in any
+        # world size).
         own = TrainSettings(**{k: v for k, v in m["train_settings"].items() if k in TrainSettings.model_fields})
         losses = [float(m["metrics"]["val/loss"])]
         for seed in seeds:

@@ -150,7 +150,7 @@ def plot_context_usage(curves: dict[str, np.ndarray], windows: dict[str, int], n
         for name, c in curves.items():
             if name != full[0]:
                 ax_gap.plot(np.arange(1, len(c) + 1), c - ref, label=f"{name} − {full[0]}", lw=1.2)
-        for name, w in windows.items():
+        for w in windows.values():
             ax_gap.axvline(w, ls=":", color="grey")
         ax_gap.axhline(0, color="black", lw=0.6)
         ax_gap.set_xscale("log", base=2)

@@ -830,7 +830,7 @@ def weights_arithmetic(
     reference = dict(REFERENCE_SIZES if reference is None else reference)
     measured = []
     for model, by_variant in files.items():
-        for variant, path in by_variant.items():
+        for _variant, path in by_variant.items():
             acc = file_accounting(path)
             measured.append({"model": model, **acc})
     measured_bits = {}
@@ -998,7 +998,7 @@ def cuda_bnb_check(
         if on_variant is not None:
             on_variant(variant, row)
     base = out["variants"].get("fp16", {}).get("weight_bytes")
-    for v, row in out["variants"].items():
+    for _v, row in out["variants"].items():
         if base and "weight_bytes" in row:
             row["weight_bytes_vs_fp16"] = row["weight_bytes"] / base
     return out
