@@ -5,5 +5,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install_test_deps.sh  # PostgreSQL and Chromium from apt, when missing
 bash scripts/setup.sh
 VENV=${VENV:-.venv}
+# Lint first (rules in pyproject.toml's [tool.ruff]): a lint error fails the test command before pytest runs.
+"$VENV/bin/ruff" check .
 # pytest exits 5 when it collects no test: that is a failure here, like any non-zero code.
 exec "$VENV/bin/python" -m pytest -q "$@"
