@@ -3,6 +3,12 @@ export PIPELINE_STATE_DIR="${PIPELINE_STATE_DIR:-$(pwd)/.state}"
 export DAGSTER_HOME="${DAGSTER_HOME:-$PIPELINE_STATE_DIR/dagster}"
 mkdir -p "$DAGSTER_HOME"
 export VENV="${VENV:-.venv}"
+# The scripts run the venv's own executables; say which venv that is, as its activation would. `dg`
+# (scripts/ui.sh) otherwise warns on every start that "the active virtual environment does not match"
+# the project's .venv, about nothing the user did or can change.
+if [ -d "$VENV" ]; then
+  export VIRTUAL_ENV="$(cd "$VENV" && pwd)"
+fi
 # Where the MLflow UI is: scripts/mlflow_ui.sh listens on its port, and every asset's `mlflow_url`
 # link (resource MlflowTracker) points there. Set it once for both, e.g. http://127.0.0.1:5050.
 # With MLFLOW_TRACKING_URI at a server (scripts/mlflow_server_pg.sh), the links default to it.
