@@ -4,6 +4,7 @@ and the GPUs' peak FLOP/s for model-FLOPs utilisation (MFU). The one place for e
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import statistics
 import time
@@ -79,6 +80,15 @@ def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (CUDA runs asynchronously), so a timer measures it."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def quiet_profiler() -> None:
+    """Keep torch.profiler's backend (kineto) from printing "USDT: ... profiler_start" / "profiler_stop" on
+    stderr for every profile: its tracing-probe markers, nothing to act on (the attention_cost asset profiles
+    every measured pass). Call before a profile: kineto reads KINETO_LOG_LEVEL when first used in a process.
+    6 is above its highest level (USDT, 5), the only value that hides them, so it hides kineto's own error
+    lines too. A KINETO_LOG_LEVEL set by the user wins."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 
 def median_seconds(fn: Callable[[], object], device: torch.device, *, warmup: int, repeats: int) -> float:

@@ -424,6 +424,9 @@ def _observed_sdpa_ops(q, k, v, backend: str) -> list[str]:
     """Run one causal SDPA forward+backward under the profiler; the dispatched kernels' backend names."""
     from torch.profiler import ProfilerActivity, profile
 
+    from ..device import quiet_profiler
+
+    quiet_profiler()
     pin = sdpa_kernel(SDPA_BACKENDS[backend]) if backend != "auto" else nullcontext()
     with profile(activities=[ProfilerActivity.CPU]) as prof, pin:
         F.scaled_dot_product_attention(q, k, v, is_causal=True).float().sum().backward()

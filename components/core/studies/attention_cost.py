@@ -34,7 +34,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from torch.profiler import ProfilerActivity, profile
 
-from ..device import DeviceSetting, median_seconds, resolve_device, synchronize
+from ..device import DeviceSetting, median_seconds, quiet_profiler, resolve_device, synchronize
 from ..models.attention import (
     SdpaBackend,
     detect_sdpa_backend,
@@ -75,6 +75,7 @@ def peak_memory_bytes(fn: Callable[[], object], device: torch.device | str) -> i
         fn()
         synchronize(device)
         return torch.cuda.max_memory_allocated(device) - base
+    quiet_profiler()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     # The raw event records: the aggregated profiler views attribute memory to ops and lose the order.
