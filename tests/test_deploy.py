@@ -1,4 +1,4 @@
-"""The files of configs/deploy/ (README "Running on a cluster") and the settings that point the
+"""The files of configs/deploy/ (docs/cluster.md, "Running on a cluster") and the settings that point the
 pipeline at services, checked without servers: the PostgreSQL instance's dagster.yaml against
 Dagster's instance schema and the embedded instance's settings, the Kubernetes executor example
 against dagster-k8s's schema and the Kubernetes Jobs it makes. (tests/test_postgres.py runs the
