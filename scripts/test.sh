@@ -5,6 +5,8 @@ cd "$(dirname "$0")/.."
 bash scripts/install_test_deps.sh  # PostgreSQL and Chromium from apt, when missing
 bash scripts/setup.sh
 VENV=${VENV:-.venv}
+# The pruned bitsandbytes that travels to a lent GPU (from the registry, ~5 MB kept): its test runs here too.
+[ -d .gpu_carry/site/bitsandbytes ] || PYTHON="$VENV/bin/python" bash scripts/gpu_carry.sh
 # Lint first (rules in pyproject.toml's [tool.ruff]): a lint error fails the test command before pytest runs.
 "$VENV/bin/ruff" check .
 # pytest exits 5 when it collects no test: that is a failure here, like any non-zero code.
