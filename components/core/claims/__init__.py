@@ -15,7 +15,7 @@ functions and so does the run's report, so a check and the report never disagree
   check, listed apart and never counted as evidence for the article.
 A verdict that measured nothing is "not judged" (`Verdict.judged` false): never counted as passed.
 
-The package: `base` (Verdict, Claim, SECTIONS), the checks by the article's parts (`embeddings`,
+The package: `base` (Verdict, Claim, SECTIONS), the checks by the article's parts (`word_vectors`,
 `language_models`, `transformer`, `long_context`, `quantization`, `memory`), and the registry
 (`sections`: the article's sections 1–5; `registry`: the invariants, the memory tasks, `CLAIMS` and
 `judge_all`). Every name is importable from `components.core.claims` as before.
@@ -24,16 +24,6 @@ The package: `base` (Verdict, Claim, SECTIONS), the checks by the article's part
 from __future__ import annotations
 
 from .base import KINDS, LANGUAGE_MODELS, SECTIONS, Claim, Verdict, not_judged, not_measured, verdict
-from .embeddings import (
-    ONEHOT_TOLERANCE,
-    SPREAD_OVER_RANDOM,
-    SQRT2,
-    king_man_woman_queen,
-    onehot_equidistant_learned_not,
-    pad_excluded_from_similarity,
-    pad_row_is_zero,
-    word_vectors_carry_similarity,
-)
 from .language_models import (
     CLIP_TOLERANCE,
     beats_ngram_baseline,
@@ -86,6 +76,16 @@ from .transformer import (
     residuals_let_depth_train,
     soft_attention_beats_topk,
     sqrt_d_keeps_softmax_unsaturated,
+)
+from .word_vectors import (
+    ONEHOT_TOLERANCE,
+    SPREAD_OVER_RANDOM,
+    SQRT2,
+    king_man_woman_queen,
+    onehot_equidistant_learned_not,
+    pad_excluded_from_similarity,
+    pad_row_is_zero,
+    word_vectors_carry_similarity,
 )
 
 __all__ = [

@@ -7,7 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import LANGUAGE_MODELS, Claim, Verdict
-from .embeddings import pad_excluded_from_similarity, pad_row_is_zero
 from .language_models import clipping_bounds_gradient
 from .memory import (
     INDUCTION_COLLAPSE,
@@ -25,6 +24,7 @@ from .memory import (
 from .quantization import int8_weights_size, nf4_weights_size, reload_reproduces_logits
 from .sections import SECTION_CLAIMS
 from .transformer import ROW_SUM_TOLERANCE, attention_rows_sum_to_one, ffn_holds_two_thirds
+from .word_vectors import pad_excluded_from_similarity, pad_row_is_zero
 
 # --------------------------------------------------------------------------------------------------
 # The registry

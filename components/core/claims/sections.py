@@ -5,12 +5,6 @@ lists them; `registry.CLAIMS` puts the invariants and the memory tasks' claims a
 from __future__ import annotations
 
 from .base import LANGUAGE_MODELS, Claim
-from .embeddings import (
-    SPREAD_OVER_RANDOM,
-    king_man_woman_queen,
-    onehot_equidistant_learned_not,
-    word_vectors_carry_similarity,
-)
 from .language_models import beats_ngram_baseline, clipping_tames_exploding_gradients, gradients_vanish_and_explode
 from .long_context import (
     arithmetic_matches_measurement,
@@ -30,6 +24,12 @@ from .transformer import (
     residuals_let_depth_train,
     soft_attention_beats_topk,
     sqrt_d_keeps_softmax_unsaturated,
+)
+from .word_vectors import (
+    SPREAD_OVER_RANDOM,
+    king_man_woman_queen,
+    onehot_equidistant_learned_not,
+    word_vectors_carry_similarity,
 )
 
 SECTION_CLAIMS: list[Claim] = [

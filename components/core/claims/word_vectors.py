@@ -20,7 +20,7 @@ SPREAD_OVER_RANDOM = 1.5  # learned distances' std/mean at least this × that of
 
 
 def pad_row_is_zero(word_embeddings: dict) -> Verdict:
-    from .embeddings import load_embeddings
+    from ..embeddings import load_embeddings
 
     emb = load_embeddings(word_embeddings["path"])
     return verdict(
@@ -32,10 +32,10 @@ def pad_row_is_zero(word_embeddings: dict) -> Verdict:
 def pad_excluded_from_similarity(word_embeddings: dict, n_words: int = 200, topn: int = 5) -> Verdict:
     """[PAD]'s row is zero (no direction, so no cosine with anything), the similarity search leaves it
     out, and it is never among the nearest neighbours of the `n_words` most frequent words."""
-    from .data import PAD_ID
-    from .embeddings import WordIndex, load_embeddings
-    from .embeddings.evaluate import nearest_neighbours
-    from .embeddings.vocab import PAD
+    from ..data import PAD_ID
+    from ..embeddings import WordIndex, load_embeddings
+    from ..embeddings.evaluate import nearest_neighbours
+    from ..embeddings.vocab import PAD
 
     emb = load_embeddings(word_embeddings["path"])
     words = emb.vocab.words
