@@ -1,7 +1,8 @@
 """Measurements shared by the quantization study (`studies.quantization`), its export check
 (`studies.quant_export`) and the CUDA check on one large GPU (`cuda_bnb_check`, called by
 scripts/gpu_check.py): the evaluation blocks, validation loss and perplexity, greedy generation
-timing, and the max-abs logit difference. No pydantic here: the GPU check imports this module.
+timing, and the max-abs logit difference. No settings classes here (no pydantic): the GPU check reaches
+`cuda_bnb_check` through `studies.quantization`, which re-exports it.
 """
 
 from __future__ import annotations
