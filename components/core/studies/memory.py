@@ -37,7 +37,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from matplotlib.figure import Figure
-from pydantic import Field
 
 from ..data import IGNORE_INDEX
 from ..errors import ConfigError
@@ -62,10 +61,10 @@ from .memory_tasks import (
 Z95 = 1.96
 
 __all__ = [
-    "DelaySettings", "InductionSettings", "MODELS", "MemoryResult", "MemoryTrainSettings", "RecallSettings", "TaskData",
-    "Z95", "accuracy_row", "build_model", "delay_study", "delay_task", "disjoint_validation", "head_scores",
-    "induction_eval", "induction_study", "induction_task", "input_gradients", "plot_accuracy", "plot_gradients",
-    "plot_induction", "predictions", "recall_study", "recall_task", "receptive_field", "state_size", "torch_threads",
+    "DelaySettings", "MODELS", "MemoryResult", "MemoryTrainSettings", "RecallSettings", "TaskData",
+    "Z95", "accuracy_row", "build_model", "delay_study", "delay_task", "disjoint_validation",
+    "input_gradients", "plot_accuracy", "plot_gradients",
+    "predictions", "recall_study", "recall_task", "receptive_field", "state_size", "torch_threads",
     "train_model",
 ]
 
@@ -398,191 +397,3 @@ def _recall_study(s: RecallSettings) -> MemoryResult:
     }
     return MemoryResult(rows, [m for _, m in trained.values()], chance,
                         {"pairs": s.pairs, "receptive_fields": fields, "val_sequences": len(val)}, figures)
-
-
-# --------------------------------------------------------------------------------------------------
-# Induction: repeated random spans, the previous-token head and the induction head found by measurement
-
-
-class InductionSettings(MemoryTrainSettings):
-    span: int = Field(
-        16, ge=2, description="Random tokens in the span; the sequence is the span twice (2 · span tokens)."
-    )
-    n_tokens: int = Field(
-        32, ge=2, description="Vocabulary the spans are drawn from (first-part accuracy at chance: 1/n_tokens)."
-    )
-    train_sequences: int = Field(4096, ge=1, description="Training sequences.")
-    val_sequences: int = Field(256, ge=1, description="Validation sequences.")
-    n_layer: int = Field(
-        2, ge=1, description="Transformer blocks: an induction head needs a previous-token head in an earlier layer."
-    )
-    steps: int = Field(300, ge=1, description="Optimizer steps.")
-
-    @property
-    def vocab_size(self) -> int:
-        return 1 + self.n_tokens
-
-    @property
-    def train(self) -> MemoryTrainSettings:
-        return MemoryTrainSettings(**{k: getattr(self, k) for k in MemoryTrainSettings.model_fields})
-
-
-def induction_task(s: InductionSettings, n: int, seed: int) -> TaskData:
-    """`n` sequences: a random span, then the same span again; every next token is a target (the
-    first part is unpredictable, the second is predictable by copying from the first)."""
-    rng = np.random.default_rng(seed)
-    span = rng.integers(1, 1 + s.n_tokens, size=(n, s.span))
-    x = np.concatenate([span, span], axis=1)
-    y = np.full_like(x, IGNORE_INDEX)
-    y[:, :-1] = x[:, 1:]
-    dist = np.zeros_like(x)
-    dist[:, s.span - 1:-1] = s.span  # a target in the repeat sits span positions after its first occurrence
-    return TaskData(x.astype(np.int64), y.astype(np.int64), np.full(n, s.span), dist.astype(np.int64))
-
-
-def _halves(s: InductionSettings, ok: np.ndarray, ce: np.ndarray) -> dict:
-    first, rep = slice(0, s.span - 1), slice(s.span, 2 * s.span - 1)  # targets within the span; within the repeat
-    return {"first_accuracy": float(ok[:, first].mean()), "repeat_accuracy": float(ok[:, rep].mean()),
-            "first_loss": float(ce[:, first].mean()), "repeat_loss": float(ce[:, rep].mean())}
-
-
-@torch.no_grad()
-def induction_eval(
-    model: nn.Module, data: TaskData, s: InductionSettings, zero: list[tuple[int, int]] | None = None
-) -> dict:
-    """Accuracy and loss on the first part and on the repeat, optionally with heads zeroed."""
-    from .inside import heads_zeroed
-
-    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
-    with heads_zeroed(model, zero or []):
-        logits, _ = model(x)
-    ce = F.cross_entropy(logits.float().transpose(1, 2), y.clamp(min=0), reduction="none").numpy()
-    return _halves(s, (logits.argmax(-1) == y).numpy(), ce)
-
-
-@torch.no_grad()
-def head_scores(model: nn.Module, data: TaskData, s: InductionSettings) -> list[dict]:
-    """Per (layer, head): previous-token score (mean attention from t to t − 1), prefix-matching score
-    (mean attention, from a query in the repeat, to the token after its earlier occurrence: t − span + 1)."""
-    weights = model.attention_weights(torch.from_numpy(data.x))  # n_layer × (B, nh, T, T)
-    T, S = 2 * s.span, s.span
-    t = torch.arange(1, T)
-    tq = torch.arange(S, T)
-    rows = []
-    for layer, w in enumerate(weights):
-        w = w.float()
-        prev = w[:, :, t, t - 1].mean(dim=(0, 2))  # (nh,)
-        prefix = w[:, :, tq, tq - S + 1].mean(dim=(0, 2))
-        for h in range(w.shape[1]):
-            rows.append(
-                {
-                    "layer": layer,
-                    "head": h,
-                    "previous_token_score": float(prev[h]),
-                    "prefix_matching_score": float(prefix[h]),
-                }
-            )
-    return rows
-
-
-def plot_induction(heads: list[dict], curve: dict[str, list[float]]) -> Figure:
-    fig = Figure(figsize=(10, 4), layout="constrained")
-    a, b = fig.subplots(1, 2)
-    for m, acc in curve.items():
-        a.plot(range(1, len(acc) + 1), acc, ".-", label=m)
-    a.axvline(len(next(iter(curve.values()))) / 2 + 0.5, color="black", ls=":", lw=1)
-    a.set_xlabel("position (the span repeats after the dotted line)")
-    a.set_ylabel("next-token accuracy")
-    a.set_ylim(-0.02, 1.02)
-    a.set_title("Repeated random spans")
-    a.grid(True, alpha=0.3)
-    a.legend(fontsize=8)
-    names = [f"L{r['layer']}H{r['head']}" for r in heads]
-    i = np.arange(len(heads))
-    b.bar(i - 0.2, [r["previous_token_score"] for r in heads], 0.4, label="previous-token")
-    b.bar(i + 0.2, [r["prefix_matching_score"] for r in heads], 0.4, label="prefix-matching")
-    b.set_xticks(i, names)
-    b.set_ylim(0, 1)
-    b.set_title("Head scores")
-    b.legend(fontsize=8)
-    return fig
-
-
-def induction_study(s: InductionSettings) -> MemoryResult:
-    """Train the Transformer on repeated spans; find the previous-token head (highest previous-token
-    score) and the induction head (highest prefix-matching score in a later layer); ablate the
-    induction head, and, for comparison, the head of lowest prefix-matching score among the others."""
-    with torch_threads(s.threads):
-        train = induction_task(s, s.train_sequences, s.seed)
-        val = disjoint_validation(train, induction_task(s, s.val_sequences, s.seed + 1))
-        torch.manual_seed(s.seed)
-        model = build_model("transformer", s.vocab_size, 2 * s.span, s.train)
-        info = train_model(model, train, s.train, s.lrs["transformer"])
-        base = induction_eval(model, val, s)
-        heads = head_scores(model, val, s)
-        prev = max(heads, key=lambda r: r["previous_token_score"])
-        later = [r for r in heads if r["layer"] > prev["layer"]]
-        found: dict = {"previous_token_head": [prev["layer"], prev["head"]]}
-        ablations = []
-        if later:
-            ind = max(later, key=lambda r: r["prefix_matching_score"])
-            named = {(ind["layer"], ind["head"]), (prev["layer"], prev["head"])}
-            others = [r for r in heads if (r["layer"], r["head"]) not in named]
-            found["induction_head"] = [ind["layer"], ind["head"]]
-            targets = [("induction head", ind)] + (
-                [("another head", min(others, key=lambda r: r["prefix_matching_score"]))] if others else []
-            )
-            for what, r in targets:
-                e = induction_eval(model, val, s, zero=[(r["layer"], r["head"])])
-                ablations.append({"ablated": what, "layer": r["layer"], "head": r["head"], **e})
-        with torch.no_grad():
-            logits, _ = model(torch.from_numpy(val.x))
-            per_pos = (logits.argmax(-1).numpy() == val.y)[:, :-1].mean(0).tolist()
-        for r in heads:
-            r["role"] = ("previous-token" if [r["layer"], r["head"]] == found["previous_token_head"] else
-                         "induction" if [r["layer"], r["head"]] == found.get("induction_head") else "")
-    model_row = {
-        "model": f"transformer ({s.n_layer} layer{'s' if s.n_layer > 1 else ''})",
-        "parameters": count_parameters(model),
-        "state_size": state_size(model, 2 * s.span),
-        "train_seconds": info["seconds"],
-        "first_loss": info["first_loss"],
-        "final_loss": info["final_loss"],
-    }
-    rows = [
-        {
-            "model": "transformer",
-            "by": "part",
-            "at": "first",
-            "n": int(val.x.shape[0]),
-            "accuracy": base["first_accuracy"],
-            "loss": base["first_loss"],
-        },
-        {
-            "model": "transformer",
-            "by": "part",
-            "at": "repeat",
-            "n": int(val.x.shape[0]),
-            "accuracy": base["repeat_accuracy"],
-            "loss": base["repeat_loss"],
-        },
-    ]
-    rows += [
-        {
-            "model": f"transformer, {a['ablated']} L{a['layer']}H{a['head']} zeroed",
-            "by": "part",
-            "at": "repeat",
-            "n": int(val.x.shape[0]),
-            "accuracy": a["repeat_accuracy"],
-            "loss": a["repeat_loss"],
-        }
-        for a in ablations
-    ]
-    curve = {"trained": per_pos}
-    return MemoryResult(
-        rows,
-        [model_row],
-        1.0 / s.n_tokens,
-        {"heads": heads, "found": found, "ablations": ablations, "base": base, "n_layer": s.n_layer, "span": s.span},
-        {"induction": plot_induction(heads, curve)},
-    )
