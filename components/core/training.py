@@ -56,10 +56,9 @@ Files under `out_dir`:
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional
 
@@ -67,24 +66,47 @@ import numpy as np
 import torch
 import torch.nn as nn
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from safetensors import safe_open
-from safetensors.torch import load_file, load_model, save_model
-from torch.profiler import record_function
 
-from .artifacts import atomic_dir, read_json, set_weights_mode, sha256_file, write_json
+from .artifacts import write_json
+
+# The checkpoint files were split out to .checkpoint; every name stays importable from here.
+from .checkpoint import (  # noqa: F401
+    CHECKPOINT_DIR,
+    CHECKPOINT_FORMAT,
+    CHECKSUM_FILE,
+    IDENTITY_KEYS,
+    STATE_FILE,
+    WEIGHTS_FILE,
+    CheckpointCorruptError,
+    CheckpointMismatchError,
+    _check_same_save,
+    _Unsharded,
+    check_compatible,
+    load_checkpoint,
+    load_model_weights,
+    load_weights_into,
+    model_metadata,
+    read_metadata,
+    save_checkpoint,
+    verify_checkpoint_file,
+)
 from .data import IGNORE_INDEX, Blocks
-from .device import DeviceSetting, DtypeSetting, autocast_context, resolve_device, resolve_dtype, synchronize
+from .device import DeviceSetting, DtypeSetting, autocast_context, resolve_device, resolve_dtype
 from .errors import ConfigError, PipelineInputError
 from .models.sizing import count_parameters
 
-WEIGHTS_FILE = "model.safetensors"
-STATE_FILE = "train_state.pt"
-CHECKSUM_FILE = "sha256.json"
-CHECKPOINT_DIR = "checkpoint"
-CHECKPOINT_FORMAT = "1"
-
-# What a checkpoint's weights belong to: recorded in both files, compared on every restore.
-IDENTITY_KEYS = ("model_kind", "model_config", "vocab_size", "tokenizer_sha256")
+# One optimizer step and the state of a run were split out to .train_step; importable from here too.
+from .train_step import (  # noqa: F401
+    StepStats,
+    TrainState,
+    _grad_norm,
+    _mean_over_ranks,
+    batch_indices,
+    log_point,
+    lr_at,
+    make_optimizer,
+    optimizer_step,
+)
 
 # Training settings that change the trajectory: a resume with different values is allowed (e.g. to
 # fine-tune at a lower lr) but no longer reproduces an uninterrupted run, so it is warned about.
@@ -199,16 +221,6 @@ class TrainingDivergedError(RuntimeError):
         self.step, self.loss, self.checkpoint_dir, self.history = step, loss, checkpoint_dir, history
 
 
-class CheckpointMismatchError(ConfigError):
-    """A checkpoint on disk belongs to another model (kind, config, vocabulary or tokenizer), or its
-    two files (weights and train state) come from different saves."""
-
-
-class CheckpointCorruptError(PipelineInputError):
-    """A checkpoint file's bytes are not those written (its SHA-256 differs from the one recorded
-    with the checkpoint), or no SHA-256 was recorded: it is never resumed from."""
-
-
 @dataclass
 class TrainResult:
     steps: int
@@ -247,45 +259,7 @@ class TrainResult:
 
 
 # ----------------------------------------------------------------------------------------------
-# Small helpers
-
-
-def lr_at(step: int, s: TrainSettings) -> float:
-    """Linear warmup to s.lr over warmup_steps, then cosine down to s.min_lr at lr_decay_steps."""
-    decay_steps = s.lr_decay_steps or s.max_steps
-    if step < s.warmup_steps:
-        return s.lr * (step + 1) / (s.warmup_steps + 1)
-    if step >= decay_steps:
-        return s.min_lr
-    progress = (step - s.warmup_steps) / max(1, decay_steps - s.warmup_steps)  # 0 -> 1
-    return s.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (s.lr - s.min_lr)
-
-
-def make_optimizer(model: nn.Module, s: TrainSettings, device: torch.device) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": s.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    if s.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=s.lr, momentum=s.beta1)
-    # The fused kernel on the CPU too (torch >= 2.4): one pass over every tensor instead of a dozen
-    # small ops per parameter, about 3 of a baby-GPT step's 66 ms here (benchmarks/train_profile.py).
-    return torch.optim.AdamW(groups, lr=s.lr, betas=(s.beta1, s.beta2), fused=device.type in ("cuda", "cpu"))
-
-
-def batch_indices(sampler: np.random.Generator, n_blocks: int, batch_size: int, parallel: Parallel) -> np.ndarray:
-    """This rank's blocks of one global batch: batch_size indices drawn by the sampler (the same on
-    every rank, whatever the world size), rank r taking slice r of batch_size / world_size. With one
-    process: the whole draw."""
-    idx = sampler.integers(0, n_blocks, size=batch_size)
-    per_rank = batch_size // parallel.world_size
-    return idx[parallel.rank * per_rank : (parallel.rank + 1) * per_rank]
-
-
-def _grad_norm(model: nn.Module) -> torch.Tensor:
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    return torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+# Data checks
 
 
 def _non_empty_blocks(data: Blocks, name: str) -> Blocks:
@@ -308,208 +282,6 @@ def _check_vocab(model: nn.Module, data: Blocks, name: str) -> None:
             f"the {name} labels hold token id {top} but the model's vocabulary has {vocab} ids: the labels come "
             "from a different tokenizer; rebuild the labels with the model's tokenizer (or the model for these labels)"
         )
-
-
-# ----------------------------------------------------------------------------------------------
-# Checkpoints
-
-
-def model_metadata(model: nn.Module, model_meta: dict | None = None) -> dict[str, str]:
-    """The identity of a model, as safetensors metadata (strings only)."""
-    config = getattr(model, "config", None)
-    if isinstance(config, BaseModel):
-        config_json = config.model_dump_json()
-    elif config is not None and hasattr(config, "__dict__"):
-        config_json = json.dumps(vars(config), sort_keys=True, default=str)
-    else:
-        config_json = "{}"
-    meta = {
-        "format_version": CHECKPOINT_FORMAT,
-        "model_kind": str(getattr(model, "model_kind", type(model).__name__)),
-        "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
-        "model_config": config_json,
-        "vocab_size": str(getattr(model, "vocab_size", "")),
-        "params": str(count_parameters(model)),
-        "tokenizer_sha256": "",
-    }
-    for k, v in (model_meta or {}).items():
-        meta[k] = v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
-    return meta
-
-
-def check_compatible(stored: dict[str, str], expected: dict[str, str], where: str | Path) -> None:
-    """Refuse a checkpoint of another model; the message names every differing field."""
-    diffs = []
-    for key in ("model_kind", "vocab_size", "tokenizer_sha256"):
-        a, b = stored.get(key, ""), expected.get(key, "")
-        if a != b:
-            diffs.append(f"{key}: checkpoint {a or '(none)'!r} != now {b or '(none)'!r}")
-    old_cfg = json.loads(stored.get("model_config", "{}") or "{}")
-    new_cfg = json.loads(expected.get("model_config", "{}") or "{}")
-    for key in sorted(set(old_cfg) | set(new_cfg)):
-        if old_cfg.get(key) != new_cfg.get(key):
-            diffs.append(f"model_config.{key}: checkpoint {old_cfg.get(key)!r} != now {new_cfg.get(key)!r}")
-    if diffs:
-        raise CheckpointMismatchError(
-            f"cannot resume from {where}: it belongs to another model ({'; '.join(diffs)}). "
-            "Restore the original settings, point out_dir elsewhere, or start fresh with resume=False."
-        )
-
-
-def _check_same_save(meta: dict[str, str], state: dict, ckpt_dir: Path) -> None:
-    """The weights' header and train_state.pt must describe the same step of the same model."""
-    weights, state_file = ckpt_dir / WEIGHTS_FILE, ckpt_dir / STATE_FILE
-    fix = f"delete {ckpt_dir} or start fresh with resume=False"
-    if "metadata" not in state:
-        raise CheckpointMismatchError(f"{state_file} records no model identity (an older format); {fix}")
-    if meta.get("step") != str(state["step"]):
-        raise CheckpointMismatchError(
-            f"{weights} says step {meta.get('step')} but {state_file} says step {state['step']}: "
-            f"the two files come from different saves; {fix}"
-        )
-    for key in IDENTITY_KEYS:
-        if meta.get(key, "") != state["metadata"].get(key, ""):
-            raise CheckpointMismatchError(
-                f"{weights} says {key}={meta.get(key, '')!r} but {state_file} says "
-                f"{key}={state['metadata'].get(key, '')!r}: the two files belong to different models; {fix}"
-            )
-
-
-def save_checkpoint(
-    ckpt_dir: str | Path,
-    model: nn.Module,
-    *,
-    step: int,
-    optimizer: torch.optim.Optimizer | None = None,
-    train_state: dict | None = None,
-    model_meta: dict | None = None,
-) -> Path:
-    """Write `ckpt_dir/model.safetensors` (+ `train_state.pt` when an optimizer is given), atomically.
-
-    The folder is replaced as a whole, so a crash mid-write leaves the previous checkpoint intact.
-    Both files record the step and the model identity. Tied tensors are stored once (safetensors
-    refuses aliases); `load_weights_into` restores the tie.
-    """
-    ckpt_dir = Path(ckpt_dir)
-    meta = {**model_metadata(model, model_meta), "step": str(step)}
-    with atomic_dir(ckpt_dir) as tmp:
-        save_model(model, str(tmp / WEIGHTS_FILE), metadata=meta)
-        set_weights_mode(tmp / WEIGHTS_FILE)
-        if optimizer is not None:
-            identity = {k: meta[k] for k in IDENTITY_KEYS}
-            state = {"step": step, "metadata": identity, "optimizer": optimizer.state_dict(), **(train_state or {})}
-            torch.save(state, tmp / STATE_FILE)
-        write_json(tmp / CHECKSUM_FILE, {f.name: sha256_file(f) for f in sorted(tmp.iterdir()) if f.is_file()})
-    return ckpt_dir
-
-
-def verify_checkpoint_file(ckpt_dir: Path, name: str) -> None:
-    """`ckpt_dir/name` has the SHA-256 recorded when the checkpoint was written (CheckpointCorruptError if not)."""
-    path, sums = ckpt_dir / name, ckpt_dir / CHECKSUM_FILE
-    over = f"Start over with resume=False (or delete {ckpt_dir}); it is never resumed from"
-    if not sums.is_file():
-        raise CheckpointCorruptError(
-            f"{ckpt_dir} records no checksums ({CHECKSUM_FILE}; an older or partial checkpoint) so "
-            f"{path} cannot be verified. {over}"
-        )
-    try:
-        expected = read_json(sums).get(name)
-    except (ValueError, AttributeError) as e:
-        raise CheckpointCorruptError(f"{sums} is corrupt ({e}). {over}") from e
-    got = sha256_file(path)
-    if got != expected:
-        raise CheckpointCorruptError(
-            f"{path} is corrupt: its sha256 is {got[:12]}… but {expected[:12] if expected else '(none)'}… was recorded "
-            f"when the checkpoint was written (in {sums}). {over}"
-        )
-
-
-def read_metadata(path: str | Path) -> dict[str, str]:
-    """The metadata header of a .safetensors file (or of a checkpoint folder's weights)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / WEIGHTS_FILE
-    if not path.is_file():
-        raise PipelineInputError(f"no weights at {path}; train the model first")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return dict(f.metadata() or {})
-    except Exception as e:  # a truncated or foreign file: say which, and what to do
-        raise PipelineInputError(f"{path} is not a readable safetensors file ({e}); delete it and retrain") from e
-
-
-def load_model_weights(
-    path: str | Path, device: str | torch.device = "cpu"
-) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """(state_dict, metadata) of a .safetensors file or checkpoint folder, for downstream stages.
-
-    A tied matrix appears under one name only; load it with `load_weights_into(model, path)` or
-    `model.load_state_dict(sd, strict=False)`.
-    """
-    meta = read_metadata(path)
-    path = Path(path)
-    return load_file(str(path / WEIGHTS_FILE if path.is_dir() else path), device=str(device)), meta
-
-
-def load_weights_into(
-    model: nn.Module, path: str | Path, *, expected_meta: dict[str, str] | None = None
-) -> dict[str, str]:
-    """Load a checkpoint's weights into `model` (strict; ties restored), after an identity check."""
-    path = Path(path)
-    meta = read_metadata(path)
-    if expected_meta is not None:
-        check_compatible(meta, expected_meta, path)
-    device = next(model.parameters()).device
-    load_model(model, str(path / WEIGHTS_FILE if path.is_dir() else path), strict=True, device=str(device))
-    return meta
-
-
-def load_checkpoint(
-    ckpt_dir: str | Path,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer | None = None,
-    *,
-    expected_meta: dict[str, str] | None = None,
-) -> dict:
-    """Restore weights (and optimizer) from `ckpt_dir`; returns the train state dict plus 'metadata'
-    (the weights' header).
-
-    Refuses (CheckpointMismatchError) a checkpoint whose model kind, config, vocabulary or
-    tokenizer hash differ from `expected_meta`, and a train_state.pt whose step or model identity
-    differ from the weights' header; refuses (CheckpointCorruptError) a file whose SHA-256 is not
-    the one recorded in sha256.json — all before anything is loaded into `model`.
-    """
-    ckpt_dir = Path(ckpt_dir)
-    meta = read_metadata(ckpt_dir)
-    if expected_meta is not None:
-        check_compatible(meta, expected_meta, ckpt_dir)
-    state: dict = {}
-    if (ckpt_dir / STATE_FILE).is_file():
-        verify_checkpoint_file(ckpt_dir, STATE_FILE)
-        try:
-            state = torch.load(ckpt_dir / STATE_FILE, map_location="cpu", weights_only=True)
-        except Exception as e:
-            raise PipelineInputError(
-                f"{ckpt_dir / STATE_FILE} cannot be read ({e}); delete {ckpt_dir} or start fresh with resume=False"
-            ) from e
-        _check_same_save(meta, state, ckpt_dir)
-    elif optimizer is not None:
-        raise PipelineInputError(
-            f"{ckpt_dir} holds weights but no {STATE_FILE}; it cannot be resumed, start fresh with resume=False"
-        )
-    verify_checkpoint_file(ckpt_dir, WEIGHTS_FILE)
-    load_weights_into(model, ckpt_dir)
-    if optimizer is not None:
-        optimizer.load_state_dict(state["optimizer"])
-    state["metadata"] = meta
-    return state
-
-
-class _Unsharded:
-    """Checkpoints of a model every rank holds whole: the functions above."""
-
-    save_checkpoint = staticmethod(save_checkpoint)
-    load_checkpoint = staticmethod(load_checkpoint)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -552,155 +324,6 @@ def evaluate(
     if count == 0:
         raise PipelineInputError(f"no targets to evaluate on ({data.n_blocks} blocks); rebuild the validation labels")
     return float(total / count)
-
-
-# ----------------------------------------------------------------------------------------------
-# The state of a run, and one optimizer step
-
-
-@dataclass
-class TrainState:
-    """Everything a resumed run restores to continue exactly: the module (uncompiled, unwrapped), its
-    optimizer and loss scaler, the batch sampler, the step, the logged history, the best validation
-    loss, and the training losses summed since the last log point."""
-
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler
-    sampler: np.random.Generator
-    step: int = 0
-    history: list[dict] = field(default_factory=list)
-    best_val: float = float("inf")
-    pending_loss_sum: float = 0.0
-    pending_n: int = 0
-
-    def snapshot(self, settings: TrainSettings, device: torch.device) -> dict:
-        """The train_state.pt content besides step, identity and optimizer (which `save_checkpoint` adds)."""
-        return {
-            "history": self.history,
-            "best_val_loss": self.best_val,
-            "sampler_state": self.sampler.bit_generator.state,
-            "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state() if device.type == "cuda" else None,
-            "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else {},
-            "pending": {"loss_sum": self.pending_loss_sum, "n": self.pending_n},
-            "train_settings": settings.model_dump(),
-        }
-
-    def restore(self, ckpt: dict, device: torch.device) -> None:
-        """Take over a loaded checkpoint's state (the weights and optimizer are already loaded)."""
-        self.step, self.history, self.best_val = int(ckpt["step"]), list(ckpt["history"]), float(ckpt["best_val_loss"])
-        self.sampler.bit_generator.state = ckpt["sampler_state"]
-        torch.set_rng_state(ckpt["torch_rng"])
-        if device.type == "cuda" and ckpt.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state(ckpt["cuda_rng"])
-        if ckpt.get("scaler") and self.scaler.is_enabled():
-            self.scaler.load_state_dict(ckpt["scaler"])
-        self.pending_loss_sum, self.pending_n = float(ckpt["pending"]["loss_sum"]), int(ckpt["pending"]["n"])
-
-    def take_pending_loss(self) -> float:
-        """The mean training loss since the last log point; resets the sums."""
-        mean = self.pending_loss_sum / self.pending_n
-        self.pending_loss_sum, self.pending_n = 0.0, 0
-        return mean
-
-
-@dataclass
-class StepStats:
-    loss: float  # mean over the micro-batches
-    lr: float
-    grad_norm: torch.Tensor  # before clipping
-    grad_norm_clipped: torch.Tensor | None  # after clipping, measured; None when not asked for
-    seconds: float
-    not_finite: str | None = None  # what was NaN/inf when the update was refused (divergence)
-
-
-def optimizer_step(
-    state: TrainState,
-    model: nn.Module,
-    data: Blocks,
-    s: TrainSettings,
-    *,
-    device: torch.device,
-    dtype: torch.dtype,
-    parallel: Parallel,
-    measure_clipped: bool,
-) -> StepStats:
-    """One timed optimizer step over s.grad_accum micro-batches (no logging, evaluation or checkpoint).
-
-    `model` is what runs forward (possibly compiled or DDP-wrapped); `state.model` the raw module. A
-    non-finite loss or gradient norm refuses the update (the weights stay finite, the step does not
-    advance) and says so in `not_finite`.
-    """
-    synchronize(device)
-    t0 = time.perf_counter()
-    lr = lr_at(state.step, s)
-    for group in state.optimizer.param_groups:
-        group["lr"] = lr
-    loss_sum = torch.zeros((), device=device)
-    # The phases are named for torch.profiler (benchmarks/train_profile.py); unprofiled they cost ~1 µs.
-    for _ in range(s.grad_accum):
-        with record_function("phase/batch"):
-            x, y = data.batch(
-                batch_indices(state.sampler, data.n_blocks, s.batch_size, parallel), device
-            )  # (B, T) each
-        with record_function("phase/forward"), autocast_context(device, dtype):
-            _, loss = model(x, y)
-        loss_sum += loss.detach().float()
-        with record_function("phase/backward"):
-            state.scaler.scale(loss / s.grad_accum).backward()
-    state.scaler.unscale_(state.optimizer)
-    with record_function("phase/grad_norm"):
-        grad_norm = _grad_norm(state.model)  # before clipping
-    step_loss = float(loss_sum) / s.grad_accum  # one host sync per step: needed to stop on NaN
-    # With float16 loss scaling an inf gradient is routine (the scaler skips that step); else it is divergence.
-    bad_grad = not state.scaler.is_enabled() and not math.isfinite(float(grad_norm))
-    if not math.isfinite(step_loss) or bad_grad:
-        state.optimizer.zero_grad(set_to_none=True)  # the update is never applied: the weights stay finite
-        what = f"loss {step_loss}" if not math.isfinite(step_loss) else f"gradient norm {float(grad_norm)}"
-        return StepStats(step_loss, lr, grad_norm, None, 0.0, not_finite=what)
-    if s.grad_clip > 0:
-        with record_function("phase/clip"):
-            torch.nn.utils.clip_grads_with_norm_(list(state.model.parameters()), s.grad_clip, grad_norm)
-    # Measured on the clipped gradients (not inferred), so a test can check the bound holds.
-    clipped = _grad_norm(state.model) if measure_clipped else None
-    with record_function("phase/optimizer"):
-        state.scaler.step(state.optimizer)
-        state.scaler.update()
-        state.optimizer.zero_grad(set_to_none=True)
-    synchronize(device)  # the optimizer step runs asynchronously on CUDA: count it in this step
-    state.step += 1
-    state.pending_loss_sum += step_loss
-    state.pending_n += 1
-    return StepStats(step_loss, lr, grad_norm, clipped, time.perf_counter() - t0)
-
-
-def _mean_over_ranks(state: TrainState, st: StepStats, device: torch.device, parallel: Parallel) -> StepStats:
-    """The step's loss averaged over the ranks (each rank's own is the mean over its slice), on every
-    rank, and the pending log-interval sum with it."""
-    loss = torch.tensor([st.loss], dtype=torch.float64, device=device)
-    torch.distributed.all_reduce(loss)  # a sum
-    mean = float(loss) / parallel.world_size
-    if not st.not_finite:  # an update refused did not add to the sums
-        state.pending_loss_sum += mean - st.loss
-    return replace(st, loss=mean)
-
-
-def log_point(
-    state: TrainState, st: StepStats, *, seconds: float, steps: int, tokens_per_step: int
-) -> dict[str, float]:
-    """The training metrics of a log point: the mean loss since the last one (resetting the sums), the
-    lr and gradient norms of this step, and the throughput over the `steps` steps (`seconds`) since."""
-    point = {
-        "train/loss": state.take_pending_loss(),
-        "lr": st.lr,
-        "grad_norm": float(st.grad_norm),
-        "tokens_per_s": steps * tokens_per_step / seconds,
-        "step_ms": 1000 * seconds / steps,
-    }
-    if st.grad_norm_clipped is not None:
-        point["grad_norm_clipped"] = float(st.grad_norm_clipped)
-    return point
 
 
 # ----------------------------------------------------------------------------------------------
