@@ -1,10 +1,11 @@
-"""One optimizer step of the training loop, and the state a resume restores.
+"""One optimizer step of the training loop, the validation loss, and the state a resume restores.
 
 `TrainState` holds what a resume restores (`snapshot` / `restore`); `optimizer_step` is one timed
 update (the learning rate from `lr_at`, this rank's blocks from `batch_indices`); `log_point` the
-metrics of a log point; `make_optimizer` builds the AdamW (or SGD) with weight decay on tensors of
->= 2 dimensions only. Split out of `components.core.training`, which re-exports every name here and
-whose `train` strings them together (the module doc there describes the loop).
+metrics of a log point; `evaluate` the validation loss; `make_optimizer` builds the AdamW (or SGD)
+with weight decay on tensors of >= 2 dimensions only. Split out of `components.core.training`, which
+re-exports every name here and whose `train` strings them together (the module doc there describes
+the loop).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import torch
 import torch.nn as nn
 from torch.profiler import record_function
 
-from .data import Blocks
+from .data import IGNORE_INDEX, Blocks
 from .device import autocast_context, synchronize
+from .errors import PipelineInputError
 
 if TYPE_CHECKING:
     from .training import Parallel, TrainSettings
@@ -61,6 +63,45 @@ def batch_indices(sampler: np.random.Generator, n_blocks: int, batch_size: int, 
 def _grad_norm(model: nn.Module) -> torch.Tensor:
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     return torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+
+
+
+def eval_targets(data: Blocks, batch_size: int, max_batches: int | None) -> int:
+    """The number of targets `evaluate` averages over (the first max_batches * batch_size blocks; None = all)."""
+    n = data.n_blocks if max_batches is None else min(data.n_blocks, batch_size * max_batches)
+    return int((np.asarray(data.y[:n]) != IGNORE_INDEX).sum())
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    data: Blocks,
+    *,
+    batch_size: int,
+    max_batches: int | None,
+    device: torch.device | str,
+    dtype: torch.dtype = torch.float32,
+) -> float:
+    """Mean loss over the non-ignored targets of the first `max_batches * batch_size` blocks."""
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    n = data.n_blocks if max_batches is None else min(data.n_blocks, batch_size * max_batches)
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    count = 0
+    for start in range(0, n, batch_size):
+        x, y = data.batch(np.arange(start, min(start + batch_size, n)), device)
+        n_targets = int((y != IGNORE_INDEX).sum())
+        if n_targets == 0:
+            continue
+        with autocast_context(device, dtype):
+            _, loss = model(x, y)
+        total += loss.double() * n_targets  # the model's loss is a mean over this batch's targets
+        count += n_targets
+    model.train(was_training)
+    if count == 0:
+        raise PipelineInputError(f"no targets to evaluate on ({data.n_blocks} blocks); rebuild the validation labels")
+    return float(total / count)
 
 
 @dataclass

@@ -14,9 +14,11 @@ The loop (nanoGPT-like):
     and dropout RNG state, and the partial log-interval sums).
 
 In parts: `TrainState` holds what a resume restores (`snapshot` / `restore`); `optimizer_step` is
-one timed update; `log_point` the metrics of a log point; `evaluate` the validation loss;
-`save_checkpoint` / `load_checkpoint` the files; `train` strings them together on the logging,
-evaluation and checkpoint schedule. Plots are drawn by the caller from
+one timed update; `log_point` the metrics of a log point; `evaluate` the validation loss (those in
+`components.core.train_step`); `save_checkpoint` / `load_checkpoint` the files
+(`components.core.checkpoint`; every name of both modules is importable from here too); `train`
+strings them together on the logging, evaluation and checkpoint schedule (`_setup`, `_run_loop`,
+`_result`). Plots are drawn by the caller from
 `TrainResult.history` (`components.core.plots.plot_history`).
 
 Data parallelism. `train(..., parallel=Parallel(rank, world_size))`: `batch_size` is the global
@@ -58,7 +60,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional
 
@@ -90,8 +92,8 @@ from .checkpoint import (  # noqa: F401
     save_checkpoint,
     verify_checkpoint_file,
 )
-from .data import IGNORE_INDEX, Blocks
-from .device import DeviceSetting, DtypeSetting, autocast_context, resolve_device, resolve_dtype
+from .data import Blocks
+from .device import DeviceSetting, DtypeSetting, resolve_device, resolve_dtype
 from .errors import ConfigError, PipelineInputError
 from .models.sizing import count_parameters
 
@@ -102,6 +104,8 @@ from .train_step import (  # noqa: F401
     _grad_norm,
     _mean_over_ranks,
     batch_indices,
+    eval_targets,
+    evaluate,
     log_point,
     lr_at,
     make_optimizer,
@@ -285,49 +289,236 @@ def _check_vocab(model: nn.Module, data: Blocks, name: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Evaluation
+# The loop: `train` = `_setup` (device, data, fresh or resumed state) + `_run_loop` + `_result`
 
 
-def eval_targets(data: Blocks, batch_size: int, max_batches: int | None) -> int:
-    """The number of targets `evaluate` averages over (the first max_batches * batch_size blocks; None = all)."""
-    n = data.n_blocks if max_batches is None else min(data.n_blocks, batch_size * max_batches)
-    return int((np.asarray(data.y[:n]) != IGNORE_INDEX).sum())
+@dataclass
+class _Run:
+    """What `train` sets up once and its loop and result share."""
+
+    s: TrainSettings
+    model: nn.Module  # what runs forward (possibly compiled or DDP-wrapped)
+    raw_model: nn.Module  # the uncompiled, unwrapped module: checkpoints and callbacks see this one
+    state: TrainState
+    train_data: Blocks
+    val_data: Blocks
+    device: torch.device
+    dtype: torch.dtype
+    out_dir: Path
+    ckpt_dir: Path
+    tokens_per_step: int  # over all ranks
+    notes: list[str]
+    resumed_from: int
+    last_good: int | None  # the step of the newest checkpoint of this run
+    step_times: list[float] = field(default_factory=list)
+
+    def validate(self) -> float:
+        s = self.s
+        return evaluate(
+            self.model, self.val_data, batch_size=s.batch_size, max_batches=s.eval_batches, device=self.device,
+            dtype=self.dtype,
+        )
 
 
-@torch.no_grad()
-def evaluate(
+def _raw_module(model: nn.Module, s: TrainSettings, parallel: Parallel) -> nn.Module:
+    """The module under any DDP wrapper, after checking the data-parallel setup."""
+    if parallel.world_size == 1:
+        return model
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        raise ConfigError(f"world_size={parallel.world_size} needs torch.distributed initialised in every rank first")
+    if s.batch_size % parallel.world_size:
+        raise ConfigError(
+            f"train.batch_size={s.batch_size} (the global batch) must be a multiple of the world size "
+            f"{parallel.world_size}"
+        )
+    return model if parallel.sharded else model.module  # FSDP2 shards in place; DDP wraps
+
+
+def _fit_data(
+    raw_model: nn.Module, train_data: Blocks, val_data: Blocks, s: TrainSettings
+) -> tuple[Blocks, Blocks, int]:
+    """The model's vocabulary must cover the labels, and the context must fit in them: (train, val, block_size)."""
+    _check_vocab(raw_model, train_data, "train")
+    _check_vocab(raw_model, val_data, "validation")
+    block_size = s.block_size
+    model_block = getattr(getattr(raw_model, "config", None), "block_size", None)
+    if block_size is None:
+        block_size = min(train_data.block_size, model_block or train_data.block_size)
+    elif model_block is not None and block_size > model_block:
+        raise ConfigError(
+            f"train.block_size={block_size} exceeds the model's block_size={model_block}; lower train.block_size"
+        )
+    train_data = _non_empty_blocks(train_data.crop(block_size), "train")
+    val_data = _non_empty_blocks(val_data.crop(min(block_size, val_data.block_size)), "validation")
+    return train_data, val_data, block_size
+
+
+def _setup(
     model: nn.Module,
-    data: Blocks,
+    train_data: Blocks,
+    val_data: Blocks,
+    s: TrainSettings,
+    out_dir: Path,
     *,
-    batch_size: int,
-    max_batches: int | None,
-    device: torch.device | str,
-    dtype: torch.dtype = torch.float32,
-) -> float:
-    """Mean loss over the non-ignored targets of the first `max_batches * batch_size` blocks."""
-    device = torch.device(device)
-    was_training = model.training
-    model.eval()
-    n = data.n_blocks if max_batches is None else min(data.n_blocks, batch_size * max_batches)
-    total = torch.zeros((), dtype=torch.float64, device=device)
-    count = 0
-    for start in range(0, n, batch_size):
-        x, y = data.batch(np.arange(start, min(start + batch_size, n)), device)
-        n_targets = int((y != IGNORE_INDEX).sum())
-        if n_targets == 0:
-            continue
-        with autocast_context(device, dtype):
-            _, loss = model(x, y)
-        total += loss.double() * n_targets  # the model's loss is a mean over this batch's targets
-        count += n_targets
-    model.train(was_training)
-    if count == 0:
-        raise PipelineInputError(f"no targets to evaluate on ({data.n_blocks} blocks); rebuild the validation labels")
-    return float(total / count)
+    resume: bool,
+    model_meta: dict | None,
+    parallel: Parallel,
+) -> _Run:
+    """Device and dtype, the data checked and cropped, and a fresh state or the exact state of the checkpoint."""
+    ckpt_dir = out_dir / CHECKPOINT_DIR
+    notes: list[str] = []
+    if s.threads > 0:
+        torch.set_num_threads(s.threads)
+    device, warn = resolve_device(s.device)
+    if warn:
+        notes.append(warn)
+    dtype = resolve_dtype(s.dtype, device)
+    raw_model = _raw_module(model, s, parallel)
+    train_data, val_data, block_size = _fit_data(raw_model, train_data, val_data, s)
+
+    model.to(device)
+    # Fresh state, or the exact state of the checkpoint.
+    state = TrainState(
+        model=raw_model,  # checkpoints and callbacks see the uncompiled, unwrapped module
+        optimizer=make_optimizer(raw_model, s, device),
+        scaler=torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
+        sampler=np.random.default_rng(s.seed),
+    )
+    torch.manual_seed(s.seed)
+    meta = model_metadata(raw_model, model_meta)
+    resumed_from = 0
+    if resume and (ckpt_dir / STATE_FILE).is_file():
+        ckpt = (parallel.sharded or _Unsharded).load_checkpoint(
+            ckpt_dir, raw_model, state.optimizer, expected_meta=meta
+        )
+        state.restore(ckpt, device)
+        resumed_from = state.step
+        old = ckpt.get("train_settings", {})
+        changed = [k for k in _TRAJECTORY_FIELDS if k in old and old[k] != getattr(s, k)]
+        if changed:
+            notes.append(f"resumed with changed settings {changed}: the run will differ from an uninterrupted one")
+    elif not resume and ckpt_dir.exists():
+        notes.append(f"resume=False: starting fresh, the checkpoint in {ckpt_dir} will be replaced")
+
+    if s.compile:
+        model = torch.compile(model)
+    return _Run(
+        s=s, model=model, raw_model=raw_model, state=state, train_data=train_data, val_data=val_data,
+        device=device, dtype=dtype, out_dir=out_dir, ckpt_dir=ckpt_dir,
+        tokens_per_step=s.batch_size * block_size * s.grad_accum, notes=notes, resumed_from=resumed_from,
+        last_good=state.step if resumed_from else None,
+    )
 
 
-# ----------------------------------------------------------------------------------------------
-# The loop
+def _divergence_message(run: _Run, st: StepStats) -> str:
+    s, last_good = run.s, run.last_good
+    kept = f"The last good checkpoint (step {last_good}) is kept in {run.ckpt_dir}. " if last_good is not None else ""
+    return (
+        f"training diverged at step {run.state.step + 1}: {st.not_finite} is not finite. "
+        f"{kept or 'No checkpoint was written yet. '}"
+        f"Lower lr (now {s.lr}), keep grad_clip > 0 (now {s.grad_clip}) or train in float32."
+    )
+
+
+def _run_loop(
+    run: _Run,
+    *,
+    stop_at: int,
+    log_metrics: Callable[[dict[str, float], int], None] | None,
+    progress: Callable[[dict[str, float], int, int, float], None] | None,
+    model_meta: dict | None,
+    step_callback: Callable[[int, nn.Module], dict[str, float] | None] | None,
+    parallel: Parallel,
+) -> tuple[str | None, StepStats | None]:
+    """Optimizer steps up to `stop_at`, logging, evaluating and checkpointing on schedule; returns
+    (the divergence message or None, the last step's stats)."""
+    s, state, device = run.s, run.state, run.device
+    interval_time, interval_steps = 0.0, 0  # since the last log point, in this call
+    st: StepStats | None = None
+    while state.step < stop_at:
+        will_log = (state.step + 1) % s.log_interval == 0 or state.step + 1 == s.max_steps
+        st = optimizer_step(
+            state, run.model, run.train_data, s, device=device, dtype=run.dtype, parallel=parallel,
+            measure_clipped=will_log,
+        )
+        if parallel.world_size > 1:
+            st = _mean_over_ranks(state, st, device, parallel)
+        if st.not_finite:
+            return _divergence_message(run, st), st
+        run.step_times.append(st.seconds)
+        interval_time += st.seconds
+        interval_steps += 1
+
+        # ---- bookkeeping (untimed) ----
+        point: dict[str, float] = {}
+        is_last = state.step == s.max_steps
+        if state.step % s.log_interval == 0 or is_last:
+            point.update(
+                log_point(state, st, seconds=interval_time, steps=interval_steps, tokens_per_step=run.tokens_per_step)
+            )
+            interval_time, interval_steps = 0.0, 0
+            if step_callback is not None:
+                point.update(step_callback(state.step, run.raw_model) or {})
+        is_eval = (s.eval_interval > 0 and state.step % s.eval_interval == 0) or is_last
+        if is_eval:
+            val_loss = run.validate()
+            state.best_val = min(state.best_val, val_loss)
+            point.update({"val/loss": val_loss, "val/ppl": math.exp(min(val_loss, 700.0))})
+        if point:
+            state.history.append({"step": state.step, **point})
+            if parallel.is_main and log_metrics is not None:
+                log_metrics(point, state.step)
+            if parallel.is_main and progress is not None:
+                eta = (s.max_steps - state.step) * float(np.mean(run.step_times))
+                progress(point, state.step, s.max_steps, eta)
+        checkpoint_due = (
+            (s.checkpoint_interval > 0 and state.step % s.checkpoint_interval == 0)
+            or (s.checkpoint_interval == 0 and is_eval)
+            or is_last
+            or state.step == stop_at
+        )
+        if checkpoint_due and (parallel.is_main or parallel.sharded):
+            (parallel.sharded or _Unsharded).save_checkpoint(
+                run.ckpt_dir, run.raw_model, step=state.step, optimizer=state.optimizer,
+                train_state=state.snapshot(s, device), model_meta=model_meta,
+            )
+            run.last_good = state.step
+    return None, st
+
+
+def _result(run: _Run, parallel: Parallel, t_start: float) -> TrainResult:
+    """history.json (main rank), a final validation unless the last point has one, and the run's figures."""
+    s, state = run.s, run.state
+    history = state.history
+    if parallel.is_main:
+        write_json(run.out_dir / "history.json", history)
+    train_pts = [h for h in history if "train/loss" in h]
+    val_pts = [h for h in history if "val/loss" in h]
+    if not val_pts or val_pts[-1]["step"] != state.step:  # e.g. a resume of a finished run, or an interruption
+        val_loss = run.validate()
+        state.best_val = min(state.best_val, val_loss)
+    else:
+        val_loss = val_pts[-1]["val/loss"]
+    timed = run.step_times[1:] or run.step_times  # the first step pays for allocation / compilation
+    step_ms = 1000 * float(np.mean(timed)) if timed else float("nan")
+    return TrainResult(
+        steps=state.step,
+        train_loss=train_pts[-1]["train/loss"] if train_pts else float("nan"),
+        val_loss=val_loss,
+        val_ppl=math.exp(min(val_loss, 700.0)),
+        best_val_loss=state.best_val,
+        tokens_per_s=run.tokens_per_step / (step_ms / 1000) if timed else float("nan"),
+        step_ms=step_ms,
+        wall_s=time.perf_counter() - t_start,
+        params=count_parameters(run.raw_model),
+        device=str(run.device),
+        dtype=str(run.dtype).removeprefix("torch."),
+        warnings=run.notes,
+        history=history,
+        checkpoint_dir=run.ckpt_dir,
+        resumed_from=run.resumed_from,
+        val_targets=eval_targets(run.val_data, s.batch_size, s.eval_batches),
+    )
 
 
 def train(
@@ -363,173 +554,21 @@ def train(
     """
     t_start = time.perf_counter()
     s = settings
-    out_dir = Path(out_dir)
-    ckpt_dir = out_dir / CHECKPOINT_DIR
-    notes: list[str] = []
-    if s.threads > 0:
-        torch.set_num_threads(s.threads)
-    device, warn = resolve_device(s.device)
-    if warn:
-        notes.append(warn)
-    dtype = resolve_dtype(s.dtype, device)
-    raw_model = model
-    if parallel.world_size > 1:
-        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-            raise ConfigError(
-                f"world_size={parallel.world_size} needs torch.distributed initialised in every rank first"
-            )
-        if s.batch_size % parallel.world_size:
-            raise ConfigError(
-                f"train.batch_size={s.batch_size} (the global batch) must be a multiple of the world size "
-                f"{parallel.world_size}"
-            )
-        raw_model = model if parallel.sharded else model.module  # FSDP2 shards in place; DDP wraps
-
-    # Data: the model's vocabulary must cover the labels, and the context must fit in them.
-    _check_vocab(raw_model, train_data, "train")
-    _check_vocab(raw_model, val_data, "validation")
-    block_size = s.block_size
-    model_block = getattr(getattr(raw_model, "config", None), "block_size", None)
-    if block_size is None:
-        block_size = min(train_data.block_size, model_block or train_data.block_size)
-    elif model_block is not None and block_size > model_block:
-        raise ConfigError(
-            f"train.block_size={block_size} exceeds the model's block_size={model_block}; lower train.block_size"
-        )
-    train_data = _non_empty_blocks(train_data.crop(block_size), "train")
-    val_data = _non_empty_blocks(val_data.crop(min(block_size, val_data.block_size)), "validation")
-
-    model.to(device)
-    # Fresh state, or the exact state of the checkpoint.
-    state = TrainState(
-        model=raw_model,  # checkpoints and callbacks see the uncompiled, unwrapped module
-        optimizer=make_optimizer(raw_model, s, device),
-        scaler=torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
-        sampler=np.random.default_rng(s.seed),
+    run = _setup(
+        model, train_data, val_data, s, Path(out_dir), resume=resume, model_meta=model_meta, parallel=parallel
     )
-    torch.manual_seed(s.seed)
-    meta = model_metadata(raw_model, model_meta)
-    resumed_from = 0
-    if resume and (ckpt_dir / STATE_FILE).is_file():
-        ckpt = (parallel.sharded or _Unsharded).load_checkpoint(
-            ckpt_dir, raw_model, state.optimizer, expected_meta=meta
-        )
-        state.restore(ckpt, device)
-        resumed_from = state.step
-        old = ckpt.get("train_settings", {})
-        changed = [k for k in _TRAJECTORY_FIELDS if k in old and old[k] != getattr(s, k)]
-        if changed:
-            notes.append(f"resumed with changed settings {changed}: the run will differ from an uninterrupted one")
-    elif not resume and ckpt_dir.exists():
-        notes.append(f"resume=False: starting fresh, the checkpoint in {ckpt_dir} will be replaced")
-
-    if s.compile:
-        model = torch.compile(model)
-
-    last_good = state.step if resumed_from else None  # the step of the newest checkpoint of this run
-    tokens_per_step = s.batch_size * block_size * s.grad_accum  # over all ranks
-
-    def validate() -> float:
-        return evaluate(
-            model, val_data, batch_size=s.batch_size, max_batches=s.eval_batches, device=device, dtype=dtype
-        )
-
-    step_times: list[float] = []
-    interval_time, interval_steps = 0.0, 0  # since the last log point, in this call
-    diverged: str | None = None
+    state = run.state
     stop_at = s.max_steps if stop_after_steps is None else min(s.max_steps, state.step + stop_after_steps)
-    model.train()
-
-    while state.step < stop_at:
-        will_log = (state.step + 1) % s.log_interval == 0 or state.step + 1 == s.max_steps
-        st = optimizer_step(
-            state, model, train_data, s, device=device, dtype=dtype, parallel=parallel, measure_clipped=will_log
-        )
-        if parallel.world_size > 1:
-            st = _mean_over_ranks(state, st, device, parallel)
-        if st.not_finite:
-            kept = (
-                f"The last good checkpoint (step {last_good}) is kept in {ckpt_dir}. " if last_good is not None else ""
-            )
-            diverged = (
-                f"training diverged at step {state.step + 1}: {st.not_finite} is not finite. "
-                f"{kept or 'No checkpoint was written yet. '}"
-                f"Lower lr (now {s.lr}), keep grad_clip > 0 (now {s.grad_clip}) or train in float32."
-            )
-            break
-        step_times.append(st.seconds)
-        interval_time += st.seconds
-        interval_steps += 1
-
-        # ---- bookkeeping (untimed) ----
-        point: dict[str, float] = {}
-        is_last = state.step == s.max_steps
-        if state.step % s.log_interval == 0 or is_last:
-            point.update(
-                log_point(state, st, seconds=interval_time, steps=interval_steps, tokens_per_step=tokens_per_step)
-            )
-            interval_time, interval_steps = 0.0, 0
-            if step_callback is not None:
-                point.update(step_callback(state.step, raw_model) or {})
-        is_eval = (s.eval_interval > 0 and state.step % s.eval_interval == 0) or is_last
-        if is_eval:
-            val_loss = validate()
-            state.best_val = min(state.best_val, val_loss)
-            point.update({"val/loss": val_loss, "val/ppl": math.exp(min(val_loss, 700.0))})
-        if point:
-            state.history.append({"step": state.step, **point})
-            if parallel.is_main and log_metrics is not None:
-                log_metrics(point, state.step)
-            if parallel.is_main and progress is not None:
-                progress(point, state.step, s.max_steps, (s.max_steps - state.step) * float(np.mean(step_times)))
-        checkpoint_due = (
-            (s.checkpoint_interval > 0 and state.step % s.checkpoint_interval == 0)
-            or (s.checkpoint_interval == 0 and is_eval)
-            or is_last
-            or state.step == stop_at
-        )
-        if checkpoint_due and (parallel.is_main or parallel.sharded):
-            (parallel.sharded or _Unsharded).save_checkpoint(
-                ckpt_dir, raw_model, step=state.step, optimizer=state.optimizer,
-                train_state=state.snapshot(s, device), model_meta=model_meta,
-            )
-            last_good = state.step
-
+    run.model.train()
+    diverged, st = _run_loop(
+        run, stop_at=stop_at, log_metrics=log_metrics, progress=progress, model_meta=model_meta,
+        step_callback=step_callback, parallel=parallel,
+    )
     if diverged:
         if raise_on_divergence:
             raise TrainingDivergedError(
                 diverged, step=state.step + 1, loss=st.loss,
-                checkpoint_dir=ckpt_dir if last_good is not None else None, history=state.history,
+                checkpoint_dir=run.ckpt_dir if run.last_good is not None else None, history=state.history,
             )
-        notes.append(diverged)
-
-    history = state.history
-    if parallel.is_main:
-        write_json(out_dir / "history.json", history)
-    train_pts = [h for h in history if "train/loss" in h]
-    val_pts = [h for h in history if "val/loss" in h]
-    if not val_pts or val_pts[-1]["step"] != state.step:  # e.g. a resume of a finished run, or an interruption
-        val_loss = validate()
-        state.best_val = min(state.best_val, val_loss)
-    else:
-        val_loss = val_pts[-1]["val/loss"]
-    timed = step_times[1:] or step_times  # the first step pays for allocation / compilation
-    step_ms = 1000 * float(np.mean(timed)) if timed else float("nan")
-    return TrainResult(
-        steps=state.step,
-        train_loss=train_pts[-1]["train/loss"] if train_pts else float("nan"),
-        val_loss=val_loss,
-        val_ppl=math.exp(min(val_loss, 700.0)),
-        best_val_loss=state.best_val,
-        tokens_per_s=tokens_per_step / (step_ms / 1000) if timed else float("nan"),
-        step_ms=step_ms,
-        wall_s=time.perf_counter() - t_start,
-        params=count_parameters(raw_model),
-        device=str(device),
-        dtype=str(dtype).removeprefix("torch."),
-        warnings=notes,
-        history=history,
-        checkpoint_dir=ckpt_dir,
-        resumed_from=resumed_from,
-        val_targets=eval_targets(val_data, s.batch_size, s.eval_batches),
-    )
+        run.notes.append(diverged)
+    return _result(run, parallel, t_start)
