@@ -4,6 +4,7 @@
 
 
 import shutil
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -61,36 +62,9 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
         when `extra_seeds` is set; plus each Transformer's parameter accounting per component and its
         FFN share."""
         models = {model_name(k): m for k, m in lms.items()}
-        hashes = {m["tokenizer_sha256"] for m in models.values()}
-        if len(hashes) != 1:
-            raise dg.Failure("the models were trained on labels of different tokenizers; re-materialize them together")
-        unknown = sorted(set(config.seed_models) - set(models))
-        if unknown:
-            raise dg.Failure(
-                f"model_comparison.seed_models names {unknown}, which are not language models of the graph; "
-                f"valid: {sorted(models)}"
-            )
+        hashes = _check_models(models, config)
         with stage(context, mlflow, {"models": sorted(models), **config.model_dump()}) as s:
-            seed_losses = None
-            if config.extra_seeds:
-                if labels["tokenizer_sha256"] not in hashes:
-                    raise dg.Failure(
-                        "`labels` were built with another tokenizer than the models were trained with: "
-                        "re-materialize the models (or the whole graph) before retraining them with other seeds"
-                    )
-                train, val, meta = load_labels(labels["path"])
-                chosen = {n: m for n, m in models.items() if n in (config.seed_models or models)}
-                seed_losses = train_other_seeds(
-                    chosen,
-                    config.extra_seeds,
-                    train,
-                    val,
-                    int(meta["vocab_size"]),
-                    s.tmp / "seeds",
-                    model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
-                    log=context.log.info,
-                )
-                shutil.rmtree(s.tmp / "seeds")  # scratch checkpoints: only the losses are kept
+            seed_losses = _seed_losses(context, config, models, hashes, labels, s.tmp) if config.extra_seeds else None
             # The count models are rows and lines only where they were scored on the models' own targets.
             same = all(m["metrics"].get("val/targets") == ngram_baseline["n_targets"] for m in models.values()) and \
                 ngram_baseline.get("tokenizer_sha256") in hashes
@@ -99,50 +73,10 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
                 context.log.warning(
                     "ngram_baseline was scored on other validation targets than the models: left out of the comparison"
                 )
-            accounting = {
-                n: parameter_accounting(load_lm(m["weights"]))
-                for n, m in models.items()
-                if m["family"] == "transformer"
-            }
-            split = {n: parameter_split(load_lm(m["weights"])) for n, m in models.items()}
-            for row in result.rows:  # where each model's budget sits: embedding, output head, core
-                row.update({f"params_{k}": v for k, v in split[row["model"]].items() if k != "total"})
-            metrics: dict[str, Any] = dict(result.metrics())
-            metrics.update({f"{n}/ffn_share": a["ffn_share"] for n, a in accounting.items()})
-            metrics.update(
-                {f"{n}/params_{k}": float(v) for n, sp in split.items() for k, v in sp.items() if k != "total"}
-            )
-            # One child run per model with the shared metric names: MLflow's compare view lines them up.
-            # Named `model_comparison/<model>`, so none is mistaken for the model's own run (`<model>_lm`);
-            # the trained architecture as `resolved.*`, the name the models' own runs give it.
-            for row in result.rows:
-                m = models[row["model"]]
-                s.run.child(
-                    f"model_comparison/{row['model']}",
-                    {
-                        "val/loss": row["val_loss"],
-                        "val/ppl": row["val_ppl"],
-                        "train/tokens_per_s_mean": row["tokens_per_s_mean"],
-                        "params": row["params"],
-                        "val/loss_at_matched_time": row["val_loss_at_matched_time"],
-                        "machine/loaded": float(m["metrics"].get("machine/loaded", 0.0)),
-                    },
-                    params={"family": m["family"], **{f"resolved.{k}": v for k, v in m["model_config"].items()}},
-                    series={"val/loss": [(h["step"], h["val/loss"]) for h in m["history"] if "val/loss" in h]},
-                )
+            accounting, metrics = _parameter_accounting(models, result)
+            _log_model_runs(s.run, models, result)
             st = result.settledness
-            # With seeds, a ranking is judged beyond seed noise; without, exactly.
-            settled = st.get("ranking_settled_beyond_spread", st.get("ranking_settled"))
-            values = {
-                "ranking": " < ".join(st.get("ranking_last_eval", [])),
-                "ranking_settled": bool(st.get("ranking_settled")),
-            }
-            if "tiers_last_eval" in st:
-                values.update({"ranking_beyond_spread": tiers_text(st["tiers_last_eval"]),
-                               "ranking_settled_beyond_spread": bool(st["ranking_settled_beyond_spread"])})
-            # Speeds measured on a loaded machine (the models record their load) are not comparable.
-            loaded = sorted(n for n, m in models.items() if m["metrics"].get("machine/loaded"))
-            values["speeds_measured_loaded"] = ", ".join(loaded) or "none"
+            values, loaded, settled = _ranking_values(st, models)
             return s.publish(
                 {
                     "rows": result.rows,
@@ -161,28 +95,129 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
                     **{f"parameter_accounting_{n}": accounting_markdown(a) for n, a in accounting.items()},
                 },
                 values=values,
-                warnings=(
-                    [
-                        f"tokens_per_s_mean of {', '.join(loaded)} measured on a loaded machine (their runs' "
-                        f"machine/load_1m_*): "
-                        "the speeds are not comparable"
-                    ]
-                    if loaded
-                    else []
-                )
-                + (
-                    []
-                    if settled
-                    else [
-                        "the ranking by validation loss still changes between the last two evaluations"
-                        + (" beyond the seed-to-seed spread" if "tiers_last_eval" in st else "")
-                        + f" ({' < '.join(st.get('ranking_previous_eval', []))} → "
-                            f"{' < '.join(st.get('ranking_last_eval', []))}): "
-                        "train longer before trusting it"
-                    ]
-                ),
+                warnings=_warnings(loaded, settled, st),
             )
 
     ffn_holds_two_thirds = claim_check("ffn_holds_two_thirds", model_comparison)
 
     return model_comparison, ffn_holds_two_thirds
+
+
+def _check_models(models: dict[str, dict], config: ModelComparisonConfig) -> set[str]:
+    """The one tokenizer hash the models were trained with; fails on several, or on `seed_models`
+    naming a model the graph does not have."""
+    hashes = {m["tokenizer_sha256"] for m in models.values()}
+    if len(hashes) != 1:
+        raise dg.Failure("the models were trained on labels of different tokenizers; re-materialize them together")
+    unknown = sorted(set(config.seed_models) - set(models))
+    if unknown:
+        raise dg.Failure(
+            f"model_comparison.seed_models names {unknown}, which are not language models of the graph; "
+            f"valid: {sorted(models)}"
+        )
+    return hashes
+
+
+def _seed_losses(context: dg.AssetExecutionContext, config: ModelComparisonConfig, models: dict[str, dict],
+                 hashes: set[str], labels: dict, tmp: Path) -> Any:
+    """The `seed_models` trained again with each of `extra_seeds` (scratch under `tmp`, removed after):
+    their final validation losses."""
+    if labels["tokenizer_sha256"] not in hashes:
+        raise dg.Failure(
+            "`labels` were built with another tokenizer than the models were trained with: "
+            "re-materialize the models (or the whole graph) before retraining them with other seeds"
+        )
+    train, val, meta = load_labels(labels["path"])
+    chosen = {n: m for n, m in models.items() if n in (config.seed_models or models)}
+    seed_losses = train_other_seeds(
+        chosen,
+        config.extra_seeds,
+        train,
+        val,
+        int(meta["vocab_size"]),
+        tmp / "seeds",
+        model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
+        log=context.log.info,
+    )
+    shutil.rmtree(tmp / "seeds")  # scratch checkpoints: only the losses are kept
+    return seed_losses
+
+
+def _parameter_accounting(models: dict[str, dict], result: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Each Transformer's parameter accounting, and where each model's budget sits (embedding,
+    output head, core: added to its row of `result`); with the comparison's metrics."""
+    accounting = {
+        n: parameter_accounting(load_lm(m["weights"]))
+        for n, m in models.items()
+        if m["family"] == "transformer"
+    }
+    split = {n: parameter_split(load_lm(m["weights"])) for n, m in models.items()}
+    for row in result.rows:  # where each model's budget sits: embedding, output head, core
+        row.update({f"params_{k}": v for k, v in split[row["model"]].items() if k != "total"})
+    metrics: dict[str, Any] = dict(result.metrics())
+    metrics.update({f"{n}/ffn_share": a["ffn_share"] for n, a in accounting.items()})
+    metrics.update(
+        {f"{n}/params_{k}": float(v) for n, sp in split.items() for k, v in sp.items() if k != "total"}
+    )
+    return accounting, metrics
+
+
+def _log_model_runs(run: Any, models: dict[str, dict], result: Any) -> None:
+    # One child run per model with the shared metric names: MLflow's compare view lines them up.
+    # Named `model_comparison/<model>`, so none is mistaken for the model's own run (`<model>_lm`);
+    # the trained architecture as `resolved.*`, the name the models' own runs give it.
+    for row in result.rows:
+        m = models[row["model"]]
+        run.child(
+            f"model_comparison/{row['model']}",
+            {
+                "val/loss": row["val_loss"],
+                "val/ppl": row["val_ppl"],
+                "train/tokens_per_s_mean": row["tokens_per_s_mean"],
+                "params": row["params"],
+                "val/loss_at_matched_time": row["val_loss_at_matched_time"],
+                "machine/loaded": float(m["metrics"].get("machine/loaded", 0.0)),
+            },
+            params={"family": m["family"], **{f"resolved.{k}": v for k, v in m["model_config"].items()}},
+            series={"val/loss": [(h["step"], h["val/loss"]) for h in m["history"] if "val/loss" in h]},
+        )
+
+
+def _ranking_values(st: dict[str, Any], models: dict[str, dict]) -> tuple[dict[str, Any], list[str], Any]:
+    """The ranking's metadata values, the models whose speeds were measured on a loaded machine, and
+    whether the ranking is settled."""
+    # With seeds, a ranking is judged beyond seed noise; without, exactly.
+    settled = st.get("ranking_settled_beyond_spread", st.get("ranking_settled"))
+    values = {
+        "ranking": " < ".join(st.get("ranking_last_eval", [])),
+        "ranking_settled": bool(st.get("ranking_settled")),
+    }
+    if "tiers_last_eval" in st:
+        values.update({"ranking_beyond_spread": tiers_text(st["tiers_last_eval"]),
+                       "ranking_settled_beyond_spread": bool(st["ranking_settled_beyond_spread"])})
+    # Speeds measured on a loaded machine (the models record their load) are not comparable.
+    loaded = sorted(n for n, m in models.items() if m["metrics"].get("machine/loaded"))
+    values["speeds_measured_loaded"] = ", ".join(loaded) or "none"
+    return values, loaded, settled
+
+
+def _warnings(loaded: list[str], settled: Any, st: dict[str, Any]) -> list[str]:
+    return (
+        [
+            f"tokens_per_s_mean of {', '.join(loaded)} measured on a loaded machine (their runs' "
+            f"machine/load_1m_*): "
+            "the speeds are not comparable"
+        ]
+        if loaded
+        else []
+    ) + (
+        []
+        if settled
+        else [
+            "the ranking by validation loss still changes between the last two evaluations"
+            + (" beyond the seed-to-seed spread" if "tiers_last_eval" in st else "")
+            + f" ({' < '.join(st.get('ranking_previous_eval', []))} → "
+            f"{' < '.join(st.get('ranking_last_eval', []))}): "
+            "train longer before trusting it"
+        ]
+    )

@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command in ("init", "recover"):
-            from components.orchestration.recovery import recover_dead_runs, sync_mlflow_parents
+            from components.orchestration.mlflow_sync import sync_mlflow_parents
+            from components.orchestration.recovery import recover_dead_runs
 
             report = {"stores": ensure_stores(uri, dagster=True, setting=setting)}
             if args.command == "init":
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("\n".join(report["keys"]))
                 return 0
         else:
-            from components.orchestration.recovery import prune
+            from components.orchestration.retention import prune
 
             instance = _instance(uri, setting)
             try:

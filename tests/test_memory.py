@@ -3,6 +3,7 @@ training, bad settings refused by name), and each memory claim's counterexample.
 
 import numpy as np
 import pytest
+import torch
 from pydantic import ValidationError
 
 from components.core import claims
@@ -132,7 +133,7 @@ def test_attention_as_the_recurrent_model_does_not_run_out(recall_run):
 
 def test_one_layer_model_has_no_induction_head():
     """Counterexample: one layer cannot hold a previous-token head and an induction head after it."""
-    from components.core.studies.memory import InductionSettings, induction_study
+    from components.core.studies.induction import InductionSettings, induction_study
 
     m = induction_study(InductionSettings(n_layer=1, span=6, n_tokens=8, steps=60, batch_size=16, param_budget=4000,
                                           train_sequences=512, val_sequences=64)).manifest()
@@ -143,3 +144,45 @@ def test_one_layer_model_has_no_induction_head():
     h = claims.heads_differ(heads)
     assert not h.passed and not h.checks["previous_token_and_induction_heads_differ"]
     assert not claims.heads_differ({**heads, "induction": None}).passed
+
+
+def test_positional_copy_head_is_not_an_induction_head():
+    """Counterexample: trained on the fixed-offset task (every span the same length), the model
+    copies the repeat by attending a fixed distance back: exact where the offset is the trained one,
+    failing where it varies, so the claim, judged on offsets that vary, does not pass."""
+    from components.core.studies.induction import (
+        InductionSettings,
+        induction_eval,
+        induction_study,
+        induction_task,
+        repeat_targets_only,
+    )
+
+    s = InductionSettings(min_span=16, steps=300)
+    r = induction_study(s)
+    m = r.manifest()
+    assert m["base"]["repeat_accuracy"] < 0.5, m["base"]
+    v = claims.induction_head_copies(m)
+    assert not v.passed and not v.checks["copies_the_repeat"]
+    # the same training, evaluated where the offset is the one it was trained on, copies
+    from components.core.studies.memory import build_model, train_model
+
+    torch.manual_seed(s.seed)
+    model = build_model("transformer", s.vocab_size, 2 * s.span, s.train)
+    train = repeat_targets_only(induction_task(s, s.train_sequences, s.seed))
+    train_model(model, train, s.train, s.lrs["transformer"])
+    fixed = induction_eval(model, induction_task(s, 256, s.seed + 1, min_span=16), s)
+    assert fixed["repeat_accuracy"] > 0.9 and fixed["first_accuracy"] < 0.15, fixed
+
+
+def test_induction_on_varying_offsets_is_content_based():
+    """The default task (offsets vary per sequence) trains a real induction circuit: the repeat is
+    copied where no fixed-distance head could, the first part stays at chance, a previous-token head
+    in layer 0 and a prefix-matching head in layer 1 are found by their scores."""
+    from components.core.studies.induction import InductionSettings, induction_study
+
+    m = induction_study(InductionSettings()).manifest()
+    v = claims.induction_head_copies(m)
+    assert v.checks["copies_the_repeat"] and v.checks["first_part_at_chance"], v.figures
+    assert v.checks["induction_head_in_a_later_layer"] and v.checks["induction_head_prefix_matching"], v.figures
+    assert m["found"]["previous_token_head"][0] == 0 and m["found"]["induction_head"][0] == 1

@@ -160,7 +160,7 @@ def scratch_dir(asset: str, identity: dict[str, Any]) -> Path:
 @contextmanager
 def exclusive(path: Path) -> Iterator[None]:
     """Hold an exclusive lock on `path`.lock (released by the kernel if the process dies). Retention
-    removes a lock file nobody holds (recovery.remove_stale_locks): a lock taken on a file that was
+    removes a lock file nobody holds (retention.remove_stale_locks): a lock taken on a file that was
     unlinked meanwhile is dropped and taken again on the current one."""
     lock = path.with_name(path.name + ".lock")
     while True:
@@ -255,155 +255,162 @@ def language_model_asset(
         scratch = scratch_dir(name, training_identity(name, family, config.model_dump(), labels, tokenizer))
         with exclusive(scratch):
             output = _train_and_publish(
-                context, mlflow, config, labels, tokenizer, scratch, baseline_in.get("baseline")
+                context, mlflow, config, labels, tokenizer, scratch, baseline_in.get("baseline"),
+                name=name, family=family, description=description,
             )
             shutil.rmtree(scratch, ignore_errors=True)  # under the lock: a waiting run starts clean
         yield output
         for c in LM_CLAIMS:
             yield judged(c, output.value)
 
-    def _train_and_publish(context, mlflow, config, labels, tokenizer, scratch, ngram: dict | None) -> dg.Output[dict]:
-        settings = config.model_dump()
-        launch = LaunchSettings(**config.train.model_dump(include=set(LAUNCH_FIELDS)))
-        train_settings = TrainSettings(**config.train.model_dump(exclude=set(LAUNCH_FIELDS)))
-        # The data's identity among the params: runs on different tokenizers compare side by side.
-        data = {"vocab_size": labels["vocab_size"], "tokenizer_sha256": labels["tokenizer_sha256"]}
-        with stage(context, mlflow, {**settings, "family": family, **data}) as s:
-            train_data, val_data, meta = load_labels(labels["path"])
-            tok = load_tokenizer(tokenizer["path"])
-            common = dict(
-                sampling=SamplingSettings(**config.sampling.model_dump()),
-                decode=lambda ids: decode_text(tok, ids, skip_special_tokens=False),  # Chinese without jieba's spaces
-                encode=lambda text: encode_text(tok, text),
-            )
-            load_before = machine_load()
-            if launch.launcher == "torchrun":
-                result, launched = _train_torchrun(
-                    context, s, mlflow, config, launch, train_settings, labels, scratch, common
-                )
-            else:
-                result = train_lm(
-                    family,
-                    FAMILY_SETTINGS[family](**config.model.model_dump()),
-                    train_settings,
-                    train_data,
-                    val_data,
-                    int(meta["vocab_size"]),
-                    scratch,
-                    log_metrics=s.run.log_metrics,
-                    progress=s.progress,
-                    model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
-                    **common,
-                )
-                launched = {"launcher": "inprocess", "world_size": 1}
-            # The architecture that trained, beside the requested one (`model.*`): a parameter
-            # budget resizes widths, so `model.hidden_size` 256 may have trained 286 wide.
-            s.run.log_params({"resolved": result.config.model_dump()})
-            weights = s.tmp / WEIGHTS_FILE
-            shutil.copy2(result.weights_path, weights)  # weights and config only: no optimizer state
-            (s.tmp / "samples.txt").write_text("\n\n----------\n\n".join(result.samples) + "\n", encoding="utf-8")
-            metrics = {**result.metrics, **load_figures(load_before, machine_load(), launched.get("world_size", 1))}
-            registered = register_model(context, s, weights, tokenizer, result, config, description)
-            output = s.publish(
-                {
-                    "name": name,
-                    "family": family,
-                    "weights": s.final_path(weights),
-                    "tokenizer_sha256": labels["tokenizer_sha256"],
-                    "vocab_size": labels["vocab_size"],
-                    "metrics": metrics,
-                    "model_config": result.config.model_dump(),
-                    "train_settings": config.train.model_dump(),
-                    "attention_backend": result.attention_backend,
-                    "resumed_from_step": result.resumed_from_step,
-                    "launch": launched,
-                    "inputs": {"labels": labels["dagster_run_id"], "tokenizer": tokenizer["dagster_run_id"]},
-                    "history": _history_summary(result.history),
-                    "registered_model": registered,
-                    # The count model to beat, on the same validation targets (the claim checks that they are).
-                    "baseline": {k: ngram[k] for k in ("val_loss", "block_size", "n_targets", "tokenizer_sha256")}
-                    | {"model": ngram["best"]["model"]}
-                    if ngram
-                    else None,
-                },
-                metrics=metrics,
-                figures=result.figures,
-                texts={"samples": "\n\n".join(f"```\n{t[:600]}\n```" for t in result.samples)}
-                if result.samples
-                else None,
-                files={"weights": weights, "samples": s.tmp / "samples.txt"},
-                artifacts=[s.tmp / "samples.txt"],
-                values={
-                    "registered_model": registered["uri"],
-                    "params": int(metrics["params"]),
-                    "resumed_from_step": result.resumed_from_step,
-                    "attention_backend": str(result.attention_backend.get("observed", result.attention_backend)),
-                    **launched,
-                },
-                warnings=result.warnings + ([LOADED_WARNING.format(**metrics)] if metrics["machine/loaded"] else []),
-            )
-        return output
-
-    def _train_torchrun(
-        context, s: Stage, mlflow: MlflowTracker, config, launch: LaunchSettings, train_settings: TrainSettings,
-        labels: dict, scratch: Path, common: dict,
-    ) -> tuple[LMResult, dict]:
-        """Train under torchrun through Pipes (module doc); then finish in this process from the checkpoint."""
-        check_world_size(launch, train_settings)  # (the run config's validation has said so already)
-        spec = WorkerSpec(
-            family=family,
-            model=config.model.model_dump(),
-            train=train_settings,
-            labels=labels["path"],
-            # By path: sharded labels list the files of every shard (same names, other folders).
-            labels_sha256={f["path"]: f["sha256"] for f in labels["files"].values()},
-            tokenizer_sha256=labels["tokenizer_sha256"],
-            out_dir=str(scratch),
-            strategy=launch.strategy,
-        )
-        spec_path = write_spec(spec, scratch / "spec.json")
-        for stale in (RESULT_FILE, FAILURE_FILE):  # never read an earlier launch's result or failure
-            (scratch / stale).unlink(missing_ok=True)
-        command = [
-            sys.executable, "-m", "components.core.distributed", "launch",
-            f"--nproc-per-node={launch.nproc_per_node}", "--worker", DDP_WORKER, str(spec_path),
-        ]
-        extras = {MLFLOW_RUN_ID: s.run.run_id, MLFLOW_TRACKING_URI: mlflow.resolved_uri()}
-        context.log.info(
-            f"launching torchrun: {launch.nproc_per_node} processes, {launch.strategy} ({' '.join(command[1:])})"
-        )
-        try:
-            invocation = dg.PipesSubprocessClient().run(
-                context=context, command=command, extras=extras, env=launch_env(launch, train_settings)
-            )
-        except Exception as e:
-            failure = read_failure(scratch)
-            if failure is None:
-                raise
-            raise DistributedTrainingError(f"{name}: {failure['message']}") from e
-        reported = {k: v.value for k, v in invocation.get_materialize_result().metadata.items()}
-        result_file = scratch / RESULT_FILE
-        for key, path in (
-            ("train_result_sha256", result_file),
-            ("weights_sha256", scratch / "checkpoint" / WEIGHTS_FILE),
-        ):
-            if reported.get(key) != sha256_file(path):
-                raise PipelineInputError(
-                    f"{path} does not match the sha256 rank 0 reported through Pipes ({key}); it changed after training"
-                )
-        trained, _ = read_train_result(result_file)
-        train_data, val_data, meta = load_labels(labels["path"])
-        prep = prepare_lm(
-            family, FAMILY_SETTINGS[family](**config.model.model_dump()), train_settings, train_data,
-            int(meta["vocab_size"]), model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
-        )
-        load_weights_into(prep.model, trained.checkpoint_dir, expected_meta=model_metadata(prep.model, prep.header))
-        prep.model.to(prep.device)
-        # What rank 0 reported through Pipes is what the materialization records.
-        launched = {"launcher": "torchrun", **{k: reported[k] for k in ("world_size", "backend", "strategy")}}
-        return finish_lm(prep, trained, val_data, world_size=int(reported["world_size"]), **common), launched
-
     return _lm
+
+
+def _train_and_publish(
+    context, mlflow, config, labels, tokenizer, scratch, ngram: dict | None, *, name: str, family: str,
+    description: str,
+) -> dg.Output[dict]:
+    """The language model's step inside its stage: train (in process or under torchrun), register the
+    model, publish the weights, samples and metrics. `name`, `family`, `description`: the asset's."""
+    settings = config.model_dump()
+    launch = LaunchSettings(**config.train.model_dump(include=set(LAUNCH_FIELDS)))
+    train_settings = TrainSettings(**config.train.model_dump(exclude=set(LAUNCH_FIELDS)))
+    # The data's identity among the params: runs on different tokenizers compare side by side.
+    data = {"vocab_size": labels["vocab_size"], "tokenizer_sha256": labels["tokenizer_sha256"]}
+    with stage(context, mlflow, {**settings, "family": family, **data}) as s:
+        train_data, val_data, meta = load_labels(labels["path"])
+        tok = load_tokenizer(tokenizer["path"])
+        common = dict(
+            sampling=SamplingSettings(**config.sampling.model_dump()),
+            decode=lambda ids: decode_text(tok, ids, skip_special_tokens=False),  # Chinese without jieba's spaces
+            encode=lambda text: encode_text(tok, text),
+        )
+        load_before = machine_load()
+        if launch.launcher == "torchrun":
+            result, launched = _train_torchrun(
+                context, s, mlflow, config, launch, train_settings, labels, scratch, common, name=name, family=family
+            )
+        else:
+            result = train_lm(
+                family,
+                FAMILY_SETTINGS[family](**config.model.model_dump()),
+                train_settings,
+                train_data,
+                val_data,
+                int(meta["vocab_size"]),
+                scratch,
+                log_metrics=s.run.log_metrics,
+                progress=s.progress,
+                model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
+                **common,
+            )
+            launched = {"launcher": "inprocess", "world_size": 1}
+        # The architecture that trained, beside the requested one (`model.*`): a parameter
+        # budget resizes widths, so `model.hidden_size` 256 may have trained 286 wide.
+        s.run.log_params({"resolved": result.config.model_dump()})
+        weights = s.tmp / WEIGHTS_FILE
+        shutil.copy2(result.weights_path, weights)  # weights and config only: no optimizer state
+        (s.tmp / "samples.txt").write_text("\n\n----------\n\n".join(result.samples) + "\n", encoding="utf-8")
+        metrics = {**result.metrics, **load_figures(load_before, machine_load(), launched.get("world_size", 1))}
+        registered = register_model(context, s, weights, tokenizer, result, config, description)
+        output = s.publish(
+            {
+                "name": name,
+                "family": family,
+                "weights": s.final_path(weights),
+                "tokenizer_sha256": labels["tokenizer_sha256"],
+                "vocab_size": labels["vocab_size"],
+                "metrics": metrics,
+                "model_config": result.config.model_dump(),
+                "train_settings": config.train.model_dump(),
+                "attention_backend": result.attention_backend,
+                "resumed_from_step": result.resumed_from_step,
+                "launch": launched,
+                "inputs": {"labels": labels["dagster_run_id"], "tokenizer": tokenizer["dagster_run_id"]},
+                "history": _history_summary(result.history),
+                "registered_model": registered,
+                # The count model to beat, on the same validation targets (the claim checks that they are).
+                "baseline": {k: ngram[k] for k in ("val_loss", "block_size", "n_targets", "tokenizer_sha256")}
+                | {"model": ngram["best"]["model"]}
+                if ngram
+                else None,
+            },
+            metrics=metrics,
+            figures=result.figures,
+            texts={"samples": "\n\n".join(f"```\n{t[:600]}\n```" for t in result.samples)}
+            if result.samples
+            else None,
+            files={"weights": weights, "samples": s.tmp / "samples.txt"},
+            artifacts=[s.tmp / "samples.txt"],
+            values={
+                "registered_model": registered["uri"],
+                "params": int(metrics["params"]),
+                "resumed_from_step": result.resumed_from_step,
+                "attention_backend": str(result.attention_backend.get("observed", result.attention_backend)),
+                **launched,
+            },
+            warnings=result.warnings + ([LOADED_WARNING.format(**metrics)] if metrics["machine/loaded"] else []),
+        )
+    return output
+
+def _train_torchrun(
+    context, s: Stage, mlflow: MlflowTracker, config, launch: LaunchSettings, train_settings: TrainSettings,
+    labels: dict, scratch: Path, common: dict, *, name: str, family: str,
+) -> tuple[LMResult, dict]:
+    """Train under torchrun through Pipes (module doc); then finish in this process from the checkpoint."""
+    check_world_size(launch, train_settings)  # (the run config's validation has said so already)
+    spec = WorkerSpec(
+        family=family,
+        model=config.model.model_dump(),
+        train=train_settings,
+        labels=labels["path"],
+        # By path: sharded labels list the files of every shard (same names, other folders).
+        labels_sha256={f["path"]: f["sha256"] for f in labels["files"].values()},
+        tokenizer_sha256=labels["tokenizer_sha256"],
+        out_dir=str(scratch),
+        strategy=launch.strategy,
+    )
+    spec_path = write_spec(spec, scratch / "spec.json")
+    for stale in (RESULT_FILE, FAILURE_FILE):  # never read an earlier launch's result or failure
+        (scratch / stale).unlink(missing_ok=True)
+    command = [
+        sys.executable, "-m", "components.core.distributed", "launch",
+        f"--nproc-per-node={launch.nproc_per_node}", "--worker", DDP_WORKER, str(spec_path),
+    ]
+    extras = {MLFLOW_RUN_ID: s.run.run_id, MLFLOW_TRACKING_URI: mlflow.resolved_uri()}
+    context.log.info(
+        f"launching torchrun: {launch.nproc_per_node} processes, {launch.strategy} ({' '.join(command[1:])})"
+    )
+    try:
+        invocation = dg.PipesSubprocessClient().run(
+            context=context, command=command, extras=extras, env=launch_env(launch, train_settings)
+        )
+    except Exception as e:
+        failure = read_failure(scratch)
+        if failure is None:
+            raise
+        raise DistributedTrainingError(f"{name}: {failure['message']}") from e
+    reported = {k: v.value for k, v in invocation.get_materialize_result().metadata.items()}
+    result_file = scratch / RESULT_FILE
+    for key, path in (
+        ("train_result_sha256", result_file),
+        ("weights_sha256", scratch / "checkpoint" / WEIGHTS_FILE),
+    ):
+        if reported.get(key) != sha256_file(path):
+            raise PipelineInputError(
+                f"{path} does not match the sha256 rank 0 reported through Pipes ({key}); it changed after training"
+            )
+    trained, _ = read_train_result(result_file)
+    train_data, val_data, meta = load_labels(labels["path"])
+    prep = prepare_lm(
+        family, FAMILY_SETTINGS[family](**config.model.model_dump()), train_settings, train_data,
+        int(meta["vocab_size"]), model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
+    )
+    load_weights_into(prep.model, trained.checkpoint_dir, expected_meta=model_metadata(prep.model, prep.header))
+    prep.model.to(prep.device)
+    # What rank 0 reported through Pipes is what the materialization records.
+    launched = {"launcher": "torchrun", **{k: reported[k] for k in ("world_size", "backend", "strategy")}}
+    return finish_lm(prep, trained, val_data, world_size=int(reported["world_size"]), **common), launched
 
 
 # The training speed (train/tokens_per_s_mean) is only comparable between runs on a quiet machine:

@@ -24,7 +24,9 @@ import dagster as dg
 
 from components.core.artifacts import atomic_dir, file_info
 
-from .recovery import prune, recover_dead_runs, run_lease
+from .leases import run_lease
+from .recovery import recover_dead_runs
+from .retention import prune
 from .state import artifacts_root
 from .tracking import FIGURE_DPI, INLINE_MAX_PX, AssetRun, MlflowTracker, figure_png, finite_metrics, png_size
 from .validation import validate_run_config

@@ -3,7 +3,7 @@
 One folder, overridable by the PIPELINE_STATE_DIR environment variable. Inside it: `dagster/`
 (DAGSTER_HOME: the instance, SQLite, unless DAGSTER_HOME points elsewhere), `mlflow/` (tracking DB
 and artifacts), `artifacts/` (asset files, laid out by asset / run), `checkpoints/` (resumable
-training scratch), `leases/` (which process runs which step; see `recovery.py`). Paths are absolute
+training scratch), `leases/` (which process runs which step; see `leases.py`). Paths are absolute
 so every step process shares them.
 
 `ensure_stores()` creates the Dagster and MLflow SQLite stores exactly once, under an exclusive

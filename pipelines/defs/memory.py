@@ -10,14 +10,8 @@ No upstream assets: the tasks generate their own data, and each trains its own s
 
 import dagster as dg
 
-from components.core.studies.memory import (
-    DelaySettings,
-    InductionSettings,
-    RecallSettings,
-    delay_study,
-    induction_study,
-    recall_study,
-)
+from components.core.studies.induction import InductionSettings, induction_study
+from components.core.studies.memory import DelaySettings, RecallSettings, delay_study, recall_study
 from components.orchestration.checks import claim_check
 from components.orchestration.language_model import TRAINING_POOL
 from components.orchestration.stage import stage

@@ -43,71 +43,42 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import logging
 import math
-from typing import Any, Iterator, Literal, get_args
+from typing import Iterator
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ConfigError, PipelineInputError
 
-Variant = Literal["fp32", "fp16", "bf16", "int8", "nf4", "fp4"]
-VARIANTS: tuple[str, ...] = get_args(Variant)
-DtypeName = Literal["float32", "bfloat16", "float16"]
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-FLOAT_VARIANTS: dict[str, str] = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-QUANT_VARIANTS: tuple[str, ...] = ("int8", "nf4", "fp4")
-# The scheme names written into config.json and the safetensors header.
-SCHEMES: dict[str, str] = {
-    "fp32": "float32",
-    "fp16": "float16",
-    "bf16": "bfloat16",
-    "int8": "bitsandbytes-llm.int8",
-    "nf4": "bitsandbytes-nf4",
-    "fp4": "bitsandbytes-fp4",
-}
-VARIANT_OF_SCHEME = {v: k for k, v in SCHEMES.items()}
-BITS: dict[str, float] = {"fp32": 32, "fp16": 16, "bf16": 16, "int8": 8, "nf4": 4, "fp4": 4}
-PRECISION_ATTR = "precision_spec"  # the PrecisionSpec a converted model carries
+# The vocabulary of precisions (precision_spec) and the recurrent rewrite (linear_recurrence), re-exported: callers
+# import them from here.
+from .linear_recurrence import LinearRecurrence, _set_submodule, rewrite_recurrent
+from .precision_spec import (
+    BITS,
+    DTYPES,
+    FLOAT_VARIANTS,
+    PRECISION_ATTR,
+    QUANT_VARIANTS,
+    SCHEMES,
+    VARIANT_OF_SCHEME,
+    VARIANTS,
+    DtypeName,
+    PrecisionSpec,
+    Variant,
+    describe,
+    scheme_variant,
+)
 
-
-class PrecisionSpec(BaseModel):
-    """Everything needed to rebuild a model at this precision from its float architecture (recorded
-    in config.json under `quantization`, and in the safetensors header)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    variant: Variant
-    scheme: str
-    keep_dtype: DtypeName = "float32"  # dtype of every tensor that is not quantized
-    compute_dtype: DtypeName = "float32"  # 4-bit matmul dtype
-    int8_threshold: float = 6.0
-    blocksize: int = 64
-    double_quant: bool = True
-    modules: list[str] = Field(default_factory=list)  # quantized Linear layers, qualified names
-    recurrent_as_linear: list[str] = Field(default_factory=list)  # recurrent modules rewritten as LinearRecurrence
-    kept_float: list[str] = Field(default_factory=list)  # what stays float, and why
-    aliases: dict[str, str] = Field(default_factory=dict)  # tied tensor name -> the stored name
-    # Embeddings tied to a quantized output head: embedding module -> head layer whose codes it reads
-    # (its rows dequantized on lookup; the matrix is stored once, quantized).
-    embeddings_from_head: dict[str, str] = Field(default_factory=dict)
-
-    @property
-    def quantized(self) -> bool:
-        return self.variant in QUANT_VARIANTS
-
-
-def scheme_variant(scheme: str, where: str) -> str:
-    """The variant of a scheme name; an unknown one is a ConfigError naming where it was found."""
-    if scheme not in VARIANT_OF_SCHEME:
-        raise ConfigError(
-            f"{where}: unknown quantization scheme {scheme!r}; known schemes: {', '.join(SCHEMES.values())}"
-        )
-    return VARIANT_OF_SCHEME[scheme]
+__all__ = [
+    "BITS", "DTYPES", "DtypeName", "FLOAT_VARIANTS", "HeadTiedEmbedding", "LinearRecurrence", "PRECISION_ATTR",
+    "PrecisionSpec", "QUANT_VARIANTS", "SCHEMES", "VARIANTS", "VARIANT_OF_SCHEME", "Variant", "apply_precision", "bnb",
+    "check_backend", "check_shapes", "cross_entropy_sum", "describe", "eager", "expected_shapes", "is_quantized_layer",
+    "logits_of", "precision_state_dict", "rewrite_recurrent", "scheme_variant", "spec_of", "to_precision",
+    "weight_bytes",
+]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -175,113 +146,6 @@ def check_backend(variant: str, device: torch.device | str) -> None:
 
 def _probe_spec(variant: str) -> PrecisionSpec:
     return PrecisionSpec(variant=variant, scheme=SCHEMES[variant])
-
-
-# --------------------------------------------------------------------------------------------------
-# Recurrent layers as Linear layers
-
-
-class LinearRecurrence(nn.Module):
-    """A batch-first, unidirectional RNN/LSTM stack with its matmuls as `nn.Linear` layers:
-    ih[k]: in_k → G·H (bias b_ih), hh[k]: H → G·H (bias b_hh), G = 4 (LSTM, gates i, f, g, o as in
-    nn.LSTM) or 1 (Elman RNN). Same equations, weights and state layout as `nn.LSTM` / `nn.RNN`,
-    so it is a drop-in whose Linear layers can become quantized layers."""
-
-    def __init__(
-        self,
-        cell: Literal["lstm", "rnn"],
-        input_size: int,
-        hidden_size: int,
-        num_layers: int,
-        nonlinearity: str = "tanh",
-    ):
-        super().__init__()
-        G = 4 if cell == "lstm" else 1
-        self.cell, self.hidden_size, self.num_layers, self.nonlinearity = cell, hidden_size, num_layers, nonlinearity
-        self.ih = nn.ModuleList(
-            nn.Linear(input_size if k == 0 else hidden_size, G * hidden_size) for k in range(num_layers)
-        )
-        self.hh = nn.ModuleList(nn.Linear(hidden_size, G * hidden_size) for k in range(num_layers))
-
-    @classmethod
-    def from_module(cls, rnn: nn.Module) -> "LinearRecurrence":
-        from ..models.recurrent import ExplicitLSTM
-
-        if isinstance(rnn, (nn.LSTM, nn.RNN)):
-            if not rnn.batch_first or rnn.bidirectional or not rnn.bias or getattr(rnn, "proj_size", 0):
-                raise ConfigError(
-                    f"{type(rnn).__name__}: only batch-first, unidirectional layers with biases and no projection can "
-                    f"be rewritten"
-                )
-            cell = "lstm" if isinstance(rnn, nn.LSTM) else "rnn"
-            nonlin = getattr(rnn, "nonlinearity", "tanh")
-        elif isinstance(rnn, ExplicitLSTM):
-            cell, nonlin = "lstm", "tanh"
-        else:
-            raise ConfigError(f"{type(rnn).__name__} cannot be rewritten as Linear layers")
-        out = cls(cell, rnn.input_size, rnn.hidden_size, rnn.num_layers, nonlin)
-        with torch.no_grad():
-            for k in range(rnn.num_layers):
-                out.ih[k].weight.copy_(getattr(rnn, f"weight_ih_l{k}"))
-                out.ih[k].bias.copy_(getattr(rnn, f"bias_ih_l{k}"))
-                out.hh[k].weight.copy_(getattr(rnn, f"weight_hh_l{k}"))
-                out.hh[k].bias.copy_(getattr(rnn, f"bias_hh_l{k}"))
-        return out
-
-    def forward(self, x: torch.Tensor, state=None):
-        B, T, _ = x.shape  # (B, T, in)
-        if state is None:
-            zeros = x.new_zeros(self.num_layers, B, self.hidden_size)
-            state = (zeros, zeros) if self.cell == "lstm" else zeros
-        h0, c0 = state if self.cell == "lstm" else (state, None)
-        act = torch.tanh if self.nonlinearity == "tanh" else torch.relu
-        h_n, c_n = [], []
-        for k in range(self.num_layers):
-            x_proj = self.ih[k](x)  # (B, T, G·H): no time dependency, one matmul
-            h = h0[k]
-            c = c0[k] if c0 is not None else None
-            outs = []
-            for t in range(T):
-                z = x_proj[:, t] + self.hh[k](h)  # (B, G·H)
-                if self.cell == "lstm":
-                    zi, zf, zg, zo = z.chunk(4, dim=-1)
-                    c = torch.sigmoid(zf) * c + torch.sigmoid(zi) * torch.tanh(zg)
-                    h = torch.sigmoid(zo) * torch.tanh(c)
-                else:
-                    h = act(z)
-                outs.append(h)
-            x = torch.stack(outs, dim=1)  # (B, T, H)
-            h_n.append(h)
-            c_n.append(c)
-        h_n = torch.stack(h_n)
-        return x, ((h_n, torch.stack(c_n)) if self.cell == "lstm" else h_n)
-
-
-def _recurrent_modules(model: nn.Module) -> list[str]:
-    from ..models.recurrent import ExplicitLSTM
-
-    return [n for n, m in model.named_modules() if isinstance(m, (nn.LSTM, nn.RNN, ExplicitLSTM))]
-
-
-def _set_submodule(root: nn.Module, name: str, new: nn.Module) -> None:
-    parent, _, leaf = name.rpartition(".")
-    setattr(root.get_submodule(parent) if parent else root, leaf, new)
-
-
-def rewrite_recurrent(model: nn.Module, names: list[str] | None = None) -> list[str]:
-    """Replace the recurrent modules `names` (default: every nn.LSTM / nn.RNN / ExplicitLSTM) by
-    `LinearRecurrence` copies, in place. Returns the names rewritten."""
-    names = _recurrent_modules(model) if names is None else list(names)
-    for name in names:
-        try:
-            module = model.get_submodule(name)
-        except AttributeError:
-            raise PipelineInputError(
-                f"recurrent module {name!r} to rewrite does not exist in {type(model).__name__}"
-            ) from None
-        if not isinstance(module, LinearRecurrence):
-            _set_submodule(model, name, LinearRecurrence.from_module(module))
-    return names
 
 
 # --------------------------------------------------------------------------------------------------
@@ -711,9 +575,3 @@ def cross_entropy_sum(logits: torch.Tensor, targets: torch.Tensor, ignore_index:
         logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=ignore_index, reduction="sum"
     )
     return float(loss), int((targets != ignore_index).sum())
-
-
-def describe(spec: PrecisionSpec | None) -> dict[str, Any]:
-    """A JSON-ready summary of a spec (for tables and config.json)."""
-    return json.loads(spec.model_dump_json()) if spec is not None else {}
-

@@ -30,14 +30,13 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Literal
+from typing import Iterator
 
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from matplotlib.figure import Figure
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..data import IGNORE_INDEX
 from ..errors import ConfigError
@@ -47,228 +46,28 @@ from ..models.sizing import count_parameters
 from ..models.transformer import Transformer, TransformerSettings
 from ..models.transformer import size_for_budget as size_transformer
 
-MODELS = ("rnn", "lstm", "transformer", "window")
+# The tasks' settings and generators (memory_tasks), re-exported: pipelines and tests import them from here.
+from .memory_tasks import (
+    MODELS,
+    DelaySettings,
+    MemoryTrainSettings,
+    RecallSettings,
+    TaskData,
+    delay_task,
+    disjoint_validation,
+    recall_task,
+)
+
 Z95 = 1.96
 
+__all__ = [
+    "DelaySettings", "MODELS", "MemoryResult", "MemoryTrainSettings", "RecallSettings", "TaskData",
+    "Z95", "accuracy_row", "build_model", "delay_study", "delay_task", "disjoint_validation",
+    "input_gradients", "plot_accuracy", "plot_gradients",
+    "predictions", "recall_study", "recall_task", "receptive_field", "state_size", "torch_threads",
+    "train_model",
+]
 
-# --------------------------------------------------------------------------------------------------
-# Settings
-
-
-def _known_models(models: list[str], known: tuple[str, ...]) -> None:
-    bad = [m for m in models if m not in known]
-    if bad:
-        raise ValueError(f"models {bad} are not known here; choose among {list(known)}")
-
-
-class MemoryTrainSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    steps: int = Field(300, ge=1, description="Optimizer steps per model.")
-    batch_size: int = Field(32, ge=1, description="Sequences per step.")
-    lrs: dict[str, float] = Field(
-        {"rnn": 3e-3, "lstm": 1e-2, "transformer": 3e-3, "window": 3e-3},
-        description="Peak AdamW learning rate per architecture (linear warm-up over 10% of the steps, cosine decay): "
-            "each at "
-        "the rate it trained best at in a short sweep (1e-2 sends the RNN and the Transformer to chance; 3e-3 leaves "
-        "the LSTM slow).",
-    )
-    grad_clip: float = Field(1.0, gt=0, description="Gradient norm clip.")
-    param_budget: int = Field(30000, ge=100, description="Parameters per model (every architecture sized to it).")
-    n_layer: int = Field(2, ge=1, description="Transformer blocks (the window model's too).")
-    n_head: int = Field(2, ge=1, description="Transformer heads per block.")
-    seed: int = Field(0, description="Seed of the training sequences, the models' initialisation and the batch order "
-                      "(validation sequences: seed + 1).")
-    lstm_init: Literal["chrono", "forget1", "torch"] = Field(
-        "forget1",
-        description="LSTM gate biases at initialisation: forget1 (forget bias 1, Gers et al. 2000 / Jozefowicz et al. "
-            "2015: the "
-        "cell starts out keeping more of what it holds), chrono (Tallec & Ollivier 2018: forget bias log U(1, seq_len "
-        "− 1), input "
-        "bias its negative; its nearly shut input gates left the LSTM at chance on delayed recall in 400 steps here), "
-        "torch "
-        "(nn.LSTM's own uniform init).",
-    )
-    threads: int = Field(1, ge=1, description="Torch CPU threads while these small models train (restored after): one "
-                         "thread is faster for them than two contending ones on a shared CPU.")
-
-
-class DelaySettings(MemoryTrainSettings):
-    delays: list[int] = Field(
-        [4, 8, 16, 32, 64], min_length=1, description="Distances from the symbol to the query, each at least 1."
-    )
-    n_layer: int = Field(
-        1, ge=1, description="Transformer blocks (one attention layer finds the symbol at any distance)."
-    )
-    steps: int = Field(400, ge=1, description="Optimizer steps per model.")
-    seq_len: int = Field(66, ge=2, description="Tokens per sequence; every delay must be at most seq_len - 1.")
-    n_symbols: int = Field(8, ge=2, description="Symbols to remember (chance accuracy 1/n_symbols).")
-    n_noise: int = Field(8, ge=1, description="Distinct noise tokens between the symbol and the query.")
-    train_sequences: int = Field(8192, ge=1, description="Training sequences (delays drawn uniformly from `delays`).")
-    val_per_delay: int = Field(256, ge=1, description="Validation sequences per delay.")
-    models: list[str] = Field(
-        ["rnn", "lstm", "transformer"], min_length=1, description="Architectures trained: rnn, lstm, transformer."
-    )
-
-    @property
-    def train(self) -> MemoryTrainSettings:
-        return MemoryTrainSettings(**{k: getattr(self, k) for k in MemoryTrainSettings.model_fields})
-
-    @model_validator(mode="after")
-    def _fits(self) -> "DelaySettings":
-        _known_models(self.models, MODELS[:3])
-        bad = [d for d in self.delays if d < 1 or d > self.seq_len - 1]
-        if bad:
-            raise ValueError(f"delays {bad} do not fit: a delay must be between 1 and seq_len - 1 = {self.seq_len - 1} "
-                             f"(a delay longer than the sequence); lengthen seq_len or shorten delays")
-        return self
-
-    @field_validator("delays")
-    @classmethod
-    def _sorted_delays(cls, v: list[int]) -> list[int]:
-        return sorted(set(v))
-
-    @property
-    def vocab_size(self) -> int:
-        return 1 + self.n_symbols + self.n_noise + 1  # [PAD], symbols, noise, query
-
-
-class RecallSettings(MemoryTrainSettings):
-    pairs: list[int] = Field(
-        [1, 2, 4, 8], min_length=1, description="Key-value pairs per sequence (mixed in training), each at least 1."
-    )
-    seq_len: int = Field(32, ge=3, description="Tokens per sequence: 3 per pair (key, value, query) plus filler.")
-    n_keys: int = Field(8, ge=1, description="Key vocabulary: keys in a sequence are distinct, so at least max(pairs).")
-    n_values: int = Field(8, ge=2, description="Value vocabulary (chance accuracy 1/n_values).")
-    train_sequences: int = Field(8192, ge=1, description="Training sequences.")
-    val_per_pairs: int = Field(128, ge=1, description="Validation sequences per number of pairs.")
-    distance_buckets: list[int] = Field(
-        [4, 8, 16, 32], min_length=1, description="Upper edges of the key-query distance buckets."
-    )
-    window: int = Field(
-        4,
-        ge=1,
-        description="Keys each query of the sliding-window Transformer sees per layer (2 layers of 4: a receptive "
-            "field of 7).",
-    )
-    steps: int = Field(600, ge=1, description="Optimizer steps per model.")
-    models: list[str] = Field(
-        ["rnn", "lstm", "transformer", "window"],
-        min_length=1,
-        description="Architectures trained: rnn, lstm, transformer, window (sliding-window Transformer).",
-    )
-
-    @property
-    def train(self) -> MemoryTrainSettings:
-        return MemoryTrainSettings(**{k: getattr(self, k) for k in MemoryTrainSettings.model_fields})
-
-    @model_validator(mode="after")
-    def _fits(self) -> "RecallSettings":
-        _known_models(self.models, MODELS)
-        if min(self.pairs) < 1:
-            raise ValueError(f"pairs must all be at least 1, got {self.pairs}")
-        if 3 * max(self.pairs) > self.seq_len:
-            raise ValueError(
-                f"pairs={max(self.pairs)} do not fit in seq_len={self.seq_len}: each pair takes 3 tokens (key, value, "
-                f"query), so pairs must be at most seq_len // 3 = {self.seq_len // 3}"
-            )
-        if self.n_keys < max(self.pairs):
-            raise ValueError(
-                f"n_keys={self.n_keys} is too small a vocabulary for pairs={max(self.pairs)} distinct keys; "
-                f"raise n_keys to at least {max(self.pairs)}"
-            )
-        return self
-
-    @field_validator("pairs", "distance_buckets")
-    @classmethod
-    def _sorted(cls, v: list[int]) -> list[int]:
-        return sorted(set(v))
-
-    @property
-    def vocab_size(self) -> int:
-        return 1 + self.n_keys + self.n_values + 1  # [PAD], keys, values, filler
-
-
-# --------------------------------------------------------------------------------------------------
-# Tasks
-
-
-@dataclass
-class TaskData:
-    """Sequences x (N, T) int64, targets y (N, T) with IGNORE_INDEX where nothing is asked, and per
-    sequence the setting it was drawn with (`condition`: delay or pairs) and per target its
-    key-query distance (`distance`, (N, T), 0 where no target)."""
-
-    x: np.ndarray
-    y: np.ndarray
-    condition: np.ndarray
-    distance: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.x)
-
-    def subset(self, keep: np.ndarray) -> "TaskData":
-        return TaskData(self.x[keep], self.y[keep], self.condition[keep], self.distance[keep])
-
-
-def delay_task(s: DelaySettings, n: int, seed: int, delays: list[int] | None = None) -> TaskData:
-    """`n` delayed-recall sequences, delays drawn uniformly from `delays` (default s.delays)."""
-    delays = delays or s.delays
-    bad = [d for d in delays if d < 1 or d > s.seq_len - 1]
-    if bad:
-        raise ConfigError(
-            f"delay {bad[0]} is longer than the sequence allows (seq_len={s.seq_len}: delay at most {s.seq_len - 1})"
-        )
-    rng = np.random.default_rng(seed)
-    T = s.seq_len
-    sym0, noise0, query = 1, 1 + s.n_symbols, 1 + s.n_symbols + s.n_noise
-    x = rng.integers(noise0, noise0 + s.n_noise, size=(n, T))
-    d = rng.choice(np.asarray(delays), size=n)
-    sym = rng.integers(sym0, sym0 + s.n_symbols, size=n)
-    rows = np.arange(n)
-    x[rows, T - 1 - d] = sym
-    x[:, T - 1] = query
-    y = np.full((n, T), IGNORE_INDEX, dtype=np.int64)
-    y[:, T - 1] = sym
-    dist = np.zeros((n, T), dtype=np.int64)
-    dist[:, T - 1] = d
-    return TaskData(x.astype(np.int64), y, d.astype(np.int64), dist)
-
-
-def recall_task(s: RecallSettings, n: int, seed: int, pairs: list[int] | None = None) -> TaskData:
-    """`n` MQAR sequences, the number of pairs drawn uniformly from `pairs` (default s.pairs)."""
-    pairs = pairs or s.pairs
-    if 3 * max(pairs) > s.seq_len:
-        raise ConfigError(f"pairs={max(pairs)} do not fit in seq_len={s.seq_len} (3 tokens per pair)")
-    if max(pairs) > s.n_keys:
-        raise ConfigError(f"n_keys={s.n_keys} is too small for pairs={max(pairs)} distinct keys")
-    rng = np.random.default_rng(seed)
-    T = s.seq_len
-    key0, val0, filler = 1, 1 + s.n_keys, 1 + s.n_keys + s.n_values
-    x = np.full((n, T), filler, dtype=np.int64)
-    y = np.full((n, T), IGNORE_INDEX, dtype=np.int64)
-    dist = np.zeros((n, T), dtype=np.int64)
-    npairs = rng.choice(np.asarray(pairs), size=n)
-    for i, p in enumerate(npairs):
-        keys = key0 + rng.choice(s.n_keys, size=p, replace=False)
-        vals = val0 + rng.integers(0, s.n_values, size=p)
-        gap = T - 3 * p
-        before = int(rng.integers(0, gap + 1))
-        kpos = before + 2 * np.arange(p)
-        x[i, kpos], x[i, kpos + 1] = keys, vals
-        order = rng.permutation(p)
-        qpos = before + 2 * p + (gap - before) + np.arange(p)  # queries end the sequence
-        x[i, qpos] = keys[order]
-        y[i, qpos] = vals[order]
-        dist[i, qpos] = qpos - kpos[order]
-    return TaskData(x, y, npairs.astype(np.int64), dist)
-
-
-def disjoint_validation(train: TaskData, val: TaskData) -> TaskData:
-    """`val` without the sequences that also occur in `train` (no validation sequence was trained on)."""
-    seen = {r.tobytes() for r in train.x}
-    keep = np.array([r.tobytes() not in seen for r in val.x], dtype=bool)
-    return val.subset(keep)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -598,191 +397,3 @@ def _recall_study(s: RecallSettings) -> MemoryResult:
     }
     return MemoryResult(rows, [m for _, m in trained.values()], chance,
                         {"pairs": s.pairs, "receptive_fields": fields, "val_sequences": len(val)}, figures)
-
-
-# --------------------------------------------------------------------------------------------------
-# Induction: repeated random spans, the previous-token head and the induction head found by measurement
-
-
-class InductionSettings(MemoryTrainSettings):
-    span: int = Field(
-        16, ge=2, description="Random tokens in the span; the sequence is the span twice (2 · span tokens)."
-    )
-    n_tokens: int = Field(
-        32, ge=2, description="Vocabulary the spans are drawn from (first-part accuracy at chance: 1/n_tokens)."
-    )
-    train_sequences: int = Field(4096, ge=1, description="Training sequences.")
-    val_sequences: int = Field(256, ge=1, description="Validation sequences.")
-    n_layer: int = Field(
-        2, ge=1, description="Transformer blocks: an induction head needs a previous-token head in an earlier layer."
-    )
-    steps: int = Field(300, ge=1, description="Optimizer steps.")
-
-    @property
-    def vocab_size(self) -> int:
-        return 1 + self.n_tokens
-
-    @property
-    def train(self) -> MemoryTrainSettings:
-        return MemoryTrainSettings(**{k: getattr(self, k) for k in MemoryTrainSettings.model_fields})
-
-
-def induction_task(s: InductionSettings, n: int, seed: int) -> TaskData:
-    """`n` sequences: a random span, then the same span again; every next token is a target (the
-    first part is unpredictable, the second is predictable by copying from the first)."""
-    rng = np.random.default_rng(seed)
-    span = rng.integers(1, 1 + s.n_tokens, size=(n, s.span))
-    x = np.concatenate([span, span], axis=1)
-    y = np.full_like(x, IGNORE_INDEX)
-    y[:, :-1] = x[:, 1:]
-    dist = np.zeros_like(x)
-    dist[:, s.span - 1:-1] = s.span  # a target in the repeat sits span positions after its first occurrence
-    return TaskData(x.astype(np.int64), y.astype(np.int64), np.full(n, s.span), dist.astype(np.int64))
-
-
-def _halves(s: InductionSettings, ok: np.ndarray, ce: np.ndarray) -> dict:
-    first, rep = slice(0, s.span - 1), slice(s.span, 2 * s.span - 1)  # targets within the span; within the repeat
-    return {"first_accuracy": float(ok[:, first].mean()), "repeat_accuracy": float(ok[:, rep].mean()),
-            "first_loss": float(ce[:, first].mean()), "repeat_loss": float(ce[:, rep].mean())}
-
-
-@torch.no_grad()
-def induction_eval(
-    model: nn.Module, data: TaskData, s: InductionSettings, zero: list[tuple[int, int]] | None = None
-) -> dict:
-    """Accuracy and loss on the first part and on the repeat, optionally with heads zeroed."""
-    from .inside import heads_zeroed
-
-    x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
-    with heads_zeroed(model, zero or []):
-        logits, _ = model(x)
-    ce = F.cross_entropy(logits.float().transpose(1, 2), y.clamp(min=0), reduction="none").numpy()
-    return _halves(s, (logits.argmax(-1) == y).numpy(), ce)
-
-
-@torch.no_grad()
-def head_scores(model: nn.Module, data: TaskData, s: InductionSettings) -> list[dict]:
-    """Per (layer, head): previous-token score (mean attention from t to t − 1), prefix-matching score
-    (mean attention, from a query in the repeat, to the token after its earlier occurrence: t − span + 1)."""
-    weights = model.attention_weights(torch.from_numpy(data.x))  # n_layer × (B, nh, T, T)
-    T, S = 2 * s.span, s.span
-    t = torch.arange(1, T)
-    tq = torch.arange(S, T)
-    rows = []
-    for layer, w in enumerate(weights):
-        w = w.float()
-        prev = w[:, :, t, t - 1].mean(dim=(0, 2))  # (nh,)
-        prefix = w[:, :, tq, tq - S + 1].mean(dim=(0, 2))
-        for h in range(w.shape[1]):
-            rows.append(
-                {
-                    "layer": layer,
-                    "head": h,
-                    "previous_token_score": float(prev[h]),
-                    "prefix_matching_score": float(prefix[h]),
-                }
-            )
-    return rows
-
-
-def plot_induction(heads: list[dict], curve: dict[str, list[float]]) -> Figure:
-    fig = Figure(figsize=(10, 4), layout="constrained")
-    a, b = fig.subplots(1, 2)
-    for m, acc in curve.items():
-        a.plot(range(1, len(acc) + 1), acc, ".-", label=m)
-    a.axvline(len(next(iter(curve.values()))) / 2 + 0.5, color="black", ls=":", lw=1)
-    a.set_xlabel("position (the span repeats after the dotted line)")
-    a.set_ylabel("next-token accuracy")
-    a.set_ylim(-0.02, 1.02)
-    a.set_title("Repeated random spans")
-    a.grid(True, alpha=0.3)
-    a.legend(fontsize=8)
-    names = [f"L{r['layer']}H{r['head']}" for r in heads]
-    i = np.arange(len(heads))
-    b.bar(i - 0.2, [r["previous_token_score"] for r in heads], 0.4, label="previous-token")
-    b.bar(i + 0.2, [r["prefix_matching_score"] for r in heads], 0.4, label="prefix-matching")
-    b.set_xticks(i, names)
-    b.set_ylim(0, 1)
-    b.set_title("Head scores")
-    b.legend(fontsize=8)
-    return fig
-
-
-def induction_study(s: InductionSettings) -> MemoryResult:
-    """Train the Transformer on repeated spans; find the previous-token head (highest previous-token
-    score) and the induction head (highest prefix-matching score in a later layer); ablate the
-    induction head, and, for comparison, the head of lowest prefix-matching score among the others."""
-    with torch_threads(s.threads):
-        train = induction_task(s, s.train_sequences, s.seed)
-        val = disjoint_validation(train, induction_task(s, s.val_sequences, s.seed + 1))
-        torch.manual_seed(s.seed)
-        model = build_model("transformer", s.vocab_size, 2 * s.span, s.train)
-        info = train_model(model, train, s.train, s.lrs["transformer"])
-        base = induction_eval(model, val, s)
-        heads = head_scores(model, val, s)
-        prev = max(heads, key=lambda r: r["previous_token_score"])
-        later = [r for r in heads if r["layer"] > prev["layer"]]
-        found: dict = {"previous_token_head": [prev["layer"], prev["head"]]}
-        ablations = []
-        if later:
-            ind = max(later, key=lambda r: r["prefix_matching_score"])
-            named = {(ind["layer"], ind["head"]), (prev["layer"], prev["head"])}
-            others = [r for r in heads if (r["layer"], r["head"]) not in named]
-            found["induction_head"] = [ind["layer"], ind["head"]]
-            targets = [("induction head", ind)] + (
-                [("another head", min(others, key=lambda r: r["prefix_matching_score"]))] if others else []
-            )
-            for what, r in targets:
-                e = induction_eval(model, val, s, zero=[(r["layer"], r["head"])])
-                ablations.append({"ablated": what, "layer": r["layer"], "head": r["head"], **e})
-        with torch.no_grad():
-            logits, _ = model(torch.from_numpy(val.x))
-            per_pos = (logits.argmax(-1).numpy() == val.y)[:, :-1].mean(0).tolist()
-        for r in heads:
-            r["role"] = ("previous-token" if [r["layer"], r["head"]] == found["previous_token_head"] else
-                         "induction" if [r["layer"], r["head"]] == found.get("induction_head") else "")
-    model_row = {
-        "model": f"transformer ({s.n_layer} layer{'s' if s.n_layer > 1 else ''})",
-        "parameters": count_parameters(model),
-        "state_size": state_size(model, 2 * s.span),
-        "train_seconds": info["seconds"],
-        "first_loss": info["first_loss"],
-        "final_loss": info["final_loss"],
-    }
-    rows = [
-        {
-            "model": "transformer",
-            "by": "part",
-            "at": "first",
-            "n": int(val.x.shape[0]),
-            "accuracy": base["first_accuracy"],
-            "loss": base["first_loss"],
-        },
-        {
-            "model": "transformer",
-            "by": "part",
-            "at": "repeat",
-            "n": int(val.x.shape[0]),
-            "accuracy": base["repeat_accuracy"],
-            "loss": base["repeat_loss"],
-        },
-    ]
-    rows += [
-        {
-            "model": f"transformer, {a['ablated']} L{a['layer']}H{a['head']} zeroed",
-            "by": "part",
-            "at": "repeat",
-            "n": int(val.x.shape[0]),
-            "accuracy": a["repeat_accuracy"],
-            "loss": a["repeat_loss"],
-        }
-        for a in ablations
-    ]
-    curve = {"trained": per_pos}
-    return MemoryResult(
-        rows,
-        [model_row],
-        1.0 / s.n_tokens,
-        {"heads": heads, "found": found, "ablations": ablations, "base": base, "n_layer": s.n_layer, "span": s.span},
-        {"induction": plot_induction(heads, curve)},
-    )

@@ -1,0 +1,103 @@
+"""The claims of the language models and the recurrent networks (the article's part 2): beating the
+n-gram baseline, vanishing and exploding gradients, clipping.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .base import Verdict, not_measured, verdict
+
+CLIP_TOLERANCE = 1e-4  # relative: clipping scales by clip / (norm + 1e-6), then float32 rounding
+
+
+# --------------------------------------------------------------------------------------------------
+# Language models
+
+
+def beats_ngram_baseline(lm: dict) -> Verdict:
+    """The model learned more than counts: its validation loss is below the best smoothed n-gram's
+    (interpolated Kneser–Ney bigram and trigram, counted over the same training tokens) on the same
+    validation targets.
+
+    Falsifier: a validation loss at or above the n-gram's (an untrained or barely trained model, one
+    that has only learned bigram statistics) fails; so does a comparison on other targets (another
+    tokenizer, another block size, or a subset of the validation split), which says nothing."""
+    base = lm.get("baseline")
+    if not base:
+        return not_measured("no n-gram baseline was counted on this model's labels")
+    val = float(lm["metrics"]["val/loss"])
+    block = (lm.get("train_settings") or {}).get("block_size")
+    same = {
+        "same_tokenizer": base.get("tokenizer_sha256") == lm.get("tokenizer_sha256"),
+        "same_block_size": block is None or int(block) == int(base["block_size"]),
+        "same_targets": int(lm["metrics"].get("val/targets", -1)) == int(base["n_targets"]),
+    }
+    return verdict({**same, "below_ngram": val < float(base["val_loss"])},
+                   {"val_loss": val, "ngram_loss": float(base["val_loss"]), "ngram": base.get("model", ""),
+                    "margin": float(base["val_loss"]) - val, "val_targets": int(lm["metrics"].get("val/targets", -1)),
+                    "ngram_targets": int(base["n_targets"])})
+
+
+def clipping_bounds_gradient(lm: dict) -> Verdict:
+    """At every log point the gradient norm after clipping is at most `grad_clip` (float tolerance);
+    how often the norm before clipping exceeded it says whether the bound was ever needed."""
+    clip = float((lm.get("train_settings") or {}).get("grad_clip", math.nan))
+    points = [h for h in lm.get("history", []) if "grad_norm_clipped" in h]
+    if not math.isfinite(clip):
+        return not_measured("the manifest records no training settings (grad_clip)")
+    if clip == 0:
+        return not_measured("clipping is off (grad_clip 0)", {"grad_clip": 0.0})
+    if not points:
+        return verdict({"gradient_norms_logged": False}, {"grad_clip": clip}, "no log point recorded grad_norm_clipped")
+    before = [float(h["grad_norm"]) for h in points]
+    after = [float(h["grad_norm_clipped"]) for h in points]
+    over = sum(b > clip for b in before)
+    return verdict(
+        {"clipped_norm_within_bound": max(after) <= clip * (1 + CLIP_TOLERANCE)},
+        {
+            "grad_clip": clip,
+            "log_points": len(points),
+            "max_grad_norm": max(before),
+            "max_grad_norm_clipped": max(after),
+            "points_over_clip": over,
+        },
+        ""
+        if over
+        else "the gradient norm never exceeded grad_clip at a log point: the bound held without being needed",
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Recurrent
+
+
+def gradients_vanish_and_explode(gradient_study: dict) -> Verdict:
+    f = {(r["model"], r["variant"]): r["step_factor"] for r in gradient_study["rows"]}
+    return verdict(
+        {
+            "rnn_contractive_decays": f[("rnn", "contractive")] < 1.0,
+            "rnn_expansive_grows": f[("rnn", "expansive")] > 1.0,
+            "lstm_fresh_decays_slower_than_rnn": f[("lstm", "fresh")] > f[("rnn", "fresh")],
+        },
+        {f"{m}_{v}": x for (m, v), x in f.items()},
+    )
+
+
+def clipping_tames_exploding_gradients(gradient_study: dict) -> Verdict:
+    m = gradient_study["metrics"]
+    if "clip/unclipped_diverged" not in m:
+        return not_measured("the gradient study ran without its clipping experiment")
+    clip = gradient_study.get("clip_grad")
+    checks = {
+        "unclipped_diverges": m["clip/unclipped_diverged"] == 1.0,
+        "clipped_does_not_diverge": m["clip/clipped_diverged"] == 0.0,
+        "clipped_trains": m["clip/clipped_trained"] == 1.0,
+    }
+    figures = {k.removeprefix("clip/"): v for k, v in m.items() if k.startswith("clip/")}
+    if clip is not None and "clip/max_grad_norm_clipped" in m:
+        checks["clipped_norm_within_bound"] = m["clip/max_grad_norm_clipped"] <= clip * (1 + CLIP_TOLERANCE)
+        figures["clip_grad"] = clip
+    if "clip/steps_clip_engaged" in m:  # the clip acted: a bound never approached would prove nothing
+        checks["clip_engaged"] = m["clip/steps_clip_engaged"] > 0
+    return verdict(checks, figures)

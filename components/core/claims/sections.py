@@ -1,0 +1,368 @@
+"""The registry's entries for the article's sections 1–5 (`SECTION_CLAIMS`), in the order the report
+lists them; `registry.CLAIMS` puts the invariants and the memory tasks' claims after them.
+"""
+
+from __future__ import annotations
+
+from .base import LANGUAGE_MODELS, Claim
+from .language_models import beats_ngram_baseline, clipping_tames_exploding_gradients, gradients_vanish_and_explode
+from .long_context import (
+    arithmetic_matches_measurement,
+    attention_scales_as_claimed,
+    attention_time_scales_as_claimed,
+    kv_cache_grows_recurrent_state_does_not,
+    kv_cache_pays,
+    later_context_helps,
+    recurrence_is_the_serial_bottleneck,
+)
+from .memory import INDUCTION_COLLAPSE
+from .quantization import int8_model_size, int8_perplexity_cost, nf4_model_size, nf4_perplexity_cost
+from .transformer import (
+    fact_neurons_matter,
+    heads_differ,
+    position_breaks_order_symmetry,
+    residuals_let_depth_train,
+    soft_attention_beats_topk,
+    sqrt_d_keeps_softmax_unsaturated,
+)
+from .word_vectors import (
+    SPREAD_OVER_RANDOM,
+    king_man_woman_queen,
+    onehot_equidistant_learned_not,
+    word_vectors_carry_similarity,
+)
+
+SECTION_CLAIMS: list[Claim] = [
+    # --- 1 word vectors
+    Claim(
+        "onehot_equidistant_learned_not",
+        "embedding_eval",
+        "Distinct one-hot vectors are equidistant (every pair √2 apart, so they carry no similarity) while learned "
+        "word vectors are "
+        f"not: the spread (std/mean) of their pairwise distances is at least {SPREAD_OVER_RANDOM}× that of random "
+        f"directions of the "
+        "same dimension.",
+        onehot_equidistant_learned_not,
+        section="1.1",
+        statement_zh="独热向量两两等距（都相距 "
+            "√2），看不出词与词的远近；学到的词向量不是等距的：两两距离的离散度至少是同维随机方向的 1.5 倍。",
+        falsifier="Learned vectors whose pairwise distances spread no wider than random directions' (std/mean below "
+            "1.5× random), "
+        "e.g. random or mutually orthogonal vectors.",
+    ),
+    Claim(
+        "word_vectors_carry_similarity",
+        "embedding_eval",
+        "Learned vectors carry meaning: their cosine correlates with human similarity judgements (WordSim353 Spearman, "
+        "95 % "
+        "bootstrap interval above 0) and related pairs (human score ≥ 7) sit closer than unrelated ones (≤ 3).",
+        word_vectors_carry_similarity,
+        warn=True,
+        section="1.2",
+        statement_zh="学到的词向量带有语义：余弦相似度与人工打分（WordSim353）正相关（Spearman 的 95% 区间在 0 "
+            "以上），相关词对比无关词对更近。",
+        falsifier="A Spearman interval that reaches 0, or related pairs no closer than unrelated ones beyond their "
+            "interval "
+        "(e.g. random or shuffled vectors).",
+    ),
+    Claim(
+        "king_man_woman_queen",
+        "embedding_eval",
+        "king − man + woman ≈ queen: for that query queen ranks above the 5th percentile of random words' ranks, and "
+        "the analogy "
+        "accuracy's 95 % interval lies above chance (the corpus size, not the method, keeps it low: see the note).",
+        king_man_woman_queen,
+        warn=True,
+        section="1.2",
+        statement_zh="国王 − 男人 + 女人 ≈ 女王：queen 的排名明显好于随机词，类比准确率的 95% "
+            "区间高于随机猜测（语料规模限制了准确率）。",
+        falsifier="queen ranking no better than the 5th percentile of random words, or an analogy accuracy interval "
+            "reaching "
+        "chance (e.g. vectors trained on a shuffled corpus).",
+    ),
+    # --- 2 recurrent networks
+    Claim(
+        "beats_ngram_baseline",
+        LANGUAGE_MODELS,
+        "The model learned more than counts: its validation loss is below the best interpolated Kneser–Ney n-gram's "
+        "(bigram, "
+        "trigram; counted over the same training tokens) on the same validation targets.",
+        beats_ngram_baseline,
+        warn=True,
+        section="2.1",
+        statement_zh="语言模型学到的不止是计数：在同一组验证目标上，它的验证损失低于最好的 Kneser–Ney n "
+            "元模型（二元、三元，用同样的训练词元统计）。",
+        falsifier="A validation loss at or above the best n-gram's on the same targets (e.g. an untrained or barely "
+            "trained "
+        "model), or a comparison on other targets, tokenizer or block size.",
+    ),
+    Claim(
+        "gradients_vanish_and_explode",
+        "gradient_study",
+        "Vanishing and exploding both show: the contractive RNN decays (< 1), the expansive one grows (> 1), and the "
+        "LSTM forgets "
+        "more slowly than the RNN.",
+        gradients_vanish_and_explode,
+        section="2.2",
+        statement_zh="梯度沿时间回传会消失也会爆炸：收缩的 RNN 每步衰减（< 1），扩张的 RNN 每步增长（> 1）；LSTM 比 "
+            "RNN 忘得慢。",
+        falsifier="A per-step gradient factor ≥ 1 for the contractive RNN, ≤ 1 for the expansive one, or an LSTM whose "
+            "factor is "
+        "not above the RNN's.",
+    ),
+    Claim(
+        "clipping_tames_exploding_gradients",
+        "gradient_study",
+        "At a learning rate where plain SGD on an RNN diverges, the same run with its gradient norm clipped stays "
+        "finite and trains: "
+        "the clip engaged (the norm before clipping exceeded the threshold) and the clipped norm never exceeded it.",
+        clipping_tames_exploding_gradients,
+        section="2.2",
+        statement_zh="在让普通 SGD 训练 RNN "
+            "发散的学习率下，同一训练加上梯度裁剪就不发散且能学：裁剪确实起了作用（裁剪前的范数超过阈值）。",
+        falsifier="The unclipped run does not diverge, the clipped one diverges or does not train, or the clip never "
+            "engaged.",
+    ),
+    # --- 3 the Transformer
+    Claim(
+        "position_breaks_order_symmetry",
+        "transformer_ablations",
+        "Without positional encoding the model (bidirectional attention) is permutation-equivariant; with it, it is "
+        "not.",
+        position_breaks_order_symmetry,
+        section="3.2",
+        statement_zh="没有位置编码，注意力对词序是置换等变的（“我爱你”和“你爱我”只是同一组数换了行）；加上位置编码就不是了。",
+        falsifier="The model with positional encoding permutes its outputs with its inputs (relative error no larger "
+            "than float "
+        "noise), or the model without it does not.",
+    ),
+    Claim(
+        "sqrt_d_keeps_softmax_unsaturated",
+        "transformer_ablations",
+        "Dividing the scores by √d keeps the softmax from saturating: with unit-variance queries and keys, the "
+        "unscaled "
+        "attention rows' entropy falls as the head size d grows (below half the scaled entropy at the largest d) and "
+        "passes "
+        "less gradient, while the scaled entropy stays steady (within 30 % across d).",
+        sqrt_d_keeps_softmax_unsaturated,
+        section="3.1",
+        statement_zh="除以 √d 防止 softmax 饱和：不缩放时，注意力行的熵随头维度 d "
+            "增大而下降（趋向独热），梯度变小；缩放后熵基本不变。",
+        falsifier="An unscaled entropy that does not fall with d, a scaled entropy that moves by more than 30 % across "
+            "d, or "
+        "scaled scores passing no more gradient than unscaled ones at the largest d.",
+    ),
+    Claim(
+        "residuals_let_depth_train",
+        "transformer_ablations",
+        "Residual connections let depth train: on the same short budget, without residuals the first layer of the "
+        "deepest "
+        "model gets under a tenth of the gradient it gets with them and the deep model ends worse; with residuals the "
+        "deepest "
+        "model is no worse than the shallowest (within 0.02 nats).",
+        residuals_let_depth_train,
+        warn=True,
+        section="3.3",
+        statement_zh="残差连接让深层网络能训练：没有残差时，最深模型第一层收到的梯度不到有残差时的十分之一，且结果更差；有残差时加深不再变差。",
+        falsifier="A model without residuals whose first layer keeps a tenth of the gradient or more at depth, or that "
+            "trains "
+        "no worse; or, with residuals, a deepest model worse than the shallowest by more than 0.02 nats.",
+    ),
+    Claim(
+        "soft_attention_beats_topk",
+        "attention_topk",
+        "Soft attention beats picking only the top-scoring keys (blending the juice against ordering one dish): "
+        "restricted to its "
+        "top-k keys per query (renormalised) the trained Transformer's validation loss is higher than with the full "
+        "softmax, and "
+        "rises as k falls.",
+        soft_attention_beats_topk,
+        warn=True,
+        section="3.1",
+        statement_zh="软注意力（按权重混合所有词，像把果汁调在一起）胜过只挑得分最高的几个词：只保留前 k "
+            "个键时验证损失更高，k 越小越高。",
+        falsifier="A top-k restriction whose validation loss is no higher than the full softmax's (within 1e-4 nats), "
+            "or a loss "
+        "that does not rise as k falls.",
+    ),
+    Claim(
+        "fact_neurons_matter",
+        "ffn_memories",
+        "The FFN's neurons carry facts: neurons selected on one prompt of an answer, zeroed on a held-out prompt of "
+        "the same "
+        "answer, lower its probability more than random neurons of the same layers matched in activation (95 % "
+        "bootstrap "
+        "interval over facts above 0).",
+        fact_neurons_matter,
+        warn=True,
+        section="3.3",
+        statement_zh="FFN 里存着“事实”：在一个提示上选出的神经元，在同一事实的另一个（留出的）提示上置零，答案概率比置"
+            "零激活相当的随机神经元下降得更多。",
+        falsifier="On held-out prompts the selected neurons lower the answer no more than activation-matched random "
+            "ones "
+        "(interval reaching 0), or no fact prompt is found.",
+    ),
+    # --- 4 long context
+    Claim(
+        "attention_scales_as_claimed",
+        "attention_cost",
+        "Double the length, four times the memory: the reference's peak memory grows as N² (exponent 1.8–2.2, ×3.6–4.4 "
+        "at the last "
+        "doubling), the fused kernel's as N (exponent ≤ 1.1), in the training pass.",
+        attention_scales_as_claimed,
+        section="4.1",
+        statement_zh="长度翻倍，显存翻四倍：朴素注意力的峰值内存按 N² 增长；融合内核（FlashAttention 式）按 N 增长。",
+        falsifier="A reference memory exponent outside 1.8–2.2 (or a last doubling outside ×3.6–4.4), or a fused "
+            "kernel above N^1.1.",
+    ),
+    Claim(
+        "attention_time_scales_as_claimed",
+        "attention_cost",
+        "Double the length, about four times the time: the reference's time grows as N² (exponent 1.5–2.8), the "
+        "sliding window's "
+        "about as N (0.6–1.5, and below the reference's by 0.3 or more), in the training pass. Wall time on a shared "
+        "CPU: a warning "
+        "when load or cache effects bend it.",
+        attention_time_scales_as_claimed,
+        warn=True,
+        section="4.1",
+        statement_zh="长度翻倍，时间约翻四倍：朴素注意力的时间按 N² 增长，滑动窗口注意力约按 N 增长。",
+        falsifier="A reference time exponent outside 1.5–2.8, or a window exponent outside 0.6–1.5 or not 0.3 below "
+            "the reference's.",
+    ),
+    Claim(
+        "kv_cache_grows_recurrent_state_does_not",
+        "generation_cost",
+        "The KV cache carried between generated tokens grows with the context (2·n_layer·L·n_embd values) while the "
+        "RNN's and "
+        "LSTM's state stays one size.",
+        kv_cache_grows_recurrent_state_does_not,
+        section="4.2",
+        statement_zh="生成时 Transformer 的 KV 缓存随上下文变长而增长，RNN/LSTM 的隐状态大小不变。",
+        falsifier="A KV cache that does not grow at every longer context, or a recurrent state whose size changes.",
+    ),
+    Claim(
+        "kv_cache_pays",
+        "generation_cost",
+        "With the KV cache a token's time grows at most linearly with the context (exponent ≤ 1.1) and grows less than "
+        "without it "
+        "(which reruns the context). Wall time on a shared CPU: a warning when load bends it.",
+        kv_cache_pays,
+        warn=True,
+        section="4.2",
+        statement_zh="有了 KV 缓存，每生成一个词的时间随上下文至多线性增长，并且比不用缓存（每次重算整个上下文）增长得"
+            "慢。",
+        falsifier="A cached per-token time exponent above 1.1, or an uncached time growing no faster than the cached "
+            "one.",
+    ),
+    Claim(
+        "arithmetic_matches_measurement",
+        "long_context_cost",
+        "The arithmetic holds on our own runs: the KV cache measured in generation_cost equals "
+        "2·n_layer·n_head·head_dim·L·4 bytes "
+        "at every L; the reference attention's peak memory is a constant multiple of its N×N score matrix (max/min of "
+        "the ratio ≤ "
+        "1.25 over the fitted N) and doubling N multiplies it by 3.6–4.4 (the article's ×4).",
+        arithmetic_matches_measurement,
+        section="4.1",
+        statement_zh="文章的算术在我们自己的运行上成立：实测 KV 缓存等于 2·层数·头数·头维·L·4 "
+            "字节；朴素注意力的峰值内存是 N×N 分数矩阵的固定倍数。",
+        falsifier="A measured cache that differs from the formula, or a peak memory whose ratio to N² drifts by more "
+            "than 1.25× "
+        "over N.",
+    ),
+    Claim(
+        "recurrence_is_the_serial_bottleneck",
+        "long_context_cost",
+        "Recurrence is the serial bottleneck: a recurrent forward pass has T·n_layer dependent steps (the 100th word "
+        "waits for "
+        "the 99 before it) while the Transformer's has 2·n_layer whatever T, and, measured, the Transformer's training "
+        "step "
+        "costs less per token than the RNN's and the LSTM's at the longest length (a timing: a warning when it does "
+        "not).",
+        recurrence_is_the_serial_bottleneck,
+        warn=True,
+        section="2.1",
+        statement_zh="循环网络是串行的瓶颈：第 100 个词要等前 99 个算完（关键路径 T·层数步），Transformer "
+            "的关键路径只有 2·层数步；实测在最长序列上 Transformer 每个词的训练时间更短。",
+        falsifier="The Transformer costing more per token than a recurrent model at the longest length measured (as on "
+            "a 2-core "
+        "CPU, with no parallel width to use), or a critical path that does not grow with T for the recurrent models.",
+    ),
+    Claim(
+        "later_context_helps",
+        "context_usage",
+        "Later context helps: every model's loss falls from the first positions to the last (gain > 0); the windowed "
+        "Transformer "
+        "saturates no later than its receptive field and, beyond that field, is no better than full attention (95% "
+        "bootstrap "
+        "interval over validation blocks); how far context helps each model is reported.",
+        later_context_helps,
+        warn=True,
+        section="4.1",
+        statement_zh="更长的上下文有用：每个模型在靠后位置的损失低于开头；滑动窗口模型在感受野内就饱和，窗口之后不比全注意力好。",
+        falsifier="A model whose loss does not fall with position, or a window model that keeps improving beyond its "
+            "receptive "
+        "field or beats full attention after its window.",
+    ),
+    Claim(
+        "heads_differ",
+        "attention_heads",
+        "The heads do not all do one thing: on repeated random spans a previous-token head and, in a later layer, an "
+        "induction "
+        f"head are found by measurement, and zeroing the induction head costs the copying ≥ {INDUCTION_COLLAPSE} "
+        f"accuracy, more "
+        "than zeroing another head (the head classes on real text reported beside it).",
+        heads_differ,
+        warn=True,
+        section="3.3",
+        statement_zh="多头注意力的各个头分工不同：在重复的随机片段上能测出前一词头和（后一层的）归纳头，置零归纳头让复制崩溃，比置零其他头代价大。",
+        falsifier="No previous-token head or no induction head found, or zeroing the induction head costs the copying "
+            "no more "
+        "than zeroing another head (e.g. a one-layer model).",
+    ),
+    # --- 5 quantization
+    Claim(
+        "int8_model_size",
+        "quantized_models",
+        f"INT8 makes the whole model about half of FP16: every weight in memory (quantized layers, and what stays "
+        f"unquantized) "
+        f"≤ {0.60}× the whole FP16 model (the quantized layers' own ratio beside it).",
+        int8_model_size,
+        section="5.1",
+        statement_zh="INT8 让整个模型的内存约为 FP16 的一半（整模型 ≤ 0.60×，含未量化的部分）。",
+        falsifier="The whole INT8 model above 0.60× the FP16 model's bytes (e.g. when the embedding and head stay in "
+            "float32).",
+    ),
+    Claim(
+        "nf4_model_size",
+        "quantized_models",
+        f"4-bit (NF4) makes the whole model about a quarter of FP16: ≤ {0.35}× the whole FP16 model.",
+        nf4_model_size,
+        section="5.1",
+        statement_zh="4 比特（NF4）让整个模型约为 FP16 的四分之一（整模型 ≤ 0.35×）。",
+        falsifier="The whole NF4 model above 0.35× the FP16 model's bytes.",
+    ),
+    Claim(
+        "int8_perplexity_cost",
+        "quantized_models",
+        "INT8 raises the Transformer's validation perplexity by at most 1 % (a warning: the figure is reported either "
+        "way).",
+        int8_perplexity_cost,
+        warn=True,
+        section="5.1",
+        statement_zh="INT8 量化几乎不损失效果：验证困惑度最多上升 1%。",
+        falsifier="A validation perplexity more than 1 % above FP32's.",
+    ),
+    Claim(
+        "nf4_perplexity_cost",
+        "quantized_models",
+        "NF4 raises the Transformer's validation perplexity by at most 5 % (a warning: the figure is reported either "
+        "way).",
+        nf4_perplexity_cost,
+        warn=True,
+        section="5.1",
+        statement_zh="NF4 量化的代价很小：验证困惑度最多上升 5%。",
+        falsifier="A validation perplexity more than 5 % above FP32's.",
+    ),
+]

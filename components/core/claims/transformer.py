@@ -1,0 +1,171 @@
+"""The claims of the Transformer (the article's part 3) and of looking inside it: positional
+encoding, the √d scaling, residuals and depth, the FFN's share, attention heads, fact neurons,
+soft against top-k attention.
+"""
+
+from __future__ import annotations
+
+from .base import Verdict, not_judged, verdict
+from .memory import INDUCTION_COLLAPSE
+
+ROW_SUM_TOLERANCE = 1e-5
+TOPK_MARGIN = 1e-4  # nats: a loss "rises" by more than float rounding between attention paths
+
+
+# --------------------------------------------------------------------------------------------------
+# Transformer
+
+
+def position_breaks_order_symmetry(transformer_ablations: dict) -> Verdict:
+    m = transformer_ablations["metrics"]
+    no_pe, with_pe = m["permutation/no_pe_rel_err"], m["permutation/with_pe_rel_err"]
+    # Without PE the outputs permute with the inputs up to float32 rounding (~1e-7); with PE the
+    # error must stand well clear of that noise (small models at init are only mildly position-aware).
+    return verdict(
+        {"no_pe_equivariant": no_pe < 1e-5, "with_pe_not_equivariant": with_pe > 100 * max(no_pe, 1e-7)},
+        {"no_pe_rel_err": no_pe, "with_pe_rel_err": with_pe},
+    )
+
+
+def sqrt_d_keeps_softmax_unsaturated(transformer_ablations: dict) -> Verdict:
+    """Why attention divides its scores by √d: for unit-variance q and k the unscaled score's variance
+    is d, so as the head grows the softmax saturates (its rows' entropy falls toward one-hot) and the
+    gradient through it dies; scaled, the entropy stays put. Fails when the unscaled entropy does not
+    fall as d grows (to below half the scaled one at the largest d), when the scaled entropy moves by
+    more than 30 % across d, or when the scaled scores do not pass more gradient at the largest d."""
+    probes = sorted(
+        (transformer_ablations.get("scaling") or {}).get("unit_variance") or [], key=lambda r: r["head_dim"]
+    )
+    if len(probes) < 2:
+        return not_judged("the ablations measured no softmax entropy over head sizes")
+    unscaled = [r["entropy_unscaled"] for r in probes]
+    scaled = [r["entropy_scaled"] for r in probes]
+    last = probes[-1]
+    return verdict(
+        {
+            "unscaled_entropy_falls_with_d": all(b < a for a, b in zip(unscaled, unscaled[1:]))
+            and unscaled[-1] < 0.5 * scaled[-1],
+            "scaled_entropy_steady": max(scaled) <= 1.3 * min(scaled),
+            "scaled_passes_more_gradient_at_largest_d": last["score_grad_rms_scaled"] > last["score_grad_rms_unscaled"],
+        },
+        {
+            **{f"d{r['head_dim']}_entropy_scaled": r["entropy_scaled"] for r in probes},
+            **{f"d{r['head_dim']}_entropy_unscaled": r["entropy_unscaled"] for r in probes},
+            f"d{last['head_dim']}_score_grad_rms_scaled": last["score_grad_rms_scaled"],
+            f"d{last['head_dim']}_score_grad_rms_unscaled": last["score_grad_rms_unscaled"],
+        },
+    )
+
+
+DEPTH_LOSS_MARGIN = 0.02  # nats: "no worse" with depth, beyond run-to-run noise of a short training
+
+
+def residuals_let_depth_train(transformer_ablations: dict) -> Verdict:
+    """The residual stream lets depth train: fails when, at the deepest depth of the study, the model
+    without residuals passes at least a tenth of the first-layer gradient (at init) that the model with
+    them does, or is not worse than it; or when, with residuals, the deepest model's validation loss is
+    worse than the shallowest's by more than DEPTH_LOSS_MARGIN (depth still hurting on this budget)."""
+    rows = transformer_ablations.get("depth") or []
+    by = {(r["n_layer"], r["residual"]): r for r in rows}
+    depths = sorted({r["n_layer"] for r in rows})
+    if len(depths) < 2 or any((d, f) not in by for d in depths for f in (True, False)):
+        return not_judged("the ablations ran no depth study with and without residuals")
+    lo, hi = depths[0], depths[-1]
+    figures = {f"{'res' if f else 'nores'}_{d}_{k}": by[(d, f)][k] for d in depths for f in (True, False)
+               for k in ("val_loss", "first_layer_grad_norm_init")}
+    return verdict(
+        {
+            "without_residuals_gradient_fades_with_depth": by[(hi, False)]["first_layer_grad_norm_init"]
+            < 0.1 * by[(hi, True)]["first_layer_grad_norm_init"],
+            "without_residuals_deep_model_worse": by[(hi, False)]["val_loss"] > by[(hi, True)]["val_loss"],
+            "with_residuals_depth_does_not_hurt": by[(hi, True)]["val_loss"]
+            <= by[(lo, True)]["val_loss"] + DEPTH_LOSS_MARGIN,
+        },
+        {**figures, "margin": DEPTH_LOSS_MARGIN},
+    )
+
+
+def ffn_holds_two_thirds(model_comparison: dict) -> Verdict:
+    accounting = model_comparison["accounting"]  # parameter_accounting per Transformer: it judges "about two thirds"
+    figures = {}
+    for n, a in accounting.items():
+        figures[f"{n}_ffn_share"] = a["ffn_share"]
+        if a.get("total"):  # the share of all parameters (embedding included): what the FFN weighs in the whole model
+            figures[f"{n}_ffn_share_of_all_params"] = a["components"]["ffn"] / a["total"]
+    return verdict(
+        {f"{n}_ffn_share_two_thirds": bool(a["about_two_thirds"]) for n, a in accounting.items()}
+        or {"some_transformer_measured": False},
+        figures,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Inside the Transformer
+
+
+def attention_rows_sum_to_one(attention_heads: dict) -> Verdict:
+    m = attention_heads["metrics"]
+    err = m["heads/max_row_sum_error"]
+    return verdict({"rows_sum_to_one": err <= ROW_SUM_TOLERANCE},
+                   {"max_row_sum_error": err, "tolerance": ROW_SUM_TOLERANCE, "heads": len(attention_heads["heads"])})
+
+
+def heads_differ(attention_heads: dict) -> Verdict:
+    """Heads do different, named, necessary things, shown where it is structural: on the induction task
+    (the `induction` section attention_heads carries from memory_induction) a previous-token head and an
+    induction head are two different heads found by their scores, the induction head in a later
+    layer, and zeroing it costs the copying at least INDUCTION_COLLAPSE accuracy, more than zeroing
+    another head. The head classes on real text and the largest single-head ablation cost there are
+    reported beside it (at this size every head is "broad" on text). Falsifier: no induction section,
+    one head doing both jobs or none, or copying that survives the induction head's ablation."""
+    m = attention_heads["metrics"]
+    kinds = {h["kind"] for h in attention_heads["heads"]}
+    text = {"text_classes": ", ".join(sorted(kinds)), **{k.replace("/", "_"): v for k, v in m.items()}}
+    ind = attention_heads.get("induction")
+    if not ind:
+        return verdict({"induction_findings_present": False}, text, "attention_heads carries no induction findings")
+    found, base = ind["found"], ind["base"]
+    drop = {a["ablated"]: base["repeat_accuracy"] - a["repeat_accuracy"] for a in ind["ablations"]}
+    prev = tuple(found["previous_token_head"])
+    head = tuple(found["induction_head"]) if "induction_head" in found else None
+    return verdict(
+        {"previous_token_and_induction_heads_differ": head is not None and head != prev and head[0] > prev[0],
+         "induction_head_necessary": drop.get("induction head", 0.0) >= INDUCTION_COLLAPSE,
+         "another_head_less_necessary": drop.get("induction head", 0.0) > drop.get("another head", 0.0)},
+        {"previous_token_head": "L{}H{}".format(*prev), "induction_head": "L{}H{}".format(*head) if head else "none",
+         **{f"repeat_accuracy_drop_{k.replace(' ', '_')}_zeroed": v for k, v in drop.items()}, **text},
+    )
+
+
+def fact_neurons_matter(ffn_memories: dict) -> Verdict:
+    """Neurons selected by their direct effect on the answer on one prompt lower the answer of the
+    selecting prompt by construction, so the verdict is taken on held-out prompts of the same answers:
+    fails when, there, zeroing them lowers the answer's probability no more than zeroing random
+    neurons matched in activation (the 95 % bootstrap interval over facts of the extra drop reaches
+    0), or when no fact has a held-out prompt (then not judged)."""
+    m = ffn_memories["metrics"]
+    figures = {k.replace("/", "_"): v for k, v in m.items()}
+    if not ffn_memories["probe"]:
+        return verdict({"fact_prompts_found": False}, figures)
+    if "ffn/heldout_extra_drop_lo" not in m:
+        return not_judged("no fact has a second, held-out prompt: the selecting prompt alone cannot judge it", figures)
+    return verdict(
+        {"fact_prompts_found": True, "heldout_drop_beyond_matched_random": m["ffn/heldout_extra_drop_lo"] > 0}, figures
+    )
+
+
+def soft_attention_beats_topk(attention_topk: dict) -> Verdict:
+    """The full softmax beats every top-k restriction, and the loss rises as k falls (each by more than
+    TOPK_MARGIN: k at least the block size is the full softmax, up to float rounding)."""
+    rows = sorted((r for r in attention_topk["rows"] if r["k"] is not None), key=lambda r: r["k"])
+    full = next(r for r in attention_topk["rows"] if r["k"] is None)["val_loss"]
+    if not rows:
+        return verdict({"some_k_measured": False}, {"full_val_loss": full})
+    checks = {f"full_beats_top{rows[-1]['k']}": rows[-1]["val_loss"] - full > TOPK_MARGIN}
+    for a, b in zip(rows, rows[1:]):
+        checks[f"top{a['k']}_worse_than_top{b['k']}"] = a["val_loss"] - b["val_loss"] > TOPK_MARGIN
+    figures = {"full_val_loss": full, "margin": TOPK_MARGIN}
+    for r in rows:
+        figures.update({f"top{r['k']}_val_loss": r["val_loss"], f"top{r['k']}_loss_increase": r["loss_increase"],
+                        f"top{r['k']}_weight_share": r["weight_share"]})
+    return verdict(checks, figures)
