@@ -14,9 +14,11 @@ The loop (nanoGPT-like):
     and dropout RNG state, and the partial log-interval sums).
 
 In parts: `TrainState` holds what a resume restores (`snapshot` / `restore`); `optimizer_step` is
-one timed update; `log_point` the metrics of a log point; `evaluate` the validation loss;
-`save_checkpoint` / `load_checkpoint` the files; `train` strings them together on the logging,
-evaluation and checkpoint schedule. Plots are drawn by the caller from
+one timed update; `log_point` the metrics of a log point; `evaluate` the validation loss (those in
+`components.core.train_step`); `save_checkpoint` / `load_checkpoint` the files
+(`components.core.checkpoint`; every name of both modules is importable from here too); `train`
+strings them together on the logging, evaluation and checkpoint schedule (`_setup`, `_run_loop`,
+`_result`). Plots are drawn by the caller from
 `TrainResult.history` (`components.core.plots.plot_history`).
 
 Data parallelism. `train(..., parallel=Parallel(rank, world_size))`: `batch_size` is the global
@@ -56,10 +58,9 @@ Files under `out_dir`:
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional
 
@@ -67,24 +68,49 @@ import numpy as np
 import torch
 import torch.nn as nn
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from safetensors import safe_open
-from safetensors.torch import load_file, load_model, save_model
-from torch.profiler import record_function
 
-from .artifacts import atomic_dir, read_json, set_weights_mode, sha256_file, write_json
-from .data import IGNORE_INDEX, Blocks
-from .device import DeviceSetting, DtypeSetting, autocast_context, resolve_device, resolve_dtype, synchronize
+from .artifacts import write_json
+
+# The checkpoint files were split out to .checkpoint; every name stays importable from here.
+from .checkpoint import (  # noqa: F401
+    CHECKPOINT_DIR,
+    CHECKPOINT_FORMAT,
+    CHECKSUM_FILE,
+    IDENTITY_KEYS,
+    STATE_FILE,
+    WEIGHTS_FILE,
+    CheckpointCorruptError,
+    CheckpointMismatchError,
+    _check_same_save,
+    _Unsharded,
+    check_compatible,
+    load_checkpoint,
+    load_model_weights,
+    load_weights_into,
+    model_metadata,
+    read_metadata,
+    save_checkpoint,
+    verify_checkpoint_file,
+)
+from .data import Blocks
+from .device import DeviceSetting, DtypeSetting, resolve_device, resolve_dtype
 from .errors import ConfigError, PipelineInputError
 from .models.sizing import count_parameters
 
-WEIGHTS_FILE = "model.safetensors"
-STATE_FILE = "train_state.pt"
-CHECKSUM_FILE = "sha256.json"
-CHECKPOINT_DIR = "checkpoint"
-CHECKPOINT_FORMAT = "1"
-
-# What a checkpoint's weights belong to: recorded in both files, compared on every restore.
-IDENTITY_KEYS = ("model_kind", "model_config", "vocab_size", "tokenizer_sha256")
+# One optimizer step and the state of a run were split out to .train_step; importable from here too.
+from .train_step import (  # noqa: F401
+    StepStats,
+    TrainState,
+    _grad_norm,
+    _mean_over_ranks,
+    batch_indices,
+    eval_targets,
+    evaluate,
+    log_point,
+    lr_at,
+    make_optimizer,
+    optimizer_step,
+)
 
 # Training settings that change the trajectory: a resume with different values is allowed (e.g. to
 # fine-tune at a lower lr) but no longer reproduces an uninterrupted run, so it is warned about.
@@ -199,16 +225,6 @@ class TrainingDivergedError(RuntimeError):
         self.step, self.loss, self.checkpoint_dir, self.history = step, loss, checkpoint_dir, history
 
 
-class CheckpointMismatchError(ConfigError):
-    """A checkpoint on disk belongs to another model (kind, config, vocabulary or tokenizer), or its
-    two files (weights and train state) come from different saves."""
-
-
-class CheckpointCorruptError(PipelineInputError):
-    """A checkpoint file's bytes are not those written (its SHA-256 differs from the one recorded
-    with the checkpoint), or no SHA-256 was recorded: it is never resumed from."""
-
-
 @dataclass
 class TrainResult:
     steps: int
@@ -247,45 +263,7 @@ class TrainResult:
 
 
 # ----------------------------------------------------------------------------------------------
-# Small helpers
-
-
-def lr_at(step: int, s: TrainSettings) -> float:
-    """Linear warmup to s.lr over warmup_steps, then cosine down to s.min_lr at lr_decay_steps."""
-    decay_steps = s.lr_decay_steps or s.max_steps
-    if step < s.warmup_steps:
-        return s.lr * (step + 1) / (s.warmup_steps + 1)
-    if step >= decay_steps:
-        return s.min_lr
-    progress = (step - s.warmup_steps) / max(1, decay_steps - s.warmup_steps)  # 0 -> 1
-    return s.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (s.lr - s.min_lr)
-
-
-def make_optimizer(model: nn.Module, s: TrainSettings, device: torch.device) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": s.weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    if s.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=s.lr, momentum=s.beta1)
-    # The fused kernel on the CPU too (torch >= 2.4): one pass over every tensor instead of a dozen
-    # small ops per parameter, about 3 of a baby-GPT step's 66 ms here (benchmarks/train_profile.py).
-    return torch.optim.AdamW(groups, lr=s.lr, betas=(s.beta1, s.beta2), fused=device.type in ("cuda", "cpu"))
-
-
-def batch_indices(sampler: np.random.Generator, n_blocks: int, batch_size: int, parallel: Parallel) -> np.ndarray:
-    """This rank's blocks of one global batch: batch_size indices drawn by the sampler (the same on
-    every rank, whatever the world size), rank r taking slice r of batch_size / world_size. With one
-    process: the whole draw."""
-    idx = sampler.integers(0, n_blocks, size=batch_size)
-    per_rank = batch_size // parallel.world_size
-    return idx[parallel.rank * per_rank : (parallel.rank + 1) * per_rank]
-
-
-def _grad_norm(model: nn.Module) -> torch.Tensor:
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    return torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
+# Data checks
 
 
 def _non_empty_blocks(data: Blocks, name: str) -> Blocks:
@@ -311,400 +289,236 @@ def _check_vocab(model: nn.Module, data: Blocks, name: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Checkpoints
-
-
-def model_metadata(model: nn.Module, model_meta: dict | None = None) -> dict[str, str]:
-    """The identity of a model, as safetensors metadata (strings only)."""
-    config = getattr(model, "config", None)
-    if isinstance(config, BaseModel):
-        config_json = config.model_dump_json()
-    elif config is not None and hasattr(config, "__dict__"):
-        config_json = json.dumps(vars(config), sort_keys=True, default=str)
-    else:
-        config_json = "{}"
-    meta = {
-        "format_version": CHECKPOINT_FORMAT,
-        "model_kind": str(getattr(model, "model_kind", type(model).__name__)),
-        "model_class": f"{type(model).__module__}.{type(model).__qualname__}",
-        "model_config": config_json,
-        "vocab_size": str(getattr(model, "vocab_size", "")),
-        "params": str(count_parameters(model)),
-        "tokenizer_sha256": "",
-    }
-    for k, v in (model_meta or {}).items():
-        meta[k] = v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
-    return meta
-
-
-def check_compatible(stored: dict[str, str], expected: dict[str, str], where: str | Path) -> None:
-    """Refuse a checkpoint of another model; the message names every differing field."""
-    diffs = []
-    for key in ("model_kind", "vocab_size", "tokenizer_sha256"):
-        a, b = stored.get(key, ""), expected.get(key, "")
-        if a != b:
-            diffs.append(f"{key}: checkpoint {a or '(none)'!r} != now {b or '(none)'!r}")
-    old_cfg = json.loads(stored.get("model_config", "{}") or "{}")
-    new_cfg = json.loads(expected.get("model_config", "{}") or "{}")
-    for key in sorted(set(old_cfg) | set(new_cfg)):
-        if old_cfg.get(key) != new_cfg.get(key):
-            diffs.append(f"model_config.{key}: checkpoint {old_cfg.get(key)!r} != now {new_cfg.get(key)!r}")
-    if diffs:
-        raise CheckpointMismatchError(
-            f"cannot resume from {where}: it belongs to another model ({'; '.join(diffs)}). "
-            "Restore the original settings, point out_dir elsewhere, or start fresh with resume=False."
-        )
-
-
-def _check_same_save(meta: dict[str, str], state: dict, ckpt_dir: Path) -> None:
-    """The weights' header and train_state.pt must describe the same step of the same model."""
-    weights, state_file = ckpt_dir / WEIGHTS_FILE, ckpt_dir / STATE_FILE
-    fix = f"delete {ckpt_dir} or start fresh with resume=False"
-    if "metadata" not in state:
-        raise CheckpointMismatchError(f"{state_file} records no model identity (an older format); {fix}")
-    if meta.get("step") != str(state["step"]):
-        raise CheckpointMismatchError(
-            f"{weights} says step {meta.get('step')} but {state_file} says step {state['step']}: "
-            f"the two files come from different saves; {fix}"
-        )
-    for key in IDENTITY_KEYS:
-        if meta.get(key, "") != state["metadata"].get(key, ""):
-            raise CheckpointMismatchError(
-                f"{weights} says {key}={meta.get(key, '')!r} but {state_file} says "
-                f"{key}={state['metadata'].get(key, '')!r}: the two files belong to different models; {fix}"
-            )
-
-
-def save_checkpoint(
-    ckpt_dir: str | Path,
-    model: nn.Module,
-    *,
-    step: int,
-    optimizer: torch.optim.Optimizer | None = None,
-    train_state: dict | None = None,
-    model_meta: dict | None = None,
-) -> Path:
-    """Write `ckpt_dir/model.safetensors` (+ `train_state.pt` when an optimizer is given), atomically.
-
-    The folder is replaced as a whole, so a crash mid-write leaves the previous checkpoint intact.
-    Both files record the step and the model identity. Tied tensors are stored once (safetensors
-    refuses aliases); `load_weights_into` restores the tie.
-    """
-    ckpt_dir = Path(ckpt_dir)
-    meta = {**model_metadata(model, model_meta), "step": str(step)}
-    with atomic_dir(ckpt_dir) as tmp:
-        save_model(model, str(tmp / WEIGHTS_FILE), metadata=meta)
-        set_weights_mode(tmp / WEIGHTS_FILE)
-        if optimizer is not None:
-            identity = {k: meta[k] for k in IDENTITY_KEYS}
-            state = {"step": step, "metadata": identity, "optimizer": optimizer.state_dict(), **(train_state or {})}
-            torch.save(state, tmp / STATE_FILE)
-        write_json(tmp / CHECKSUM_FILE, {f.name: sha256_file(f) for f in sorted(tmp.iterdir()) if f.is_file()})
-    return ckpt_dir
-
-
-def verify_checkpoint_file(ckpt_dir: Path, name: str) -> None:
-    """`ckpt_dir/name` has the SHA-256 recorded when the checkpoint was written (CheckpointCorruptError if not)."""
-    path, sums = ckpt_dir / name, ckpt_dir / CHECKSUM_FILE
-    over = f"Start over with resume=False (or delete {ckpt_dir}); it is never resumed from"
-    if not sums.is_file():
-        raise CheckpointCorruptError(
-            f"{ckpt_dir} records no checksums ({CHECKSUM_FILE}; an older or partial checkpoint) so "
-            f"{path} cannot be verified. {over}"
-        )
-    try:
-        expected = read_json(sums).get(name)
-    except (ValueError, AttributeError) as e:
-        raise CheckpointCorruptError(f"{sums} is corrupt ({e}). {over}") from e
-    got = sha256_file(path)
-    if got != expected:
-        raise CheckpointCorruptError(
-            f"{path} is corrupt: its sha256 is {got[:12]}… but {expected[:12] if expected else '(none)'}… was recorded "
-            f"when the checkpoint was written (in {sums}). {over}"
-        )
-
-
-def read_metadata(path: str | Path) -> dict[str, str]:
-    """The metadata header of a .safetensors file (or of a checkpoint folder's weights)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / WEIGHTS_FILE
-    if not path.is_file():
-        raise PipelineInputError(f"no weights at {path}; train the model first")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return dict(f.metadata() or {})
-    except Exception as e:  # a truncated or foreign file: say which, and what to do
-        raise PipelineInputError(f"{path} is not a readable safetensors file ({e}); delete it and retrain") from e
-
-
-def load_model_weights(
-    path: str | Path, device: str | torch.device = "cpu"
-) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """(state_dict, metadata) of a .safetensors file or checkpoint folder, for downstream stages.
-
-    A tied matrix appears under one name only; load it with `load_weights_into(model, path)` or
-    `model.load_state_dict(sd, strict=False)`.
-    """
-    meta = read_metadata(path)
-    path = Path(path)
-    return load_file(str(path / WEIGHTS_FILE if path.is_dir() else path), device=str(device)), meta
-
-
-def load_weights_into(
-    model: nn.Module, path: str | Path, *, expected_meta: dict[str, str] | None = None
-) -> dict[str, str]:
-    """Load a checkpoint's weights into `model` (strict; ties restored), after an identity check."""
-    path = Path(path)
-    meta = read_metadata(path)
-    if expected_meta is not None:
-        check_compatible(meta, expected_meta, path)
-    device = next(model.parameters()).device
-    load_model(model, str(path / WEIGHTS_FILE if path.is_dir() else path), strict=True, device=str(device))
-    return meta
-
-
-def load_checkpoint(
-    ckpt_dir: str | Path,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer | None = None,
-    *,
-    expected_meta: dict[str, str] | None = None,
-) -> dict:
-    """Restore weights (and optimizer) from `ckpt_dir`; returns the train state dict plus 'metadata'
-    (the weights' header).
-
-    Refuses (CheckpointMismatchError) a checkpoint whose model kind, config, vocabulary or
-    tokenizer hash differ from `expected_meta`, and a train_state.pt whose step or model identity
-    differ from the weights' header; refuses (CheckpointCorruptError) a file whose SHA-256 is not
-    the one recorded in sha256.json — all before anything is loaded into `model`.
-    """
-    ckpt_dir = Path(ckpt_dir)
-    meta = read_metadata(ckpt_dir)
-    if expected_meta is not None:
-        check_compatible(meta, expected_meta, ckpt_dir)
-    state: dict = {}
-    if (ckpt_dir / STATE_FILE).is_file():
-        verify_checkpoint_file(ckpt_dir, STATE_FILE)
-        try:
-            state = torch.load(ckpt_dir / STATE_FILE, map_location="cpu", weights_only=True)
-        except Exception as e:
-            raise PipelineInputError(
-                f"{ckpt_dir / STATE_FILE} cannot be read ({e}); delete {ckpt_dir} or start fresh with resume=False"
-            ) from e
-        _check_same_save(meta, state, ckpt_dir)
-    elif optimizer is not None:
-        raise PipelineInputError(
-            f"{ckpt_dir} holds weights but no {STATE_FILE}; it cannot be resumed, start fresh with resume=False"
-        )
-    verify_checkpoint_file(ckpt_dir, WEIGHTS_FILE)
-    load_weights_into(model, ckpt_dir)
-    if optimizer is not None:
-        optimizer.load_state_dict(state["optimizer"])
-    state["metadata"] = meta
-    return state
-
-
-class _Unsharded:
-    """Checkpoints of a model every rank holds whole: the functions above."""
-
-    save_checkpoint = staticmethod(save_checkpoint)
-    load_checkpoint = staticmethod(load_checkpoint)
-
-
-# ----------------------------------------------------------------------------------------------
-# Evaluation
-
-
-def eval_targets(data: Blocks, batch_size: int, max_batches: int | None) -> int:
-    """The number of targets `evaluate` averages over (the first max_batches * batch_size blocks; None = all)."""
-    n = data.n_blocks if max_batches is None else min(data.n_blocks, batch_size * max_batches)
-    return int((np.asarray(data.y[:n]) != IGNORE_INDEX).sum())
-
-
-@torch.no_grad()
-def evaluate(
-    model: nn.Module,
-    data: Blocks,
-    *,
-    batch_size: int,
-    max_batches: int | None,
-    device: torch.device | str,
-    dtype: torch.dtype = torch.float32,
-) -> float:
-    """Mean loss over the non-ignored targets of the first `max_batches * batch_size` blocks."""
-    device = torch.device(device)
-    was_training = model.training
-    model.eval()
-    n = data.n_blocks if max_batches is None else min(data.n_blocks, batch_size * max_batches)
-    total = torch.zeros((), dtype=torch.float64, device=device)
-    count = 0
-    for start in range(0, n, batch_size):
-        x, y = data.batch(np.arange(start, min(start + batch_size, n)), device)
-        n_targets = int((y != IGNORE_INDEX).sum())
-        if n_targets == 0:
-            continue
-        with autocast_context(device, dtype):
-            _, loss = model(x, y)
-        total += loss.double() * n_targets  # the model's loss is a mean over this batch's targets
-        count += n_targets
-    model.train(was_training)
-    if count == 0:
-        raise PipelineInputError(f"no targets to evaluate on ({data.n_blocks} blocks); rebuild the validation labels")
-    return float(total / count)
-
-
-# ----------------------------------------------------------------------------------------------
-# The state of a run, and one optimizer step
+# The loop: `train` = `_setup` (device, data, fresh or resumed state) + `_run_loop` + `_result`
 
 
 @dataclass
-class TrainState:
-    """Everything a resumed run restores to continue exactly: the module (uncompiled, unwrapped), its
-    optimizer and loss scaler, the batch sampler, the step, the logged history, the best validation
-    loss, and the training losses summed since the last log point."""
+class _Run:
+    """What `train` sets up once and its loop and result share."""
 
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler
-    sampler: np.random.Generator
-    step: int = 0
-    history: list[dict] = field(default_factory=list)
-    best_val: float = float("inf")
-    pending_loss_sum: float = 0.0
-    pending_n: int = 0
+    s: TrainSettings
+    model: nn.Module  # what runs forward (possibly compiled or DDP-wrapped)
+    raw_model: nn.Module  # the uncompiled, unwrapped module: checkpoints and callbacks see this one
+    state: TrainState
+    train_data: Blocks
+    val_data: Blocks
+    device: torch.device
+    dtype: torch.dtype
+    out_dir: Path
+    ckpt_dir: Path
+    tokens_per_step: int  # over all ranks
+    notes: list[str]
+    resumed_from: int
+    last_good: int | None  # the step of the newest checkpoint of this run
+    step_times: list[float] = field(default_factory=list)
 
-    def snapshot(self, settings: TrainSettings, device: torch.device) -> dict:
-        """The train_state.pt content besides step, identity and optimizer (which `save_checkpoint` adds)."""
-        return {
-            "history": self.history,
-            "best_val_loss": self.best_val,
-            "sampler_state": self.sampler.bit_generator.state,
-            "torch_rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state() if device.type == "cuda" else None,
-            "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else {},
-            "pending": {"loss_sum": self.pending_loss_sum, "n": self.pending_n},
-            "train_settings": settings.model_dump(),
-        }
-
-    def restore(self, ckpt: dict, device: torch.device) -> None:
-        """Take over a loaded checkpoint's state (the weights and optimizer are already loaded)."""
-        self.step, self.history, self.best_val = int(ckpt["step"]), list(ckpt["history"]), float(ckpt["best_val_loss"])
-        self.sampler.bit_generator.state = ckpt["sampler_state"]
-        torch.set_rng_state(ckpt["torch_rng"])
-        if device.type == "cuda" and ckpt.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state(ckpt["cuda_rng"])
-        if ckpt.get("scaler") and self.scaler.is_enabled():
-            self.scaler.load_state_dict(ckpt["scaler"])
-        self.pending_loss_sum, self.pending_n = float(ckpt["pending"]["loss_sum"]), int(ckpt["pending"]["n"])
-
-    def take_pending_loss(self) -> float:
-        """The mean training loss since the last log point; resets the sums."""
-        mean = self.pending_loss_sum / self.pending_n
-        self.pending_loss_sum, self.pending_n = 0.0, 0
-        return mean
+    def validate(self) -> float:
+        s = self.s
+        return evaluate(
+            self.model, self.val_data, batch_size=s.batch_size, max_batches=s.eval_batches, device=self.device,
+            dtype=self.dtype,
+        )
 
 
-@dataclass
-class StepStats:
-    loss: float  # mean over the micro-batches
-    lr: float
-    grad_norm: torch.Tensor  # before clipping
-    grad_norm_clipped: torch.Tensor | None  # after clipping, measured; None when not asked for
-    seconds: float
-    not_finite: str | None = None  # what was NaN/inf when the update was refused (divergence)
+def _raw_module(model: nn.Module, s: TrainSettings, parallel: Parallel) -> nn.Module:
+    """The module under any DDP wrapper, after checking the data-parallel setup."""
+    if parallel.world_size == 1:
+        return model
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        raise ConfigError(f"world_size={parallel.world_size} needs torch.distributed initialised in every rank first")
+    if s.batch_size % parallel.world_size:
+        raise ConfigError(
+            f"train.batch_size={s.batch_size} (the global batch) must be a multiple of the world size "
+            f"{parallel.world_size}"
+        )
+    return model if parallel.sharded else model.module  # FSDP2 shards in place; DDP wraps
 
 
-def optimizer_step(
-    state: TrainState,
+def _fit_data(
+    raw_model: nn.Module, train_data: Blocks, val_data: Blocks, s: TrainSettings
+) -> tuple[Blocks, Blocks, int]:
+    """The model's vocabulary must cover the labels, and the context must fit in them: (train, val, block_size)."""
+    _check_vocab(raw_model, train_data, "train")
+    _check_vocab(raw_model, val_data, "validation")
+    block_size = s.block_size
+    model_block = getattr(getattr(raw_model, "config", None), "block_size", None)
+    if block_size is None:
+        block_size = min(train_data.block_size, model_block or train_data.block_size)
+    elif model_block is not None and block_size > model_block:
+        raise ConfigError(
+            f"train.block_size={block_size} exceeds the model's block_size={model_block}; lower train.block_size"
+        )
+    train_data = _non_empty_blocks(train_data.crop(block_size), "train")
+    val_data = _non_empty_blocks(val_data.crop(min(block_size, val_data.block_size)), "validation")
+    return train_data, val_data, block_size
+
+
+def _setup(
     model: nn.Module,
-    data: Blocks,
+    train_data: Blocks,
+    val_data: Blocks,
     s: TrainSettings,
+    out_dir: Path,
     *,
-    device: torch.device,
-    dtype: torch.dtype,
+    resume: bool,
+    model_meta: dict | None,
     parallel: Parallel,
-    measure_clipped: bool,
-) -> StepStats:
-    """One timed optimizer step over s.grad_accum micro-batches (no logging, evaluation or checkpoint).
+) -> _Run:
+    """Device and dtype, the data checked and cropped, and a fresh state or the exact state of the checkpoint."""
+    ckpt_dir = out_dir / CHECKPOINT_DIR
+    notes: list[str] = []
+    if s.threads > 0:
+        torch.set_num_threads(s.threads)
+    device, warn = resolve_device(s.device)
+    if warn:
+        notes.append(warn)
+    dtype = resolve_dtype(s.dtype, device)
+    raw_model = _raw_module(model, s, parallel)
+    train_data, val_data, block_size = _fit_data(raw_model, train_data, val_data, s)
 
-    `model` is what runs forward (possibly compiled or DDP-wrapped); `state.model` the raw module. A
-    non-finite loss or gradient norm refuses the update (the weights stay finite, the step does not
-    advance) and says so in `not_finite`.
-    """
-    synchronize(device)
-    t0 = time.perf_counter()
-    lr = lr_at(state.step, s)
-    for group in state.optimizer.param_groups:
-        group["lr"] = lr
-    loss_sum = torch.zeros((), device=device)
-    # The phases are named for torch.profiler (benchmarks/train_profile.py); unprofiled they cost ~1 µs.
-    for _ in range(s.grad_accum):
-        with record_function("phase/batch"):
-            x, y = data.batch(
-                batch_indices(state.sampler, data.n_blocks, s.batch_size, parallel), device
-            )  # (B, T) each
-        with record_function("phase/forward"), autocast_context(device, dtype):
-            _, loss = model(x, y)
-        loss_sum += loss.detach().float()
-        with record_function("phase/backward"):
-            state.scaler.scale(loss / s.grad_accum).backward()
-    state.scaler.unscale_(state.optimizer)
-    with record_function("phase/grad_norm"):
-        grad_norm = _grad_norm(state.model)  # before clipping
-    step_loss = float(loss_sum) / s.grad_accum  # one host sync per step: needed to stop on NaN
-    # With float16 loss scaling an inf gradient is routine (the scaler skips that step); else it is divergence.
-    bad_grad = not state.scaler.is_enabled() and not math.isfinite(float(grad_norm))
-    if not math.isfinite(step_loss) or bad_grad:
-        state.optimizer.zero_grad(set_to_none=True)  # the update is never applied: the weights stay finite
-        what = f"loss {step_loss}" if not math.isfinite(step_loss) else f"gradient norm {float(grad_norm)}"
-        return StepStats(step_loss, lr, grad_norm, None, 0.0, not_finite=what)
-    if s.grad_clip > 0:
-        with record_function("phase/clip"):
-            torch.nn.utils.clip_grads_with_norm_(list(state.model.parameters()), s.grad_clip, grad_norm)
-    # Measured on the clipped gradients (not inferred), so a test can check the bound holds.
-    clipped = _grad_norm(state.model) if measure_clipped else None
-    with record_function("phase/optimizer"):
-        state.scaler.step(state.optimizer)
-        state.scaler.update()
-        state.optimizer.zero_grad(set_to_none=True)
-    synchronize(device)  # the optimizer step runs asynchronously on CUDA: count it in this step
-    state.step += 1
-    state.pending_loss_sum += step_loss
-    state.pending_n += 1
-    return StepStats(step_loss, lr, grad_norm, clipped, time.perf_counter() - t0)
+    model.to(device)
+    # Fresh state, or the exact state of the checkpoint.
+    state = TrainState(
+        model=raw_model,  # checkpoints and callbacks see the uncompiled, unwrapped module
+        optimizer=make_optimizer(raw_model, s, device),
+        scaler=torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
+        sampler=np.random.default_rng(s.seed),
+    )
+    torch.manual_seed(s.seed)
+    meta = model_metadata(raw_model, model_meta)
+    resumed_from = 0
+    if resume and (ckpt_dir / STATE_FILE).is_file():
+        ckpt = (parallel.sharded or _Unsharded).load_checkpoint(
+            ckpt_dir, raw_model, state.optimizer, expected_meta=meta
+        )
+        state.restore(ckpt, device)
+        resumed_from = state.step
+        old = ckpt.get("train_settings", {})
+        changed = [k for k in _TRAJECTORY_FIELDS if k in old and old[k] != getattr(s, k)]
+        if changed:
+            notes.append(f"resumed with changed settings {changed}: the run will differ from an uninterrupted one")
+    elif not resume and ckpt_dir.exists():
+        notes.append(f"resume=False: starting fresh, the checkpoint in {ckpt_dir} will be replaced")
+
+    if s.compile:
+        model = torch.compile(model)
+    return _Run(
+        s=s, model=model, raw_model=raw_model, state=state, train_data=train_data, val_data=val_data,
+        device=device, dtype=dtype, out_dir=out_dir, ckpt_dir=ckpt_dir,
+        tokens_per_step=s.batch_size * block_size * s.grad_accum, notes=notes, resumed_from=resumed_from,
+        last_good=state.step if resumed_from else None,
+    )
 
 
-def _mean_over_ranks(state: TrainState, st: StepStats, device: torch.device, parallel: Parallel) -> StepStats:
-    """The step's loss averaged over the ranks (each rank's own is the mean over its slice), on every
-    rank, and the pending log-interval sum with it."""
-    loss = torch.tensor([st.loss], dtype=torch.float64, device=device)
-    torch.distributed.all_reduce(loss)  # a sum
-    mean = float(loss) / parallel.world_size
-    if not st.not_finite:  # an update refused did not add to the sums
-        state.pending_loss_sum += mean - st.loss
-    return replace(st, loss=mean)
+def _divergence_message(run: _Run, st: StepStats) -> str:
+    s, last_good = run.s, run.last_good
+    kept = f"The last good checkpoint (step {last_good}) is kept in {run.ckpt_dir}. " if last_good is not None else ""
+    return (
+        f"training diverged at step {run.state.step + 1}: {st.not_finite} is not finite. "
+        f"{kept or 'No checkpoint was written yet. '}"
+        f"Lower lr (now {s.lr}), keep grad_clip > 0 (now {s.grad_clip}) or train in float32."
+    )
 
 
-def log_point(
-    state: TrainState, st: StepStats, *, seconds: float, steps: int, tokens_per_step: int
-) -> dict[str, float]:
-    """The training metrics of a log point: the mean loss since the last one (resetting the sums), the
-    lr and gradient norms of this step, and the throughput over the `steps` steps (`seconds`) since."""
-    point = {
-        "train/loss": state.take_pending_loss(),
-        "lr": st.lr,
-        "grad_norm": float(st.grad_norm),
-        "tokens_per_s": steps * tokens_per_step / seconds,
-        "step_ms": 1000 * seconds / steps,
-    }
-    if st.grad_norm_clipped is not None:
-        point["grad_norm_clipped"] = float(st.grad_norm_clipped)
-    return point
+def _run_loop(
+    run: _Run,
+    *,
+    stop_at: int,
+    log_metrics: Callable[[dict[str, float], int], None] | None,
+    progress: Callable[[dict[str, float], int, int, float], None] | None,
+    model_meta: dict | None,
+    step_callback: Callable[[int, nn.Module], dict[str, float] | None] | None,
+    parallel: Parallel,
+) -> tuple[str | None, StepStats | None]:
+    """Optimizer steps up to `stop_at`, logging, evaluating and checkpointing on schedule; returns
+    (the divergence message or None, the last step's stats)."""
+    s, state, device = run.s, run.state, run.device
+    interval_time, interval_steps = 0.0, 0  # since the last log point, in this call
+    st: StepStats | None = None
+    while state.step < stop_at:
+        will_log = (state.step + 1) % s.log_interval == 0 or state.step + 1 == s.max_steps
+        st = optimizer_step(
+            state, run.model, run.train_data, s, device=device, dtype=run.dtype, parallel=parallel,
+            measure_clipped=will_log,
+        )
+        if parallel.world_size > 1:
+            st = _mean_over_ranks(state, st, device, parallel)
+        if st.not_finite:
+            return _divergence_message(run, st), st
+        run.step_times.append(st.seconds)
+        interval_time += st.seconds
+        interval_steps += 1
+
+        # ---- bookkeeping (untimed) ----
+        point: dict[str, float] = {}
+        is_last = state.step == s.max_steps
+        if state.step % s.log_interval == 0 or is_last:
+            point.update(
+                log_point(state, st, seconds=interval_time, steps=interval_steps, tokens_per_step=run.tokens_per_step)
+            )
+            interval_time, interval_steps = 0.0, 0
+            if step_callback is not None:
+                point.update(step_callback(state.step, run.raw_model) or {})
+        is_eval = (s.eval_interval > 0 and state.step % s.eval_interval == 0) or is_last
+        if is_eval:
+            val_loss = run.validate()
+            state.best_val = min(state.best_val, val_loss)
+            point.update({"val/loss": val_loss, "val/ppl": math.exp(min(val_loss, 700.0))})
+        if point:
+            state.history.append({"step": state.step, **point})
+            if parallel.is_main and log_metrics is not None:
+                log_metrics(point, state.step)
+            if parallel.is_main and progress is not None:
+                eta = (s.max_steps - state.step) * float(np.mean(run.step_times))
+                progress(point, state.step, s.max_steps, eta)
+        checkpoint_due = (
+            (s.checkpoint_interval > 0 and state.step % s.checkpoint_interval == 0)
+            or (s.checkpoint_interval == 0 and is_eval)
+            or is_last
+            or state.step == stop_at
+        )
+        if checkpoint_due and (parallel.is_main or parallel.sharded):
+            (parallel.sharded or _Unsharded).save_checkpoint(
+                run.ckpt_dir, run.raw_model, step=state.step, optimizer=state.optimizer,
+                train_state=state.snapshot(s, device), model_meta=model_meta,
+            )
+            run.last_good = state.step
+    return None, st
 
 
-# ----------------------------------------------------------------------------------------------
-# The loop
+def _result(run: _Run, parallel: Parallel, t_start: float) -> TrainResult:
+    """history.json (main rank), a final validation unless the last point has one, and the run's figures."""
+    s, state = run.s, run.state
+    history = state.history
+    if parallel.is_main:
+        write_json(run.out_dir / "history.json", history)
+    train_pts = [h for h in history if "train/loss" in h]
+    val_pts = [h for h in history if "val/loss" in h]
+    if not val_pts or val_pts[-1]["step"] != state.step:  # e.g. a resume of a finished run, or an interruption
+        val_loss = run.validate()
+        state.best_val = min(state.best_val, val_loss)
+    else:
+        val_loss = val_pts[-1]["val/loss"]
+    timed = run.step_times[1:] or run.step_times  # the first step pays for allocation / compilation
+    step_ms = 1000 * float(np.mean(timed)) if timed else float("nan")
+    return TrainResult(
+        steps=state.step,
+        train_loss=train_pts[-1]["train/loss"] if train_pts else float("nan"),
+        val_loss=val_loss,
+        val_ppl=math.exp(min(val_loss, 700.0)),
+        best_val_loss=state.best_val,
+        tokens_per_s=run.tokens_per_step / (step_ms / 1000) if timed else float("nan"),
+        step_ms=step_ms,
+        wall_s=time.perf_counter() - t_start,
+        params=count_parameters(run.raw_model),
+        device=str(run.device),
+        dtype=str(run.dtype).removeprefix("torch."),
+        warnings=run.notes,
+        history=history,
+        checkpoint_dir=run.ckpt_dir,
+        resumed_from=run.resumed_from,
+        val_targets=eval_targets(run.val_data, s.batch_size, s.eval_batches),
+    )
 
 
 def train(
@@ -740,173 +554,21 @@ def train(
     """
     t_start = time.perf_counter()
     s = settings
-    out_dir = Path(out_dir)
-    ckpt_dir = out_dir / CHECKPOINT_DIR
-    notes: list[str] = []
-    if s.threads > 0:
-        torch.set_num_threads(s.threads)
-    device, warn = resolve_device(s.device)
-    if warn:
-        notes.append(warn)
-    dtype = resolve_dtype(s.dtype, device)
-    raw_model = model
-    if parallel.world_size > 1:
-        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-            raise ConfigError(
-                f"world_size={parallel.world_size} needs torch.distributed initialised in every rank first"
-            )
-        if s.batch_size % parallel.world_size:
-            raise ConfigError(
-                f"train.batch_size={s.batch_size} (the global batch) must be a multiple of the world size "
-                f"{parallel.world_size}"
-            )
-        raw_model = model if parallel.sharded else model.module  # FSDP2 shards in place; DDP wraps
-
-    # Data: the model's vocabulary must cover the labels, and the context must fit in them.
-    _check_vocab(raw_model, train_data, "train")
-    _check_vocab(raw_model, val_data, "validation")
-    block_size = s.block_size
-    model_block = getattr(getattr(raw_model, "config", None), "block_size", None)
-    if block_size is None:
-        block_size = min(train_data.block_size, model_block or train_data.block_size)
-    elif model_block is not None and block_size > model_block:
-        raise ConfigError(
-            f"train.block_size={block_size} exceeds the model's block_size={model_block}; lower train.block_size"
-        )
-    train_data = _non_empty_blocks(train_data.crop(block_size), "train")
-    val_data = _non_empty_blocks(val_data.crop(min(block_size, val_data.block_size)), "validation")
-
-    model.to(device)
-    # Fresh state, or the exact state of the checkpoint.
-    state = TrainState(
-        model=raw_model,  # checkpoints and callbacks see the uncompiled, unwrapped module
-        optimizer=make_optimizer(raw_model, s, device),
-        scaler=torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
-        sampler=np.random.default_rng(s.seed),
+    run = _setup(
+        model, train_data, val_data, s, Path(out_dir), resume=resume, model_meta=model_meta, parallel=parallel
     )
-    torch.manual_seed(s.seed)
-    meta = model_metadata(raw_model, model_meta)
-    resumed_from = 0
-    if resume and (ckpt_dir / STATE_FILE).is_file():
-        ckpt = (parallel.sharded or _Unsharded).load_checkpoint(
-            ckpt_dir, raw_model, state.optimizer, expected_meta=meta
-        )
-        state.restore(ckpt, device)
-        resumed_from = state.step
-        old = ckpt.get("train_settings", {})
-        changed = [k for k in _TRAJECTORY_FIELDS if k in old and old[k] != getattr(s, k)]
-        if changed:
-            notes.append(f"resumed with changed settings {changed}: the run will differ from an uninterrupted one")
-    elif not resume and ckpt_dir.exists():
-        notes.append(f"resume=False: starting fresh, the checkpoint in {ckpt_dir} will be replaced")
-
-    if s.compile:
-        model = torch.compile(model)
-
-    last_good = state.step if resumed_from else None  # the step of the newest checkpoint of this run
-    tokens_per_step = s.batch_size * block_size * s.grad_accum  # over all ranks
-
-    def validate() -> float:
-        return evaluate(
-            model, val_data, batch_size=s.batch_size, max_batches=s.eval_batches, device=device, dtype=dtype
-        )
-
-    step_times: list[float] = []
-    interval_time, interval_steps = 0.0, 0  # since the last log point, in this call
-    diverged: str | None = None
+    state = run.state
     stop_at = s.max_steps if stop_after_steps is None else min(s.max_steps, state.step + stop_after_steps)
-    model.train()
-
-    while state.step < stop_at:
-        will_log = (state.step + 1) % s.log_interval == 0 or state.step + 1 == s.max_steps
-        st = optimizer_step(
-            state, model, train_data, s, device=device, dtype=dtype, parallel=parallel, measure_clipped=will_log
-        )
-        if parallel.world_size > 1:
-            st = _mean_over_ranks(state, st, device, parallel)
-        if st.not_finite:
-            kept = (
-                f"The last good checkpoint (step {last_good}) is kept in {ckpt_dir}. " if last_good is not None else ""
-            )
-            diverged = (
-                f"training diverged at step {state.step + 1}: {st.not_finite} is not finite. "
-                f"{kept or 'No checkpoint was written yet. '}"
-                f"Lower lr (now {s.lr}), keep grad_clip > 0 (now {s.grad_clip}) or train in float32."
-            )
-            break
-        step_times.append(st.seconds)
-        interval_time += st.seconds
-        interval_steps += 1
-
-        # ---- bookkeeping (untimed) ----
-        point: dict[str, float] = {}
-        is_last = state.step == s.max_steps
-        if state.step % s.log_interval == 0 or is_last:
-            point.update(
-                log_point(state, st, seconds=interval_time, steps=interval_steps, tokens_per_step=tokens_per_step)
-            )
-            interval_time, interval_steps = 0.0, 0
-            if step_callback is not None:
-                point.update(step_callback(state.step, raw_model) or {})
-        is_eval = (s.eval_interval > 0 and state.step % s.eval_interval == 0) or is_last
-        if is_eval:
-            val_loss = validate()
-            state.best_val = min(state.best_val, val_loss)
-            point.update({"val/loss": val_loss, "val/ppl": math.exp(min(val_loss, 700.0))})
-        if point:
-            state.history.append({"step": state.step, **point})
-            if parallel.is_main and log_metrics is not None:
-                log_metrics(point, state.step)
-            if parallel.is_main and progress is not None:
-                progress(point, state.step, s.max_steps, (s.max_steps - state.step) * float(np.mean(step_times)))
-        checkpoint_due = (
-            (s.checkpoint_interval > 0 and state.step % s.checkpoint_interval == 0)
-            or (s.checkpoint_interval == 0 and is_eval)
-            or is_last
-            or state.step == stop_at
-        )
-        if checkpoint_due and (parallel.is_main or parallel.sharded):
-            (parallel.sharded or _Unsharded).save_checkpoint(
-                ckpt_dir, raw_model, step=state.step, optimizer=state.optimizer,
-                train_state=state.snapshot(s, device), model_meta=model_meta,
-            )
-            last_good = state.step
-
+    run.model.train()
+    diverged, st = _run_loop(
+        run, stop_at=stop_at, log_metrics=log_metrics, progress=progress, model_meta=model_meta,
+        step_callback=step_callback, parallel=parallel,
+    )
     if diverged:
         if raise_on_divergence:
             raise TrainingDivergedError(
                 diverged, step=state.step + 1, loss=st.loss,
-                checkpoint_dir=ckpt_dir if last_good is not None else None, history=state.history,
+                checkpoint_dir=run.ckpt_dir if run.last_good is not None else None, history=state.history,
             )
-        notes.append(diverged)
-
-    history = state.history
-    if parallel.is_main:
-        write_json(out_dir / "history.json", history)
-    train_pts = [h for h in history if "train/loss" in h]
-    val_pts = [h for h in history if "val/loss" in h]
-    if not val_pts or val_pts[-1]["step"] != state.step:  # e.g. a resume of a finished run, or an interruption
-        val_loss = validate()
-        state.best_val = min(state.best_val, val_loss)
-    else:
-        val_loss = val_pts[-1]["val/loss"]
-    timed = step_times[1:] or step_times  # the first step pays for allocation / compilation
-    step_ms = 1000 * float(np.mean(timed)) if timed else float("nan")
-    return TrainResult(
-        steps=state.step,
-        train_loss=train_pts[-1]["train/loss"] if train_pts else float("nan"),
-        val_loss=val_loss,
-        val_ppl=math.exp(min(val_loss, 700.0)),
-        best_val_loss=state.best_val,
-        tokens_per_s=tokens_per_step / (step_ms / 1000) if timed else float("nan"),
-        step_ms=step_ms,
-        wall_s=time.perf_counter() - t_start,
-        params=count_parameters(raw_model),
-        device=str(device),
-        dtype=str(dtype).removeprefix("torch."),
-        warnings=notes,
-        history=history,
-        checkpoint_dir=ckpt_dir,
-        resumed_from=resumed_from,
-        val_targets=eval_targets(val_data, s.batch_size, s.eval_batches),
-    )
+        run.notes.append(diverged)
+    return _result(run, parallel, t_start)
