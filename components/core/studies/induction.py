@@ -27,7 +27,8 @@ from .memory_tasks import MemoryTrainSettings, TaskData, disjoint_validation
 
 class InductionSettings(MemoryTrainSettings):
     span: int = Field(
-        16, ge=2, description="Random tokens in the span; the sequence is the span twice (2 · span tokens)."
+        16, ge=2, description="The longest span (each sequence draws its own length, see min_span); every sequence "
+        "is 2 · span tokens: random tokens, the span, the span again."
     )
     n_tokens: int = Field(
         32, ge=2, description="Vocabulary the spans are drawn from (first-part accuracy at chance: 1/n_tokens)."
