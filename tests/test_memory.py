@@ -146,6 +146,7 @@ def test_one_layer_model_has_no_induction_head():
     assert not claims.heads_differ({**heads, "induction": None}).passed
 
 
+@pytest.mark.slow
 def test_positional_copy_head_is_not_an_induction_head():
     """Counterexample: trained on the fixed-offset task (every span the same length), the model
     copies the repeat by attending a fixed distance back: exact where the offset is the trained one,
@@ -175,6 +176,7 @@ def test_positional_copy_head_is_not_an_induction_head():
     assert fixed["repeat_accuracy"] > 0.9 and fixed["first_accuracy"] < 0.15, fixed
 
 
+@pytest.mark.slow
 def test_induction_on_varying_offsets_is_content_based():
     """The default task (offsets vary per sequence) trains a real induction circuit: the repeat is
     copied where no fixed-distance head could, the first part stays at chance, a previous-token head

@@ -45,6 +45,7 @@ def run_once(instance) -> str:
     return result.run_id
 
 
+@pytest.mark.slow
 def test_the_state_folder_stays_bounded_over_repeated_runs(state):
     """Keeping one materialization per asset, the state folder (Dagster history, MLflow runs and
     artifacts, run folders) is no bigger after the fourth run than after the second; what the latest
