@@ -63,6 +63,8 @@ def build(spec: str, work: Path) -> tuple[Path, int]:
     from components.core.tokenizer import TokenizerSettings, train_tokenizer
 
     kind, _, vocab = spec.partition(":")
+    if not vocab.isdigit():
+        raise SystemExit(f"--tokenizer {spec!r}: give KIND:VOCAB, e.g. bpe:2048 or char:512")
     settings = TokenizerSettings(kind=kind, vocab_size=int(vocab))
     if not (work / "corpus").exists():
         build_corpus(CorpusSettings(), work / "corpus")

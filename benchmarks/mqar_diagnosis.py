@@ -47,7 +47,10 @@ def parse_variant(text: str) -> dict:
     out = {}
     for part in text.split(","):
         key, _, value = part.partition("=")
-        out[key] = float(value) if key == "lr" else int(value)
+        try:
+            out[key] = float(value) if key == "lr" else int(value)
+        except ValueError:
+            raise SystemExit(f"--variant {text!r}: {part!r} is not key=number (e.g. steps=2000,lr=0.001)") from None
     return out
 
 
