@@ -12,6 +12,7 @@ from pydantic import Field
 
 from components.core.labels import load_labels
 from components.core.lm import load_lm
+from components.core.manifests import Labels, LanguageModel, ModelComparison, NgramBaseline
 from components.core.studies.ablations import accounting_markdown, parameter_accounting
 from components.core.studies.comparison import compare_models, parameter_split, tiers_text, train_other_seeds
 from components.orchestration.checks import claim_check
@@ -56,7 +57,8 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
     # In the training pool: with extra seeds it trains, and it must not share the cores with another training.
     @dg.asset(name="model_comparison", group_name=GROUP, kinds={"pytorch"}, ins=ins, pool=TRAINING_POOL)
     def model_comparison(context: dg.AssetExecutionContext, config: ModelComparisonConfig, mlflow: MlflowTracker,
-                         labels: dict, ngram_baseline: dict, **lms: dict) -> dg.Output[dict]:
+                         labels: Labels, ngram_baseline: NgramBaseline,
+                         **lms: LanguageModel) -> dg.Output[ModelComparison]:
         """Every language model of the graph on the same labels at matched parameter budgets and
         matched wall-clock: val loss, perplexity, tokens/s, parameters, with the seed-to-seed spread
         when `extra_seeds` is set; plus each Transformer's parameter accounting per component and its
@@ -66,9 +68,9 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
         with stage(context, mlflow, {"models": sorted(models), **config.model_dump()}) as s:
             seed_losses = _seed_losses(context, config, models, hashes, labels, s.tmp) if config.extra_seeds else None
             # The count models are rows and lines only where they were scored on the models' own targets.
-            same = all(m["metrics"].get("val/targets") == ngram_baseline["n_targets"] for m in models.values()) and \
-                ngram_baseline.get("tokenizer_sha256") in hashes
-            result = compare_models(models, seed_losses, ngram_baseline["rows"] if same else None)
+            same = all(m.val_targets == ngram_baseline.n_targets for m in models.values()) and \
+                ngram_baseline.tokenizer_sha256 in hashes
+            result = compare_models(models, seed_losses, ngram_baseline.rows if same else None)
             if not same:
                 context.log.warning(
                     "ngram_baseline was scored on other validation targets than the models: left out of the comparison"
@@ -78,15 +80,15 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
             st = result.settledness
             values, loaded, settled = _ranking_values(st, models)
             return s.publish(
-                {
-                    "rows": result.rows,
-                    "matched_time_s": result.matched_time_s,
-                    "accounting": accounting,
-                    "settledness": st,
-                    "seeds": result.seeds,
-                    "baseline": result.baseline,
-                    "pairs": result.pairs,
-                },
+                ModelComparison(
+                    rows=result.rows,
+                    matched_time_s=result.matched_time_s,
+                    accounting=accounting,
+                    settledness=st,
+                    seeds=result.seeds,
+                    baseline=result.baseline,
+                    pairs=result.pairs,
+                ),
                 metrics=metrics,
                 tables={"comparison": result.rows + result.baseline, "pairs": result.pairs},
                 figures=result.figures,
@@ -103,10 +105,10 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
     return model_comparison, ffn_holds_two_thirds
 
 
-def _check_models(models: dict[str, dict], config: ModelComparisonConfig) -> set[str]:
+def _check_models(models: dict[str, LanguageModel], config: ModelComparisonConfig) -> set[str]:
     """The one tokenizer hash the models were trained with; fails on several, or on `seed_models`
     naming a model the graph does not have."""
-    hashes = {m["tokenizer_sha256"] for m in models.values()}
+    hashes = {m.tokenizer_sha256 for m in models.values()}
     if len(hashes) != 1:
         raise dg.Failure("the models were trained on labels of different tokenizers; re-materialize them together")
     unknown = sorted(set(config.seed_models) - set(models))
@@ -118,16 +120,16 @@ def _check_models(models: dict[str, dict], config: ModelComparisonConfig) -> set
     return hashes
 
 
-def _seed_losses(context: dg.AssetExecutionContext, config: ModelComparisonConfig, models: dict[str, dict],
-                 hashes: set[str], labels: dict, tmp: Path) -> Any:
+def _seed_losses(context: dg.AssetExecutionContext, config: ModelComparisonConfig, models: dict[str, LanguageModel],
+                 hashes: set[str], labels: Labels, tmp: Path) -> Any:
     """The `seed_models` trained again with each of `extra_seeds` (scratch under `tmp`, removed after):
     their final validation losses."""
-    if labels["tokenizer_sha256"] not in hashes:
+    if labels.tokenizer_sha256 not in hashes:
         raise dg.Failure(
             "`labels` were built with another tokenizer than the models were trained with: "
             "re-materialize the models (or the whole graph) before retraining them with other seeds"
         )
-    train, val, meta = load_labels(labels["path"])
+    train, val, meta = load_labels(labels.path)
     chosen = {n: m for n, m in models.items() if n in (config.seed_models or models)}
     seed_losses = train_other_seeds(
         chosen,
@@ -136,22 +138,22 @@ def _seed_losses(context: dg.AssetExecutionContext, config: ModelComparisonConfi
         val,
         int(meta["vocab_size"]),
         tmp / "seeds",
-        model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
+        model_meta={"tokenizer_sha256": labels.tokenizer_sha256},
         log=context.log.info,
     )
     shutil.rmtree(tmp / "seeds")  # scratch checkpoints: only the losses are kept
     return seed_losses
 
 
-def _parameter_accounting(models: dict[str, dict], result: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def _parameter_accounting(models: dict[str, LanguageModel], result: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Each Transformer's parameter accounting, and where each model's budget sits (embedding,
     output head, core: added to its row of `result`); with the comparison's metrics."""
     accounting = {
-        n: parameter_accounting(load_lm(m["weights"]))
+        n: parameter_accounting(load_lm(m.weights))
         for n, m in models.items()
-        if m["family"] == "transformer"
+        if m.family == "transformer"
     }
-    split = {n: parameter_split(load_lm(m["weights"])) for n, m in models.items()}
+    split = {n: parameter_split(load_lm(m.weights)) for n, m in models.items()}
     for row in result.rows:  # where each model's budget sits: embedding, output head, core
         row.update({f"params_{k}": v for k, v in split[row["model"]].items() if k != "total"})
     metrics: dict[str, Any] = dict(result.metrics())
@@ -162,7 +164,7 @@ def _parameter_accounting(models: dict[str, dict], result: Any) -> tuple[dict[st
     return accounting, metrics
 
 
-def _log_model_runs(run: Any, models: dict[str, dict], result: Any) -> None:
+def _log_model_runs(run: Any, models: dict[str, LanguageModel], result: Any) -> None:
     # One child run per model with the shared metric names: MLflow's compare view lines them up.
     # Named `model_comparison/<model>`, so none is mistaken for the model's own run (`<model>_lm`);
     # the trained architecture as `resolved.*`, the name the models' own runs give it.
@@ -176,14 +178,14 @@ def _log_model_runs(run: Any, models: dict[str, dict], result: Any) -> None:
                 "train/tokens_per_s_mean": row["tokens_per_s_mean"],
                 "params": row["params"],
                 "val/loss_at_matched_time": row["val_loss_at_matched_time"],
-                "machine/loaded": float(m["metrics"].get("machine/loaded", 0.0)),
+                "machine/loaded": float(m.metrics.get("machine/loaded", 0.0)),
             },
-            params={"family": m["family"], **{f"resolved.{k}": v for k, v in m["model_config"].items()}},
-            series={"val/loss": [(h["step"], h["val/loss"]) for h in m["history"] if "val/loss" in h]},
+            params={"family": m.family, **{f"resolved.{k}": v for k, v in m.model_config.items()}},
+            series={"val/loss": [(h["step"], h["val/loss"]) for h in m.history if "val/loss" in h]},
         )
 
 
-def _ranking_values(st: dict[str, Any], models: dict[str, dict]) -> tuple[dict[str, Any], list[str], Any]:
+def _ranking_values(st: dict[str, Any], models: dict[str, LanguageModel]) -> tuple[dict[str, Any], list[str], Any]:
     """The ranking's metadata values, the models whose speeds were measured on a loaded machine, and
     whether the ranking is settled."""
     # With seeds, a ranking is judged beyond seed noise; without, exactly.
@@ -196,7 +198,7 @@ def _ranking_values(st: dict[str, Any], models: dict[str, dict]) -> tuple[dict[s
         values.update({"ranking_beyond_spread": tiers_text(st["tiers_last_eval"]),
                        "ranking_settled_beyond_spread": bool(st["ranking_settled_beyond_spread"])})
     # Speeds measured on a loaded machine (the models record their load) are not comparable.
-    loaded = sorted(n for n, m in models.items() if m["metrics"].get("machine/loaded"))
+    loaded = sorted(n for n, m in models.items() if m.metrics.get("machine/loaded"))
     values["speeds_measured_loaded"] = ", ".join(loaded) or "none"
     return values, loaded, settled
 

@@ -15,6 +15,7 @@ from typing import Any
 import dagster as dg
 
 from components.core.claims import BY_NAME, judge_all
+from components.core.manifests import Report
 from components.core.report import (
     claim_counts,
     headline_metrics,
@@ -76,7 +77,7 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
     language_models = [k.path[-1] for k in lm_keys]
 
     @dg.asset(name="report", group_name=GROUP, kinds={"html"}, ins={n: dg.AssetIn(s.key) for n, s in zip(names, specs)})
-    def report(context: dg.AssetExecutionContext, mlflow: MlflowTracker, **manifests: dict) -> dg.Output[dict]:
+    def report(context: dg.AssetExecutionContext, mlflow: MlflowTracker, **manifests: Any) -> dg.Output[Report]:
         """One HTML page for the whole run: the article's claims with their verdicts on this run
         (judged as the asset checks judge them), then every stage's headline figures, tables and
         plots; logged on the run's MLflow parent run, whose description and metrics it fills."""
@@ -122,13 +123,13 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
                 if c["status"] in ("failed", "not judged")
             ]
             return s.publish(
-                {
-                    "path": s.final_path(path),
-                    "claims": claims,
-                    "counts": counts,
-                    "invariant_counts": inv,
-                    "mlflow_parent_run_id": parent.run_id,
-                },
+                Report(
+                    path=s.final_path(path),
+                    claims=claims,
+                    counts=counts,
+                    invariant_counts=inv,
+                    mlflow_parent_run_id=parent.run_id,
+                ),
                 metrics=count_metrics,
                 files={"report": path},
                 artifacts=[path],

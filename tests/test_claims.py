@@ -4,6 +4,7 @@ histories; and each shown failing where the claim does not hold."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import torch
 from test_word2vec import SMALL, planted_corpus
 
 from components.core import claims as C
+from components.core import manifests as M
 from components.core.data import TokenBlocks
 from components.core.device import seed_everything
 from components.core.embeddings import WordIndex
@@ -27,6 +29,14 @@ from components.core.training import TrainSettings, train
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+def lm_manifest(**fields) -> M.LanguageModel:
+    """A language model's manifest with the fields a check reads (the identity fields filled in)."""
+    base = {"name": "lm", "family": "transformer", "weights": "", "tokenizer_sha256": "t", "vocab_size": 100}
+    if isinstance(fields.get("baseline"), dict):
+        fields["baseline"] = M.NgramReference(**fields["baseline"])
+    return M.LanguageModel(**{**base, **fields})
+
+
 # --- word vectors -------------------------------------------------------------------------------
 
 
@@ -39,24 +49,24 @@ def word2vec() -> Word2VecResult:
 
 def test_pad_is_excluded_from_similarity_and_fails_when_its_row_is_not_zero(word2vec, tmp_path):
     save_embeddings(word2vec, tmp_path / "ok")
-    v = C.pad_excluded_from_similarity({"path": str(tmp_path / "ok")})
+    v = C.pad_excluded_from_similarity(M.WordEmbeddings(path=str(tmp_path / "ok"), vocab_size=0))
     assert v.passed and v.figures["pad_in_neighbours"] == 0 and v.figures["pad_row_norm"] == 0
     assert (
         v.figures["words_probed"] == len(word2vec.vocab) - 4 and v.figures["neighbours_listed"] > 0
     )  # every word but the specials
-    assert C.pad_row_is_zero({"path": str(tmp_path / "ok")}).passed
+    assert C.pad_row_is_zero(M.WordEmbeddings(path=str(tmp_path / "ok"), vocab_size=0)).passed
     # A [PAD] row that picked up a direction (say, trained like a word): both claims fail, with the figure.
     bad = Word2VecResult(word2vec.vectors.copy(), word2vec.context, word2vec.vocab, word2vec.settings, word2vec.metrics)
     bad.vectors[0] = word2vec.vectors[10]
     save_embeddings(bad, tmp_path / "bad")
-    v = C.pad_excluded_from_similarity({"path": str(tmp_path / "bad")})
+    v = C.pad_excluded_from_similarity(M.WordEmbeddings(path=str(tmp_path / "bad"), vocab_size=0))
     assert not v.passed and not v.checks["pad_row_is_zero"] and v.figures["pad_row_norm"] > 0
-    assert not C.pad_row_is_zero({"path": str(tmp_path / "bad")}).passed
+    assert not C.pad_row_is_zero(M.WordEmbeddings(path=str(tmp_path / "bad"), vocab_size=0)).passed
 
 
-def embedding_eval_manifest(words, vectors) -> dict:
+def embedding_eval_manifest(words, vectors) -> M.EmbeddingEval:
     """What embedding_eval's manifest holds of the distances (`EmbeddingReport.metrics`)."""
-    return {"metrics": spread_metrics(distance_spread(WordIndex(words, vectors), 500))}
+    return M.EmbeddingEval(metrics=spread_metrics(distance_spread(WordIndex(words, vectors), 500)))
 
 
 def test_onehot_is_equidistant_learned_vectors_are_not(word2vec):
@@ -125,7 +135,7 @@ def test_soft_attention_beats_topk_on_a_task_that_needs_blending_and_fails_when_
     val = frequency_blocks(128, 2)
     r = attention_topk(model, val, AttentionTopKSettings(ks=[1, 2, 4], eval_blocks=128, device="cpu"))
     assert [row["keys"] for row in r.rows] == ["top-1", "top-2", "top-4", "all (softmax)"] and r.blocks == 128
-    v = C.soft_attention_beats_topk({"rows": r.rows})
+    v = C.soft_attention_beats_topk(M.AttentionTopk(rows=r.rows))
     assert v.passed, v
     assert v.figures["top1_loss_increase"] > v.figures["top2_loss_increase"] > v.figures["top4_loss_increase"] > 0
     assert 0 < v.figures["top1_weight_share"] < v.figures["top2_weight_share"] < v.figures["top4_weight_share"] < 1
@@ -138,7 +148,7 @@ def test_soft_attention_beats_topk_on_a_task_that_needs_blending_and_fails_when_
     assert r.rows[1]["val_loss"] == pytest.approx(r.full_loss, abs=1e-6) and r.rows[1]["weight_share"] == pytest.approx(
         1.0
     )
-    assert not C.soft_attention_beats_topk({"rows": r.rows}).passed
+    assert not C.soft_attention_beats_topk(M.AttentionTopk(rows=r.rows)).passed
 
 
 def test_attention_rows_sum_to_one_on_the_trained_model_and_not_when_cut_without_renormalising(blender):
@@ -147,21 +157,21 @@ def test_attention_rows_sum_to_one_on_the_trained_model_and_not_when_cut_without
     weights = model.attention_weights(x)
     stats = head_statistics(weights)
     v = C.attention_rows_sum_to_one(
-        {"metrics": {"heads/max_row_sum_error": max(h["max_row_sum_error"] for h in stats)}, "heads": stats}
+        M.AttentionHeads(metrics={"heads/max_row_sum_error": max(h["max_row_sum_error"] for h in stats)}, heads=stats)
     )
     assert v.passed and v.figures["max_row_sum_error"] < 1e-6
     # The top-1 weight alone, not renormalised, is no distribution.
     cut = [w * (w == w.max(-1, keepdim=True).values) for w in weights]
     stats = head_statistics(cut)
     v = C.attention_rows_sum_to_one(
-        {"metrics": {"heads/max_row_sum_error": max(h["max_row_sum_error"] for h in stats)}, "heads": stats}
+        M.AttentionHeads(metrics={"heads/max_row_sum_error": max(h["max_row_sum_error"] for h in stats)}, heads=stats)
     )
     assert not v.passed and v.figures["max_row_sum_error"] > 0.1
 
 
 def test_clipping_bounds_the_gradient_norm_in_a_real_history_and_fails_without_clipping(blender, tmp_path):
     _, result, s = blender
-    v = C.clipping_bounds_gradient({"history": result.history, "train_settings": s.model_dump()})
+    v = C.clipping_bounds_gradient(lm_manifest(history=result.history, train_settings=s.model_dump()))
     assert v.passed, v
     assert v.figures["log_points"] == 30 and v.figures["max_grad_norm_clipped"] <= 0.5 * (1 + 1e-4)
     assert v.figures["points_over_clip"] > 0 and v.figures["max_grad_norm"] > 0.5  # the bound was needed
@@ -170,10 +180,9 @@ def test_clipping_bounds_the_gradient_norm_in_a_real_history_and_fails_without_c
     model = Transformer(TransformerSettings(n_layer=1, n_head=2, n_embd=32, block_size=T, pos_encoding="none"), V)
     off = s.model_copy(update={"grad_clip": 0.0, "max_steps": 10, "log_interval": 1})
     history = train(model, frequency_blocks(256, 0), frequency_blocks(32, 1), off, tmp_path).history
-    assert C.clipping_bounds_gradient({"history": history, "train_settings": off.model_dump()}).note.startswith(
-        "clipping is off"
-    )
-    v = C.clipping_bounds_gradient({"history": history, "train_settings": {"grad_clip": 0.5}})
+    v = C.clipping_bounds_gradient(lm_manifest(history=history, train_settings=off.model_dump()))
+    assert v.note.startswith("clipping is off")
+    v = C.clipping_bounds_gradient(lm_manifest(history=history, train_settings={"grad_clip": 0.5}))
     assert not v.passed and v.figures["max_grad_norm_clipped"] > 0.5
 
 
@@ -185,15 +194,12 @@ def test_every_claim_is_judged_once_per_asset_and_a_missing_or_broken_input_is_n
     assert len(names) == len(set(names))
     baseline = {"val_loss": 4.5, "model": "kn_3gram", "block_size": 32, "n_targets": 100, "tokenizer_sha256": "t"}
     manifests = {
-        "rnn_lm": {
-            "vocab_size": 100,
-            "metrics": {"val/loss": 4.0, "val/targets": 100},
-            "history": [],
-            "tokenizer_sha256": "t",
-            "train_settings": {"grad_clip": 1.0, "block_size": 32},
-            "baseline": baseline,
-        },
-        "attention_topk": {"rows": "not rows"},
+        "rnn_lm": lm_manifest(
+            metrics={"val/loss": 4.0, "val/targets": 100},
+            train_settings={"grad_clip": 1.0, "block_size": 32},
+            baseline=baseline,
+        ),
+        "attention_topk": M.AttentionTopk(rows="not rows"),
     }
     js = C.judge_all(
         manifests,
@@ -208,7 +214,7 @@ def test_every_claim_is_judged_once_per_asset_and_a_missing_or_broken_input_is_n
     )
     assert by[("heads_differ", "attention_heads")].status == "not judged"
     worse = C.judge_all(
-        {"rnn_lm": {**manifests["rnn_lm"], "metrics": {"val/loss": 5.0, "val/targets": 100}}},
+        {"rnn_lm": dataclasses.replace(manifests["rnn_lm"], metrics={"val/loss": 5.0, "val/targets": 100})},
         ["rnn_lm"],
         [C.claim("beats_ngram_baseline")],
     )
@@ -234,7 +240,9 @@ def test_not_judged_is_never_a_pass():
     assert not v.passed and not v.judged
     j = C.Judgement(C.claim("int8_model_size"), "quantized_models", v)
     assert j.status == "not judged"
-    quant = {"main_model": "transformer_lm", "checks": {"int8_size": {"value": None, "limit": 0.55, "all_in": None}}}
+    quant = M.QuantizedModels(
+        main_model="transformer_lm", checks={"int8_size": {"value": None, "limit": 0.55, "all_in": None}}
+    )
     assert (
         C.judge_all({"quantized_models": quant}, [], [C.claim("int8_weights_size"), C.claim("int8_model_size")])[
             0
@@ -263,12 +271,12 @@ def test_position_breaks_symmetry_and_fails_when_the_positional_table_carries_no
 
     def judge(a, b):
         return C.position_breaks_order_symmetry(
-            {
-                "metrics": {
+            M.TransformerAblations(
+                metrics={
                     "permutation/no_pe_rel_err": permutation_equivariance(a, idx)["max_rel_err"],
                     "permutation/with_pe_rel_err": permutation_equivariance(b, idx)["max_rel_err"],
                 }
-            }
+            )
         )
 
     assert judge(no_pe, with_pe).passed
@@ -279,7 +287,7 @@ def test_position_breaks_symmetry_and_fails_when_the_positional_table_carries_no
     assert not v.passed and not v.checks["with_pe_not_equivariant"] and v.figures["with_pe_rel_err"] < 1e-5
 
 
-def gradient_manifest(contractive=0.6, expansive=1.4, rnn_fresh=0.8, lstm_fresh=0.95, **clip) -> dict:
+def gradient_manifest(contractive=0.6, expansive=1.4, rnn_fresh=0.8, lstm_fresh=0.95, **clip) -> M.GradientStudy:
     rows = [
         {"model": "rnn", "variant": "contractive", "step_factor": contractive},
         {"model": "rnn", "variant": "expansive", "step_factor": expansive},
@@ -296,7 +304,7 @@ def gradient_manifest(contractive=0.6, expansive=1.4, rnn_fresh=0.8, lstm_fresh=
         "clip/steps_clip_engaged": 17.0,
     }
     m.update({f"clip/{k}": v for k, v in clip.items()})
-    return {"rows": rows, "metrics": m, "clip_grad": 1.0}
+    return M.GradientStudy(rows=rows, metrics=m, clip_grad=1.0)
 
 
 def test_gradients_vanish_and_explode_fails_when_the_factors_do_not_split():
@@ -319,26 +327,27 @@ def test_clipping_tames_explosion_fails_when_nothing_explodes_or_the_clip_never_
     v = C.clipping_tames_exploding_gradients(gradient_manifest(steps_clip_engaged=0.0, max_grad_norm_before_clip=0.4))
     assert not v.passed and not v.checks["clip_engaged"]
     assert not C.clipping_tames_exploding_gradients(gradient_manifest(clipped_diverged=1.0)).passed
-    assert not C.clipping_tames_exploding_gradients({"metrics": {}}).judged  # no clipping experiment: not judged
+    # no clipping experiment: not judged
+    assert not C.clipping_tames_exploding_gradients(M.GradientStudy(metrics={})).judged
 
 
 def test_fact_neurons_fail_when_on_held_out_prompts_they_cost_no_more_than_matched_random_ones():
     m = {"ffn/p_top_k_zeroed_mean": 0.337, "ffn/p_random_k_zeroed_mean": 0.423, "ffn/heldout_extra_drop_mean": 0.06,
          "ffn/heldout_extra_drop_lo": 0.02, "ffn/heldout_extra_drop_hi": 0.1}
-    assert C.fact_neurons_matter({"probe": [{"prompt_text": "in the United"}], "metrics": m}).passed
+    assert C.fact_neurons_matter(M.FfnMemories(probe=[{"prompt_text": "in the United"}], metrics=m)).passed
     # Selected by their effect on the selecting prompt, they always hurt there; on held-out prompts they do
     # no more than random neurons of matched activation: the claim fails.
     v = C.fact_neurons_matter(
-        {"probe": [{}], "metrics": {**m, "ffn/heldout_extra_drop_mean": 0.0, "ffn/heldout_extra_drop_lo": -0.03}}
+        M.FfnMemories(probe=[{}], metrics={**m, "ffn/heldout_extra_drop_mean": 0.0, "ffn/heldout_extra_drop_lo": -0.03})
     )
     assert not v.passed and not v.checks["heldout_drop_beyond_matched_random"]
-    assert not C.fact_neurons_matter({"probe": [], "metrics": m}).checks["fact_prompts_found"]
+    assert not C.fact_neurons_matter(M.FfnMemories(probe=[], metrics=m)).checks["fact_prompts_found"]
     assert not C.fact_neurons_matter(
-        {"probe": [{}], "metrics": {"ffn/p_top_k_zeroed_mean": 0.3}}
+        M.FfnMemories(probe=[{}], metrics={"ffn/p_top_k_zeroed_mean": 0.3})
     ).judged  # no held-out prompt
 
 
-def attention_fits(ref_mem=2.0, ref_ratio=4.0, fused_mem=0.8, ref_time=2.1, window_time=1.0) -> dict:
+def attention_fits(ref_mem=2.0, ref_ratio=4.0, fused_mem=0.8, ref_time=2.1, window_time=1.0) -> M.AttentionCost:
     def fit(impl, me, mr, te):
         return {
             "pass": "forward_backward",
@@ -350,13 +359,13 @@ def attention_fits(ref_mem=2.0, ref_ratio=4.0, fused_mem=0.8, ref_time=2.1, wind
             "time_ratio_last_doubling": 2**te,
         }
 
-    return {
-        "fits": [
+    return M.AttentionCost(
+        fits=[
             fit("reference", ref_mem, ref_ratio, ref_time),
             fit("fused", fused_mem, 1.8, 1.3),
             fit("window", 1.0, 2.0, window_time),
         ]
-    }
+    )
 
 
 def test_attention_cost_claims_fail_on_a_linear_reference_or_a_quadratic_kernel():
@@ -390,7 +399,7 @@ def generation_manifest(
             ("lstm", 0.0, 1.0),
         )
     ]
-    return {"rows": rows, "fits": fits}
+    return M.GenerationCost(rows=rows, fits=fits)
 
 
 def test_kv_cache_claims_fail_when_the_cache_is_flat_or_costs_as_much_as_rerunning():
@@ -413,21 +422,22 @@ def test_kv_cache_claims_fail_when_the_cache_is_flat_or_costs_as_much_as_rerunni
 
 
 def test_arithmetic_fails_when_the_cache_differs_from_the_formula_or_memory_drifts_from_n_squared():
-    good = {"kv_check": [{"measured_over_predicted": 1.0}] * 3,
-            "summary": {"reference_forward_peak_over_scores_min": 3.0, "reference_forward_peak_over_scores_max": 3.2,
-                        "reference_forward_memory_ratio_last_doubling": 3.99}}
+    good = M.LongContextCost(
+        kv_check=[{"measured_over_predicted": 1.0}] * 3,
+        summary={"reference_forward_peak_over_scores_min": 3.0, "reference_forward_peak_over_scores_max": 3.2,
+                 "reference_forward_memory_ratio_last_doubling": 3.99},
+    )
     assert C.arithmetic_matches_measurement(good).passed
-    assert not C.arithmetic_matches_measurement({**good, "kv_check": [{"measured_over_predicted": 1.5}]}).checks[
-        "kv_cache_equals_formula"
-    ]
-    drift = {
-        **good,
-        "summary": {
-            **good["summary"],
+    off = dataclasses.replace(good, kv_check=[{"measured_over_predicted": 1.5}])
+    assert not C.arithmetic_matches_measurement(off).checks["kv_cache_equals_formula"]
+    drift = dataclasses.replace(
+        good,
+        summary={
+            **good.summary,
             "reference_forward_peak_over_scores_max": 6.0,
             "reference_forward_memory_ratio_last_doubling": 2.0,
         },
-    }
+    )
     v = C.arithmetic_matches_measurement(drift)
     assert (
         not v.checks["reference_forward_memory_tracks_n_squared"]
@@ -436,19 +446,19 @@ def test_arithmetic_fails_when_the_cache_differs_from_the_formula_or_memory_drif
 
 
 def test_later_context_fails_in_the_worlds_that_contradict_it():
-    usage = {
-        "summaries": [
+    usage = M.ContextUsage(
+        summaries=[
             {"model": "transformer_lm", "gain_from_context": 0.8, "receptive_field": None},
             {"model": "window_lm", "gain_from_context": 0.6, "receptive_field": 16, "saturation_position": 12},
         ],
-        "window_gaps": [{"model": "window_lm", "gap_after_window": 0.02}],
-        "metrics": {},
-    }
+        window_gaps=[{"model": "window_lm", "gap_after_window": 0.02}],
+    )
     assert C.later_context_helps(usage).passed
     # A model that gains nothing from context (a unigram model), or a window still improving beyond its field.
-    flat = {**usage, "summaries": [{**usage["summaries"][0], "gain_from_context": -0.001}, usage["summaries"][1]]}
+    first, second = usage.summaries
+    flat = dataclasses.replace(usage, summaries=[{**first, "gain_from_context": -0.001}, second])
     assert not C.later_context_helps(flat).passed
-    late = {**usage, "summaries": [usage["summaries"][0], {**usage["summaries"][1], "saturation_position": 40}]}
+    late = dataclasses.replace(usage, summaries=[first, {**second, "saturation_position": 40}])
     assert not C.later_context_helps(late).checks["window_lm_saturates_within_receptive_field"]
     # heads_differ rests on the induction findings: its counterexample (a one-layer model) is in test_memory.py.
 
@@ -500,7 +510,7 @@ def test_quantization_claims_fail_on_a_whole_model_kept_in_float32_or_a_costly_p
     from components.core.studies.quantization import check_figures
 
     def manifest(rows):
-        return {"main_model": "transformer_lm", "checks": check_figures(rows, "transformer_lm")}
+        return M.QuantizedModels(main_model="transformer_lm", checks=check_figures(rows, "transformer_lm"))
 
     ok = manifest(quant_rows())
     for judge in (C.int8_model_size, C.nf4_model_size, C.int8_perplexity_cost, C.nf4_perplexity_cost):
@@ -577,7 +587,7 @@ def planted_vectors(tmp_path, shuffled: bool):
         min_analogy_questions=10,
         min_similarity_pairs=10,
     )
-    return {"metrics": report.metrics()}
+    return M.EmbeddingEval(metrics=report.metrics())
 
 
 def test_meaning_and_king_queen_hold_in_a_planted_world_and_fail_when_the_vectors_are_shuffled(tmp_path):
@@ -596,7 +606,7 @@ def test_meaning_and_king_queen_hold_in_a_planted_world_and_fail_when_the_vector
     assert not v.passed and not v.checks["analogy_accuracy_above_chance"]
     assert v.figures["queen_rank"] > 10
     # No WordSim pair in the vocabulary: not judged.
-    assert not C.word_vectors_carry_similarity({"metrics": {"wordsim353/oov": 1.0}}).judged
+    assert not C.word_vectors_carry_similarity(M.EmbeddingEval(metrics={"wordsim353/oov": 1.0})).judged
 
 
 def test_serial_bottleneck_passes_where_attention_is_cheaper_per_token_and_fails_where_it_costs_more():
@@ -619,7 +629,7 @@ def test_serial_bottleneck_passes_where_attention_is_cheaper_per_token_and_fails
             for m in ("rnn", "lstm")
             for T in lens
         ]
-        return {"train_rows": tf + rec, "crossovers": [crossover(tf, rec, m) for m in ("rnn", "lstm")]}
+        return M.LongContextCost(train_rows=tf + rec, crossovers=[crossover(tf, rec, m) for m in ("rnn", "lstm")])
 
     v = C.recurrence_is_the_serial_bottleneck(world(0.5))  # a device wide enough to run positions in parallel
     assert v.passed, v
@@ -630,21 +640,21 @@ def test_serial_bottleneck_passes_where_attention_is_cheaper_per_token_and_fails
     assert (
         v.checks["rnn_critical_path_grows_with_length"] and v.figures["transformer_costlier_than_rnn_at_every_length"]
     )
-    assert not C.recurrence_is_the_serial_bottleneck({"train_rows": [], "crossovers": []}).judged
+    assert not C.recurrence_is_the_serial_bottleneck(M.LongContextCost(train_rows=[], crossovers=[])).judged
 
 
 def test_sqrt_d_keeps_the_softmax_unsaturated_and_fails_when_the_scale_does_not_follow_d():
     from components.core.studies import ablations
 
     probes = [ablations._unit_variance_probe(d, T=32, seed=0) for d in (16, 64, 256, 1024)]
-    v = C.sqrt_d_keeps_softmax_unsaturated({"scaling": {"unit_variance": probes}})
+    v = C.sqrt_d_keeps_softmax_unsaturated(M.TransformerAblations(scaling={"unit_variance": probes}))
     assert v.passed, v
     assert v.figures["d1024_entropy_unscaled"] < 0.5 * v.figures["d1024_entropy_scaled"]
     # A "scaled" attention whose scale is a constant (1/√16 whatever d): it saturates as d grows.
     fixed = [ablations._unit_variance_probe(d, T=32, seed=0, fixed_scale=0.25) for d in (16, 64, 256, 1024)]
-    v = C.sqrt_d_keeps_softmax_unsaturated({"scaling": {"unit_variance": fixed}})
+    v = C.sqrt_d_keeps_softmax_unsaturated(M.TransformerAblations(scaling={"unit_variance": fixed}))
     assert not v.passed and not v.checks["scaled_entropy_steady"]
-    assert not C.sqrt_d_keeps_softmax_unsaturated({"scaling": {}}).judged
+    assert not C.sqrt_d_keeps_softmax_unsaturated(M.TransformerAblations(scaling={})).judged
 
 
 def depth_rows(nores_grad_12=0.001, nores_loss_12=3.5, res_loss_12=1.9, res_loss_2=2.0) -> list[dict]:
@@ -664,14 +674,14 @@ def depth_rows(nores_grad_12=0.001, nores_loss_12=3.5, res_loss_12=1.9, res_loss
 
 
 def test_residuals_let_depth_train_and_fail_when_depth_still_hurts_or_the_plain_stack_keeps_its_gradient():
-    assert C.residuals_let_depth_train({"depth": depth_rows()}).passed
+    assert C.residuals_let_depth_train(M.TransformerAblations(depth=depth_rows())).passed
     # Depth still hurting with residuals on this budget (the default run's 6 layers worse than 2).
-    v = C.residuals_let_depth_train({"depth": depth_rows(res_loss_12=2.1)})
+    v = C.residuals_let_depth_train(M.TransformerAblations(depth=depth_rows(res_loss_12=2.1)))
     assert not v.passed and not v.checks["with_residuals_depth_does_not_hurt"]
     # A plain stack whose first layer keeps its gradient and trains as well: residuals made no difference.
-    v = C.residuals_let_depth_train({"depth": depth_rows(nores_grad_12=0.8, nores_loss_12=1.8)})
+    v = C.residuals_let_depth_train(M.TransformerAblations(depth=depth_rows(nores_grad_12=0.8, nores_loss_12=1.8)))
     assert (
         not v.checks["without_residuals_gradient_fades_with_depth"]
         and not v.checks["without_residuals_deep_model_worse"]
     )
-    assert not C.residuals_let_depth_train({"depth": []}).judged
+    assert not C.residuals_let_depth_train(M.TransformerAblations(depth=[])).judged

@@ -2,7 +2,14 @@ import math
 
 import pytest
 
+from components.core import manifests as M
 from components.core.studies.comparison import compare_models, loss_at_time, training_time_axis
+
+
+def lms(models: dict[str, dict]) -> dict[str, M.LanguageModel]:
+    """Language-model manifests holding the given fields (metrics, history, …), identity fields filled in."""
+    base = {"family": "transformer", "weights": "", "tokenizer_sha256": "t", "vocab_size": 10}
+    return {n: M.LanguageModel(**{"name": n, **base, **f}) for n, f in models.items()}
 
 
 def _history(step_ms: float, losses: list[float], eval_every: int = 10) -> list[dict]:
@@ -30,7 +37,7 @@ def test_matched_wall_clock_favours_the_faster_model():
             "history": _history(50.0, [3.0, 2.0, 1.5]),
         },
     }
-    result = compare_models(models)
+    result = compare_models(lms(models))
     assert result.matched_time_s == 1.5  # the longest time both models reached
     by = {r["model"]: r for r in result.rows}
     assert by["fast"]["val_loss_at_matched_time"] == 1.5
@@ -55,7 +62,7 @@ def test_tokens_axis_and_ranking_settledness():
         }
         for n, c in crossing.items()
     }
-    r = compare_models(models)
+    r = compare_models(lms(models))
     assert r.metrics()["ranking_settled"] == 0.0 and "still changing" in r.markdown()
 
 
@@ -112,12 +119,12 @@ def test_other_seeds_retrain_the_recorded_settings(tmp_path, one_thread):
     )
     model = {"cell": "lstm", "n_embd": 8, "hidden_size": 8}
     own = train_lm("recurrent", model, ts, train, val, V, tmp_path / "own")
-    manifest = {
+    manifest = lms({"lstm": {
         "family": "recurrent",
         "model_config": own.config.model_dump(),
         "train_settings": ts.model_dump(),
         "metrics": own.metrics,
-    }
+    }})["lstm"]
     lines = []
     losses = train_other_seeds({"lstm": manifest}, [1, 2], train, val, V, tmp_path / "seeds", log=lines.append)
     assert len(losses["lstm"]) == 2 and losses["lstm"][0] == own.metrics["val/loss"]  # seed 1 is its own: skipped
@@ -192,7 +199,7 @@ def test_the_ngram_is_a_row_and_a_line_and_each_model_is_measured_against_it():
         },
     }
     result = compare_models(
-        models, baseline=[{"model": "kn_2gram", "val_loss": 4.6}, {"model": "kn_3gram", "val_loss": 4.2}]
+        lms(models), baseline=[{"model": "kn_2gram", "val_loss": 4.6}, {"model": "kn_3gram", "val_loss": 4.2}]
     )
     assert "| kn_3gram |" in result.markdown() and result.best_ngram["model"] == "kn_3gram"
     m = result.metrics()

@@ -181,8 +181,9 @@ def test_both_studies_end_to_end_on_a_trained_small_model():
     # so the claim (judged on held-out prompts only) is not judged here.
     assert mem.metrics()["ffn/heldout_facts"] == 0 and "ffn/heldout_extra_drop_lo" not in mem.metrics()
     from components.core import claims as C
+    from components.core import manifests as M
 
-    assert not C.fact_neurons_matter({"probe": mem.probe, "metrics": mem.metrics()}).judged
+    assert not C.fact_neurons_matter(M.FfnMemories(probe=mem.probe, metrics=mem.metrics())).judged
     assert mem.gap == []  # these token "words" have no capitalised entity to replace
 
 

@@ -1,5 +1,9 @@
-import pytest
+import dataclasses
 
+import pytest
+from stubs import stub_manifest
+
+from components.core import manifests as M
 from components.core.errors import PipelineInputError
 from components.orchestration.language_model import (
     LanguageModelTrainConfig,
@@ -12,14 +16,14 @@ from components.orchestration.language_model import (
 
 
 def test_labels_from_another_tokenizer_are_refused():
-    labels = {"path": "/state/labels/run1", "tokenizer_sha256": "a" * 64}
-    tokenizer = {"path": "/state/tokenizer/run2/tokenizer.json", "sha256": "b" * 64}
+    labels = stub_manifest(M.Labels, path="/state/labels/run1", tokenizer_sha256="a" * 64)
+    tokenizer = stub_manifest(M.Tokenizer, path="/state/tokenizer/run2/tokenizer.json", sha256="b" * 64)
     with pytest.raises(
         PipelineInputError,
         match=r"built with tokenizer aaaaaaaaaaaa.*current tokenizer is bbbbbbbbbbbb.*Re-materialize `labels`",
     ):
         check_same_tokenizer(labels, tokenizer)
-    check_same_tokenizer(labels, {**tokenizer, "sha256": "a" * 64})
+    check_same_tokenizer(labels, dataclasses.replace(tokenizer, sha256="a" * 64))
 
 
 def test_component_defaults_become_config_defaults():
@@ -31,8 +35,8 @@ def test_component_defaults_become_config_defaults():
 
 
 def test_the_checkpoint_key_ignores_how_a_training_is_launched():
-    labels = {"files": {"train_x": {"sha256": "1" * 64}}}
-    tokenizer = {"sha256": "a" * 64}
+    labels = stub_manifest(M.Labels, files={"train_x": M.FileRecord(path="x", bytes=1, sha256="1" * 64)})
+    tokenizer = stub_manifest(M.Tokenizer, sha256="a" * 64)
 
     def key(**train):
         settings = {"model": {"n_layer": 2}, "train": LanguageModelTrainConfig(**train).model_dump(), "sampling": {}}
@@ -41,8 +45,9 @@ def test_the_checkpoint_key_ignores_how_a_training_is_launched():
     inprocess = key(batch_size=8)
     assert key(batch_size=8, launcher="torchrun", nproc_per_node=2, strategy="fsdp") == inprocess
     assert key(batch_size=16) != inprocess  # what is trained: another checkpoint
+    other_tokenizer = stub_manifest(M.Tokenizer, sha256="b" * 64)
     assert training_identity(
-        "transformer_lm", "transformer", {"model": {}, "train": {"batch_size": 8}}, labels, {"sha256": "b" * 64}
+        "transformer_lm", "transformer", {"model": {}, "train": {"batch_size": 8}}, labels, other_tokenizer
     ) != training_identity(
         "transformer_lm", "transformer", {"model": {}, "train": {"batch_size": 8}}, labels, tokenizer
     )

@@ -8,6 +8,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
+from components.core import manifests as M
 from components.core.data import TokenBlocks
 from components.core.models.transformer import Transformer, TransformerSettings
 from components.core.studies.attention_cost import AttentionCostSettings, attention_cost
@@ -136,9 +137,9 @@ def test_long_context_cost_end_to_end_on_small_sweeps():
     ]
     res = long_context_cost(
         m,
-        attention={"rows": att.rows, "fits": att.fits, "info": att.info},
-        generation={"rows": gen.rows, "fits": gen.fits},
-        recurrent={"rows": rec_rows},
+        attention=M.AttentionCost(rows=att.rows, fits=att.fits, info=att.info),
+        generation=M.GenerationCost(rows=gen.rows, fits=gen.fits),
+        recurrent=M.RecurrentCost(rows=rec_rows),
         settings=LongContextSettings(repeats=1, warmup=0, threads=1),
     )
     assert [r["seq_len"] for r in res.train_rows if r["model"] == "transformer"] == [
@@ -224,6 +225,6 @@ def test_a_window_better_than_full_attention_beyond_its_field_fails_later_contex
         and gap["gap_beyond_field_low"] <= gap["gap_beyond_field"] <= gap["gap_beyond_field_high"] < 0
     )
     v = claims.later_context_helps(
-        {"summaries": res.summaries, "window_gaps": res.window_gaps, "metrics": res.metrics()}
+        M.ContextUsage(summaries=res.summaries, window_gaps=res.window_gaps, metrics=res.metrics())
     )
     assert not v.passed and not v.checks["transformer_window_not_better_beyond_field"]

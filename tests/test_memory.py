@@ -1,12 +1,15 @@
 """Memory tasks: the generators (answers recoverable from the sequence, validation disjoint from
 training, bad settings refused by name), and each memory claim's counterexample."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 from pydantic import ValidationError
 
 from components.core import claims
+from components.core import manifests as M
 from components.core.data import IGNORE_INDEX
 from components.core.studies.memory import (
     DelaySettings,
@@ -92,7 +95,7 @@ def test_rnn_that_bridges_every_short_delay_fails_the_parting_claim():
     r = delay_study(s)
     rnn = [x for x in r.rows if x["model"] == "rnn"]
     assert min(x["accuracy"] for x in rnn) > 0.9  # the RNN does solve them
-    v = claims.rnn_forgets_where_lstm_remembers(r.manifest())
+    v = claims.rnn_forgets_where_lstm_remembers(M.MemoryDelay(**r.manifest()))
     assert not v.passed and not v.checks["some_delay_rnn_at_chance_lstm_solves"]
 
 
@@ -102,7 +105,7 @@ def test_untrained_models_fail_the_delay_claims():
     s = _fast(
         DelaySettings, steps=1, delays=[2, 6], seq_len=8, n_symbols=4, n_noise=2, train_sequences=64, val_per_delay=64
     )
-    m = delay_study(s).manifest()
+    m = M.MemoryDelay(**delay_study(s).manifest())
     assert not claims.rnn_forgets_where_lstm_remembers(m).passed
     assert not claims.attention_bridges_every_delay(m).passed
 
@@ -111,15 +114,15 @@ def test_untrained_models_fail_the_delay_claims():
 def recall_run():
     s = _fast(RecallSettings, steps=150, pairs=[1, 4], seq_len=24, n_keys=8, n_values=4, window=2, train_sequences=1024,
               val_per_pairs=64, distance_buckets=[4, 24], models=["transformer", "window"], n_layer=2, n_head=1)
-    return recall_study(s).manifest()
+    return M.MemoryRecall(**recall_study(s).manifest())
 
 
 def test_window_asked_beyond_its_field_fails(recall_run):
     """Counterexample: a window model judged as if it were full attention: asked about keys beyond its
     receptive field it does not keep its accuracy with distance; and full attention has no field to
     fail beyond, so judged as the window model it fails."""
-    assert recall_run["receptive_fields"] == {"window": 3}  # 2 layers of 2 keys: 2 · (2 − 1) + 1
-    far = [r for r in recall_run["rows"] if r["model"] == "window" and r["by"] == "field" and r["at"] == "beyond"][0]
+    assert recall_run.receptive_fields == {"window": 3}  # 2 layers of 2 keys: 2 · (2 − 1) + 1
+    far = [r for r in recall_run.rows if r["model"] == "window" and r["by"] == "field" and r["at"] == "beyond"][0]
     assert far["accuracy"] < 0.5
     assert not claims.attention_recall_ignores_distance(recall_run, model="window").passed
     assert not claims.window_answers_within_field_only(recall_run, model="transformer").passed
@@ -135,15 +138,18 @@ def test_one_layer_model_has_no_induction_head():
     """Counterexample: one layer cannot hold a previous-token head and an induction head after it."""
     from components.core.studies.induction import InductionSettings, induction_study
 
-    m = induction_study(InductionSettings(n_layer=1, span=6, n_tokens=8, steps=60, batch_size=16, param_budget=4000,
-                                          train_sequences=512, val_sequences=64)).manifest()
+    m = M.MemoryInduction(**induction_study(InductionSettings(
+        n_layer=1, span=6, n_tokens=8, steps=60, batch_size=16, param_budget=4000, train_sequences=512,
+        val_sequences=64)).manifest())
     v = claims.induction_head_copies(m)
-    assert not v.passed and not v.checks["induction_head_in_a_later_layer"] and "induction_head" not in m["found"]
+    assert not v.passed and not v.checks["induction_head_in_a_later_layer"] and "induction_head" not in m.found
     # heads_differ rests on the same findings, carried by attention_heads
-    heads = {"heads": [{"kind": "broad"}], "metrics": {"heads/max_ablation_increase": 0.0}, "induction": m}
+    induction = {k: getattr(m, k) for k in ("found", "base", "ablations", "heads", "n_layer")}
+    heads = M.AttentionHeads(heads=[{"kind": "broad"}], metrics={"heads/max_ablation_increase": 0.0},
+                             induction=induction)
     h = claims.heads_differ(heads)
     assert not h.passed and not h.checks["previous_token_and_induction_heads_differ"]
-    assert not claims.heads_differ({**heads, "induction": None}).passed
+    assert not claims.heads_differ(dataclasses.replace(heads, induction={})).passed
 
 
 @pytest.mark.slow
@@ -161,8 +167,8 @@ def test_positional_copy_head_is_not_an_induction_head():
 
     s = InductionSettings(min_span=16, steps=300)
     r = induction_study(s)
-    m = r.manifest()
-    assert m["base"]["repeat_accuracy"] < 0.5, m["base"]
+    m = M.MemoryInduction(**r.manifest())
+    assert m.base["repeat_accuracy"] < 0.5, m.base
     v = claims.induction_head_copies(m)
     assert not v.passed and not v.checks["copies_the_repeat"]
     # the same training, evaluated where the offset is the one it was trained on, copies
@@ -183,8 +189,8 @@ def test_induction_on_varying_offsets_is_content_based():
     in layer 0 and a prefix-matching head in layer 1 are found by their scores."""
     from components.core.studies.induction import InductionSettings, induction_study
 
-    m = induction_study(InductionSettings()).manifest()
+    m = M.MemoryInduction(**induction_study(InductionSettings()).manifest())
     v = claims.induction_head_copies(m)
     assert v.checks["copies_the_repeat"] and v.checks["first_part_at_chance"], v.figures
     assert v.checks["induction_head_in_a_later_layer"] and v.checks["induction_head_prefix_matching"], v.figures
-    assert m["found"]["previous_token_head"][0] == 0 and m["found"]["induction_head"][0] == 1
+    assert m.found["previous_token_head"][0] == 0 and m.found["induction_head"][0] == 1

@@ -1,5 +1,6 @@
 """The Kneser–Ney baseline: a loss computed by hand, its normalisation, and what its context may see."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -93,22 +94,25 @@ def _periodic(n_periods: int, block: int):
     return pack_blocks(np.array([1, 2, 1, 3, 1, 2, 1, 4] * n_periods), block, 6)
 
 
-def _manifest(model, val, block, base) -> dict:
+def _manifest(model, val, block, base):
     from components.core.training import eval_targets, evaluate
 
     loss = evaluate(model, val, batch_size=16, max_batches=None, device="cpu")
-    return {
-        "metrics": {"val/loss": loss, "val/targets": eval_targets(val, 16, None)},
-        "train_settings": {"block_size": block},
-        "tokenizer_sha256": "tok",
-        "baseline": {
-            "val_loss": base.best["val_loss"],
-            "model": base.best["model"],
-            "block_size": base.block_size,
-            "n_targets": base.n_targets,
-            "tokenizer_sha256": "tok",
-        },
-    }
+    from components.core import manifests as M
+
+    return M.LanguageModel(
+        name="lm", family="transformer", weights="", vocab_size=6,
+        metrics={"val/loss": loss, "val/targets": eval_targets(val, 16, None), "context_length": block},
+        train_settings={"block_size": block},
+        tokenizer_sha256="tok",
+        baseline=M.NgramReference(
+            val_loss=base.best["val_loss"],
+            model=base.best["model"],
+            block_size=base.block_size,
+            n_targets=base.n_targets,
+            tokenizer_sha256="tok",
+        ),
+    )
 
 
 def test_beats_ngram_baseline_passes_for_a_trained_model_and_fails_untrained_or_on_other_targets(tmp_path):
@@ -142,8 +146,14 @@ def test_beats_ngram_baseline_passes_for_a_trained_model_and_fails_untrained_or_
     v = C.beats_ngram_baseline(trained)
     assert v.passed, v
     # The same model judged against a baseline scored on other targets (a subset) fails: the comparison says nothing.
-    other = {**trained, "baseline": {**trained["baseline"], "n_targets": trained["baseline"]["n_targets"] - 16}}
+    other = dataclasses.replace(
+        trained, baseline=dataclasses.replace(trained.baseline, n_targets=trained.baseline.n_targets - 16)
+    )
     v = C.beats_ngram_baseline(other)
     assert not v.passed and not v.checks["same_targets"] and v.checks["below_ngram"]
+    # ... and so does one counted at another context length than the model trained on.
+    shorter = dataclasses.replace(trained, baseline=dataclasses.replace(trained.baseline, block_size=block // 2))
+    v = C.beats_ngram_baseline(shorter)
+    assert not v.passed and not v.checks["same_block_size"] and v.checks["below_ngram"]
     # Without a baseline on its labels the claim is not measured, and says so.
-    assert C.beats_ngram_baseline({**trained, "baseline": None}).note
+    assert C.beats_ngram_baseline(dataclasses.replace(trained, baseline=None)).note

@@ -9,8 +9,10 @@ import math
 import pytest
 import torch
 import torch.nn as nn
+from stubs import stub_manifest
 from test_export import tiny  # noqa: F401  (the session's trained tiny-config models)
 
+from components.core import manifests as M
 from components.core.errors import ConfigError
 from components.core.export import LinearRecurrence, is_quantized_layer, spec_of, to_precision, weight_bytes
 from components.core.export.precision import bnb
@@ -208,26 +210,32 @@ def test_assets_materialize_in_process(tiny, state_dir):  # noqa: F811
     (the whole-graph run on tiny.yaml is the pipeline test's)."""
     import dagster as dg
 
+    from components.core import manifests as M
     from components.orchestration.io import ManifestIOManager
     from components.orchestration.tracking import MlflowTracker
     from pipelines.defs import quantization as qd
 
-    def lm(name: str, family: str) -> dict:
-        return {"name": name, "family": family, "weights": str(tiny[name]), "model_config": tiny[f"{name}_config"],
-                "vocab_size": tiny["vocab_size"], "tokenizer_sha256": tiny["tokenizer_sha256"], "dagster_run_id": "r0",
-                "mlflow_run_id": "gone", "metrics": {"val/loss": 5.0}}
+    def lm(name: str, family: str) -> M.LanguageModel:
+        return M.LanguageModel(
+            name=name, family=family, weights=str(tiny[name]), model_config=tiny[f"{name}_config"],
+            vocab_size=tiny["vocab_size"], tokenizer_sha256=tiny["tokenizer_sha256"], dagster_run_id="r0",
+            mlflow_run_id="gone", metrics={"val/loss": 5.0},
+        )
 
     labels_path = str(tiny["tokenizer"].parent / "labels")
     upstream = {
         "transformer_lm": lm("transformer_lm", "transformer"),
         "lstm_lm": lm("lstm_lm", "recurrent"),
-        "labels": {"path": labels_path, "tokenizer_sha256": tiny["tokenizer_sha256"], "dagster_run_id": "r0"},
-        "tokenizer": {"path": str(tiny["tokenizer"]), "sha256": tiny["tokenizer_sha256"], "dagster_run_id": "r0"},
-        "corpus": {"content_sha256": "c0ffee", "dagster_run_id": "r0"},
+        "labels": stub_manifest(M.Labels, path=labels_path, tokenizer_sha256=tiny["tokenizer_sha256"],
+                                dagster_run_id="r0"),
+        "tokenizer": stub_manifest(M.Tokenizer, path=str(tiny["tokenizer"]), sha256=tiny["tokenizer_sha256"],
+                                   dagster_run_id="r0"),
+        "corpus": stub_manifest(M.Corpus, content_sha256="c0ffee", dagster_run_id="r0"),
     }
-    def stub(name: str, value: dict) -> dg.AssetsDefinition:
+
+    def stub(name: str, value: M.Manifest) -> dg.AssetsDefinition:
         @dg.asset(name=name)
-        def _stub() -> dict:
+        def _stub() -> M.Manifest:
             return value
 
         return _stub

@@ -4,29 +4,35 @@ tables and plots embedded, text escaped, and the run's summary for MLflow's run 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 
 from matplotlib.figure import Figure
 
 from components.core import claims as C
+from components.core import manifests as M
 from components.core.report import Section, headline_metrics, render_report, section_from_manifest, summary_markdown
 
 
 def judgements():
-    baseline = {"val_loss": 4.5, "model": "kn_3gram", "block_size": 32, "n_targets": 100, "tokenizer_sha256": "t"}
-    lm = {
-        "vocab_size": 100,
-        "metrics": {"val/loss": 4.0, "val/targets": 100},
-        "history": [{"grad_norm": 2.0, "grad_norm_clipped": 1.0}],
-        "train_settings": {"grad_clip": 1.0, "block_size": 32},
-        "tokenizer_sha256": "t",
-        "baseline": baseline,
-    }
-    bad_lm = {
-        **lm,
-        "metrics": {"val/loss": 9.0, "val/targets": 100},
-        "history": [{"grad_norm": 2.0, "grad_norm_clipped": 2.0}],
-    }
+    baseline = M.NgramReference(val_loss=4.5, model="kn_3gram", block_size=32, n_targets=100, tokenizer_sha256="t")
+    lm = M.LanguageModel(
+        name="rnn_lm",
+        family="recurrent",
+        weights="",
+        vocab_size=100,
+        metrics={"val/loss": 4.0, "val/targets": 100},
+        history=[{"grad_norm": 2.0, "grad_norm_clipped": 1.0}],
+        train_settings={"grad_clip": 1.0, "block_size": 32},
+        tokenizer_sha256="t",
+        baseline=baseline,
+    )
+    bad_lm = dataclasses.replace(
+        lm,
+        name="lstm_lm",
+        metrics={"val/loss": 9.0, "val/targets": 100},
+        history=[{"grad_norm": 2.0, "grad_norm_clipped": 2.0}],
+    )
     return C.judge_all({"rnn_lm": lm, "lstm_lm": bad_lm}, ["rnn_lm", "lstm_lm"],
                        [C.claim("beats_ngram_baseline"), C.claim("clipping_bounds_gradient"), C.claim("heads_differ")])
 
@@ -36,17 +42,17 @@ def test_the_page_holds_every_stage_claim_and_plot_and_escapes_text(tmp_path):
     fig.add_subplot().plot([0, 1], [1, 0])
     png = tmp_path / "loss.png"
     fig.savefig(png)
-    manifest = {
-        "figures": {"loss": {"path": str(png)}},
-        "published": {
-            "metrics": {"val/loss": 4.0, "params": 60000.0},
-            "tables": {"rows": [{"step": i, "loss": 1 / (i + 1)} for i in range(50)]},
-            "table_rows": {"rows": 120},
-            "texts": {"notes": "| a | b |\n|---|---|\n| <script>alert(1)</script> | **x** |"},
-            "warnings": ["ranking not settled"],
-            "mlflow_url": "http://127.0.0.1:5000/#/experiments/1/runs/abc",
-        },
-    }
+    manifest = M.EmbeddingEval(
+        figures={"loss": M.FileRecord(path=str(png), bytes=png.stat().st_size, sha256="")},
+        published=M.Published(
+            metrics={"val/loss": 4.0, "params": 60000.0},
+            tables={"rows": [{"step": i, "loss": 1 / (i + 1)} for i in range(50)]},
+            table_rows={"rows": 120},
+            texts={"notes": "| a | b |\n|---|---|\n| <script>alert(1)</script> | **x** |"},
+            warnings=["ranking not settled"],
+            mlflow_url="http://127.0.0.1:5000/#/experiments/1/runs/abc",
+        ),
+    )
     sections = [section_from_manifest("rnn_lm", "recurrent", manifest, "An RNN."),
                 Section("lstm_lm", "recurrent"), Section("corpus", "ingest", metrics={"documents": 24.0})]
     js = judgements()

@@ -154,5 +154,5 @@ def test_a_model_run_records_its_vocabulary_and_tokenizer(state):
     (run,) = client.search_runs(
         [e.experiment_id for e in client.search_experiments()], "tags.`dagster.asset_key` = 'rnn_lm'"
     )
-    assert run.data.params["vocab_size"] == str(labels["vocab_size"])
-    assert run.data.params["tokenizer_sha256"] == labels["tokenizer_sha256"]
+    assert run.data.params["vocab_size"] == str(labels.vocab_size)
+    assert run.data.params["tokenizer_sha256"] == labels.tokenizer_sha256

@@ -301,6 +301,7 @@ def test_torchrun_trains_on_the_sharded_labels(route):
 
 def test_missing_shard_file_is_named(route, tmp_path):
     """A token file a manifest lists but that is gone: the view and the IO manager name it."""
+    from components.core.manifests import from_json
     from components.orchestration.io import verify_files
 
     combined = manifest(route.inst, route.combine.run_id, "sharded_labels")
@@ -318,7 +319,7 @@ def test_missing_shard_file_is_named(route, tmp_path):
         PipelineInputError,
         match=rf"`sharded_labels`'s wiki-00003.xml.bz2/train_x file {re.escape(str(gone))} is missing",
     ):
-        verify_files({**combined, "files": files}, "sharded_labels")
+        verify_files(from_json({**combined, "files": files}, where="sharded_labels"), "sharded_labels")
 
 
 def test_a_shard_appearing_later_becomes_a_new_partition(route):

@@ -259,7 +259,7 @@ def test_checkpoint_round_trip_with_tied_weights(tmp_path, blocks):
 
 def test_bad_input_is_refused(tmp_path, blocks):
     train_b, val_b = blocks
-    with pytest.raises(ConfigError, match="block_size=64 is larger than the labels hold"):
+    with pytest.raises(ConfigError, match=r"train.block_size=64 exceeds labels.block_size=32: the labels. blocks are "):
         train(tiny_model(), train_b, val_b, quick(block_size=64), tmp_path)
     # Labels from a tokenizer with a bigger vocabulary than the model's.
     foreign = TokenBlocks(np.full((4, 32), V + 5, dtype=np.uint16), np.full((4, 32), V + 5, dtype=np.int32))

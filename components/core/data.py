@@ -24,6 +24,38 @@ IGNORE_INDEX = -100
 SCAN_ROWS = 1 << 12  # rows per read when a whole shard is scanned (max_token_id)
 
 
+def context_problems(train_block: int | None, model_block: int | None, labels_block: int, where: str = "") -> list[str]:
+    """What is wrong with these three context lengths (see `context_length`), one line each."""
+    problems = []
+    if train_block is not None and model_block is not None and train_block > model_block:
+        problems.append(
+            f"{where}train.block_size={train_block} exceeds {where}model.block_size={model_block}: the model has no "
+            f"positions beyond it; lower train.block_size or raise model.block_size"
+        )
+    if train_block is not None and train_block > labels_block:
+        problems.append(
+            f"{where}train.block_size={train_block} exceeds labels.block_size={labels_block}: the labels' blocks are "
+            f"shorter; lower train.block_size or rebuild `labels` with a larger block_size"
+        )
+    return problems
+
+
+def context_length(train_block: int | None, model_block: int | None, labels_block: int, where: str = "") -> int:
+    """The context a language model trains and is evaluated on: the one rule, for every caller.
+
+    Three settings name a context length: `labels.block_size` (how long the stored blocks are),
+    `model.block_size` (the longest context the model's positions cover) and `train.block_size`
+    (what the training crops the blocks to). `train.block_size` when set; otherwise the smaller of
+    the model's and the labels'. A `train.block_size` above either of the others is an error naming
+    both (`where` prefixes the field names, e.g. `ops.rnn_lm.config.`)."""
+    problems = context_problems(train_block, model_block, labels_block, where)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    if train_block is not None:
+        return train_block
+    return min(labels_block, model_block if model_block is not None else labels_block)
+
+
 def _check_crop(block_size: int, have: int) -> None:
     if block_size > have:
         raise ConfigError(

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from safetensors.torch import save_model
 
 from .artifacts import set_weights_mode
-from .data import PAD_ID, TokenBlocks
+from .data import PAD_ID, TokenBlocks, context_length
 from .device import autocast_context, estimate_mfu, resolve_device, resolve_dtype, seed_everything
 from .errors import ConfigError, PipelineInputError
 from .models import recurrent, transformer
@@ -285,12 +285,7 @@ def prepare_lm(
     model = build_model(family, settings, vocab_size)
     device, _ = resolve_device(train_settings.device)
     dtype = resolve_dtype(train_settings.dtype, device)
-    model_block = getattr(settings, "block_size", None)
-    T = min(
-        train_settings.block_size or model_block or train_data.block_size,
-        model_block or train_data.block_size,
-        train_data.block_size,
-    )
+    T = context_length(train_settings.block_size, getattr(settings, "block_size", None), train_data.block_size)
 
     # Verify the attention kernel before training: a pinned backend this GPU cannot run fails now, clearly.
     backend = attention_backend_report(model, device, dtype, T)
@@ -379,6 +374,7 @@ def finish_lm(
 
     metrics = result.metrics()
     metrics["flops_per_token"] = model.flops_per_token(T)
+    metrics["context_length"] = float(T)  # data.context_length's answer: the blocks it trained and was scored on
     metrics["params_non_embedding"] = float(count_parameters(model, non_embedding=True))
     mfu = estimate_mfu(metrics["flops_per_token"], result.tokens_per_s / world_size, device)
     if mfu is not None:

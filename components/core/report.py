@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .claims import SECTIONS, Judgement
+from .manifests import Manifest
 
 STATUS_ORDER = ("failed", "warning", "not judged", "passed")
 STATUS_MARK = {"passed": "✔ passed", "failed": "✘ failed", "warning": "⚠ warning", "not judged": "– not judged"}
@@ -40,20 +41,25 @@ class Section:
     link: str = ""  # the asset's MLflow run
 
 
-def section_from_manifest(asset: str, group: str, manifest: dict, description: str = "") -> Section:
-    """What the asset published, as its manifest keeps it."""
-    pub = manifest.get("published") or {}
+def section_from_manifest(
+    asset: str, group: str, manifest: Manifest | dict[str, Manifest], description: str = ""
+) -> Section:
+    """What the asset published, as its manifest keeps it (a partitioned asset, read as
+    {partition: manifest}, publishes per partition: its section has the description alone)."""
+    if not isinstance(manifest, Manifest):
+        return Section(asset=asset, group=group, description=description)
+    pub = manifest.published
     return Section(
         asset=asset,
         group=group,
         description=description,
-        metrics=dict(pub.get("metrics") or {}),
-        tables=dict(pub.get("tables") or {}),
-        table_rows=dict(pub.get("table_rows") or {}),
-        figures={name: Path(rec["path"]) for name, rec in (manifest.get("figures") or {}).items()},
-        texts=dict(pub.get("texts") or {}),
-        warnings=list(pub.get("warnings") or []),
-        link=pub.get("mlflow_url", ""),
+        metrics=dict(pub.metrics),
+        tables=dict(pub.tables),
+        table_rows=dict(pub.table_rows),
+        figures={name: Path(rec.path) for name, rec in manifest.figures.items()},
+        texts=dict(pub.texts),
+        warnings=list(pub.warnings),
+        link=pub.mlflow_url,
     )
 
 

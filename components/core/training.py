@@ -92,7 +92,7 @@ from .checkpoint import (  # noqa: F401
     save_checkpoint,
     verify_checkpoint_file,
 )
-from .data import Blocks
+from .data import Blocks, context_length
 from .device import DeviceSetting, DtypeSetting, resolve_device, resolve_dtype
 from .errors import ConfigError, PipelineInputError
 from .models.sizing import count_parameters
@@ -134,7 +134,7 @@ class TrainSettings(BaseModel):
         None,
         ge=1,
         description="Context length to train on: the labels' blocks are cropped to it. None = the labels' "
-        "block_size (or the model's config.block_size if smaller). Larger than the labels hold is an error.",
+        "block_size (or the model's block_size if smaller). Larger than either is an error (data.context_length).",
     )
     flops_budget: Optional[float] = Field(
         None,
@@ -340,14 +340,8 @@ def _fit_data(
     """The model's vocabulary must cover the labels, and the context must fit in them: (train, val, block_size)."""
     _check_vocab(raw_model, train_data, "train")
     _check_vocab(raw_model, val_data, "validation")
-    block_size = s.block_size
     model_block = getattr(getattr(raw_model, "config", None), "block_size", None)
-    if block_size is None:
-        block_size = min(train_data.block_size, model_block or train_data.block_size)
-    elif model_block is not None and block_size > model_block:
-        raise ConfigError(
-            f"train.block_size={block_size} exceeds the model's block_size={model_block}; lower train.block_size"
-        )
+    block_size = context_length(s.block_size, model_block, train_data.block_size)
     train_data = _non_empty_blocks(train_data.crop(block_size), "train")
     val_data = _non_empty_blocks(val_data.crop(min(block_size, val_data.block_size)), "validation")
     return train_data, val_data, block_size

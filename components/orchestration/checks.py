@@ -11,6 +11,7 @@ from typing import Any
 import dagster as dg
 
 from components.core.claims import Claim, Verdict, claim
+from components.core.manifests import Manifest
 
 
 def _metadata_value(v: Any) -> Any:
@@ -80,7 +81,7 @@ def claim_spec(name: str, asset: str) -> dg.AssetCheckSpec:
     return dg.AssetCheckSpec(c.name, asset=asset, description=description(c), blocking=c.blocking)
 
 
-def judged(name: str, manifest: dict) -> dg.AssetCheckResult:
+def judged(name: str, manifest: Manifest) -> dg.AssetCheckResult:
     c = claim(name)
     return check_result(c, c.judge(manifest), named=True)
 
@@ -90,7 +91,7 @@ def claim_check(name: str, asset: Any) -> dg.AssetChecksDefinition:
     c = claim(name)
 
     @dg.asset_check(asset=asset, name=c.name, description=description(c), blocking=c.blocking)
-    def _check(manifest: dict) -> dg.AssetCheckResult:
+    def _check(manifest: Manifest) -> dg.AssetCheckResult:
         return check_result(c, c.judge(manifest))
 
     return _check

@@ -10,6 +10,11 @@ There is no shared mutable "latest" file, so concurrent runs never read each oth
 Integrity: every file a manifest names is checked against its recorded size, and against its
 SHA-256 unless it is large (then the size alone: hashing gigabytes on every read costs more than it
 protects); a mismatch is an error naming the file and what differs.
+
+Types: a manifest is a typed dataclass (`components.core.manifests`), stored as tagged JSON. Reading
+checks every field against its class and, where the consuming asset's input is annotated with a
+manifest class, that the upstream wrote that kind: an old, foreign or hand-edited manifest is an
+error naming the asset, the file and the field.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import dagster as dg
 
 from components.core.artifacts import file_info, read_json, sha256_file, write_json
 from components.core.errors import PipelineInputError
+from components.core.manifests import FileRecord, Manifest, from_json
 
 from .state import artifacts_root
 
@@ -33,11 +39,11 @@ def manifest_path(key: dg.AssetKey, run_id: str, partition: str | None = None) -
     return artifacts_root() / "/".join(key.path) / f"{run_id}{part}" / MANIFEST
 
 
-def verify_files(manifest: dict[str, Any], asset: str) -> None:
+def verify_files(manifest: Manifest, asset: str) -> None:
     """Check every file the manifest records (outputs and figures): present, same size, same hash (when affordable)."""
-    recorded = {**manifest.get("files", {}), **{f"figure {k}": v for k, v in manifest.get("figures", {}).items()}}
+    recorded: dict[str, FileRecord] = {**manifest.files, **{f"figure {k}": v for k, v in manifest.figures.items()}}
     for name, rec in recorded.items():
-        p = Path(rec["path"])
+        p = Path(rec.path)
         if not p.exists():
             raise PipelineInputError(
                 f"`{asset}`'s {name} file {p} is missing (deleted or pruned): re-materialize `{asset}`"
@@ -46,17 +52,17 @@ def verify_files(manifest: dict[str, Any], asset: str) -> None:
             size = p.stat().st_size
         else:
             size = sum(q.stat().st_size for q in p.rglob("*") if q.is_file())
-        if size != rec["bytes"]:
+        if size != rec.bytes:
             raise PipelineInputError(
                 f"`{asset}`'s {name} file {p} has changed since it was materialized: {size} bytes, recorded "
-                f"{rec['bytes']}; re-materialize `{asset}`"
+                f"{rec.bytes}; re-materialize `{asset}`"
             )
         if size <= HASH_LIMIT_BYTES:
             digest = file_info(p)["sha256"]
-            if digest != rec["sha256"]:
+            if digest != rec.sha256:
                 raise PipelineInputError(
                     f"`{asset}`'s {name} file {p} has changed since it was materialized: SHA-256 {digest[:12]}…, "
-                    f"recorded {rec['sha256'][:12]}… (same size: swapped or edited in place); re-materialize `{asset}`"
+                    f"recorded {rec.sha256[:12]}… (same size: swapped or edited in place); re-materialize `{asset}`"
                 )
 
 
@@ -86,8 +92,9 @@ def _recorded_manifest(materialization: Any, asset: str, run_id: str) -> tuple[P
     return Path(meta["manifest_path"].value), meta["manifest_sha256"].value
 
 
-def read_manifest(path: Path, expected: str | None, asset: str) -> dict[str, Any]:
-    """The manifest at `path`, checked against its recorded hash (if given), with every file it names verified."""
+def read_manifest(path: Path, expected: str | None, asset: str, kind: type[Manifest] | None = None) -> Manifest:
+    """The typed manifest at `path`, checked against its recorded hash (if given) and its class
+    (`kind`, if given), with every file it names verified."""
     if not path.is_file():
         raise dg.Failure(
             f"upstream asset `{asset}`: its manifest {path} is missing (deleted or pruned): re-materialize `{asset}`"
@@ -97,7 +104,7 @@ def read_manifest(path: Path, expected: str | None, asset: str) -> dict[str, Any
             f"`{asset}`'s manifest {path} has changed since it was materialized (SHA-256 differs); re-materialize "
             f"`{asset}`"
         )
-    manifest = read_json(path)
+    manifest = from_json(read_json(path), kind, f"upstream asset `{asset}`'s manifest {path}")
     verify_files(manifest, asset)
     return manifest
 
@@ -110,10 +117,24 @@ def _produced_in_this_run(context: dg.InputContext) -> bool:
         return False
 
 
+def expected_kind(context: dg.InputContext) -> type[Manifest] | None:
+    """The manifest class the consuming asset's input is annotated with (None: any kind)."""
+    try:
+        hint = context.dagster_type.typing_type
+    except AttributeError:
+        return None
+    return hint if isinstance(hint, type) and issubclass(hint, Manifest) else None
+
+
 class ManifestIOManager(dg.ConfigurableIOManager):
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
         if obj is None:
             return
+        if not isinstance(obj, Manifest):
+            raise TypeError(
+                f"`{context.asset_key.to_user_string()}` returned {type(obj).__name__}, not a typed manifest"
+            )
+        obj = obj.to_json()
         partition = context.partition_key if context.has_partition_key else None
         path = write_json(manifest_path(context.asset_key, context.run_id, partition), obj)
         context.add_output_metadata(
@@ -125,9 +146,10 @@ class ManifestIOManager(dg.ConfigurableIOManager):
         partition's; read by an unpartitioned step, {partition: manifest} of every partition."""
         key = context.asset_key
         run_id = context.step_context.run_id
+        kind = expected_kind(context)
         if not context.has_asset_partitions:
             if _produced_in_this_run(context):
-                return read_manifest(manifest_path(key, run_id), None, key.to_user_string())
+                return read_manifest(manifest_path(key, run_id), None, key.to_user_string(), kind)
             event = context.instance.get_latest_materialization_event(key)
             if event is None:
                 raise dg.Failure(
@@ -137,18 +159,21 @@ class ManifestIOManager(dg.ConfigurableIOManager):
             return read_manifest(
                 *_recorded_manifest(event.asset_materialization, key.to_user_string(), event.run_id),
                 key.to_user_string(),
+                kind,
             )
         partitions = list(context.asset_partition_keys)
-        manifests = self._load_partitions(context, key, partitions)
+        manifests = self._load_partitions(context, key, partitions, kind)
         return manifests[partitions[0]] if context.has_partition_key and len(partitions) == 1 else manifests
 
-    def _load_partitions(self, context: dg.InputContext, key: dg.AssetKey, partitions: list[str]) -> dict[str, Any]:
+    def _load_partitions(
+        self, context: dg.InputContext, key: dg.AssetKey, partitions: list[str], kind: type[Manifest] | None
+    ) -> dict[str, Any]:
         asset = key.to_user_string()
         run_id = context.step_context.run_id
         out: dict[str, Any] = {}
         if _produced_in_this_run(context):
             for p in partitions:
-                out[p] = read_manifest(manifest_path(key, run_id, p), None, f"{asset}[{p}]")
+                out[p] = read_manifest(manifest_path(key, run_id, p), None, f"{asset}[{p}]", kind)
             return out
         records = latest_materializations(context.instance, key, partitions)
         missing = [p for p in partitions if p not in records]
@@ -160,6 +185,6 @@ class ManifestIOManager(dg.ConfigurableIOManager):
         for p in partitions:
             rec = records[p]
             out[p] = read_manifest(
-                *_recorded_manifest(rec.asset_materialization, f"{asset}[{p}]", rec.run_id), f"{asset}[{p}]"
+                *_recorded_manifest(rec.asset_materialization, f"{asset}[{p}]", rec.run_id), f"{asset}[{p}]", kind
             )
         return out

@@ -39,6 +39,7 @@ import dagster as dg
 from pydantic import create_model
 from pydantic.fields import FieldInfo
 
+from components.core import manifests as M
 from components.core.artifacts import sha256_file
 from components.core.distributed import (
     FAILURE_FILE,
@@ -125,25 +126,25 @@ def _camel(name: str) -> str:
     return "".join(p.capitalize() for p in name.split("_"))
 
 
-def check_same_tokenizer(labels: dict, tokenizer: dict) -> None:
-    if labels["tokenizer_sha256"] != tokenizer["sha256"]:
+def check_same_tokenizer(labels: M.Labels, tokenizer: M.Tokenizer) -> None:
+    if labels.tokenizer_sha256 != tokenizer.sha256:
         raise PipelineInputError(
-            f"the labels at {labels['path']} were built with tokenizer {labels['tokenizer_sha256'][:12]}…, but the "
-            f"current tokenizer is {tokenizer['sha256'][:12]}… ({tokenizer['path']}): the token ids mean different "
+            f"the labels at {labels.path} were built with tokenizer {labels.tokenizer_sha256[:12]}…, but the "
+            f"current tokenizer is {tokenizer.sha256[:12]}… ({tokenizer.path}): the token ids mean different "
             "things. Re-materialize `labels` (or the whole graph) first."
         )
 
 
-def content_identity(labels: dict, tokenizer: dict) -> dict[str, str]:
+def content_identity(labels: M.Labels, tokenizer: M.Tokenizer) -> dict[str, str]:
     """What a model is trained on, by content: the hashes of the label arrays and the tokenizer."""
     return {
-        "labels": config_hash({k: v["sha256"] for k, v in sorted(labels.get("files", {}).items())}),
-        "tokenizer_sha256": tokenizer["sha256"],
+        "labels": config_hash({k: v.sha256 for k, v in sorted(labels.files.items())}),
+        "tokenizer_sha256": tokenizer.sha256,
     }
 
 
 def training_identity(
-    asset: str, family: str, settings: dict[str, Any], labels: dict, tokenizer: dict
+    asset: str, family: str, settings: dict[str, Any], labels: M.Labels, tokenizer: M.Tokenizer
 ) -> dict[str, Any]:
     """What a training is, for its checkpoint's key: the asset, the settings and the data's content.
     Not how it is launched: a rerun under the other launcher, with another process count or strategy,
@@ -233,8 +234,8 @@ def language_model_asset(
         ins={"labels": dg.AssetIn(dg.AssetKey(labels)), "tokenizer": dg.AssetIn(dg.AssetKey(tokenizer)),
              **({"baseline": dg.AssetIn(dg.AssetKey(baseline))} if baseline else {})},
     )
-    def _lm(context: dg.AssetExecutionContext, config: config_cls, labels: dict, tokenizer: dict, mlflow: MlflowTracker,
-            **baseline_in: dict):
+    def _lm(context: dg.AssetExecutionContext, config: config_cls, labels: M.Labels, tokenizer: M.Tokenizer,
+            mlflow: MlflowTracker, **baseline_in: M.NgramBaseline):
         check_same_tokenizer(labels, tokenizer)
         # A width or block size the run config sets is never resized by a default (explicit_settings_win).
         model_settings, train_settings, notes = explicit_settings_win(
@@ -267,19 +268,19 @@ def language_model_asset(
 
 
 def _train_and_publish(
-    context, mlflow, config, labels, tokenizer, scratch, ngram: dict | None, *, name: str, family: str,
+    context, mlflow, config, labels, tokenizer, scratch, ngram: M.NgramBaseline | None, *, name: str, family: str,
     description: str,
-) -> dg.Output[dict]:
+) -> dg.Output[M.LanguageModel]:
     """The language model's step inside its stage: train (in process or under torchrun), register the
     model, publish the weights, samples and metrics. `name`, `family`, `description`: the asset's."""
     settings = config.model_dump()
     launch = LaunchSettings(**config.train.model_dump(include=set(LAUNCH_FIELDS)))
     train_settings = TrainSettings(**config.train.model_dump(exclude=set(LAUNCH_FIELDS)))
     # The data's identity among the params: runs on different tokenizers compare side by side.
-    data = {"vocab_size": labels["vocab_size"], "tokenizer_sha256": labels["tokenizer_sha256"]}
+    data = {"vocab_size": labels.vocab_size, "tokenizer_sha256": labels.tokenizer_sha256}
     with stage(context, mlflow, {**settings, "family": family, **data}) as s:
-        train_data, val_data, meta = load_labels(labels["path"])
-        tok = load_tokenizer(tokenizer["path"])
+        train_data, val_data, meta = load_labels(labels.path)
+        tok = load_tokenizer(tokenizer.path)
         common = dict(
             sampling=SamplingSettings(**config.sampling.model_dump()),
             decode=lambda ids: decode_text(tok, ids, skip_special_tokens=False),  # Chinese without jieba's spaces
@@ -301,7 +302,7 @@ def _train_and_publish(
                 scratch,
                 log_metrics=s.run.log_metrics,
                 progress=s.progress,
-                model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
+                model_meta={"tokenizer_sha256": labels.tokenizer_sha256},
                 **common,
             )
             launched = {"launcher": "inprocess", "world_size": 1}
@@ -314,27 +315,29 @@ def _train_and_publish(
         metrics = {**result.metrics, **load_figures(load_before, machine_load(), launched.get("world_size", 1))}
         registered = register_model(context, s, weights, tokenizer, result, config, description)
         output = s.publish(
-            {
-                "name": name,
-                "family": family,
-                "weights": s.final_path(weights),
-                "tokenizer_sha256": labels["tokenizer_sha256"],
-                "vocab_size": labels["vocab_size"],
-                "metrics": metrics,
-                "model_config": result.config.model_dump(),
-                "train_settings": config.train.model_dump(),
-                "attention_backend": result.attention_backend,
-                "resumed_from_step": result.resumed_from_step,
-                "launch": launched,
-                "inputs": {"labels": labels["dagster_run_id"], "tokenizer": tokenizer["dagster_run_id"]},
-                "history": _history_summary(result.history),
-                "registered_model": registered,
+            M.LanguageModel(
+                name=name,
+                family=family,
+                weights=s.final_path(weights),
+                tokenizer_sha256=labels.tokenizer_sha256,
+                vocab_size=labels.vocab_size,
+                metrics=metrics,
+                model_config=result.config.model_dump(),
+                train_settings=config.train.model_dump(),
+                attention_backend=result.attention_backend,
+                resumed_from_step=result.resumed_from_step,
+                launch=launched,
+                inputs={"labels": labels.dagster_run_id, "tokenizer": tokenizer.dagster_run_id},
+                history=_history_summary(result.history),
+                registered_model=registered,
                 # The count model to beat, on the same validation targets (the claim checks that they are).
-                "baseline": {k: ngram[k] for k in ("val_loss", "block_size", "n_targets", "tokenizer_sha256")}
-                | {"model": ngram["best"]["model"]}
+                baseline=M.NgramReference(
+                    model=ngram.best["model"], val_loss=ngram.val_loss, block_size=ngram.block_size,
+                    n_targets=ngram.n_targets, tokenizer_sha256=ngram.tokenizer_sha256,
+                )
                 if ngram
                 else None,
-            },
+            ),
             metrics=metrics,
             figures=result.figures,
             texts={"samples": "\n\n".join(f"```\n{t[:600]}\n```" for t in result.samples)}
@@ -363,10 +366,10 @@ def _train_torchrun(
         family=family,
         model=config.model.model_dump(),
         train=train_settings,
-        labels=labels["path"],
+        labels=labels.path,
         # By path: sharded labels list the files of every shard (same names, other folders).
-        labels_sha256={f["path"]: f["sha256"] for f in labels["files"].values()},
-        tokenizer_sha256=labels["tokenizer_sha256"],
+        labels_sha256={f.path: f.sha256 for f in labels.files.values()},
+        tokenizer_sha256=labels.tokenizer_sha256,
         out_dir=str(scratch),
         strategy=launch.strategy,
     )
@@ -401,10 +404,10 @@ def _train_torchrun(
                 f"{path} does not match the sha256 rank 0 reported through Pipes ({key}); it changed after training"
             )
     trained, _ = read_train_result(result_file)
-    train_data, val_data, meta = load_labels(labels["path"])
+    train_data, val_data, meta = load_labels(labels.path)
     prep = prepare_lm(
         family, FAMILY_SETTINGS[family](**config.model.model_dump()), train_settings, train_data,
-        int(meta["vocab_size"]), model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
+        int(meta["vocab_size"]), model_meta={"tokenizer_sha256": labels.tokenizer_sha256},
     )
     load_weights_into(prep.model, trained.checkpoint_dir, expected_meta=model_metadata(prep.model, prep.header))
     prep.model.to(prep.device)
@@ -453,7 +456,7 @@ def register_model(context: dg.AssetExecutionContext, s: Any, weights: Path, tok
         "family": result.family,
         "val_loss": f"{result.metrics['val/loss']:.4f}",
         "params": str(int(result.metrics["params"])),
-        "tokenizer_sha256": tokenizer["sha256"],
+        "tokenizer_sha256": tokenizer.sha256,
     }
     provenance = {"asset": name, "dagster_run_id": run_id, "mlflow_run_id": s.run.run_id}
     with tempfile.TemporaryDirectory(prefix=f"{name}-export-") as tmp:  # the run folder keeps only the weights
@@ -463,11 +466,11 @@ def register_model(context: dg.AssetExecutionContext, s: Any, weights: Path, tok
             model,
             "fp32",
             folder,
-            tokenizer_path=tokenizer["path"],
+            tokenizer_path=tokenizer.path,
             config=result.config.model_dump(),
             train_settings=config.train.model_dump(),
             provenance=provenance,
-            tokenizer_sha256=tokenizer["sha256"],
+            tokenizer_sha256=tokenizer.sha256,
         )
         return log_and_register(
             s.run,
@@ -483,7 +486,7 @@ def register_model(context: dg.AssetExecutionContext, s: Any, weights: Path, tok
             params={
                 "family": result.family,
                 "vocab_size": model.vocab_size,
-                "tokenizer_sha256": tokenizer["sha256"],
+                "tokenizer_sha256": tokenizer.sha256,
                 **{f"resolved.{k}": v for k, v in result.config.model_dump().items()},
             },
         )

@@ -15,6 +15,7 @@ the outputs) for the run's report.
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any, Iterator
 import dagster as dg
 
 from components.core.artifacts import atomic_dir, file_info
+from components.core.manifests import FileRecord, Manifest, Published
 
 from .leases import run_lease
 from .recovery import recover_dead_runs
@@ -111,7 +113,7 @@ class Stage:
 
     def publish(
         self,
-        manifest: dict[str, Any],
+        manifest: Manifest,
         *,
         metrics: dict[str, float] | None = None,
         tables: dict[str, list[dict]] | None = None,
@@ -121,9 +123,12 @@ class Stage:
         artifacts: list[str | Path] | None = None,
         values: dict[str, Any] | None = None,
         warnings: list[str] | None = None,
-        recorded_files: dict[str, dict[str, Any]] | None = None,
+        recorded_files: dict[str, FileRecord] | None = None,
     ) -> dg.Output:
         """Log everything to the nested MLflow run and return the asset's output with its metadata.
+
+        manifest: the asset's typed manifest (its own fields); the envelope (files, figures, what was
+            published, the asset and its runs) is filled in here.
 
         metrics: headline numbers (MLflow metrics; Dagster metadata with `/` as `_`).
         tables: name → rows; an MLflow table artifact and a sortable Dagster table each.
@@ -133,12 +138,14 @@ class Stage:
             the IO manager) and the metadata.
         artifacts: paths under `tmp` also copied to MLflow.
         values: further Dagster metadata as is (ints, strings, MetadataValues).
-        recorded_files: name → {path, bytes, sha256} of files that other materializations wrote and
+        recorded_files: name → the FileRecord of a file that other materializations wrote and
             recorded (not under `tmp`, not hashed again): into the manifest beside `files`, so that
             whoever reads this output has them checked too.
         """
         import matplotlib.pyplot as plt
 
+        if not isinstance(manifest, Manifest) or not manifest.KIND:
+            raise TypeError(f"publish takes a typed manifest (a Manifest subclass), got {type(manifest).__name__}")
         metadata: dict[str, Any] = {}
         if metrics:
             # A headline that is already the last point of a series logged during the step (a model's
@@ -160,7 +167,8 @@ class Stage:
             png.parent.mkdir(exist_ok=True)
             png.write_bytes(png_bytes)
             self.run.log_artifact(png)
-            figure_files[name] = {**file_info(png), "path": self.final_path(png)}
+            info = file_info(png)
+            figure_files[name] = FileRecord(path=self.final_path(png), bytes=info["bytes"], sha256=info["sha256"])
             metadata[name] = self.run.figure_markdown(name, png.name, self._inline_preview(fig, name, png_bytes))
             plt.close(fig)
         for name, text in (texts or {}).items():
@@ -169,14 +177,14 @@ class Stage:
         recorded = {}
         for name, p in (files or {}).items():
             info = file_info(p)
-            recorded[name] = {"path": self.final_path(p), "bytes": info["bytes"], "sha256": info["sha256"]}
-            metadata[f"{name}_path"] = dg.MetadataValue.path(recorded[name]["path"])
+            recorded[name] = FileRecord(path=self.final_path(p), bytes=info["bytes"], sha256=info["sha256"])
+            metadata[f"{name}_path"] = dg.MetadataValue.path(recorded[name].path)
             metadata[f"{name}_bytes"] = info["bytes"]
             metadata[f"{name}_sha256"] = info["sha256"]
         for name, rec in (recorded_files or {}).items():
             if name in recorded:
                 raise ValueError(f"file name {name!r} given both in files and recorded_files")
-            recorded[name] = {k: rec[k] for k in ("path", "bytes", "sha256")}
+            recorded[name] = FileRecord(path=rec.path, bytes=rec.bytes, sha256=rec.sha256)
         for p in artifacts or []:
             self.run.log_artifact(p)
         all_warnings = [*self.notes, *(warnings or [])]
@@ -185,22 +193,22 @@ class Stage:
             self.run.client.set_tag(self.run.run_id, "warnings", "; ".join(all_warnings)[:5000])
         metadata.update(values or {})
         metadata.update(self.run.metadata())
-        out = {
-            **manifest,
-            "files": recorded,
-            "figures": figure_files,
-            "published": {
-                "metrics": finite_metrics(metrics or {}),
-                "tables": {name: rows[:REPORT_TABLE_ROWS] for name, rows in (tables or {}).items() if rows},
-                "table_rows": {name: len(rows) for name, rows in (tables or {}).items() if rows},
-                "texts": dict(texts or {}),
-                "warnings": all_warnings,
-                "mlflow_url": self.run.url,
-            },
-            "asset": self.context.asset_key.to_user_string(),
-            "dagster_run_id": self.context.run.run_id,
-            "mlflow_run_id": self.run.run_id,
-        }
+        out = dataclasses.replace(
+            manifest,
+            files=recorded,
+            figures=figure_files,
+            published=Published(
+                metrics=finite_metrics(metrics or {}),
+                tables={name: rows[:REPORT_TABLE_ROWS] for name, rows in (tables or {}).items() if rows},
+                table_rows={name: len(rows) for name, rows in (tables or {}).items() if rows},
+                texts=dict(texts or {}),
+                warnings=all_warnings,
+                mlflow_url=self.run.url,
+            ),
+            asset=self.context.asset_key.to_user_string(),
+            dagster_run_id=self.context.run.run_id,
+            mlflow_run_id=self.run.run_id,
+        )
         return dg.Output(out, metadata=metadata)
 
 

@@ -16,6 +16,7 @@ from typing import Any, Iterable
 import dagster as dg
 from pydantic import ValidationError
 
+from components.core.data import context_problems
 from components.core.distributed import LaunchSettings, world_size_problems
 from components.core.errors import ConfigError
 from components.core.lm import explicit_settings_win
@@ -88,13 +89,11 @@ def check_run_config(
                 problems += [f"ops.{op}.config.model: {x['msg']}" for x in e.errors()]
                 continue
             t_block, m_block = t.get("block_size"), getattr(resolved, "block_size", None)
-        if t_block is not None and t_block > labels_block_size:
-            problems.append(
-                f"ops.{op}.config.train.block_size={t_block} exceeds {labels_name}.block_size={labels_block_size}: "
-                f"lower it or raise {labels_name}.block_size"
-            )
-        if t_block is not None and m_block is not None and t_block > m_block:
-            problems.append(f"ops.{op}.config.train.block_size={t_block} exceeds its model.block_size={m_block}")
+        # The rule the training applies (data.context_length), checked before anything trains.
+        problems += [
+            p.replace("labels.block_size", f"{labels_name}.block_size")
+            for p in context_problems(t_block, m_block, labels_block_size, where=f"ops.{op}.config.")
+        ]
         seq_len = getattr(cfg, "seq_len", None)
         if isinstance(seq_len, int) and seq_len > labels_block_size:
             problems.append(

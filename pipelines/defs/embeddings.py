@@ -14,6 +14,7 @@ from components.core.embeddings import (
     train_word2vec,
 )
 from components.core.embeddings.sentences import corpus_sentences
+from components.core.manifests import Corpus, EmbeddingEval, WordEmbeddings
 from components.core.tokenizer import word_level_from_vocab
 from components.orchestration.checks import claim_check
 from components.orchestration.language_model import TRAINING_POOL
@@ -33,19 +34,19 @@ class EmbeddingEvalConfig(dg.Config, EmbeddingEvalSettings):
 
 @dg.asset(group_name=GROUP, kinds={"pytorch", "safetensors"}, pool=TRAINING_POOL)
 def word_embeddings(
-    context: dg.AssetExecutionContext, config: WordEmbeddingsConfig, corpus: dict, mlflow: MlflowTracker
-) -> dg.Output[dict]:
+    context: dg.AssetExecutionContext, config: WordEmbeddingsConfig, corpus: Corpus, mlflow: MlflowTracker
+) -> dg.Output[WordEmbeddings]:
     """Word vectors trained on the corpus' train split: `vectors.safetensors` ([PAD] row zero), the
     vocabulary with counts (`vocab.tsv`) and a word-level `tokenizer.json` whose ids are the rows;
     the trainable state (context vectors) kept apart in `trainable/`."""
     with stage(context, mlflow, config.model_dump()) as s:
-        sentences = corpus_sentences(load_corpus(corpus["path"])["train"]["text"])
+        sentences = corpus_sentences(load_corpus(corpus.path)["train"]["text"])
         vocab = build_vocab(sentences, config.min_count)
         result = train_word2vec(vocab.encode(sentences), vocab, config, log_metrics=s.run.log_metrics)
         files = save_embeddings(result, s.tmp / "embeddings")
         word_level_from_vocab(vocab.words).save(str(s.tmp / "embeddings" / "tokenizer.json"))
         return s.publish(
-            {"path": s.final_path(s.tmp / "embeddings"), "vocab_size": len(vocab), "metrics": result.metrics},
+            WordEmbeddings(path=s.final_path(s.tmp / "embeddings"), vocab_size=len(vocab), metrics=result.metrics),
             metrics=result.metrics,
             files={"embeddings": s.tmp / "embeddings"},
             artifacts=[files["vocab"]],
@@ -64,17 +65,18 @@ pad_excluded_from_similarity = claim_check("pad_excluded_from_similarity", word_
 
 @dg.asset(group_name=GROUP, kinds={"python"})
 def embedding_eval(
-    context: dg.AssetExecutionContext, config: EmbeddingEvalConfig, word_embeddings: dict, mlflow: MlflowTracker
-) -> dg.Output[dict]:
+    context: dg.AssetExecutionContext, config: EmbeddingEvalConfig, word_embeddings: WordEmbeddings,
+    mlflow: MlflowTracker,
+) -> dg.Output[EmbeddingEval]:
     """Analogies (3CosAdd, top 30k words), WordSim353 and SimLex-999 Spearman, nearest neighbours,
     king − man + woman, one-hot versus learned vectors, and a PCA plot of the probe words (our own
     evaluators, checked against gensim's on gensim's evaluation sets)."""
     with stage(context, mlflow, config.model_dump()) as s:
-        emb = load_embeddings(word_embeddings["path"])
+        emb = load_embeddings(word_embeddings.path)
         report = evaluate_with_settings(emb.vocab.words, emb.vectors, config)
         metrics = report.metrics()
         return s.publish(
-            {"metrics": metrics},
+            EmbeddingEval(metrics=metrics),
             metrics=metrics,
             figures={"pca_probe_words": report.figure},
             texts=report.tables(),

@@ -8,6 +8,7 @@ import dagster as dg
 from components.core.artifacts import sha256_file
 from components.core.corpus import CorpusSettings, build_corpus, load_corpus
 from components.core.labels import LabelSettings, build_labels, check_blocks, load_labels
+from components.core.manifests import Corpus, Labels, Tokenizer
 from components.core.tokenizer import (
     TokenizerReport,
     TokenizerSettings,
@@ -42,13 +43,13 @@ def numbers(d: dict[str, Any]) -> dict[str, Any]:
 
 
 @dg.asset(group_name=GROUP, kinds={"datasets"})
-def corpus(context: dg.AssetExecutionContext, config: CorpusConfig, mlflow: MlflowTracker) -> dg.Output[dict]:
+def corpus(context: dg.AssetExecutionContext, config: CorpusConfig, mlflow: MlflowTracker) -> dg.Output[Corpus]:
     """Documents cleaned to plain text, split by document into train/validation, saved as Arrow."""
     with stage(context, mlflow, config.model_dump()) as s:
         result = build_corpus(config, s.tmp / "dataset", cache_dir=state_root() / "cache" / "datasets")
         stats = numbers(result.stats)
         return s.publish(
-            {"path": s.final_path(s.tmp / "dataset"), **stats, "content_sha256": result.stats["content_sha256"]},
+            Corpus(path=s.final_path(s.tmp / "dataset"), **stats, content_sha256=result.stats["content_sha256"]),
             metrics=stats,
             texts={"samples": "\n".join(f"> {line}" for line in result.samples)},
             files={"dataset": s.tmp / "dataset"},
@@ -66,10 +67,12 @@ def tokenizer_healthy_spec(asset: str) -> dg.AssetCheckSpec:
 
 
 def publish_tokenizer(
-    s: Stage, tok: Any, report: TokenizerReport, kind: str, extra: dict[str, Any] | None = None
+    s: Stage, tok: Any, report: TokenizerReport, kind: str, extra: dict[str, Any] | None = None,
+    manifest: type[Tokenizer] = Tokenizer,
 ) -> tuple[dg.Output, dg.AssetCheckResult]:
-    """Save `tok` as `tokenizer.json`, probe its round trip, publish it with `report`'s figures; the
-    output and its `tokenizer_is_healthy` check result (yield both, the output first)."""
+    """Save `tok` as `tokenizer.json`, probe its round trip, publish it with `report`'s figures as a
+    `manifest` (with the `extra` fields of that class); the output and its `tokenizer_is_healthy`
+    check result (yield both, the output first)."""
     path = s.tmp / "tokenizer.json"
     tok.save(str(path))
     roundtrip = [
@@ -83,14 +86,14 @@ def publish_tokenizer(
     metrics = {**report.metrics(), "roundtrip_ok": float(all(r["exact_roundtrip"] for r in roundtrip))}
     warnings = list(getattr(report, "warnings", []) or [])
     output = s.publish(
-        {
-            "path": s.final_path(path),
-            "kind": kind,
-            "sha256": sha256_file(path),
-            "vocab_size": tok.get_vocab_size(),
+        manifest(
+            path=s.final_path(path),
+            kind=kind,
+            sha256=sha256_file(path),
+            vocab_size=tok.get_vocab_size(),
             **report.metrics(),
             **(extra or {}),
-        },
+        ),
         metrics=metrics,
         tables={"roundtrip": roundtrip},
         files={"tokenizer": path},
@@ -110,10 +113,10 @@ def publish_tokenizer(
 
 
 @dg.asset(group_name=GROUP, kinds={"tokenizers"}, check_specs=[tokenizer_healthy_spec("tokenizer")])
-def tokenizer(context: dg.AssetExecutionContext, config: TokenizerConfig, corpus: dict, mlflow: MlflowTracker):
+def tokenizer(context: dg.AssetExecutionContext, config: TokenizerConfig, corpus: Corpus, mlflow: MlflowTracker):
     """Tokenizer trained on the train split only; `tokenizer.json`."""
     with stage(context, mlflow, config.model_dump()) as s:
-        dd = load_corpus(corpus["path"])
+        dd = load_corpus(corpus.path)
         tok = train_tokenizer(dd["train"]["text"], config)
         report = evaluate_tokenizer(tok, dd["validation"]["text"], requested_vocab_size=config.vocab_size)
         output, check = publish_tokenizer(s, tok, report, config.kind)
@@ -123,15 +126,15 @@ def tokenizer(context: dg.AssetExecutionContext, config: TokenizerConfig, corpus
 
 @dg.asset(group_name=GROUP, kinds={"numpy"})
 def labels(
-    context: dg.AssetExecutionContext, config: LabelsConfig, corpus: dict, tokenizer: dict, mlflow: MlflowTracker
-) -> dg.Output[dict]:
+    context: dg.AssetExecutionContext, config: LabelsConfig, corpus: Corpus, tokenizer: Tokenizer, mlflow: MlflowTracker
+) -> dg.Output[Labels]:
     """Next-token blocks: X = tokens[:-1], Y = tokens[1:], padding targets -100; .npy per split."""
     with stage(context, mlflow, config.model_dump()) as s:
-        dd = load_corpus(corpus["path"])
-        result = build_labels({split: dd[split]["text"] for split in SPLITS}, tokenizer["path"], config, s.tmp)
+        dd = load_corpus(corpus.path)
+        result = build_labels({split: dd[split]["text"] for split in SPLITS}, tokenizer.path, config, s.tmp)
         files = {f"{split}_{xy}": s.tmp / f"{split}_{xy}.npy" for split in SPLITS for xy in ("x", "y")}
         return s.publish(
-            {"path": str(s.final), **numbers(result.meta), "tokenizer_sha256": result.meta["tokenizer_sha256"]},
+            Labels(path=str(s.final), **numbers(result.meta), tokenizer_sha256=result.meta["tokenizer_sha256"]),
             metrics=numbers(result.meta),
             files={**files, "meta": s.tmp / "meta.json"},
             artifacts=[s.tmp / "meta.json"],
@@ -142,8 +145,8 @@ def labels(
 @dg.asset_check(
     asset=labels, blocking=True, description="Y is X shifted by one in every block; no target crosses into padding."
 )
-def labels_are_shifted_inputs(labels: dict) -> dg.AssetCheckResult:
-    train, val, meta = load_labels(Path(labels["path"]))
+def labels_are_shifted_inputs(labels: Labels) -> dg.AssetCheckResult:
+    train, val, meta = load_labels(Path(labels.path))
     reports = {"train": check_blocks(train), "validation": check_blocks(val)}
     passed = all(r["ok"] for r in reports.values())
     metadata = {f"{split}_{k}": v for split, r in reports.items() for k, v in r.items()}

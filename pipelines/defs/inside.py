@@ -14,6 +14,17 @@ import dagster as dg
 from components.core.corpus import load_corpus
 from components.core.labels import load_labels
 from components.core.lm import load_lm
+from components.core.manifests import (
+    ArticleExamples,
+    AttentionHeads,
+    AttentionTopk,
+    Corpus,
+    FfnMemories,
+    Labels,
+    LanguageModel,
+    MemoryInduction,
+    Tokenizer,
+)
 from components.core.studies.attention_topk import AttentionTopKSettings
 from components.core.studies.attention_topk import attention_topk as run_attention_topk
 from components.core.studies.examples import ExamplesSettings
@@ -41,8 +52,8 @@ class AttentionTopKConfig(dg.Config, AttentionTopKSettings):
     """Keys kept per query and validation blocks of the top-k attention evaluation."""
 
 
-def _codec(tokenizer: dict):
-    tok = load_tokenizer(tokenizer["path"])
+def _codec(tokenizer: Tokenizer):
+    tok = load_tokenizer(tokenizer.path)
     return (lambda ids: tok.decode(ids, skip_special_tokens=False)), (
         lambda text: tok.encode(text, add_special_tokens=False).ids
     )
@@ -52,42 +63,42 @@ def _codec(tokenizer: dict):
 def attention_heads(
     context: dg.AssetExecutionContext,
     config: InsideConfig,
-    transformer_lm: dict,
-    transformer_1head_lm: dict,
-    labels: dict,
-    tokenizer: dict,
-    memory_induction: dict,
+    transformer_lm: LanguageModel,
+    transformer_1head_lm: LanguageModel,
+    labels: Labels,
+    tokenizer: Tokenizer,
+    memory_induction: MemoryInduction,
     mlflow: MlflowTracker,
-) -> dg.Output[dict]:
+) -> dg.Output[AttentionHeads]:
     """Attention maps per layer and head; each head's share of attention on the previous, first and
     same token, mean distance and entropy over validation text, and its class (thresholds in the
     config); the loss increase when each head is zeroed; the model against its one-head twin; and,
     from `memory_induction`, the previous-token and induction heads found on repeated random spans
     and what zeroing them costs (what `heads_differ` judges)."""
     with stage(context, mlflow, config.model_dump()) as s:
-        _, val, _ = load_labels(labels["path"])
+        _, val, _ = load_labels(labels.path)
         decode, encode = _codec(tokenizer)
-        r = run_attention_heads(load_lm(transformer_lm["weights"]), val, config, decode=decode, encode=encode,
-                                one_head=load_lm(transformer_1head_lm["weights"]))
+        r = run_attention_heads(load_lm(transformer_lm.weights), val, config, decode=decode, encode=encode,
+                                one_head=load_lm(transformer_1head_lm.weights))
         metrics = r.metrics()
         thresholds = {
             k: getattr(config, k) for k in ("prev_threshold", "first_threshold", "self_threshold", "local_distance")
         }
         return s.publish(
-            {
-                "heads": r.heads,
-                "ablation": r.ablation,
-                "base_loss": r.base_loss,
-                "one_head_loss": r.one_head_loss,
-                "thresholds": thresholds,
-                "metrics": metrics,
-                "induction": {k: memory_induction[k] for k in ("found", "base", "ablations", "heads", "n_layer")},
-            },
+            AttentionHeads(
+                heads=r.heads,
+                ablation=r.ablation,
+                base_loss=r.base_loss,
+                one_head_loss=r.one_head_loss,
+                thresholds=thresholds,
+                metrics=metrics,
+                induction={k: getattr(memory_induction, k) for k in ("found", "base", "ablations", "heads", "n_layer")},
+            ),
             metrics=metrics,
             tables={
                 "heads": r.heads,
-                "induction_heads": memory_induction["heads"],
-                "induction_ablations": memory_induction["ablations"],
+                "induction_heads": memory_induction.heads,
+                "induction_ablations": memory_induction.ablations,
             },
             figures=r.figures,
             values={"thresholds": dg.MetadataValue.json(thresholds)},
@@ -102,21 +113,21 @@ heads_differ = claim_check("heads_differ", attention_heads)
 def ffn_memories(
     context: dg.AssetExecutionContext,
     config: InsideConfig,
-    transformer_lm: dict,
-    labels: dict,
-    tokenizer: dict,
-    corpus: dict,
+    transformer_lm: LanguageModel,
+    labels: Labels,
+    tokenizer: Tokenizer,
+    corpus: Corpus,
     mlflow: MlflowTracker,
-) -> dg.Output[dict]:
+) -> dg.Output[FfnMemories]:
     """FFN neurons as key-value memories: the most selective neurons' top contexts and promoted tokens;
     the fact probe (the neurons that most raise a confident answer's logit, zeroed, against as many
     random ones); the model's confidence on the same prompts about made-up entities."""
     with stage(context, mlflow, config.model_dump()) as s:
-        _, val, _ = load_labels(labels["path"])
+        _, val, _ = load_labels(labels.path)
         decode, encode = _codec(tokenizer)
-        dd = load_corpus(corpus["path"])
+        dd = load_corpus(corpus.path)
         known = known_words(t for split in dd for t in dd[split]["text"])
-        r = run_ffn_memories(load_lm(transformer_lm["weights"]), val, config, decode=decode, encode=encode, known=known)
+        r = run_ffn_memories(load_lm(transformer_lm.weights), val, config, decode=decode, encode=encode, known=known)
         metrics = r.metrics()
         probe = [{k: v for k, v in p.items() if k != "_neurons"} for p in r.probe]
         neurons = [
@@ -128,7 +139,7 @@ def ffn_memories(
             for n in r.neurons
         ]
         return s.publish(
-            {"neurons": r.neurons, "probe": probe, "made_up": r.gap, "metrics": metrics},
+            FfnMemories(neurons=r.neurons, probe=probe, made_up=r.gap, metrics=metrics),
             metrics=metrics,
             tables={
                 "neurons": neurons,
@@ -146,19 +157,19 @@ fact_neurons_matter = claim_check("fact_neurons_matter", ffn_memories)
 def attention_topk(
     context: dg.AssetExecutionContext,
     config: AttentionTopKConfig,
-    transformer_lm: dict,
-    labels: dict,
+    transformer_lm: LanguageModel,
+    labels: Labels,
     mlflow: MlflowTracker,
-) -> dg.Output[dict]:
+) -> dg.Output[AttentionTopk]:
     """Soft attention against picking only the top-scoring keys: the trained Transformer's validation
     loss with each query restricted to its top-k keys (renormalised), for each k, against the full
     softmax; and the share of the softmax's weight those k keys carry."""
     with stage(context, mlflow, config.model_dump()) as s:
-        _, val, _ = load_labels(labels["path"])
-        r = run_attention_topk(load_lm(transformer_lm["weights"]), val, config)
+        _, val, _ = load_labels(labels.path)
+        r = run_attention_topk(load_lm(transformer_lm.weights), val, config)
         metrics = r.metrics()
         return s.publish(
-            {"rows": r.rows, "block_size": r.block_size, "blocks": r.blocks, "metrics": metrics},
+            AttentionTopk(rows=r.rows, block_size=r.block_size, blocks=r.blocks, metrics=metrics),
             metrics=metrics,
             tables={"topk": r.rows},
             figures=r.figures,
@@ -172,11 +183,11 @@ soft_attention_beats_topk = claim_check("soft_attention_beats_topk", attention_t
 def article_examples(
     context: dg.AssetExecutionContext,
     config: ExamplesConfig,
-    transformer_lm: dict,
-    lstm_lm: dict,
-    tokenizer: dict,
+    transformer_lm: LanguageModel,
+    lstm_lm: LanguageModel,
+    tokenizer: Tokenizer,
     mlflow: MlflowTracker,
-) -> dg.Output[dict]:
+) -> dg.Output[ArticleExamples]:
     """The article's own examples through this run's tokenizer and models: 我爱你 / 你爱我 first-layer
     scores with and without positional encoding (equal up to the permutation without it); 今天 天气 真
     不错 as word-level input/label pairs; one query's attention as a weighted mix over a sentence; the
@@ -184,16 +195,16 @@ def article_examples(
     with stage(context, mlflow, config.model_dump()) as s:
         decode, encode = _codec(tokenizer)
         r = run_article_examples(
-            load_lm(transformer_lm["weights"]), load_lm(lstm_lm["weights"]), encode, decode, config
+            load_lm(transformer_lm.weights), load_lm(lstm_lm.weights), encode, decode, config
         )
         return s.publish(
-            {
-                "word_order": {k: v for k, v in r.word_order.items() if k not in ("without_position", "with_position")},
-                "metrics": r.metrics,
-                "attention_mix": r.attention_mix,
-                "lstm_gates": r.lstm_gates,
-                "shifted_pairs": r.shifted_pairs,
-            },
+            ArticleExamples(
+                word_order={k: v for k, v in r.word_order.items() if k not in ("without_position", "with_position")},
+                metrics=r.metrics,
+                attention_mix=r.attention_mix,
+                lstm_gates=r.lstm_gates,
+                shifted_pairs=r.shifted_pairs,
+            ),
             metrics=r.metrics,
             tables={"attention_mix": r.attention_mix, "lstm_gates": r.lstm_gates, "shifted_pairs": r.shifted_pairs},
             texts=r.texts,

@@ -12,6 +12,15 @@ import dagster as dg
 
 from components.core.labels import load_labels
 from components.core.lm import load_lm
+from components.core.manifests import (
+    AttentionCost,
+    ContextUsage,
+    GenerationCost,
+    Labels,
+    LanguageModel,
+    LongContextCost,
+    RecurrentCost,
+)
 from components.core.studies.attention_cost import AttentionCostSettings
 from components.core.studies.attention_cost import attention_cost as run_attention_cost
 from components.core.studies.context_usage import ContextUsageSettings
@@ -48,7 +57,7 @@ class ContextUsageConfig(dg.Config, ContextUsageSettings):
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
 def attention_cost(
     context: dg.AssetExecutionContext, config: AttentionCostConfig, mlflow: MlflowTracker
-) -> dg.Output[dict]:
+) -> dg.Output[AttentionCost]:
     """Causal attention's time and peak memory against sequence length N, forward and forward+backward:
     the reference (materialises the N×N scores), the fused SDPA kernel (FlashAttention-class; the kernel
     observed is recorded) and the blocked sliding window. Log-log exponents fitted per implementation;
@@ -58,7 +67,7 @@ def attention_cost(
         metrics = result.metrics()
         errors = [r for r in result.rows if "error" in r or "stop" in r]
         return s.publish(
-            {"rows": result.rows, "fits": result.fits, "info": result.info, "metrics": metrics},
+            AttentionCost(rows=result.rows, fits=result.fits, info=result.info, metrics=metrics),
             metrics=metrics,
             tables={
                 "points": [
@@ -81,24 +90,24 @@ attention_time_scales_as_claimed = claim_check("attention_time_scales_as_claimed
 def generation_cost(
     context: dg.AssetExecutionContext,
     config: GenerationCostConfig,
-    transformer_lm: dict,
-    rnn_lm: dict,
-    lstm_lm: dict,
+    transformer_lm: LanguageModel,
+    rnn_lm: LanguageModel,
+    lstm_lm: LanguageModel,
     mlflow: MlflowTracker,
-) -> dg.Output[dict]:
+) -> dg.Output[GenerationCost]:
     """Time per generated token against context length for the trained Transformer with and without
     its KV cache and for the RNN and LSTM, and the memory each carries per sequence between tokens
     (KV cache bytes against the recurrent state's)."""
     with stage(context, mlflow, config.model_dump()) as s:
         models = {
-            "transformer": load_lm(transformer_lm["weights"]),
-            "rnn": load_lm(rnn_lm["weights"]),
-            "lstm": load_lm(lstm_lm["weights"]),
+            "transformer": load_lm(transformer_lm.weights),
+            "rnn": load_lm(rnn_lm.weights),
+            "lstm": load_lm(lstm_lm.weights),
         }
         result = run_generation_cost(models, config)
         metrics = result.metrics()
         return s.publish(
-            {"rows": result.rows, "fits": result.fits, "metrics": metrics},
+            GenerationCost(rows=result.rows, fits=result.fits, metrics=metrics),
             metrics=metrics,
             tables={
                 "timings": [
@@ -125,19 +134,19 @@ kv_cache_pays = claim_check("kv_cache_pays", generation_cost)
 def long_context_cost(
     context: dg.AssetExecutionContext,
     config: LongContextConfig,
-    attention_cost: dict,
-    generation_cost: dict,
-    recurrent_cost: dict,
-    transformer_lm: dict,
+    attention_cost: AttentionCost,
+    generation_cost: GenerationCost,
+    recurrent_cost: RecurrentCost,
+    transformer_lm: LanguageModel,
     mlflow: MlflowTracker,
-) -> dg.Output[dict]:
+) -> dg.Output[LongContextCost]:
     """The long-context figures in one place: every fitted exponent with its R² and cost(2N)/cost(N);
     the length where the Transformer's per-token training cost overtakes the RNN's and LSTM's (its
     training step timed at recurrent_cost's lengths); the KV-cache, score-matrix and FLOP arithmetic
     of 7B/8B/70B-class shapes at 4k…1M tokens, with the same formulas checked against our measurements."""
     with stage(context, mlflow, config.model_dump()) as s:
         result = run_long_context_cost(
-            load_lm(transformer_lm["weights"]),
+            load_lm(transformer_lm.weights),
             attention=attention_cost,
             generation=generation_cost,
             recurrent=recurrent_cost,
@@ -145,16 +154,16 @@ def long_context_cost(
         )
         metrics = result.metrics()
         return s.publish(
-            {
-                "exponents": result.exponents,
-                "crossovers": result.crossovers,
-                "arithmetic": result.arithmetic,
-                "train_rows": result.train_rows,
-                "kv_check": result.kv_check,
-                "scores_check": result.scores_check,
-                "summary": result.summary(),
-                "metrics": metrics,
-            },
+            LongContextCost(
+                exponents=result.exponents,
+                crossovers=result.crossovers,
+                arithmetic=result.arithmetic,
+                train_rows=result.train_rows,
+                kv_check=result.kv_check,
+                scores_check=result.scores_check,
+                summary=result.summary(),
+                metrics=metrics,
+            ),
             metrics=metrics,
             tables={
                 "exponents": result.exponents,
@@ -177,28 +186,28 @@ recurrence_is_the_serial_bottleneck = claim_check("recurrence_is_the_serial_bott
 def context_usage(
     context: dg.AssetExecutionContext,
     config: ContextUsageConfig,
-    transformer_lm: dict,
-    transformer_window_lm: dict,
-    lstm_lm: dict,
-    labels: dict,
+    transformer_lm: LanguageModel,
+    transformer_window_lm: LanguageModel,
+    lstm_lm: LanguageModel,
+    labels: Labels,
     mlflow: MlflowTracker,
-) -> dg.Output[dict]:
+) -> dg.Output[ContextUsage]:
     """Validation loss by position within the context window for the full-attention Transformer, the
     sliding-window Transformer trained on the same data and steps, and the LSTM: how much later
     context helps each, and where the window's limit shows."""
     with stage(context, mlflow, config.model_dump()) as s:
-        _, val, _ = load_labels(labels["path"])
-        models = {name: load_lm(m["weights"]) for name, m in
+        _, val, _ = load_labels(labels.path)
+        models = {name: load_lm(m.weights) for name, m in
                   (("transformer", transformer_lm), ("transformer_window", transformer_window_lm), ("lstm", lstm_lm))}
         result = run_context_usage(models, val, config)
         metrics = result.metrics()
         return s.publish(
-            {
-                "curves": result.curves,
-                "summaries": result.summaries,
-                "window_gaps": result.window_gaps,
-                "metrics": metrics,
-            },
+            ContextUsage(
+                curves=result.curves,
+                summaries=result.summaries,
+                window_gaps=result.window_gaps,
+                metrics=metrics,
+            ),
             metrics=metrics,
             tables={"summaries": result.summaries, "by_position": result.buckets, "window_gaps": result.window_gaps},
             figures=result.figures,

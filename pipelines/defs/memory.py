@@ -10,6 +10,7 @@ No upstream assets: the tasks generate their own data, and each trains its own s
 
 import dagster as dg
 
+from components.core.manifests import MemoryDelay, MemoryInduction, MemoryRecall
 from components.core.studies.induction import InductionSettings, induction_study
 from components.core.studies.memory import DelaySettings, RecallSettings, delay_study, recall_study
 from components.orchestration.checks import claim_check
@@ -37,7 +38,9 @@ def _tables(r) -> dict[str, list[dict]]:
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
-def memory_delay(context: dg.AssetExecutionContext, config: DelayConfig, mlflow: MlflowTracker) -> dg.Output[dict]:
+def memory_delay(
+    context: dg.AssetExecutionContext, config: DelayConfig, mlflow: MlflowTracker
+) -> dg.Output[MemoryDelay]:
     """Delayed recall: the RNN, the LSTM and the Transformer (one parameter budget) trained on every
     delay at once; accuracy per delay with 95% intervals, and the norm of the gradient reaching each
     earlier position from the query's loss in the trained models."""
@@ -45,7 +48,10 @@ def memory_delay(context: dg.AssetExecutionContext, config: DelayConfig, mlflow:
         r = delay_study(config)
         metrics = r.metrics("delay")
         return s.publish(
-            r.manifest(), metrics=metrics, tables={**_tables(r), "gradients": r.extra["gradients"]}, figures=r.figures
+            MemoryDelay(**r.manifest()),
+            metrics=metrics,
+            tables={**_tables(r), "gradients": r.extra["gradients"]},
+            figures=r.figures,
         )
 
 
@@ -54,14 +60,16 @@ attention_bridges_every_delay = claim_check("attention_bridges_every_delay", mem
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
-def memory_recall(context: dg.AssetExecutionContext, config: RecallConfig, mlflow: MlflowTracker) -> dg.Output[dict]:
+def memory_recall(
+    context: dg.AssetExecutionContext, config: RecallConfig, mlflow: MlflowTracker
+) -> dg.Output[MemoryRecall]:
     """Multi-query associative recall: the RNN, the LSTM, the Transformer and the sliding-window
     Transformer (one parameter budget) trained on every number of pairs at once; accuracy per number
     of pairs, per key-query distance, and for the window model within and beyond its receptive field."""
     with stage(context, mlflow, config.model_dump()) as s:
         r = recall_study(config)
         metrics = r.metrics("recall")
-        return s.publish(r.manifest(), metrics=metrics, tables=_tables(r), figures=r.figures)
+        return s.publish(MemoryRecall(**r.manifest()), metrics=metrics, tables=_tables(r), figures=r.figures)
 
 
 attention_recall_ignores_distance = claim_check("attention_recall_ignores_distance", memory_recall)
@@ -72,7 +80,7 @@ window_answers_within_field_only = claim_check("window_answers_within_field_only
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
 def memory_induction(
     context: dg.AssetExecutionContext, config: InductionConfig, mlflow: MlflowTracker
-) -> dg.Output[dict]:
+) -> dg.Output[MemoryInduction]:
     """Induction: a small Transformer trained on random spans repeated once; accuracy and loss on the
     first part and the repeat; per head the previous-token and prefix-matching scores; the
     previous-token head and the induction head found by them; the repeat with the induction head
@@ -92,7 +100,7 @@ def memory_induction(
             "induction/train_seconds": r.models[0]["train_seconds"],
         }
         return s.publish(
-            r.manifest(),
+            MemoryInduction(**r.manifest()),
             metrics=metrics,
             tables={"heads": r.extra["heads"], "ablations": r.extra["ablations"], "models": r.models},
             figures=r.figures,

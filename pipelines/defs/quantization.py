@@ -13,6 +13,15 @@ from pydantic import Field
 from components.core.errors import PipelineInputError
 from components.core.labels import load_labels
 from components.core.lm import load_lm
+from components.core.manifests import (
+    Corpus,
+    Labels,
+    LanguageModel,
+    ModelExport,
+    QuantizedModels,
+    Tokenizer,
+    WeightsArithmetic,
+)
 from components.core.studies.quantization import (
     ExportSettings,
     QuantizationSettings,
@@ -71,14 +80,14 @@ def _table(rows: list[dict]) -> list[dict]:
     return [{c: ("-" if r.get(c) is None else r[c]) for c in cols} for r in rows]
 
 
-def _check_model(name: str, manifest: dict, tokenizer: dict) -> None:
+def _check_model(name: str, manifest: LanguageModel, tokenizer: Tokenizer) -> None:
     """The model's weights were trained with the current tokenizer (manifest and file header agree)."""
-    header = read_metadata(manifest["weights"]).get("tokenizer_sha256", "")
-    for where, sha in (("manifest", manifest.get("tokenizer_sha256", "")), (manifest["weights"], header)):
-        if sha != tokenizer["sha256"]:
+    header = read_metadata(manifest.weights).get("tokenizer_sha256", "")
+    for where, sha in (("manifest", manifest.tokenizer_sha256), (manifest.weights, header)):
+        if sha != tokenizer.sha256:
             raise PipelineInputError(
                 f"`{name}` ({where}) was trained with tokenizer {sha[:12] or '(none)'}…, but the current tokenizer is "
-                f"{tokenizer['sha256'][:12]}… ({tokenizer['path']}): re-materialize `{name}` first"
+                f"{tokenizer.sha256[:12]}… ({tokenizer.path}): re-materialize `{name}` first"
             )
 
 
@@ -86,12 +95,12 @@ def _check_model(name: str, manifest: dict, tokenizer: dict) -> None:
 def quantized_models(
     context: dg.AssetExecutionContext,
     config: QuantizedModelsConfig,
-    transformer_lm: dict,
-    lstm_lm: dict,
-    labels: dict,
-    tokenizer: dict,
+    transformer_lm: LanguageModel,
+    lstm_lm: LanguageModel,
+    labels: Labels,
+    tokenizer: Tokenizer,
     mlflow: MlflowTracker,
-) -> dg.Output[dict]:
+) -> dg.Output[QuantizedModels]:
     """The trained Transformer (and the LSTM, for contrast) at FP32, FP16, BF16 and through
     bitsandbytes at INT8 (LLM.int8, Linear8bitLt), NF4 and FP4 (Linear4bit): bytes in memory and on
     disk, validation perplexity and its change against FP32, max-abs logit difference on a fixed
@@ -101,8 +110,8 @@ def quantized_models(
     for name, manifest in sources.items():
         _check_model(name, manifest, tokenizer)
     with stage(context, mlflow, config.model_dump()) as s:
-        _, val, _ = load_labels(labels["path"])
-        models = {name: load_lm(m["weights"]) for name, m in sources.items()}
+        _, val, _ = load_labels(labels.path)
+        models = {name: load_lm(m.weights) for name, m in sources.items()}
         result = quantize_and_measure(
             models, val, QuantizationSettings(**config.model_dump()), out_dir=s.tmp / "weights", log=context.log.info
         )
@@ -115,15 +124,15 @@ def quantized_models(
             and k.rsplit("/", 1)[1] in ("dppl_pct", "memory_bytes", "gen_tokens_per_s")
         }
         return s.publish(
-            {
-                "rows": result.rows,
-                "settings": config.model_dump(),
-                "device": result.device,
-                "weights": {m: {v: s.final_path(p) for v, p in by.items()} for m, by in result.weights.items()},
-                "models": {name: {k: m.get(k) for k in SOURCE_KEYS} for name, m in sources.items()},
-                "checks": checks,
-                "main_model": MAIN_MODEL,
-            },
+            QuantizedModels(
+                rows=result.rows,
+                settings=config.model_dump(),
+                device=result.device,
+                weights={m: {v: s.final_path(p) for v, p in by.items()} for m, by in result.weights.items()},
+                models={n: {k: v for k, v in m.to_json().items() if k in SOURCE_KEYS} for n, m in sources.items()},
+                checks=checks,
+                main_model=MAIN_MODEL,
+            ),
             metrics=headline,
             tables={"quantization": _table(result.rows)},
             figures=result.figures,
@@ -165,58 +174,58 @@ def _train_settings(source: dict, client: Any) -> dict:
 def model_export(
     context: dg.AssetExecutionContext,
     config: ModelExportConfig,
-    quantized_models: dict,
-    tokenizer: dict,
-    corpus: dict,
-    labels: dict,
+    quantized_models: QuantizedModels,
+    tokenizer: Tokenizer,
+    corpus: Corpus,
+    labels: Labels,
     mlflow: MlflowTracker,
-) -> dg.Output[dict]:
+) -> dg.Output[ModelExport]:
     """A Hugging Face-style folder per variant of the Transformer (model.safetensors with the
     quantization state as tensors and the scheme in the header, config.json, tokenizer.json,
     generation_config.json, provenance), each reloaded from the folder alone and checked against the
     exported model; safetensors load time vs torch.load; the FP16 folder registered in MLflow."""
     check_same_tokenizer(labels, tokenizer)
-    source = quantized_models["models"][MAIN_MODEL]
-    if source["tokenizer_sha256"] != tokenizer["sha256"]:
+    source = quantized_models.models[MAIN_MODEL]
+    if source["tokenizer_sha256"] != tokenizer.sha256:
         raise PipelineInputError(
             f"quantized_models' {MAIN_MODEL} was trained with tokenizer {source['tokenizer_sha256'][:12]}…, the "
             f"current one is "
-            f"{tokenizer['sha256'][:12]}…: re-materialize {MAIN_MODEL} and quantized_models first"
+            f"{tokenizer.sha256[:12]}…: re-materialize {MAIN_MODEL} and quantized_models first"
         )
     if config.register_variant and config.register_variant not in config.variants:
         raise PipelineInputError(
             f"register_variant={config.register_variant!r} is not among the exported variants {config.variants}"
         )
     with stage(context, mlflow, config.model_dump()) as s:
-        _, val, _ = load_labels(labels["path"])
-        rows = {r["variant"]: r for r in quantized_models["rows"] if r["model"] == MAIN_MODEL}
+        _, val, _ = load_labels(labels.path)
+        rows = {r["variant"]: r for r in quantized_models.rows if r["model"] == MAIN_MODEL}
         provenance = {
             "dagster_run_id": context.run.run_id,
             "mlflow_run_id": s.run.run_id,
             "training_dagster_run_id": source["dagster_run_id"],
             "training_mlflow_run_id": source["mlflow_run_id"],
-            "quantized_models_dagster_run_id": quantized_models["dagster_run_id"],
-            "quantized_models_mlflow_run_id": quantized_models["mlflow_run_id"],
-            "corpus_content_sha256": corpus["content_sha256"],
-            "tokenizer_sha256": tokenizer["sha256"],
-            "labels_dagster_run_id": labels["dagster_run_id"],
+            "quantized_models_dagster_run_id": quantized_models.dagster_run_id,
+            "quantized_models_mlflow_run_id": quantized_models.mlflow_run_id,
+            "corpus_content_sha256": corpus.content_sha256,
+            "tokenizer_sha256": tokenizer.sha256,
+            "labels_dagster_run_id": labels.dagster_run_id,
             "model": MAIN_MODEL,
         }
         report = export_and_verify(
-            quantized_models["weights"][MAIN_MODEL],
+            quantized_models.weights[MAIN_MODEL],
             s.tmp / "exports",
-            tokenizer_path=tokenizer["path"],
-            tokenizer_sha256=tokenizer["sha256"],
+            tokenizer_path=tokenizer.path,
+            tokenizer_sha256=tokenizer.sha256,
             model_config=source["model_config"],
             train_settings=_train_settings(source, s.run.client),
             provenance=provenance,
             val_data=val,
-            eval_settings=QuantizationSettings(**quantized_models["settings"]),
+            eval_settings=QuantizationSettings(**quantized_models.settings),
             settings=ExportSettings(
                 **{k: v for k, v in config.model_dump().items() if k in ExportSettings.model_fields}
             ),
             study_val_loss={v: r["val_loss"] for v, r in rows.items()},
-            device=quantized_models["device"],
+            device=quantized_models.device,
         )
         registered: dict[str, str] = {}
         if config.register_variant:
@@ -236,8 +245,8 @@ def model_export(
                     "dagster.run_id": run_id,
                     "dagster.run_url": dagster_run_url(run_id),
                     "dagster.asset_url": dagster_asset_url(context.asset_key),
-                    "corpus_content_sha256": corpus["content_sha256"],
-                    "tokenizer_sha256": tokenizer["sha256"],
+                    "corpus_content_sha256": corpus.content_sha256,
+                    "tokenizer_sha256": tokenizer.sha256,
                 },
             )
         exports = {v: {**info.as_dict(), "path": s.final_path(info.path)} for v, info in report.exports.items()}
@@ -248,14 +257,14 @@ def model_export(
             if k.rsplit("/", 1)[1] in ("weights_bytes", "load_speedup_vs_torch_load")
         }
         return s.publish(
-            {
-                "model": MAIN_MODEL,
-                "exports": exports,
-                "rows": report.rows,
-                "registered_model": registered,
-                "samples": report.samples,
-                "reload_ok": report.all_reloads_pass,
-            },
+            ModelExport(
+                model=MAIN_MODEL,
+                exports=exports,
+                rows=report.rows,
+                registered_model=registered,
+                samples=report.samples,
+                reload_ok=report.all_reloads_pass,
+            ),
             metrics=headline,
             tables={"exports": _table(report.rows)},
             texts={"report": report.markdown},
@@ -276,18 +285,18 @@ reload_reproduces_logits = claim_check("reload_reproduces_logits", model_export)
 def weights_arithmetic(
     context: dg.AssetExecutionContext,
     config: WeightsArithmeticConfig,
-    model_export: dict,
-    quantized_models: dict,
+    model_export: ModelExport,
+    quantized_models: QuantizedModels,
     mlflow: MlflowTracker,
-) -> dg.Output[dict]:
+) -> dg.Output[WeightsArithmetic]:
     """Parameters × bytes per parameter at FP32/FP16/INT8/INT4 for our models and reference sizes up
     to 70B ("70B ≈ 140 GB in FP16"), next to the measured bytes of the exported files, scales, code
     books and headers included."""
     with stage(context, mlflow, config.model_dump()) as s:
         files = {
-            model_export["model"]: {v: f"{e['path']}/model.safetensors" for v, e in model_export["exports"].items()}
+            model_export.model: {v: f"{e['path']}/model.safetensors" for v, e in model_export.exports.items()}
         }
-        params = {r["model"]: int(r["params"]) for r in quantized_models["rows"] if r["variant"] == "fp32"}
+        params = {r["model"]: int(r["params"]) for r in quantized_models.rows if r["variant"] == "fp32"}
         reference = {_size_name(n): n for n in config.reference_params}
         result = arithmetic_of(files, params, reference)
         s.run.log_metrics(result.metrics)
@@ -297,7 +306,7 @@ def weights_arithmetic(
             if k.startswith("arith/70B/") or k.endswith("/bits_per_quantized_param")
         }
         return s.publish(
-            {"reference": result.reference_rows, "measured": result.measured_rows},
+            WeightsArithmetic(reference=result.reference_rows, measured=result.measured_rows),
             metrics=headline,
             tables={"reference_sizes": _table(result.reference_rows), "measured_files": _table(result.measured_rows)},
             figures={"weights_arithmetic": result.figure},

@@ -5,6 +5,7 @@ import dagster as dg
 
 from components.core.labels import load_labels
 from components.core.lm import load_lm
+from components.core.manifests import GradientStudy, Labels, LanguageModel, RecurrentCost
 from components.core.studies.gradients import GradientStudySettings
 from components.core.studies.gradients import gradient_study as run_gradient_study
 from components.core.studies.recurrent_cost import RecurrentCostSettings
@@ -29,16 +30,16 @@ class RecurrentCostConfig(dg.Config, RecurrentCostSettings):
 def gradient_study(
     context: dg.AssetExecutionContext,
     config: GradientStudyConfig,
-    labels: dict,
-    rnn_lm: dict,
-    lstm_lm: dict,
+    labels: Labels,
+    rnn_lm: LanguageModel,
+    lstm_lm: LanguageModel,
     mlflow: MlflowTracker,
-) -> dg.Output[dict]:
+) -> dg.Output[GradientStudy]:
     """||dL_T/dh_t|| over t for trained, fresh, contractive and expansive RNN/LSTM, with the fitted
     per-step factor; and an RNN trained at a high learning rate with and without clipping."""
     with stage(context, mlflow, config.model_dump()) as s:
-        train, val, _ = load_labels(labels["path"])
-        models = {"rnn": load_lm(rnn_lm["weights"]), "lstm": load_lm(lstm_lm["weights"])}
+        train, val, _ = load_labels(labels.path)
+        models = {"rnn": load_lm(rnn_lm.weights), "lstm": load_lm(lstm_lm.weights)}
         result = run_gradient_study(
             models, val, config, train_data=train, clip_model_config=models["rnn"].config, out_dir=s.tmp / "clipping"
         )
@@ -56,7 +57,7 @@ def gradient_study(
                 f"loss {c.loss_clipped[0]:.3f} → {c.loss_clipped[-1]:.3f}"
             )
         return s.publish(
-            {"rows": result.rows, "metrics": metrics, "clip_grad": config.clip_grad},
+            GradientStudy(rows=result.rows, metrics=metrics, clip_grad=config.clip_grad),
             metrics=metrics,
             tables={"factors": result.rows},
             figures=result.figures,
@@ -70,15 +71,16 @@ clipping_tames_exploding_gradients = claim_check("clipping_tames_exploding_gradi
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
 def recurrent_cost(
-    context: dg.AssetExecutionContext, config: RecurrentCostConfig, rnn_lm: dict, lstm_lm: dict, mlflow: MlflowTracker
-) -> dg.Output[dict]:
+    context: dg.AssetExecutionContext, config: RecurrentCostConfig, rnn_lm: LanguageModel, lstm_lm: LanguageModel,
+    mlflow: MlflowTracker,
+) -> dg.Output[RecurrentCost]:
     """Time per training step and per generated token vs sequence length for the trained
     architectures: linear in length, one step after another."""
     with stage(context, mlflow, config.model_dump()) as s:
-        result = run_recurrent_cost({"rnn": load_lm(rnn_lm["weights"]), "lstm": load_lm(lstm_lm["weights"])}, config)
+        result = run_recurrent_cost({"rnn": load_lm(rnn_lm.weights), "lstm": load_lm(lstm_lm.weights)}, config)
         metrics = result.metrics()
         return s.publish(
-            {"rows": result.rows, "fits": result.fits, "metrics": metrics},
+            RecurrentCost(rows=result.rows, fits=result.fits, metrics=metrics),
             metrics=metrics,
             tables={"timings": result.rows, "fits": [{"model": k, **v} for k, v in result.fits.items()]},
             figures=result.figures,

@@ -22,6 +22,7 @@ from pydantic import Field
 from components.core.artifacts import file_info
 from components.core.errors import PipelineInputError
 from components.core.labels import SPLITS, LabelSettings
+from components.core.manifests import CorpusShard, LabelShard, ShardedLabels, ShardTokenizer
 from components.core.shards import build_corpus_shard, build_label_shard, combine_label_shards, train_shard_tokenizer
 from components.core.tokenizer import TokenizerSettings
 from components.orchestration.shards import SHARD_GROUP, SHARD_PARTITIONS, ShardFolder
@@ -56,7 +57,9 @@ def _shard_file(shards: ShardFolder, key: str) -> Path:
 
 
 @dg.asset(group_name=SHARD_GROUP, partitions_def=SHARD_PARTITIONS, kinds={"datasets"})
-def corpus_shards(context: dg.AssetExecutionContext, shards: ShardFolder, mlflow: MlflowTracker) -> dg.Output[dict]:
+def corpus_shards(
+    context: dg.AssetExecutionContext, shards: ShardFolder, mlflow: MlflowTracker
+) -> dg.Output[CorpusShard]:
     """One shard's documents cleaned to plain text and split by document into train/validation (Arrow)."""
     key = context.partition_key
     path = _shard_file(shards, key)
@@ -66,8 +69,8 @@ def corpus_shards(context: dg.AssetExecutionContext, shards: ShardFolder, mlflow
         result = build_corpus_shard(path, read, s.tmp / "dataset", cache_dir=state_root() / "cache" / "datasets")
         stats = numbers(result.stats)
         return s.publish(
-            {"path": s.final_path(s.tmp / "dataset"), "shard": key, "source": source, **stats,
-             "content_sha256": result.stats["content_sha256"]},
+            CorpusShard(path=s.final_path(s.tmp / "dataset"), shard=key, source=source, **stats,
+                        content_sha256=result.stats["content_sha256"]),
             metrics=stats,
             files={"dataset": s.tmp / "dataset"},
             values={"shard_file": dg.MetadataValue.path(source["path"]), "shard_sha256": source["sha256"],
@@ -90,7 +93,9 @@ def shard_tokenizer(
         scratch = state_root() / "cache"
         scratch.mkdir(parents=True, exist_ok=True)
         tok, report, trained_on = train_shard_tokenizer(sample, shards.read_settings(), settings, scratch)
-        output, check = publish_tokenizer(s, tok, report, config.kind, extra={"trained_on": trained_on})
+        output, check = publish_tokenizer(
+            s, tok, report, config.kind, extra={"trained_on": trained_on}, manifest=ShardTokenizer
+        )
     yield output
     yield check
 
@@ -99,21 +104,21 @@ def shard_tokenizer(
 def label_shards(
     context: dg.AssetExecutionContext,
     config: ShardLabelsConfig,
-    corpus_shards: dict,
-    shard_tokenizer: dict,
+    corpus_shards: CorpusShard,
+    shard_tokenizer: ShardTokenizer,
     mlflow: MlflowTracker,
-) -> dg.Output[dict]:
+) -> dg.Output[LabelShard]:
     """One shard's next-token blocks (as `labels` packs them, from that shard's documents alone): .npy per split."""
     with stage(context, mlflow, {"shard": context.partition_key, **config.model_dump()}) as s:
-        result = build_label_shard(corpus_shards["path"], shard_tokenizer["path"], config, s.tmp)
+        result = build_label_shard(corpus_shards.path, shard_tokenizer.path, config, s.tmp)
         files = {f"{split}_{xy}": s.tmp / f"{split}_{xy}.npy" for split in SPLITS for xy in ("x", "y")}
         return s.publish(
-            {
-                "path": str(s.final),
-                "shard": context.partition_key,
+            LabelShard(
+                path=str(s.final),
+                shard=context.partition_key,
                 **numbers(result.meta),
-                "tokenizer_sha256": result.meta["tokenizer_sha256"],
-            },
+                tokenizer_sha256=result.meta["tokenizer_sha256"],
+            ),
             metrics=numbers(result.meta),
             files={**files, "meta": s.tmp / "meta.json"},
             values={"block_size": int(result.meta["block_size"]), "tokenizer_sha256": result.meta["tokenizer_sha256"]},
@@ -126,27 +131,28 @@ def label_shards(
     ins={"label_shards": dg.AssetIn(partition_mapping=dg.AllPartitionMapping())},
 )
 def sharded_labels(
-    context: dg.AssetExecutionContext, label_shards: dict, shard_tokenizer: dict, mlflow: MlflowTracker
-) -> dg.Output[dict]:
+    context: dg.AssetExecutionContext, label_shards: dict[str, LabelShard], shard_tokenizer: ShardTokenizer,
+    mlflow: MlflowTracker,
+) -> dg.Output[ShardedLabels]:
     """Every shard's token files listed in one `meta.json` (nothing copied), in key order:
     `load_labels` on it gives one memory-mapped view over all of them. The shards' files, with
     their recorded sizes and hashes, are in this manifest, so whoever reads it has them checked."""
-    stale = sorted(k for k, m in label_shards.items() if m["tokenizer_sha256"] != shard_tokenizer["sha256"])
+    stale = sorted(k for k, m in label_shards.items() if m.tokenizer_sha256 != shard_tokenizer.sha256)
     if stale:
         shown = ", ".join(stale[:10]) + (f" and {len(stale) - 10} more" if len(stale) > 10 else "")
         raise PipelineInputError(
             f"label shard(s) {shown} were built with another tokenizer than the current `shard_tokenizer` "
-            f"({shard_tokenizer['sha256'][:12]}…): re-materialize those partitions of `label_shards` first"
+            f"({shard_tokenizer.sha256[:12]}…): re-materialize those partitions of `label_shards` first"
         )
     with stage(context, mlflow, {"shards": len(label_shards)}) as s:
-        result = combine_label_shards({k: m["path"] for k, m in label_shards.items()}, s.tmp)
+        result = combine_label_shards({k: m.path for k, m in label_shards.items()}, s.tmp)
         recorded = {
-            f"{k}/{name}": m["files"][name] for k, m in label_shards.items() for name in m["files"] if name != "meta"
+            f"{k}/{name}": m.files[name] for k, m in label_shards.items() for name in m.files if name != "meta"
         }
         totals = numbers(result.meta)
         return s.publish(
-            {"path": str(s.final), **totals, "tokenizer_sha256": result.meta["tokenizer_sha256"],
-             "shards": {k: m["dagster_run_id"] for k, m in sorted(label_shards.items())}},
+            ShardedLabels(path=str(s.final), **totals, tokenizer_sha256=result.meta["tokenizer_sha256"],
+                          shards={k: m.dagster_run_id for k, m in sorted(label_shards.items())}),
             metrics=totals,
             files={"meta": s.tmp / "meta.json"},
             recorded_files=recorded,

@@ -6,6 +6,7 @@ import dagster as dg
 from pydantic import Field
 
 from components.core.labels import load_labels
+from components.core.manifests import Labels, Tokenizer, TransformerAblations
 from components.core.models.transformer import TransformerSettings
 from components.core.studies.ablations import AblationSettings, run_ablations
 from components.core.training import TrainSettings
@@ -54,16 +55,16 @@ class TransformerAblationsConfig(dg.Config):
 def transformer_ablations(
     context: dg.AssetExecutionContext,
     config: TransformerAblationsConfig,
-    labels: dict,
-    tokenizer: dict,
+    labels: Labels,
+    tokenizer: Tokenizer,
     mlflow: MlflowTracker,
-) -> dg.Output[dict]:
+) -> dg.Output[TransformerAblations]:
     """Short runs of the full model and each ablation (no positional encoding, no √d scaling, a deep
     stack without residuals) with the same data, steps and seed; permutation equivariance without
     PE; softmax entropy and gradient norm at init with and without scaling."""
     check_same_tokenizer(labels, tokenizer)
     with stage(context, mlflow, config.model_dump()) as s:
-        train, val, meta = load_labels(labels["path"])
+        train, val, meta = load_labels(labels.path)
         result = run_ablations(
             TransformerSettings(**config.model.model_dump()),
             TrainSettings(**config.train.model_dump()),
@@ -73,16 +74,16 @@ def transformer_ablations(
             int(meta["vocab_size"]),
             s.tmp,
             log_metrics=s.run.log_metrics,
-            model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]},
+            model_meta={"tokenizer_sha256": labels.tokenizer_sha256},
         )
         return s.publish(
-            {
-                "table": result.table,
-                "metrics": result.metrics,
-                "permutation": result.permutation,
-                "scaling": result.scaling,
-                "depth": result.depth,
-            },
+            TransformerAblations(
+                table=result.table,
+                metrics=result.metrics,
+                permutation=result.permutation,
+                scaling=result.scaling,
+                depth=result.depth,
+            ),
             metrics=result.metrics,
             tables={"ablations": result.table},
             figures=result.figures,

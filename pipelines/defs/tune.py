@@ -11,6 +11,7 @@ import dagster as dg
 from pydantic import Field
 
 from components.core.labels import load_labels
+from components.core.manifests import Labels, LanguageModel, LrSweep
 from components.core.studies.sweep import SweepSettings, check_grid, lm_trial, run_sweep
 from components.orchestration.language_model import TRAINING_POOL
 from components.orchestration.stage import stage
@@ -35,8 +36,9 @@ class LrSweepConfig(dg.Config, SweepSettings):
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL, ins={m: dg.AssetIn(dg.AssetKey(m)) for m in SWEPT})
 def lr_sweep(
-    context: dg.AssetExecutionContext, config: LrSweepConfig, labels: dict, mlflow: MlflowTracker, **lms: dict
-) -> dg.Output[dict]:
+    context: dg.AssetExecutionContext, config: LrSweepConfig, labels: Labels, mlflow: MlflowTracker,
+    **lms: LanguageModel,
+) -> dg.Output[LrSweep]:
     """For each model: its architecture and training settings as trained, retrained at every (lr,
     warmup) of the grid for `max_steps` steps, each with a full schedule ending there; scored on the
     whole validation split. The chosen values, and the `defs.yaml` lines that set them, are published."""
@@ -47,14 +49,14 @@ def lr_sweep(
     check_grid(settings, where="lr_sweep", tokens_per_step=settings.batch_size * (config.block_size or 1),
                budget_tokens=settings.max_steps * settings.batch_size * (config.block_size or 1))
     with stage(context, mlflow, config.model_dump()) as s:
-        train, val, meta = load_labels(labels["path"])
+        train, val, meta = load_labels(labels.path)
         chosen, rows, figures, texts = {}, [], {}, {}
         for name in config.models:
             m = lms[name]
-            base = {k: v for k, v in m["train_settings"].items() if k not in ("launcher", "nproc_per_node", "strategy")}
+            base = {k: v for k, v in m.train_settings.items() if k not in ("launcher", "nproc_per_node", "strategy")}
             base["block_size"] = config.block_size
-            trial = lm_trial(m["family"], m["model_config"], base, train, val, int(meta["vocab_size"]), s.tmp / name,
-                             model_meta={"tokenizer_sha256": labels["tokenizer_sha256"]})
+            trial = lm_trial(m.family, m.model_config, base, train, val, int(meta["vocab_size"]), s.tmp / name,
+                             model_meta={"tokenizer_sha256": labels.tokenizer_sha256})
 
             def log(row: dict, name: str = name) -> None:
                 context.log.info(
@@ -97,7 +99,7 @@ def lr_sweep(
             f"`pipelines/defs/{n}/defs.yaml`, under `training:`\n```yaml\n    lr: {c['lr']:g}  # lr_sweep {url}\n"
             f"    min_lr: {c['min_lr']:g}\n    warmup_steps: {c['warmup_steps']}\n```" for n, c in chosen.items())
         return s.publish(
-            {"chosen": chosen, "trials": rows, "budget_steps": settings.max_steps, "mlflow_url": url},
+            LrSweep(chosen=chosen, trials=rows, budget_steps=settings.max_steps, mlflow_url=url),
             metrics={f"{n}/chosen_lr": c["lr"] for n, c in chosen.items()}
             | {f"{n}/val_loss": c["val_loss"] for n, c in chosen.items()},
             tables={"trials": rows},

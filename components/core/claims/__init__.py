@@ -1,6 +1,7 @@
 """The article's claims, each judged on a run's own artifacts, and the invariants kept apart from them.
 
-One function per check. It takes the manifest (the plain JSON dict an asset hands downstream) of the
+One function per check. It takes the typed manifest (`components.core.manifests`) an asset hands
+downstream of the
 asset whose output it judges, reads the files that manifest names when it needs them, and returns a
 `Verdict`: whether it held, its sub-checks and the measured figures. The asset checks call these
 functions and so does the run's report, so a check and the report never disagree.

@@ -54,7 +54,7 @@ class Claim:
     name: str  # the asset check's name
     asset: str  # the asset whose manifest is judged, or LANGUAGE_MODELS
     statement: str  # in English, the project's own words
-    judge: Callable[[dict], Verdict] = field(repr=False)
+    judge: Callable[[Any], Verdict] = field(repr=False)  # the manifest of `asset` (its Manifest class) → verdict
     blocking: bool = False
     warn: bool = False  # a finding of a trained model or a timing: a warning, not an error, when it fails
     kind: str = "claim"  # "claim": the article's, the run could contradict it; "invariant": true by construction

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from ..manifests import GradientStudy, LanguageModel
 from .base import Verdict, not_measured, verdict
 
 CLIP_TOLERANCE = 1e-4  # relative: clipping scales by clip / (norm + 1e-6), then float32 rounding
@@ -15,7 +16,7 @@ CLIP_TOLERANCE = 1e-4  # relative: clipping scales by clip / (norm + 1e-6), then
 # Language models
 
 
-def beats_ngram_baseline(lm: dict) -> Verdict:
+def beats_ngram_baseline(lm: LanguageModel) -> Verdict:
     """The model learned more than counts: its validation loss is below the best smoothed n-gram's
     (interpolated Kneser–Ney bigram and trigram, counted over the same training tokens) on the same
     validation targets.
@@ -23,27 +24,26 @@ def beats_ngram_baseline(lm: dict) -> Verdict:
     Falsifier: a validation loss at or above the n-gram's (an untrained or barely trained model, one
     that has only learned bigram statistics) fails; so does a comparison on other targets (another
     tokenizer, another block size, or a subset of the validation split), which says nothing."""
-    base = lm.get("baseline")
+    base = lm.baseline
     if not base:
         return not_measured("no n-gram baseline was counted on this model's labels")
-    val = float(lm["metrics"]["val/loss"])
-    block = (lm.get("train_settings") or {}).get("block_size")
+    val = lm.val_loss
+    block = lm.context_length
     same = {
-        "same_tokenizer": base.get("tokenizer_sha256") == lm.get("tokenizer_sha256"),
-        "same_block_size": block is None or int(block) == int(base["block_size"]),
-        "same_targets": int(lm["metrics"].get("val/targets", -1)) == int(base["n_targets"]),
+        "same_tokenizer": base.tokenizer_sha256 == lm.tokenizer_sha256,
+        "same_block_size": block is None or block == base.block_size,
+        "same_targets": lm.val_targets == base.n_targets,
     }
-    return verdict({**same, "below_ngram": val < float(base["val_loss"])},
-                   {"val_loss": val, "ngram_loss": float(base["val_loss"]), "ngram": base.get("model", ""),
-                    "margin": float(base["val_loss"]) - val, "val_targets": int(lm["metrics"].get("val/targets", -1)),
-                    "ngram_targets": int(base["n_targets"])})
+    return verdict({**same, "below_ngram": val < base.val_loss},
+                   {"val_loss": val, "ngram_loss": base.val_loss, "ngram": base.model,
+                    "margin": base.val_loss - val, "val_targets": lm.val_targets, "ngram_targets": base.n_targets})
 
 
-def clipping_bounds_gradient(lm: dict) -> Verdict:
+def clipping_bounds_gradient(lm: LanguageModel) -> Verdict:
     """At every log point the gradient norm after clipping is at most `grad_clip` (float tolerance);
     how often the norm before clipping exceeded it says whether the bound was ever needed."""
-    clip = float((lm.get("train_settings") or {}).get("grad_clip", math.nan))
-    points = [h for h in lm.get("history", []) if "grad_norm_clipped" in h]
+    clip = lm.grad_clip
+    points = [h for h in lm.history if "grad_norm_clipped" in h]
     if not math.isfinite(clip):
         return not_measured("the manifest records no training settings (grad_clip)")
     if clip == 0:
@@ -72,8 +72,8 @@ def clipping_bounds_gradient(lm: dict) -> Verdict:
 # Recurrent
 
 
-def gradients_vanish_and_explode(gradient_study: dict) -> Verdict:
-    f = {(r["model"], r["variant"]): r["step_factor"] for r in gradient_study["rows"]}
+def gradients_vanish_and_explode(gradient_study: GradientStudy) -> Verdict:
+    f = {(r["model"], r["variant"]): r["step_factor"] for r in gradient_study.rows}
     return verdict(
         {
             "rnn_contractive_decays": f[("rnn", "contractive")] < 1.0,
@@ -84,11 +84,11 @@ def gradients_vanish_and_explode(gradient_study: dict) -> Verdict:
     )
 
 
-def clipping_tames_exploding_gradients(gradient_study: dict) -> Verdict:
-    m = gradient_study["metrics"]
+def clipping_tames_exploding_gradients(gradient_study: GradientStudy) -> Verdict:
+    m = gradient_study.metrics
     if "clip/unclipped_diverged" not in m:
         return not_measured("the gradient study ran without its clipping experiment")
-    clip = gradient_study.get("clip_grad")
+    clip = gradient_study.clip_grad
     checks = {
         "unclipped_diverges": m["clip/unclipped_diverged"] == 1.0,
         "clipped_does_not_diverge": m["clip/clipped_diverged"] == 0.0,

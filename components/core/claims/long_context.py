@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import math
 
+from ..manifests import AttentionCost, ContextUsage, GenerationCost, LongContextCost
 from .base import Verdict, not_judged, verdict
 
 # --------------------------------------------------------------------------------------------------
 # Long context
 
 
-def _attention_fits(attention_cost: dict) -> tuple[str, dict]:
-    f = {(x["pass"], x["impl"]): x for x in attention_cost["fits"]}
+def _attention_fits(attention_cost: AttentionCost) -> tuple[str, dict]:
+    f = {(x["pass"], x["impl"]): x for x in attention_cost.fits}
     p = "forward_backward" if any(k[0] == "forward_backward" for k in f) else "forward"
     return p, {impl: x for (q, impl), x in f.items() if q == p}
 
 
-def attention_scales_as_claimed(attention_cost: dict) -> Verdict:
+def attention_scales_as_claimed(attention_cost: AttentionCost) -> Verdict:
     """Memory, which the score matrix fixes whatever the machine's load: the reference's ×4 per doubling."""
     p, f = _attention_fits(attention_cost)
     ref, fused = f.get("reference"), f.get("fused")
@@ -32,7 +33,7 @@ def attention_scales_as_claimed(attention_cost: dict) -> Verdict:
     return verdict(checks, {"pass": p, **figures})
 
 
-def attention_time_scales_as_claimed(attention_cost: dict) -> Verdict:
+def attention_time_scales_as_claimed(attention_cost: AttentionCost) -> Verdict:
     p, f = _attention_fits(attention_cost)
     ref, window = f.get("reference"), f.get("window")
     checks = {}
@@ -48,12 +49,12 @@ def attention_time_scales_as_claimed(attention_cost: dict) -> Verdict:
     return verdict(checks, {"pass": p, **figures})
 
 
-def _generation_fits(generation_cost: dict) -> dict:
-    return {x["model"]: x for x in generation_cost["fits"]}
+def _generation_fits(generation_cost: GenerationCost) -> dict:
+    return {x["model"]: x for x in generation_cost.fits}
 
 
-def kv_cache_grows_recurrent_state_does_not(generation_cost: dict) -> Verdict:
-    rows = generation_cost["rows"]
+def kv_cache_grows_recurrent_state_does_not(generation_cost: GenerationCost) -> Verdict:
+    rows = generation_cost.rows
 
     def held(model: str) -> list[int]:
         return [r["bytes_per_sequence"] for r in rows if r["model"] == model and "skipped" not in r]
@@ -71,7 +72,7 @@ def kv_cache_grows_recurrent_state_does_not(generation_cost: dict) -> Verdict:
     )
 
 
-def kv_cache_pays(generation_cost: dict) -> Verdict:
+def kv_cache_pays(generation_cost: GenerationCost) -> Verdict:
     f = _generation_fits(generation_cost)
     kv, nc = f["transformer_kv_cache"], f["transformer_no_cache"]
     return verdict(
@@ -84,10 +85,10 @@ def kv_cache_pays(generation_cost: dict) -> Verdict:
     )
 
 
-def arithmetic_matches_measurement(long_context_cost: dict) -> Verdict:
-    s = long_context_cost["summary"]
-    checks = {"kv_cache_equals_formula": bool(long_context_cost["kv_check"]) and all(
-        abs(r["measured_over_predicted"] - 1) < 1e-9 for r in long_context_cost["kv_check"])}
+def arithmetic_matches_measurement(long_context_cost: LongContextCost) -> Verdict:
+    s = long_context_cost.summary
+    checks = {"kv_cache_equals_formula": bool(long_context_cost.kv_check) and all(
+        abs(r["measured_over_predicted"] - 1) < 1e-9 for r in long_context_cost.kv_check)}
     for p in ("forward", "forward_backward"):
         lo, hi = s.get(f"reference_{p}_peak_over_scores_min"), s.get(f"reference_{p}_peak_over_scores_max")
         if lo is not None:
@@ -98,14 +99,14 @@ def arithmetic_matches_measurement(long_context_cost: dict) -> Verdict:
     return verdict(checks, {k: float(v) for k, v in s.items() if v is not None})
 
 
-def recurrence_is_the_serial_bottleneck(long_context_cost: dict) -> Verdict:
+def recurrence_is_the_serial_bottleneck(long_context_cost: LongContextCost) -> Verdict:
     """Two measurements of the article's "the 100th word waits for the 99 before it". The critical
     path of a forward pass (dependent steps: T·n_layer for a recurrent model, 2·n_layer for the
     Transformer whatever T) must grow with T for the recurrent models only; and the wall time per
     token of a training step must be lower for the Transformer than for each recurrent model at the
     longest length measured. Fails when the Transformer costs more per token there (a machine with
     little parallel width, such as a 2-core CPU, cannot use the shorter critical path)."""
-    rows = long_context_cost["train_rows"]
+    rows = long_context_cost.train_rows
     steps: dict[str, dict[int, int]] = {}
     for r in rows:
         if "sequential_steps" in r:
@@ -115,7 +116,7 @@ def recurrence_is_the_serial_bottleneck(long_context_cost: dict) -> Verdict:
     checks, figures = {}, {}
     tf = steps["transformer"]
     checks["transformer_depth_independent_of_length"] = len(set(tf.values())) == 1
-    for c in long_context_cost["crossovers"]:
+    for c in long_context_cost.crossovers:
         n = c["recurrent"]
         rec = steps.get(n, {})
         lens = sorted(set(rec) & set(tf))
@@ -132,16 +133,16 @@ def recurrence_is_the_serial_bottleneck(long_context_cost: dict) -> Verdict:
     return verdict(checks, figures)
 
 
-def later_context_helps(context_usage: dict) -> Verdict:
-    checks = {f"{s['model']}_gains_from_context": s["gain_from_context"] > 0 for s in context_usage["summaries"]}
-    for s in context_usage["summaries"]:
+def later_context_helps(context_usage: ContextUsage) -> Verdict:
+    checks = {f"{s['model']}_gains_from_context": s["gain_from_context"] > 0 for s in context_usage.summaries}
+    for s in context_usage.summaries:
         if s["receptive_field"]:
             checks[f"{s['model']}_saturates_within_receptive_field"] = s["saturation_position"] <= s["receptive_field"]
-    for g in context_usage["window_gaps"]:
+    for g in context_usage.window_gaps:
         if "gap_beyond_field_high" in g and math.isfinite(g["gap_beyond_field_high"]):
             # Beyond its receptive field the window cannot see what full attention sees: it must not be better there
             # beyond the bootstrap interval over validation blocks.
             checks[f"{g['model']}_not_better_beyond_field"] = not g["gap_beyond_field_high"] < 0
         else:
             checks[f"{g['model']}_not_better_after_window"] = not g["gap_after_window"] < 0
-    return verdict(checks, {k.replace("/", "_"): v for k, v in context_usage["metrics"].items()})
+    return verdict(checks, {k.replace("/", "_"): v for k, v in context_usage.metrics.items()})

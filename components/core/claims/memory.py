@@ -4,6 +4,7 @@ article's thesis is structural.
 
 from __future__ import annotations
 
+from ..manifests import MemoryDelay, MemoryInduction, MemoryRecall
 from .base import Verdict, verdict
 
 # --------------------------------------------------------------------------------------------------
@@ -17,20 +18,20 @@ MEMORY_DISTANCE_DROP = (
 )
 
 
-def _rows(manifest: dict, by: str, model: str) -> list[dict]:
+def _rows(manifest: MemoryDelay | MemoryRecall | MemoryInduction, by: str, model: str) -> list[dict]:
     return sorted(
-        (r for r in manifest["rows"] if r["by"] == by and r["model"] == model and r["n"] > 0),
+        (r for r in manifest.rows if r["by"] == by and r["model"] == model and r["n"] > 0),
         key=lambda r: str(r["at"]) if by == "field" else r["at"],
     )
 
 
-def rnn_forgets_where_lstm_remembers(memory_delay: dict) -> Verdict:
+def rnn_forgets_where_lstm_remembers(memory_delay: MemoryDelay) -> Verdict:
     """The RNN falls to chance at a delay where the LSTM still solves delayed recall.
 
     Falsifier: at no measured delay is the RNN's 95% interval within MEMORY_NEAR_CHANCE of chance while
     the LSTM's lower bound is at least MEMORY_SOLVED (the RNN bridges every delay, or the LSTM fails
     where the RNN fails)."""
-    chance = float(memory_delay["chance"])
+    chance = float(memory_delay.chance)
     rnn = {r["at"]: r for r in _rows(memory_delay, "delay", "rnn")}
     lstm = {r["at"]: r for r in _rows(memory_delay, "delay", "lstm")}
     parting = [
@@ -41,15 +42,15 @@ def rnn_forgets_where_lstm_remembers(memory_delay: dict) -> Verdict:
     figures = {"chance": chance, **{f"rnn_delay{d}_accuracy": r["accuracy"] for d, r in rnn.items()},
                **{f"lstm_delay{d}_accuracy": r["accuracy"] for d, r in lstm.items()},
                "delays_where_they_part": ", ".join(map(str, parting)) or "none"}
-    for g in memory_delay.get("gradients", []):
-        if g["model"] in ("rnn", "lstm") and g["delay"] == max(memory_delay["delays"]):
+    for g in memory_delay.gradients:
+        if g["model"] in ("rnn", "lstm") and g["delay"] == max(memory_delay.delays):
             figures[f"{g['model']}_grad_at_max_delay_over_last"] = g["relative_to_last"]
     return verdict(
         {"rnn_and_lstm_measured": bool(rnn and lstm), "some_delay_rnn_at_chance_lstm_solves": bool(parting)}, figures
     )
 
 
-def attention_bridges_every_delay(memory_delay: dict, model: str = "transformer") -> Verdict:
+def attention_bridges_every_delay(memory_delay: MemoryDelay, model: str = "transformer") -> Verdict:
     """Attention makes every two positions one step apart: the Transformer solves delayed recall at every
     measured delay. Falsifier: its 95% interval's lower bound below MEMORY_SOLVED at some delay."""
     rows = _rows(memory_delay, "delay", model)
@@ -62,7 +63,7 @@ def attention_bridges_every_delay(memory_delay: dict, model: str = "transformer"
     )
 
 
-def attention_recall_ignores_distance(memory_recall: dict, model: str = "transformer") -> Verdict:
+def attention_recall_ignores_distance(memory_recall: MemoryRecall, model: str = "transformer") -> Verdict:
     """Full attention's associative recall does not fall with the key-query distance. Falsifier: the
     farthest distance bucket's accuracy more than MEMORY_DISTANCE_DROP below the nearest bucket's,
     beyond both 95% intervals (its upper bound below the nearest's lower bound minus the drop), or the
@@ -74,12 +75,12 @@ def attention_recall_ignores_distance(memory_recall: dict, model: str = "transfo
     return verdict(
         {f"{model}_solves_nearest": near["low"] >= MEMORY_SOLVED,
          f"{model}_farthest_not_below_nearest": far["high"] >= near["low"] - MEMORY_DISTANCE_DROP},
-        {**{f"{model}_distance_to{r['at']}_accuracy": r["accuracy"] for r in rows}, "chance": memory_recall["chance"]},
+        {**{f"{model}_distance_to{r['at']}_accuracy": r["accuracy"] for r in rows}, "chance": memory_recall.chance},
     )
 
 
 def recurrent_state_runs_out(
-    memory_recall: dict, models: tuple[str, ...] = ("rnn", "lstm"), reference: str = "transformer"
+    memory_recall: MemoryRecall, models: tuple[str, ...] = ("rnn", "lstm"), reference: str = "transformer"
 ) -> Verdict:
     """A fixed recurrent state runs out as key-value pairs grow: each recurrent model's accuracy at the
     most pairs is below its accuracy at the fewest (beyond both 95% intervals) and below the
@@ -97,16 +98,16 @@ def recurrent_state_runs_out(
         if ref:
             checks[f"{m}_below_{reference}_at_most_pairs"] = many["high"] < ref[-1]["low"]
         figures.update({f"{m}_pairs{r['at']}_accuracy": r["accuracy"] for r in rows})
-        figures[f"{m}_state_size"] = next((x["state_size"] for x in memory_recall["models"] if x["model"] == m), None)
+        figures[f"{m}_state_size"] = next((x["state_size"] for x in memory_recall.models if x["model"] == m), None)
     figures.update({f"{reference}_pairs{r['at']}_accuracy": r["accuracy"] for r in ref})
     return verdict(checks, figures)
 
 
-def window_answers_within_field_only(memory_recall: dict, model: str = "window") -> Verdict:
+def window_answers_within_field_only(memory_recall: MemoryRecall, model: str = "window") -> Verdict:
     """A sliding-window model answers a key within its receptive field and fails beyond it: within, its
     95% lower bound is at least MEMORY_SOLVED; beyond, its upper bound is within MEMORY_NEAR_CHANCE of
     chance. Falsifier: it fails within its field, answers beyond it, or no query fell on one side."""
-    chance = float(memory_recall["chance"])
+    chance = float(memory_recall.chance)
     f = {r["at"]: r for r in _rows(memory_recall, "field", model)}
     within, beyond = f.get("within"), f.get("beyond")
     return verdict(
@@ -115,7 +116,7 @@ def window_answers_within_field_only(memory_recall: dict, model: str = "window")
             f"{model}_at_chance_beyond_field": beyond is not None and beyond["high"] <= chance + MEMORY_NEAR_CHANCE,
         },
         {
-            "receptive_field": memory_recall.get("receptive_fields", {}).get(model),
+            "receptive_field": memory_recall.receptive_fields.get(model),
             "chance": chance,
             **{f"{model}_{k}_accuracy": r["accuracy"] for k, r in f.items()},
             **{f"{model}_{k}_queries": r["n"] for k, r in f.items()},
@@ -128,7 +129,7 @@ INDUCTION_COPIES = 0.9  # repeat accuracy of a model that copies
 INDUCTION_COLLAPSE = 0.3  # accuracy the repeat must lose when the induction head is zeroed
 
 
-def induction_head_copies(memory_induction: dict) -> Verdict:
+def induction_head_copies(memory_induction: MemoryInduction) -> Verdict:
     """Heads that do different, named, necessary things: trained on repeated random spans, the model
     predicts the repeat (accuracy ≥ INDUCTION_COPIES) and not the first part (within
     MEMORY_NEAR_CHANCE of chance); the head of highest prefix-matching score in a layer after the
@@ -136,9 +137,9 @@ def induction_head_copies(memory_induction: dict) -> Verdict:
     costs the repeat at least INDUCTION_COLLAPSE accuracy, more than zeroing another head does.
     Falsifier: no copying, no later layer to hold an induction head (a one-layer model), a prefix
     score below 0.5, or copying that survives the induction head's ablation."""
-    base, found, chance = memory_induction["base"], memory_induction["found"], float(memory_induction["chance"])
-    abl = {a["ablated"]: a for a in memory_induction["ablations"]}
-    heads = {(h["layer"], h["head"]): h for h in memory_induction["heads"]}
+    base, found, chance = memory_induction.base, memory_induction.found, float(memory_induction.chance)
+    abl = {a["ablated"]: a for a in memory_induction.ablations}
+    heads = {(h["layer"], h["head"]): h for h in memory_induction.heads}
     ind = tuple(found["induction_head"]) if "induction_head" in found else None
     drop = {k: base["repeat_accuracy"] - a["repeat_accuracy"] for k, a in abl.items()}
     return verdict(
@@ -151,7 +152,7 @@ def induction_head_copies(memory_induction: dict) -> Verdict:
             "zeroing_another_head_costs_less": drop.get("induction head", 0.0) > drop.get("another head", 0.0),
         },
         {
-            "n_layer": memory_induction["n_layer"],
+            "n_layer": memory_induction.n_layer,
             "repeat_accuracy": base["repeat_accuracy"],
             "first_accuracy": base["first_accuracy"],
             "repeat_loss": base["repeat_loss"],

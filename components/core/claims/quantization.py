@@ -4,49 +4,50 @@ costs, the whole model's size, and the export folders' reload.
 
 from __future__ import annotations
 
+from ..manifests import ModelExport, QuantizedModels
 from .base import Verdict, not_judged, not_measured, verdict
 
 # --------------------------------------------------------------------------------------------------
 # Quantization and export
 
 
-def _size(quantized_models: dict, key: str, what: str) -> Verdict:
-    c = quantized_models["checks"][key]
+def _size(quantized_models: QuantizedModels, key: str, what: str) -> Verdict:
+    c = quantized_models.checks[key]
     if c["value"] is None:
         return not_measured(f"{what} was not among quantized_models' variants: nothing to check")
     return verdict({f"{what}_within_limit": c["value"] <= c["limit"]},
                    {"ratio_codes_and_scales": c["value"], "limit": c["limit"], "ratio_with_code_books": c["all_in"],
-                    "model": quantized_models["main_model"]})
+                    "model": quantized_models.main_model})
 
 
-def _perplexity(quantized_models: dict, key: str, what: str) -> Verdict:
-    c = quantized_models["checks"][key]
+def _perplexity(quantized_models: QuantizedModels, key: str, what: str) -> Verdict:
+    c = quantized_models.checks[key]
     if c["value"] is None:
         return not_measured(f"{what} was not measured")
     return verdict(
         {f"{what}_within_limit": c["value"] <= c["limit"]},
-        {"perplexity_increase_pct": c["value"], "limit_pct": c["limit"], "model": quantized_models["main_model"]},
+        {"perplexity_increase_pct": c["value"], "limit_pct": c["limit"], "model": quantized_models.main_model},
     )
 
 
-def int8_weights_size(quantized_models: dict) -> Verdict:
+def int8_weights_size(quantized_models: QuantizedModels) -> Verdict:
     return _size(quantized_models, "int8_size", "int8")
 
 
-def nf4_weights_size(quantized_models: dict) -> Verdict:
+def nf4_weights_size(quantized_models: QuantizedModels) -> Verdict:
     return _size(quantized_models, "nf4_size", "nf4")
 
 
-def int8_perplexity_cost(quantized_models: dict) -> Verdict:
+def int8_perplexity_cost(quantized_models: QuantizedModels) -> Verdict:
     return _perplexity(quantized_models, "int8_ppl", "int8")
 
 
-def nf4_perplexity_cost(quantized_models: dict) -> Verdict:
+def nf4_perplexity_cost(quantized_models: QuantizedModels) -> Verdict:
     return _perplexity(quantized_models, "nf4_ppl", "nf4")
 
 
-def _model_size(quantized_models: dict, variant: str) -> Verdict:
-    c = quantized_models["checks"].get(f"{variant}_model_size")
+def _model_size(quantized_models: QuantizedModels, variant: str) -> Verdict:
+    c = quantized_models.checks.get(f"{variant}_model_size")
     if c is None or c["value"] is None:
         return not_judged(
             f"{variant} or fp16 was not among quantized_models' variants: the whole model was not compared"
@@ -61,24 +62,24 @@ def _model_size(quantized_models: dict, variant: str) -> Verdict:
             "quantized_layers_ratio": c["layer_ratio"],
             "quantized_share_of_params": c["quantized_share"],
             "kept_float": c["kept_float"],
-            "model": quantized_models["main_model"],
+            "model": quantized_models.main_model,
         },
     )
 
 
-def int8_model_size(quantized_models: dict) -> Verdict:
+def int8_model_size(quantized_models: QuantizedModels) -> Verdict:
     """Fails when the whole INT8 model (quantized layers, and every part kept unquantized) takes more
     than 0.60× the memory of the whole FP16 model."""
     return _model_size(quantized_models, "int8")
 
 
-def nf4_model_size(quantized_models: dict) -> Verdict:
+def nf4_model_size(quantized_models: QuantizedModels) -> Verdict:
     """Fails when the whole NF4 model takes more than 0.35× the memory of the whole FP16 model."""
     return _model_size(quantized_models, "nf4")
 
 
-def reload_reproduces_logits(model_export: dict) -> Verdict:
-    rows = model_export["rows"]
+def reload_reproduces_logits(model_export: ModelExport) -> Verdict:
+    rows = model_export.rows
     return verdict(
         {f"{r['variant']}_reloads": r["reload_ok"] for r in rows} or {"some_export": False},
         {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..manifests import Manifest
 from .base import LANGUAGE_MODELS, Claim, Verdict
 from .language_models import clipping_bounds_gradient
 from .memory import (
@@ -256,7 +257,7 @@ class Judgement:
 
 
 def judge_all(
-    manifests: dict[str, dict], language_models: list[str], claims: list[Claim] | None = None
+    manifests: dict[str, Manifest], language_models: list[str], claims: list[Claim] | None = None
 ) -> list[Judgement]:
     """Every claim on the manifests at hand (asset name → manifest); LANGUAGE_MODELS claims once per
     language model. A claim whose asset is missing, or whose judge raises, is reported as not judged."""

@@ -5,6 +5,7 @@ soft against top-k attention.
 
 from __future__ import annotations
 
+from ..manifests import AttentionHeads, AttentionTopk, FfnMemories, ModelComparison, TransformerAblations
 from .base import Verdict, not_judged, verdict
 from .memory import INDUCTION_COLLAPSE
 
@@ -16,8 +17,8 @@ TOPK_MARGIN = 1e-4  # nats: a loss "rises" by more than float rounding between a
 # Transformer
 
 
-def position_breaks_order_symmetry(transformer_ablations: dict) -> Verdict:
-    m = transformer_ablations["metrics"]
+def position_breaks_order_symmetry(transformer_ablations: TransformerAblations) -> Verdict:
+    m = transformer_ablations.metrics
     no_pe, with_pe = m["permutation/no_pe_rel_err"], m["permutation/with_pe_rel_err"]
     # Without PE the outputs permute with the inputs up to float32 rounding (~1e-7); with PE the
     # error must stand well clear of that noise (small models at init are only mildly position-aware).
@@ -27,14 +28,14 @@ def position_breaks_order_symmetry(transformer_ablations: dict) -> Verdict:
     )
 
 
-def sqrt_d_keeps_softmax_unsaturated(transformer_ablations: dict) -> Verdict:
+def sqrt_d_keeps_softmax_unsaturated(transformer_ablations: TransformerAblations) -> Verdict:
     """Why attention divides its scores by √d: for unit-variance q and k the unscaled score's variance
     is d, so as the head grows the softmax saturates (its rows' entropy falls toward one-hot) and the
     gradient through it dies; scaled, the entropy stays put. Fails when the unscaled entropy does not
     fall as d grows (to below half the scaled one at the largest d), when the scaled entropy moves by
     more than 30 % across d, or when the scaled scores do not pass more gradient at the largest d."""
     probes = sorted(
-        (transformer_ablations.get("scaling") or {}).get("unit_variance") or [], key=lambda r: r["head_dim"]
+        (transformer_ablations.scaling or {}).get("unit_variance") or [], key=lambda r: r["head_dim"]
     )
     if len(probes) < 2:
         return not_judged("the ablations measured no softmax entropy over head sizes")
@@ -60,12 +61,12 @@ def sqrt_d_keeps_softmax_unsaturated(transformer_ablations: dict) -> Verdict:
 DEPTH_LOSS_MARGIN = 0.02  # nats: "no worse" with depth, beyond run-to-run noise of a short training
 
 
-def residuals_let_depth_train(transformer_ablations: dict) -> Verdict:
+def residuals_let_depth_train(transformer_ablations: TransformerAblations) -> Verdict:
     """The residual stream lets depth train: fails when, at the deepest depth of the study, the model
     without residuals passes at least a tenth of the first-layer gradient (at init) that the model with
     them does, or is not worse than it; or when, with residuals, the deepest model's validation loss is
     worse than the shallowest's by more than DEPTH_LOSS_MARGIN (depth still hurting on this budget)."""
-    rows = transformer_ablations.get("depth") or []
+    rows = transformer_ablations.depth or []
     by = {(r["n_layer"], r["residual"]): r for r in rows}
     depths = sorted({r["n_layer"] for r in rows})
     if len(depths) < 2 or any((d, f) not in by for d in depths for f in (True, False)):
@@ -85,8 +86,8 @@ def residuals_let_depth_train(transformer_ablations: dict) -> Verdict:
     )
 
 
-def ffn_holds_two_thirds(model_comparison: dict) -> Verdict:
-    accounting = model_comparison["accounting"]  # parameter_accounting per Transformer: it judges "about two thirds"
+def ffn_holds_two_thirds(model_comparison: ModelComparison) -> Verdict:
+    accounting = model_comparison.accounting  # parameter_accounting per Transformer: it judges "about two thirds"
     figures = {}
     for n, a in accounting.items():
         figures[f"{n}_ffn_share"] = a["ffn_share"]
@@ -103,14 +104,14 @@ def ffn_holds_two_thirds(model_comparison: dict) -> Verdict:
 # Inside the Transformer
 
 
-def attention_rows_sum_to_one(attention_heads: dict) -> Verdict:
-    m = attention_heads["metrics"]
+def attention_rows_sum_to_one(attention_heads: AttentionHeads) -> Verdict:
+    m = attention_heads.metrics
     err = m["heads/max_row_sum_error"]
     return verdict({"rows_sum_to_one": err <= ROW_SUM_TOLERANCE},
-                   {"max_row_sum_error": err, "tolerance": ROW_SUM_TOLERANCE, "heads": len(attention_heads["heads"])})
+                   {"max_row_sum_error": err, "tolerance": ROW_SUM_TOLERANCE, "heads": len(attention_heads.heads)})
 
 
-def heads_differ(attention_heads: dict) -> Verdict:
+def heads_differ(attention_heads: AttentionHeads) -> Verdict:
     """Heads do different, named, necessary things, shown where it is structural: on the induction task
     (the `induction` section attention_heads carries from memory_induction) a previous-token head and an
     induction head are two different heads found by their scores, the induction head in a later
@@ -118,10 +119,10 @@ def heads_differ(attention_heads: dict) -> Verdict:
     another head. The head classes on real text and the largest single-head ablation cost there are
     reported beside it (at this size every head is "broad" on text). Falsifier: no induction section,
     one head doing both jobs or none, or copying that survives the induction head's ablation."""
-    m = attention_heads["metrics"]
-    kinds = {h["kind"] for h in attention_heads["heads"]}
+    m = attention_heads.metrics
+    kinds = {h["kind"] for h in attention_heads.heads}
     text = {"text_classes": ", ".join(sorted(kinds)), **{k.replace("/", "_"): v for k, v in m.items()}}
-    ind = attention_heads.get("induction")
+    ind = attention_heads.induction
     if not ind:
         return verdict({"induction_findings_present": False}, text, "attention_heads carries no induction findings")
     found, base = ind["found"], ind["base"]
@@ -137,15 +138,15 @@ def heads_differ(attention_heads: dict) -> Verdict:
     )
 
 
-def fact_neurons_matter(ffn_memories: dict) -> Verdict:
+def fact_neurons_matter(ffn_memories: FfnMemories) -> Verdict:
     """Neurons selected by their direct effect on the answer on one prompt lower the answer of the
     selecting prompt by construction, so the verdict is taken on held-out prompts of the same answers:
     fails when, there, zeroing them lowers the answer's probability no more than zeroing random
     neurons matched in activation (the 95 % bootstrap interval over facts of the extra drop reaches
     0), or when no fact has a held-out prompt (then not judged)."""
-    m = ffn_memories["metrics"]
+    m = ffn_memories.metrics
     figures = {k.replace("/", "_"): v for k, v in m.items()}
-    if not ffn_memories["probe"]:
+    if not ffn_memories.probe:
         return verdict({"fact_prompts_found": False}, figures)
     if "ffn/heldout_extra_drop_lo" not in m:
         return not_judged("no fact has a second, held-out prompt: the selecting prompt alone cannot judge it", figures)
@@ -154,11 +155,11 @@ def fact_neurons_matter(ffn_memories: dict) -> Verdict:
     )
 
 
-def soft_attention_beats_topk(attention_topk: dict) -> Verdict:
+def soft_attention_beats_topk(attention_topk: AttentionTopk) -> Verdict:
     """The full softmax beats every top-k restriction, and the loss rises as k falls (each by more than
     TOPK_MARGIN: k at least the block size is the full softmax, up to float rounding)."""
-    rows = sorted((r for r in attention_topk["rows"] if r["k"] is not None), key=lambda r: r["k"])
-    full = next(r for r in attention_topk["rows"] if r["k"] is None)["val_loss"]
+    rows = sorted((r for r in attention_topk.rows if r["k"] is not None), key=lambda r: r["k"])
+    full = next(r for r in attention_topk.rows if r["k"] is None)["val_loss"]
     if not rows:
         return verdict({"some_k_measured": False}, {"full_val_loss": full})
     checks = {f"full_beats_top{rows[-1]['k']}": rows[-1]["val_loss"] - full > TOPK_MARGIN}

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from ..manifests import EmbeddingEval, WordEmbeddings
 from .base import Verdict, not_judged, not_measured, verdict
 
 SQRT2 = math.sqrt(2.0)
@@ -19,17 +20,17 @@ SPREAD_OVER_RANDOM = 1.5  # learned distances' std/mean at least this × that of
 # Embeddings
 
 
-def pad_row_is_zero(word_embeddings: dict) -> Verdict:
+def pad_row_is_zero(word_embeddings: WordEmbeddings) -> Verdict:
     from ..embeddings import load_embeddings
 
-    emb = load_embeddings(word_embeddings["path"])
+    emb = load_embeddings(word_embeddings.path)
     return verdict(
         {"pad_row_is_zero": (emb.vectors[0] == 0).all(), "all_finite": np.isfinite(emb.vectors).all()},
         {"pad_row_norm": float(np.linalg.norm(emb.vectors[0]))},
     )
 
 
-def pad_excluded_from_similarity(word_embeddings: dict, n_words: int = 200, topn: int = 5) -> Verdict:
+def pad_excluded_from_similarity(word_embeddings: WordEmbeddings, n_words: int = 200, topn: int = 5) -> Verdict:
     """[PAD]'s row is zero (no direction, so no cosine with anything), the similarity search leaves it
     out, and it is never among the nearest neighbours of the `n_words` most frequent words."""
     from ..data import PAD_ID
@@ -37,7 +38,7 @@ def pad_excluded_from_similarity(word_embeddings: dict, n_words: int = 200, topn
     from ..embeddings.evaluate import nearest_neighbours
     from ..embeddings.vocab import PAD
 
-    emb = load_embeddings(word_embeddings["path"])
+    emb = load_embeddings(word_embeddings.path)
     words = emb.vocab.words
     index = WordIndex(words, emb.vectors)
     probes = index.words[:n_words]
@@ -59,8 +60,8 @@ def pad_excluded_from_similarity(word_embeddings: dict, n_words: int = 200, topn
     )
 
 
-def onehot_equidistant_learned_not(embedding_eval: dict) -> Verdict:
-    m = embedding_eval["metrics"]
+def onehot_equidistant_learned_not(embedding_eval: EmbeddingEval) -> Verdict:
+    m = embedding_eval.metrics
     if "distance/learned_cv" not in m:
         return not_measured("embedding_eval measured no pairwise distances (fewer than 3 searchable words)")
     figures = {k.removeprefix("distance/"): m[k] for k in sorted(m) if k.startswith("distance/")}
@@ -74,10 +75,10 @@ def onehot_equidistant_learned_not(embedding_eval: dict) -> Verdict:
     )
 
 
-def word_vectors_carry_similarity(embedding_eval: dict) -> Verdict:
+def word_vectors_carry_similarity(embedding_eval: EmbeddingEval) -> Verdict:
     """Fails when the WordSim353 Spearman correlation's 95 % bootstrap interval reaches 0, or when
     related pairs (human score ≥ 7) are not closer than unrelated ones (≤ 3) beyond their interval."""
-    m = embedding_eval["metrics"]
+    m = embedding_eval.metrics
     if "wordsim353/spearman_lo" not in m:
         return not_judged("fewer than 10 WordSim353 pairs are in the vocabulary: nothing to correlate")
     checks = {"spearman_interval_above_zero": m["wordsim353/spearman_lo"] > 0}
@@ -93,11 +94,11 @@ def word_vectors_carry_similarity(embedding_eval: dict) -> Verdict:
     )
 
 
-def king_man_woman_queen(embedding_eval: dict) -> Verdict:
+def king_man_woman_queen(embedding_eval: EmbeddingEval) -> Verdict:
     """Fails when queen ranks no better for king − man + woman than the 5th percentile of random
     words' ranks for the same query, or when the analogy accuracy's 95 % interval reaches chance
     (one right answer among the searchable words)."""
-    m = embedding_eval["metrics"]
+    m = embedding_eval.metrics
     if "king/target_rank" not in m or "analogy/accuracy_lo" not in m:
         return not_judged("king, man, woman or queen is not among the searchable words, or no analogy was answerable")
     return verdict(

@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..manifests import LanguageModel
+
 
 def training_time_axis(history: list[dict]) -> list[tuple[float, float]]:
     """(cumulative training seconds, val loss) at each evaluation point of a training history.
@@ -297,20 +299,20 @@ class ComparisonResult:
         return out
 
 
-def compare_models(models: dict[str, dict[str, Any]], seed_losses: dict[str, list[float]] | None = None,
+def compare_models(models: dict[str, LanguageModel], seed_losses: dict[str, list[float]] | None = None,
                    baseline: list[dict[str, Any]] | None = None) -> ComparisonResult:
-    """`models`: name -> {"metrics": the shared training metrics, "history": the eval history}.
+    """`models`: name -> its language model's manifest (its metrics and eval history are read).
     `seed_losses`: name -> final validation losses of the same model trained with other seeds (the
     model's own run included); their spread decides which differences are beyond seed noise.
     `baseline`: the n-gram rows ({"model", "val_loss"}) scored on the same validation targets: a row
     of the table and a line on every loss plot each."""
     spreads = seed_spread(seed_losses or {})
-    curves = {name: training_time_axis(m["history"]) for name, m in models.items()}
+    curves = {name: training_time_axis(m.history) for name, m in models.items()}
     # The longest time every model reached: the fair budget for "who is better per second".
     matched = min((c[-1][0] for c in curves.values() if c), default=0.0)
     rows = []
     for name, m in models.items():
-        met = m["metrics"]
+        met = m.metrics
         rows.append(
             {
                 "model": name,
@@ -330,7 +332,7 @@ def compare_models(models: dict[str, dict[str, Any]], seed_losses: dict[str, lis
         for r in (baseline or [])
     ]
     all_losses = {
-        n: list(seed_losses[n]) if seed_losses and n in seed_losses else [float(models[n]["metrics"]["val/loss"])]
+        n: list(seed_losses[n]) if seed_losses and n in seed_losses else [models[n].val_loss]
         for n in models
     }
     result = ComparisonResult(
@@ -341,8 +343,8 @@ def compare_models(models: dict[str, dict[str, Any]], seed_losses: dict[str, lis
         baseline=base_rows,
         pairs=pair_verdicts(all_losses),
     )
-    tokens = {name: tokens_axis(m["history"]) for name, m in models.items()}
-    flops = {name: flops_axis(m["history"], m["metrics"].get("flops_per_token")) for name, m in models.items()}
+    tokens = {name: tokens_axis(m.history) for name, m in models.items()}
+    flops = {name: flops_axis(m.history, m.metrics.get("flops_per_token")) for name, m in models.items()}
     result.figures["comparison"] = plot_comparison(curves, rows, matched, tokens, base_rows, flops)
     return result
 
@@ -393,7 +395,7 @@ def plot_comparison(curves: dict[str, list[tuple[float, float]]], rows: list[dic
 
 
 def train_other_seeds(
-    models: dict[str, dict[str, Any]],
+    models: dict[str, LanguageModel],
     seeds: list[int],
     train_data,
     val_data,
@@ -407,8 +409,8 @@ def train_other_seeds(
     model settings, training settings and data, only the seed (initialisation and batch order)
     differs. Returns name -> final validation losses, the model's own run first.
 
-    `models`: name -> a language-model manifest ({"family", "model_config", "train_settings",
-    "metrics"}); `log(str)` gets a line per run."""
+    `models`: name -> its language model's manifest (family, model_config, train_settings and
+    metrics are read); `log(str)` gets a line per run."""
     from pathlib import Path
 
     from ..lm import SamplingSettings, train_lm
@@ -418,15 +420,15 @@ def train_other_seeds(
     for name, m in models.items():
         # In process, whatever launched the model (launch settings are not TrainSettings; a seed is a seed in any
         # world size).
-        own = TrainSettings(**{k: v for k, v in m["train_settings"].items() if k in TrainSettings.model_fields})
-        losses = [float(m["metrics"]["val/loss"])]
+        own = TrainSettings(**{k: v for k, v in m.train_settings.items() if k in TrainSettings.model_fields})
+        losses = [m.val_loss]
         for seed in seeds:
             if seed == own.seed:
                 continue
             ts = own.model_copy(update={"seed": seed})
             res = train_lm(
-                m["family"],
-                m["model_config"],
+                m.family,
+                m.model_config,
                 ts,
                 train_data,
                 val_data,

@@ -34,6 +34,7 @@ from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..device import DeviceSetting, resolve_device, seed_everything
+from ..manifests import AttentionCost, GenerationCost, RecurrentCost
 from .attention_cost import fit_exponent
 from .recurrent_cost import linear_fit, timing_optimizer, train_step_seconds
 
@@ -377,15 +378,15 @@ class LongContextResult:
 def long_context_cost(
     transformer: nn.Module,
     *,
-    attention: dict,
-    generation: dict,
-    recurrent: dict,
+    attention: AttentionCost,
+    generation: GenerationCost,
+    recurrent: RecurrentCost,
     settings: LongContextSettings,
     shapes: list[ModelShape] = REFERENCE_SHAPES,
 ) -> LongContextResult:
     """`attention`, `generation`, `recurrent`: the manifests of the three sweeps (rows, fits, info);
     `shapes`: the real model shapes of the arithmetic table."""
-    rec_rows = recurrent["rows"]
+    rec_rows = recurrent.rows
     seq_lens = sorted({r["seq_len"] for r in rec_rows})
     batch = rec_rows[0]["batch_size"]
     tf_rows = transformer_train_rows(transformer, seq_lens, batch, settings)
@@ -399,11 +400,11 @@ def long_context_cost(
     ]
     crossovers = [crossover(tf_rows, rec_rows, name) for name in dict.fromkeys(r["model"] for r in rec_rows)]
     arithmetic = arithmetic_table(settings, shapes)
-    kv = check_kv_arithmetic(generation["rows"], transformer.config.model_dump())
-    fit_from = attention["info"]["settings"]["fit_from"]
-    scores = check_scores_arithmetic(attention["rows"], attention["info"], fit_from)
+    kv = check_kv_arithmetic(generation.rows, transformer.config.model_dump())
+    fit_from = attention.info["settings"]["fit_from"]
+    scores = check_scores_arithmetic(attention.rows, attention.info, fit_from)
     return LongContextResult(
-        exponents=exponent_table(attention["fits"], generation["fits"], train_rows),
+        exponents=exponent_table(attention.fits, generation.fits, train_rows),
         train_rows=train_rows,
         crossovers=crossovers,
         arithmetic=arithmetic,

@@ -1,0 +1,197 @@
+"""Manifests of the studies: long-context cost, inside the Transformer, the memory tasks,
+quantization and export, and the run's report."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .base import Manifest
+
+Rows = list[dict[str, Any]]
+
+
+# --- long context
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionCost(Manifest):
+    KIND = "attention_cost"
+
+    rows: Rows = field(default_factory=list)
+    fits: Rows = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationCost(Manifest):
+    KIND = "generation_cost"
+
+    rows: Rows = field(default_factory=list)
+    fits: Rows = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LongContextCost(Manifest):
+    KIND = "long_context_cost"
+
+    exponents: Rows = field(default_factory=list)
+    crossovers: Rows = field(default_factory=list)
+    arithmetic: Rows = field(default_factory=list)
+    kv_check: Rows = field(default_factory=list)
+    scores_check: Rows = field(default_factory=list)
+    train_rows: Rows = field(default_factory=list)
+    summary: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContextUsage(Manifest):
+    KIND = "context_usage"
+
+    curves: dict[str, list[float]] = field(default_factory=dict)
+    summaries: Rows = field(default_factory=list)
+    window_gaps: Rows = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+# --- inside the Transformer
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionHeads(Manifest):
+    KIND = "attention_heads"
+
+    heads: Rows = field(default_factory=list)
+    ablation: Rows = field(default_factory=list)
+    base_loss: float = math.nan
+    one_head_loss: float = math.nan
+    thresholds: dict[str, float] = field(default_factory=dict)
+    induction: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FfnMemories(Manifest):
+    KIND = "ffn_memories"
+
+    neurons: Rows = field(default_factory=list)
+    probe: Rows = field(default_factory=list)
+    made_up: Rows = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttentionTopk(Manifest):
+    KIND = "attention_topk"
+
+    rows: Rows = field(default_factory=list)
+    block_size: int = 0
+    blocks: int = 0
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArticleExamples(Manifest):
+    KIND = "article_examples"
+
+    word_order: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    attention_mix: Rows = field(default_factory=list)
+    shifted_pairs: Rows = field(default_factory=list)
+    lstm_gates: Rows = field(default_factory=list)
+
+
+# --- memory tasks
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryDelay(Manifest):
+    KIND = "memory_delay"
+
+    rows: Rows = field(default_factory=list)
+    models: Rows = field(default_factory=list)
+    chance: float = math.nan
+    val_sequences: int = 0
+    delays: list[int] = field(default_factory=list)
+    gradients: Rows = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryRecall(Manifest):
+    KIND = "memory_recall"
+
+    rows: Rows = field(default_factory=list)
+    models: Rows = field(default_factory=list)
+    chance: float = math.nan
+    val_sequences: int = 0
+    pairs: list[int] = field(default_factory=list)
+    receptive_fields: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryInduction(Manifest):
+    KIND = "memory_induction"
+
+    rows: Rows = field(default_factory=list)
+    models: Rows = field(default_factory=list)
+    chance: float = math.nan
+    span: int = 0
+    n_layer: int = 0
+    base: dict[str, float] = field(default_factory=dict)
+    heads: Rows = field(default_factory=list)
+    found: dict[str, list[int]] = field(default_factory=dict)
+    ablations: Rows = field(default_factory=list)
+
+
+# --- quantization and export
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantizedModels(Manifest):
+    KIND = "quantized_models"
+
+    rows: Rows = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+    device: str = ""
+    main_model: str = ""
+    models: dict[str, dict[str, Any]] = field(default_factory=dict)  # model → what its language model recorded
+    weights: dict[str, dict[str, str]] = field(default_factory=dict)  # model → variant → safetensors path
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)  # claim → its figures
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelExport(Manifest):
+    KIND = "model_export"
+
+    model: str
+    exports: dict[str, dict[str, Any]] = field(default_factory=dict)  # variant → folder, files
+    rows: Rows = field(default_factory=list)
+    reload_ok: bool = False
+    samples: dict[str, str] = field(default_factory=dict)
+    registered_model: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightsArithmetic(Manifest):
+    KIND = "weights_arithmetic"
+
+    reference: Rows = field(default_factory=list)
+    measured: Rows = field(default_factory=list)
+
+
+# --- the report
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report(Manifest):
+    KIND = "report"
+
+    path: str
+    claims: Rows = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    invariant_counts: dict[str, int] = field(default_factory=dict)
+    mlflow_parent_run_id: str = ""
