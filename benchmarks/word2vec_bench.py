@@ -35,6 +35,7 @@ from components.core.embeddings import (  # noqa: E402
     train_word2vec,
     word_tokenize,
 )
+from components.core.embeddings.reference import gensim_word2vec  # noqa: E402
 
 SETTINGS = dict(vector_size=100, window=5, min_count=5, negative=5, epochs=5, sample=1e-3, workers=2)
 
@@ -88,21 +89,7 @@ def run_ours(encoded, vocab, settings: Word2VecSettings) -> dict:
 
 
 def run_gensim(sentences, settings: Word2VecSettings) -> dict:
-    from gensim.models import Word2Vec
-
-    model = Word2Vec(
-        vector_size=settings.vector_size,
-        window=settings.window,
-        min_count=settings.min_count,
-        sg=settings.sg,
-        negative=settings.negative,
-        sample=settings.sample,
-        epochs=settings.epochs,
-        alpha=settings.alpha,
-        min_alpha=settings.min_alpha,
-        seed=settings.seed,
-        workers=settings.workers,
-    )
+    model = gensim_word2vec(settings)  # the same construction the pipeline's reference uses
     model.build_vocab(sentences)
     cpu0, t0 = cpu_seconds(), time.perf_counter()
     model.train(sentences, total_examples=model.corpus_count, epochs=model.epochs)

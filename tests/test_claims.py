@@ -605,6 +605,16 @@ def test_meaning_and_king_queen_hold_in_a_planted_world_and_fail_when_the_vector
     v = C.king_man_woman_queen(shuffled)
     assert not v.passed and not v.checks["analogy_accuracy_above_chance"]
     assert v.figures["queen_rank"] > 10
+
+    # Beside gensim trained on the same corpus: ours must not score below the reference's accuracy.
+    def beside(ours, reference):
+        ref = {f"gensim/{k}": x for k, x in reference.metrics.items() if k.startswith(("analogy/", "king/"))}
+        return M.EmbeddingEval(metrics={**ours.metrics, **ref})
+
+    v = C.king_man_woman_queen(beside(shuffled, world))  # a reference that learned what ours did not
+    assert not v.checks["analogy_not_below_gensim"] and v.figures["gensim_analogy_accuracy"] > 0.5
+    v = C.king_man_woman_queen(beside(world, shuffled))
+    assert v.passed and v.checks["analogy_not_below_gensim"] and v.figures["gensim_queen_rank"] > 10
     # No WordSim pair in the vocabulary: not judged.
     assert not C.word_vectors_carry_similarity(M.EmbeddingEval(metrics={"wordsim353/oov": 1.0})).judged
 

@@ -155,6 +155,9 @@ def test_studies_report_measured_findings(tiny_run):
     assert abs(comparison["accounting"]["transformer"]["ffn_share"] - 2 / 3) < 0.05
     ev = manifest(inst, run_id, "embedding_eval")["metrics"]
     assert 0 < ev["analogy/coverage"] <= 1 and "wordsim353/oov" in ev
+    # gensim's Word2Vec trained beside ours on the same sentences, scored by the same evaluators.
+    assert 0 < ev["gensim/analogy/coverage"] <= 1 and "gensim/wordsim353/oov" in ev
+    assert manifest(inst, run_id, "word_embeddings")["reference_path"].endswith("gensim_vectors.txt")
     # The long-context summary times the Transformer at the recurrent sweep's lengths and checks the
     # KV-cache formula against generation_cost's measured bytes; context_usage covers the three models.
     lc = manifest(inst, run_id, "long_context_cost")

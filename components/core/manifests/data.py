@@ -103,6 +103,7 @@ class WordEmbeddings(Manifest):
     path: str
     vocab_size: int
     metrics: dict[str, float] = field(default_factory=dict)
+    reference_path: str | None = None  # gensim's vectors on the same sentences and settings (word2vec text format)
 
 
 @dataclass(frozen=True, kw_only=True)
