@@ -83,8 +83,8 @@ def memory_induction(
 ) -> dg.Output[MemoryInduction]:
     """Induction: a small Transformer trained on random spans repeated once; accuracy and loss on the
     first part and the repeat; per head the previous-token and prefix-matching scores; the
-    previous-token head and the induction head found by them; the repeat with the induction head
-    zeroed, and with another head zeroed."""
+    previous-token head and the induction head found by them; the repeat with the induction heads
+    zeroed, and with as many other heads zeroed."""
     with stage(context, mlflow, config.model_dump()) as s:
         r = induction_study(config)
         b = r.extra["base"]

@@ -126,17 +126,18 @@ def window_answers_within_field_only(memory_recall: MemoryRecall, model: str = "
 
 
 INDUCTION_COPIES = 0.9  # repeat accuracy of a model that copies
-INDUCTION_COLLAPSE = 0.3  # accuracy the repeat must lose when the induction head is zeroed
+INDUCTION_COLLAPSE = 0.3  # accuracy the repeat must lose when the induction heads are zeroed
 
 
 def induction_head_copies(memory_induction: MemoryInduction) -> Verdict:
     """Heads that do different, named, necessary things: trained on repeated random spans, the model
     predicts the repeat (accuracy ≥ INDUCTION_COPIES) and not the first part (within
     MEMORY_NEAR_CHANCE of chance); the head of highest prefix-matching score in a layer after the
-    previous-token head's attends to the token after the earlier occurrence (score ≥ 0.5); zeroing it
-    costs the repeat at least INDUCTION_COLLAPSE accuracy, more than zeroing another head does.
-    Falsifier: no copying, no later layer to hold an induction head (a one-layer model), a prefix
-    score below 0.5, or copying that survives the induction head's ablation."""
+    previous-token head's attends to the token after the earlier occurrence (score ≥ 0.5); zeroing
+    the induction heads (every such head at ≥ 0.5: models grow several side by side, and one left
+    copies alone) costs the repeat at least INDUCTION_COLLAPSE accuracy, more than zeroing as many
+    other heads does. Falsifier: no copying, no later layer to hold an induction head (a one-layer
+    model), a prefix score below 0.5, or copying that survives the induction heads' ablation."""
     base, found, chance = memory_induction.base, memory_induction.found, float(memory_induction.chance)
     abl = {a["ablated"]: a for a in memory_induction.ablations}
     heads = {(h["layer"], h["head"]): h for h in memory_induction.heads}
@@ -148,8 +149,8 @@ def induction_head_copies(memory_induction: MemoryInduction) -> Verdict:
             "first_part_at_chance": base["first_accuracy"] <= chance + MEMORY_NEAR_CHANCE,
             "induction_head_in_a_later_layer": ind is not None,
             "induction_head_prefix_matching": ind is not None and heads[ind]["prefix_matching_score"] >= 0.5,
-            "zeroing_it_collapses_copying": drop.get("induction head", 0.0) >= INDUCTION_COLLAPSE,
-            "zeroing_another_head_costs_less": drop.get("induction head", 0.0) > drop.get("another head", 0.0),
+            "zeroing_them_collapses_copying": drop.get("induction heads", 0.0) >= INDUCTION_COLLAPSE,
+            "zeroing_other_heads_costs_less": drop.get("induction heads", 0.0) > drop.get("other heads", 0.0),
         },
         {
             "n_layer": memory_induction.n_layer,
@@ -162,5 +163,7 @@ def induction_head_copies(memory_induction: MemoryInduction) -> Verdict:
             "induction_head": "L{}H{}".format(*ind) if ind else "none",
             "prefix_matching_score": heads[ind]["prefix_matching_score"] if ind else None,
             **{f"repeat_accuracy_{k.replace(' ', '_')}_zeroed": a["repeat_accuracy"] for k, a in abl.items()},
+            **{f"{k.replace(' ', '_')}_zeroed": ", ".join("L{}H{}".format(*h) for h in a.get("heads", []))
+               for k, a in abl.items()},
         },
     )

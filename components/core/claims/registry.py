@@ -209,16 +209,15 @@ OTHER_CLAIMS: list[Claim] = [
         f"repeat "
         f"(accuracy ≥ {INDUCTION_COPIES}, the first part at chance) through an induction head found by its "
         f"prefix-matching score "
-        f"(≥ 0.5) in a layer after the previous-token head; zeroing it costs the repeat ≥ {INDUCTION_COLLAPSE} "
-        f"accuracy, more than "
-        "zeroing another head.",
+        f"(≥ 0.5) in a layer after the previous-token head; zeroing the induction heads (every later-layer head at "
+        f"≥ 0.5) costs the repeat ≥ {INDUCTION_COLLAPSE} accuracy, more than zeroing as many other heads.",
         induction_head_copies,
         warn=True,
         section="3.3",
         statement_zh="多头分工有名有实：两层 Transformer "
             "在重复的随机片段上靠归纳头复制，置零归纳头复制就崩溃，置零其他头则不会。",
-        falsifier='No copying of the repeat, no induction head after a previous-token head, or zeroing it costs no '
-            'more than zeroing another head (e.g. a one-layer model).',
+        falsifier='No copying of the repeat, no induction head after a previous-token head, or zeroing the '
+            'induction heads costs no more than zeroing as many other heads (e.g. a one-layer model).',
     ),
 ]
 

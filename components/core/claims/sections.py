@@ -311,16 +311,14 @@ SECTION_CLAIMS: list[Claim] = [
         "attention_heads",
         "The heads do not all do one thing: on repeated random spans a previous-token head and, in a later layer, an "
         "induction "
-        f"head are found by measurement, and zeroing the induction head costs the copying ≥ {INDUCTION_COLLAPSE} "
-        f"accuracy, more "
-        "than zeroing another head (the head classes on real text reported beside it).",
+        f"head are found by measurement, and zeroing the induction heads costs the copying ≥ {INDUCTION_COLLAPSE} "
+        "accuracy, more than zeroing as many other heads (the head classes on real text reported beside it).",
         heads_differ,
         warn=True,
         section="3.3",
         statement_zh="多头注意力的各个头分工不同：在重复的随机片段上能测出前一词头和（后一层的）归纳头，置零归纳头让复制崩溃，比置零其他头代价大。",
-        falsifier="No previous-token head or no induction head found, or zeroing the induction head costs the copying "
-            "no more "
-        "than zeroing another head (e.g. a one-layer model).",
+        falsifier="No previous-token head or no induction head found, or zeroing the induction heads costs the "
+            "copying no more than zeroing as many other heads (e.g. a one-layer model).",
     ),
     # --- 5 quantization
     Claim(

@@ -115,10 +115,11 @@ def heads_differ(attention_heads: AttentionHeads) -> Verdict:
     """Heads do different, named, necessary things, shown where it is structural: on the induction task
     (the `induction` section attention_heads carries from memory_induction) a previous-token head and an
     induction head are two different heads found by their scores, the induction head in a later
-    layer, and zeroing it costs the copying at least INDUCTION_COLLAPSE accuracy, more than zeroing
-    another head. The head classes on real text and the largest single-head ablation cost there are
-    reported beside it (at this size every head is "broad" on text). Falsifier: no induction section,
-    one head doing both jobs or none, or copying that survives the induction head's ablation."""
+    layer, and zeroing the induction heads costs the copying at least INDUCTION_COLLAPSE accuracy,
+    more than zeroing as many other heads. The head classes on real text and the largest single-head
+    ablation cost there are reported beside it (at this size every head is "broad" on text).
+    Falsifier: no induction section, one head doing both jobs or none, or copying that survives the
+    induction heads' ablation."""
     m = attention_heads.metrics
     kinds = {h["kind"] for h in attention_heads.heads}
     text = {"text_classes": ", ".join(sorted(kinds)), **{k.replace("/", "_"): v for k, v in m.items()}}
@@ -131,8 +132,8 @@ def heads_differ(attention_heads: AttentionHeads) -> Verdict:
     head = tuple(found["induction_head"]) if "induction_head" in found else None
     return verdict(
         {"previous_token_and_induction_heads_differ": head is not None and head != prev and head[0] > prev[0],
-         "induction_head_necessary": drop.get("induction head", 0.0) >= INDUCTION_COLLAPSE,
-         "another_head_less_necessary": drop.get("induction head", 0.0) > drop.get("another head", 0.0)},
+         "induction_heads_necessary": drop.get("induction heads", 0.0) >= INDUCTION_COLLAPSE,
+         "other_heads_less_necessary": drop.get("induction heads", 0.0) > drop.get("other heads", 0.0)},
         {"previous_token_head": "L{}H{}".format(*prev), "induction_head": "L{}H{}".format(*head) if head else "none",
          **{f"repeat_accuracy_drop_{k.replace(' ', '_')}_zeroed": v for k, v in drop.items()}, **text},
     )
