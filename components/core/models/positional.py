@@ -107,9 +107,12 @@ class RotaryEmbedding(nn.Module):
     def rotate_qkv(self, qkv: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Queries and keys rotated in the projection's own layout, values passed through: qkv
         (B, T, 3, nh, hs) → the same numbers as `forward` for q and k. The half-layout rotation is
-        x·[cos, cos] + swap(x)·[−sin, sin], swap exchanging the two halves of each head; with cos 1
-        and sin 0 on the values it is four whole-tensor ops per layer, and no slice of the projection
-        whose backward would zero-fill and copy it: the training step's hot path."""
+        x·[cos, cos] + swap(x)·[−sin, sin], swap exchanging the two halves of each head (a roll by
+        hs/2); with cos 1 and sin 0 on the values it is whole-tensor work, and no slice of the
+        projection whose backward would zero-fill and copy it: the training step's hot path. Its
+        backward is the inverse rotation (sin negated), so `_Rotate` does each direction in one
+        roll and two in-place ops on one new tensor (half the passes and allocations autograd's
+        flip, mul, mul, add took each way)."""
         T, hs = qkv.shape[1], self.head_dim
         if offset + T > self.cos.shape[0]:
             self.cos, self.sin = _rope_cache(offset + T, hs, self.base, self.cos.device)
@@ -118,12 +121,33 @@ class RotaryEmbedding(nn.Module):
             cos, sin = self.cos[offset : offset + T], self.sin[offset : offset + T]  # (T, hs/2)
             c = torch.cat([cos, cos], -1)  # (T, hs)
             s = torch.cat([-sin, sin], -1)
-            self._full = (torch.stack([c, c, torch.ones_like(c)], 1).to(qkv.dtype)[:, :, None, :],  # (T, 3, 1, hs)
-                          torch.stack([s, s, torch.zeros_like(s)], 1).to(qkv.dtype)[:, :, None, :])
+            full_c = torch.stack([c, c, torch.ones_like(c)], 1).to(qkv.dtype)[:, :, None, :]  # (T, 3, 1, hs)
+            full_s = torch.stack([s, s, torch.zeros_like(s)], 1).to(qkv.dtype)[:, :, None, :]
+            self._full = (full_c, full_s, -full_s)
             self._full_key = key
-        c, s = self._full
-        swapped = qkv.unflatten(-1, (2, hs // 2)).flip(-2).flatten(-2)  # (B, T, 3, nh, hs) halves exchanged
-        return qkv * c + swapped * s
+        return _Rotate.apply(qkv, *self._full)
+
+
+def _rotate(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """x·c + swap(x)·s, swap exchanging the two halves of the last dimension (a roll by half of it)."""
+    out = x.roll(x.shape[-1] // 2, -1)  # the one new tensor
+    out.mul_(s)
+    return out.addcmul_(x, c)
+
+
+class _Rotate(torch.autograd.Function):
+    """RoPE on the projection layout. The rotation is linear in x, so the backward needs no saved
+    tensor: with swap its own inverse and swap(s) = −s for s = [−sin, sin] (0 on the values), the
+    gradient g·c + swap(g·s) is `_rotate(g, c, −s)`."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, c: torch.Tensor, s: torch.Tensor, s_neg: torch.Tensor) -> torch.Tensor:
+        ctx.c, ctx.s_neg = c, s_neg
+        return _rotate(x, c, s)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return _rotate(grad, ctx.c, ctx.s_neg), None, None, None
 
 
 def build_positional(
