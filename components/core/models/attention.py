@@ -365,8 +365,9 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         qkv = self.c_attn(x).view(B, T, 3, self.n_head, self.head_dim)  # q, k, v side by side, per head
         if rope is not None:
-            qkv = rope.rotate_qkv(qkv, offset)  # queries and keys rotated by position, in one pass
-        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # (B, nh, T, hs) each
+            q, k, v = rope.split_qkv(qkv, offset)  # (B, nh, T, hs) each, queries and keys rotated by position
+        else:
+            q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # (B, nh, T, hs) each
 
         weights = None
         if cache is not None:

@@ -104,26 +104,68 @@ class RotaryEmbedding(nn.Module):
         cos, sin = self.cos[offset : offset + T].to(q.dtype), self.sin[offset : offset + T].to(q.dtype)  # (T, hs/2)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # (B, nh, T, hs) each
 
+    def _tables(self, offset: int, T: int, dtype: torch.dtype, device: torch.device) -> tuple:
+        """(c, s, −s), each (T, 1, hs) in `dtype`: c = [cos, cos], s = [−sin, sin] at positions offset … offset+T-1."""
+        if offset + T > self.cos.shape[0]:
+            # Rotations are defined for any position, so extend the cache rather than fail.
+            self.cos, self.sin = _rope_cache(offset + T, self.head_dim, self.base, self.cos.device)
+        key = (offset, T, dtype, device)
+        if getattr(self, "_tables_key", None) != key:
+            cos, sin = self.cos[offset : offset + T], self.sin[offset : offset + T]  # (T, hs/2)
+            c = torch.cat([cos, cos], -1).to(dtype)[:, None, :]  # (T, 1, hs)
+            s = torch.cat([-sin, sin], -1).to(dtype)[:, None, :]
+            self._tables_cache, self._tables_key = (c, s, -s), key
+        return self._tables_cache
+
     def rotate_qkv(self, qkv: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Queries and keys rotated in the projection's own layout, values passed through: qkv
-        (B, T, 3, nh, hs) → the same numbers as `forward` for q and k. The half-layout rotation is
-        x·[cos, cos] + swap(x)·[−sin, sin], swap exchanging the two halves of each head; with cos 1
-        and sin 0 on the values it is four whole-tensor ops per layer, and no slice of the projection
-        whose backward would zero-fill and copy it: the training step's hot path."""
-        T, hs = qkv.shape[1], self.head_dim
-        if offset + T > self.cos.shape[0]:
-            self.cos, self.sin = _rope_cache(offset + T, hs, self.base, self.cos.device)
-        key = (offset, T, qkv.dtype, qkv.device)
-        if getattr(self, "_full_key", None) != key:
-            cos, sin = self.cos[offset : offset + T], self.sin[offset : offset + T]  # (T, hs/2)
-            c = torch.cat([cos, cos], -1)  # (T, hs)
-            s = torch.cat([-sin, sin], -1)
-            self._full = (torch.stack([c, c, torch.ones_like(c)], 1).to(qkv.dtype)[:, :, None, :],  # (T, 3, 1, hs)
-                          torch.stack([s, s, torch.zeros_like(s)], 1).to(qkv.dtype)[:, :, None, :])
-            self._full_key = key
-        c, s = self._full
-        swapped = qkv.unflatten(-1, (2, hs // 2)).flip(-2).flatten(-2)  # (B, T, 3, nh, hs) halves exchanged
-        return qkv * c + swapped * s
+        (B, T, 3, nh, hs) → the same numbers as `forward` for q and k."""
+        return torch.stack([t.transpose(1, 2) for t in self.split_qkv(qkv, offset)], 2)
+
+    def split_qkv(self, qkv: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The projection qkv (B, T, 3, nh, hs) → q, k rotated and v, each (B, nh, T, hs): the training
+        step's hot path. The half-layout rotation is x·[cos, cos] + swap(x)·[−sin, sin], swap
+        exchanging the two halves of each head; `_RotateSplit` writes q, k and v into one new tensor
+        in one pass each, no slice of the projection whose backward would zero-fill and copy it, and
+        its backward (the inverse rotation, sin negated) writes the projection's gradient likewise."""
+        return _RotateSplit.apply(qkv, *self._tables(offset, qkv.shape[1], qkv.dtype, qkv.device))
+
+
+def _rotate_into(out: torch.Tensor, x: torch.Tensor, c: torch.Tensor, s: torch.Tensor) -> None:
+    """out = x·c + swap(x)·s, swap exchanging the two halves of the last dimension (any strides)."""
+    h = x.shape[-1] // 2
+    out[..., :h].copy_(x[..., h:])
+    out[..., h:].copy_(x[..., :h])
+    out.mul_(s).addcmul_(x, c)
+
+
+class _RotateSplit(torch.autograd.Function):
+    """RoPE on the projection layout, split into (B, nh, T, hs) views of one new tensor. The rotation
+    is linear, so the backward saves no tensor: with swap its own inverse and swap(s) = −s for
+    s = [−sin, sin], the gradient g·c + swap(g·s) is the rotation by c and −s."""
+
+    @staticmethod
+    def forward(ctx, qkv: torch.Tensor, c: torch.Tensor, s: torch.Tensor, s_neg: torch.Tensor):
+        ctx.c, ctx.s_neg = c, s_neg
+        out = torch.empty_like(qkv, memory_format=torch.contiguous_format)  # (B, T, 3, nh, hs)
+        for i in (0, 1):  # queries, keys
+            _rotate_into(out[:, :, i], qkv[:, :, i], c, s)
+        out[:, :, 2] = qkv[:, :, 2]  # values
+        return tuple(t.transpose(1, 2) for t in out.unbind(2))  # (B, nh, T, hs) each
+
+    @staticmethod
+    def backward(ctx, *grads):
+        g0 = next(g for g in grads if g is not None)
+        B, nh, T, hs = g0.shape
+        out = g0.new_empty(B, T, 3, nh, hs)
+        for i, g in enumerate(grads):
+            if g is None:
+                out[:, :, i] = 0
+            elif i < 2:
+                _rotate_into(out[:, :, i], g.transpose(1, 2), ctx.c, ctx.s_neg)
+            else:
+                out[:, :, i] = g.transpose(1, 2)
+        return out, None, None, None
 
 
 def build_positional(
