@@ -13,7 +13,6 @@ object; `--profile` adds the top torch ops of one single-worker epoch of ours to
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -25,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from result_file import emit  # noqa: E402
 
 from components.core.embeddings import (  # noqa: E402
     Word2VecSettings,
@@ -187,11 +187,7 @@ def main() -> None:
     }
     if args.profile:
         profile_ours(encoded, vocab, base)
-    text = json.dumps(out, indent=2, sort_keys=False)
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text + "\n")
+    emit(out, args.out)  # adds the CPU model, kind and ISA flags under "machine"; writes atomically
 
 
 if __name__ == "__main__":
