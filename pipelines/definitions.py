@@ -18,6 +18,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from components.orchestration import pool_wait
 from components.orchestration.io import ManifestIOManager
 from components.orchestration.language_model import LM_TAG
 from components.orchestration.recovery import recovery_sensor
@@ -30,6 +31,9 @@ from .comparison import language_model_keys, model_comparison_asset
 from .report import asset_specs, report_asset
 
 CONFIG_DIR = PROJECT_ROOT / "configs"
+
+# A step waiting for a pool slot sleeps instead of spinning a core (Dagster 1.13's executors busy-loop).
+pool_wait.apply()
 
 # Declarative automation, set in one place for every asset: when an upstream asset is
 # re-materialized on its own (say `corpus` with a new config from the UI), everything downstream
