@@ -27,6 +27,14 @@ PARENT_ROLE = "dagster_run"  # tag dagster.role of the MLflow parent run of a Da
 FINAL_MLFLOW_STATUS = {"SUCCESS": "FINISHED", "FAILURE": "FAILED", "CANCELED": "KILLED"}
 
 
+def _select(db, sql: str, read_only: bool) -> list:
+    con = sqlite3.connect(f"file:{db}?mode={'ro' if read_only else 'rw'}", uri=True, timeout=30)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
 def _mlflow_runs(tracking_uri: str, where: str, role: str | None = None) -> list[dict[str, str]]:
     """MLflow runs tagged with a Dagster run id: run_id, status, dagster_run_id, role.
 
@@ -44,15 +52,16 @@ def _mlflow_runs(tracking_uri: str, where: str, role: str | None = None) -> list
             "WHERE r.lifecycle_stage = 'active' AND "
         )
         sql += "r.status = 'RUNNING'" if where == "running" else f"ro.value = '{PARENT_ROLE}'"
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
         try:
-            rows = con.execute(sql).fetchall()
+            rows = _select(db, sql, read_only=True)
         except sqlite3.OperationalError as e:
             if "no such table" in str(e):
                 return []
-            raise
-        finally:
-            con.close()
+            if "readonly database" not in str(e):
+                raise
+            # A writer killed mid-transaction (a killed run) left a hot journal, which only a
+            # read-write connection may roll back: this one does so on its first read, then selects.
+            rows = _select(db, sql, read_only=False)
         return [{"run_id": r[0], "status": r[1], "dagster_run_id": r[2], "role": r[3]} for r in rows]
     from mlflow.tracking import MlflowClient
 
