@@ -213,3 +213,33 @@ def test_heldout_prompts_are_other_prompts_of_the_same_answer_and_random_neurons
     assert r["heldout_p_answer"] == pytest.approx(p0)
     assert r["heldout_p_top_k_zeroed"] == pytest.approx(ablate_neurons(m, prompt, 4, [(0, 1), (1, 2)], "cpu"))
     assert 0 < r["heldout_p_matched_random_zeroed"] < 1
+
+
+def test_matched_random_neurons_are_found_when_the_chosen_ones_fill_the_top_ranks():
+    """Over bytes the attributed neurons are often a layer's most active ones; the activation-matched
+    draw then looks further out instead of failing on an empty neighbourhood."""
+    from components.core.studies.inside import heldout_test
+
+    torch.manual_seed(0)
+    m = Transformer(TransformerSettings(n_layer=2, n_head=2, n_embd=16, block_size=16), V).eval()
+    prompt = [3, 5, 7, 9, 11]
+    acts = last_position(m, prompt, "cpu")[1]
+    top = [(0, int(i)) for i in torch.argsort(acts[0].abs(), descending=True)[:11]]  # ranks 0…10 of layer 0
+    r = heldout_test(m, prompt, 4, top, InsideSettings(random_draws=3, device="cpu"), np.random.default_rng(0), "cpu")
+    assert 0 < r["heldout_p_matched_random_zeroed"] < 1
+
+
+@pytest.mark.parametrize(
+    "prompt, answer, word",
+    [
+        ("in the United", " States", True),  # a BPE token holding a word
+        ("in the United ", "S", True),  # bytes: the first letter of the next word
+        ("in the Unit", "e", False),  # bytes: inside a word
+        ("in the United ", "1", False),
+        ("x", " of", False),
+    ],
+)
+def test_a_fact_answer_is_a_word_or_a_words_first_letter(prompt, answer, word):
+    from components.core.studies.inside import _is_word
+
+    assert _is_word(prompt, answer) is word

@@ -97,7 +97,9 @@ class InsideSettings(BaseModel):
     n_facts: int = Field(
         16, ge=1, description="Fact prompts probed (confident, correct next-word predictions from validation)."
     )
-    fact_context: int = Field(16, ge=2, description="Tokens of each fact prompt.")
+    fact_context: int = Field(
+        48, ge=2, description="Tokens of each fact prompt (48 bytes are about 9 words; a BPE token is 3–4 bytes)."
+    )
     min_confidence: float = Field(0.15, gt=0, lt=1, description="A fact prompt's answer probability at least this.")
     ablate_k: int = Field(
         8, ge=1, description="Neurons zeroed per fact prompt (top by attribution, and as many random ones)."
@@ -222,8 +224,12 @@ def token_text(t: int, decode: Decode) -> str:
     return f"<byte #{t}>" if "\ufffd" in text else text
 
 
-def _is_word(text: str) -> bool:
-    return re.search(r"[A-Za-z]{3,}", text) is not None
+def _is_word(prompt_text: str, answer_text: str) -> bool:
+    """A word's worth of answer: a token holding three letters, or (over bytes or characters) the first
+    letter of a word, the prompt ending in white space."""
+    if re.search(r"[A-Za-z]{3,}", answer_text):
+        return True
+    return re.fullmatch(r"[A-Za-z]", answer_text) is not None and prompt_text[-1:].isspace()
 
 
 @torch.no_grad()
@@ -250,7 +256,7 @@ def find_fact_prompts(model: nn.Module, blocks: TokenBlocks, s: InsideSettings, 
             if "heldout_prompt" not in f and prompt != f["prompt"]:
                 f.update(heldout_prompt=prompt, heldout_probability=p, heldout_text=decode(prompt))
             continue
-        if len(facts) == s.n_facts or not _is_word(decode([ans])):
+        if len(facts) == s.n_facts or not _is_word(decode(prompt), decode([ans])):
             continue
         f = {
             "prompt": prompt,
@@ -346,7 +352,8 @@ def heldout_test(model: nn.Module, prompt: list[int], answer: int, neurons: list
                  rng: np.random.Generator, device) -> dict:
     """The neurons selected on one prompt, zeroed on another prompt of the same answer (held out: the
     selection never saw it), against random neurons of the same layers matched in activation there
-    (each drawn among the 10 neurons nearest in |activation| rank to the one it replaces)."""
+    (each drawn among the 10 neurons nearest in |activation| rank on either side of the one it replaces,
+    further out where those are all taken)."""
     p0, acts = last_position(model, prompt, device)
     p_top = ablate_neurons(model, prompt, answer, neurons, device)
     chosen = set(neurons)
@@ -356,10 +363,11 @@ def heldout_test(model: nn.Module, prompt: list[int], answer: int, neurons: list
     for _ in range(s.random_draws):
         draw: list[tuple[int, int]] = []
         for layer, i in neurons:
-            r = pos[layer][i]
-            near = [
-                n for n in ranks[layer][max(0, r - 10) : r + 11] if (layer, n) not in chosen and (layer, n) not in draw
-            ]
+            r, width, near = pos[layer][i], 10, []
+            while not near:  # widened when the chosen neurons fill the ranks around r (at the top of a layer)
+                near = [n for n in ranks[layer][max(0, r - width) : r + width + 1]
+                        if (layer, n) not in chosen and (layer, n) not in draw]
+                width *= 2
             draw.append((layer, int(rng.choice(near))))
         p_rand.append(ablate_neurons(model, prompt, answer, draw, device))
     return {
