@@ -34,6 +34,13 @@ def test_the_sweep_picks_the_known_best_learning_rate():
         len(result.trials) == len(seen) == 5 and result.trials[-1]["val_loss"] > result.trials[0]["val_loss"]
     )  # 0.6 overshoots
     assert "**(chosen)**" in result.markdown() and "sweep" in result.figures
+    assert not result.at_edge and "edge" not in result.markdown()
+
+
+def test_a_choice_at_the_grids_edge_says_so():
+    result = run_sweep(SweepSettings(lrs=[0.05, 0.1], warmup_steps=[0], max_steps=5), regression_trial)
+    assert result.best["lr"] == 0.1 and result.at_edge  # the best, 0.25, lies beyond the grid
+    assert "widen the grid" in result.markdown()
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ route (`pipelines.definitions.DEFAULT_ROUTE` leaves the `tune` group out): the d
 the values written into the models' `defs.yaml`, with the sweep's MLflow run and date beside them;
 the sweep is one job away (`dg launch --job tune`, after a default run has trained the models)."""
 
+import datetime
 import shutil
 from typing import Optional
 
@@ -50,7 +51,7 @@ def lr_sweep(
                budget_tokens=settings.max_steps * settings.batch_size * (config.block_size or 1))
     with stage(context, mlflow, config.model_dump()) as s:
         train, val, meta = load_labels(labels.path)
-        chosen, rows, figures, texts = {}, [], {}, {}
+        chosen, rows, figures, texts, budgets = {}, [], {}, {}, {}
         for name in config.models:
             m = lms[name]
             base = {k: v for k, v in m.train_settings.items() if k not in ("launcher", "nproc_per_node", "strategy")}
@@ -58,7 +59,7 @@ def lr_sweep(
             trial = lm_trial(m.family, m.model_config, base, train, val, int(meta["vocab_size"]), s.tmp / name,
                              model_meta={"tokenizer_sha256": labels.tokenizer_sha256})
 
-            def log(row: dict, name: str = name) -> None:
+            def log(row: dict, name: str = name, budget: float | None = base.get("flops_budget")) -> None:
                 context.log.info(
                     f"{name}: lr {row['lr']:g}, warmup {row['warmup_steps']}: val loss {row['val_loss']:.4f}"
                 )
@@ -73,7 +74,8 @@ def lr_sweep(
                         "lr": row["lr"],
                         "min_lr": row["min_lr"],
                         "warmup_steps": row["warmup_steps"],
-                        "max_steps": row["max_steps"],
+                        "steps": row.get("steps", row["max_steps"]),
+                        **({"flops_budget": budget} if budget else {}),
                         "batch_size": row["batch_size"],
                     },
                     series={"val/loss": [(int(a), float(b)) for a, b in row.get("history", [])]},
@@ -87,21 +89,29 @@ def lr_sweep(
                 "min_lr": b["min_lr"],
                 "warmup_steps": b["warmup_steps"],
                 "val_loss": b["val_loss"],
+                "at_grid_edge": float(result.at_edge),
+                "steps": float(b.get("steps", settings.max_steps)),
             }
+            flops = base.get("flops_budget")
+            budgets[name] = f"{flops:.3g} FLOPs ({int(chosen[name]['steps'])} steps)" if flops else \
+                f"{settings.max_steps} steps"
             rows += [
-                {"model": name, **{k: t[k] for k in ("lr", "warmup_steps", "max_steps", "val_loss")}, "chosen": t is b}
+                {"model": name, **{k: t[k] for k in ("lr", "warmup_steps", "val_loss")},
+                 "steps": t.get("steps", t["max_steps"]), "chosen": t is b}
                 for t in result.trials
             ]
             figures[f"sweep_{name}"] = result.figures["sweep"]
             texts[f"sweep_{name}"] = result.markdown()
-        url = s.run.url
+        url, day = s.run.url, datetime.date.today().isoformat()
         texts["defs_yaml"] = "\n\n".join(
-            f"`pipelines/defs/{n}/defs.yaml`, under `training:`\n```yaml\n    lr: {c['lr']:g}  # lr_sweep {url}\n"
+            f"`pipelines/defs/{n}/defs.yaml`, under `training:`\n```yaml\n    lr: {c['lr']:g}  # lr_sweep {day}, "
+            f"{budgets[n]}: {url}\n"
             f"    min_lr: {c['min_lr']:g}\n    warmup_steps: {c['warmup_steps']}\n```" for n, c in chosen.items())
         return s.publish(
             LrSweep(chosen=chosen, trials=rows, budget_steps=settings.max_steps, mlflow_url=url),
             metrics={f"{n}/chosen_lr": c["lr"] for n, c in chosen.items()}
-            | {f"{n}/val_loss": c["val_loss"] for n, c in chosen.items()},
+            | {f"{n}/val_loss": c["val_loss"] for n, c in chosen.items()}
+            | {f"{n}/at_grid_edge": c["at_grid_edge"] for n, c in chosen.items()},
             tables={"trials": rows},
             figures=figures,
             texts=texts,

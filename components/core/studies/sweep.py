@@ -22,11 +22,19 @@ from ..errors import ConfigError
 class SweepSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    lrs: list[float] = Field([1e-3, 2e-3, 4e-3, 8e-3], description="Peak learning rates to try (each > 0).")
+    lrs: list[float] = Field(
+        [1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2],
+        description="Peak learning rates to try (each > 0), doubling: 1e-3 … 6.4e-2 (over bytes the RNN's and the "
+        "Transformer's best were 4e-3, the LSTM's 3.2e-2).",
+    )
     warmup_steps: list[int] = Field(
         [30], description="Warmup lengths to try with every learning rate (each >= 0, below max_steps)."
     )
-    max_steps: int = Field(600, description="The budget: optimizer steps of every trial (its schedule ends there).")
+    max_steps: int = Field(
+        500,
+        description="The budget: optimizer steps of every trial (its schedule ends there); the default run's models "
+        "train 500, and the best learning rate depends on the budget.",
+    )
     min_lr_ratio: float = Field(0.1, gt=0, le=1, description="min_lr = lr × this at the end of each trial's cosine.")
     batch_size: int = Field(16, description="Blocks per step (with block_size, the tokens one step costs).")
 
@@ -67,11 +75,20 @@ class SweepResult:
     best: dict[str, Any]
     figures: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def at_edge(self) -> bool:
+        """Whether the chosen learning rate is the grid's smallest or largest: the optimum may lie
+        beyond it, so the grid should be widened on that side."""
+        lrs = [t["lr"] for t in self.trials]
+        return len(set(lrs)) > 1 and self.best["lr"] in (min(lrs), max(lrs))
+
     def markdown(self) -> str:
         lines = ["| lr | warmup | val loss |", "|---|---|---|"]
         for t in sorted(self.trials, key=lambda t: (t["warmup_steps"], t["lr"])):
             mark = " **(chosen)**" if t is self.best else ""
             lines.append(f"| {t['lr']:g} | {t['warmup_steps']} | {t['val_loss']:.4f}{mark} |")
+        if self.at_edge:
+            lines.append(f"\nThe chosen lr {self.best['lr']:g} is at the grid's edge: widen the grid beyond it.")
         return "\n".join(lines)
 
 
@@ -143,7 +160,9 @@ def lm_trial(
     from ..training import TrainingDivergedError, TrainSettings
 
     def trial(params: dict[str, Any]) -> dict[str, Any]:
-        ts = TrainSettings(**{**base_train, **params, "eval_batches": None})
+        # Scored once halfway and at the end (the whole split each time): only the end chooses.
+        ts = TrainSettings(**{**base_train, **params, "eval_batches": None,
+                              "eval_interval": max(params["max_steps"] // 2, 1)})
         tag = f"lr{params['lr']:g}_w{params['warmup_steps']}"
         try:
             res = train_lm(family, model_settings, ts, train_data, val_data, vocab_size, Path(out_dir) / tag,
@@ -153,6 +172,7 @@ def lm_trial(
         m = res.metrics
         return {
             "val_loss": float(m["val/loss"]),
+            "steps": int(m["steps"]),  # the steps trained: max_steps, or what base_train's flops_budget buys
             "train_loss": float(m["train/loss"]),
             "tokens_per_s": float(m["train/tokens_per_s_mean"]),
             "wall_s": float(m["wall_s"]),
