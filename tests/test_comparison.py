@@ -240,3 +240,23 @@ def test_flops_axis_is_tokens_times_flops_per_token():
 
     h = [{"step": 10, "step_ms": 50.0, "tokens_per_s": 2000.0, "val/loss": 3.0}, {"step": 20, "val/loss": 2.5}]
     assert flops_axis(h, 6.0) == [(6000.0, 3.0), (12000.0, 2.5)] and flops_axis(h, None) == []
+
+
+def test_the_table_states_each_models_steps_and_training_flops():
+    """An equal FLOPs budget buys the cheaper model more steps; the table shows both, so the equality
+    is read off the run, not assumed from the config (and a model trained longer shows it)."""
+    def model(steps: int, per_token: float) -> dict:
+        return {
+            "metrics": {"params": 1000, "val/loss": 2.0, "val/ppl": math.exp(2.0), "train/tokens_per_s_mean": 100.0,
+                        "steps": steps, "flops_per_token": per_token, "context_length": 128},
+            "history": _history(100.0, [3.0, 2.0]),
+            "train_settings": {"batch_size": 16},
+        }
+
+    result = compare_models(
+        lms({"cheap": model(492, 5.4539e6), "dear": model(378, 7.0891e6), "long": model(492, 7.0891e6)})
+    )
+    flops = {r["model"]: r["train_flops"] for r in result.rows}
+    assert flops["cheap"] == pytest.approx(flops["dear"], rel=0.01)  # 492·2048·5.45e6 ≈ 378·2048·7.09e6 ≈ 5.5e12
+    assert flops["long"] / flops["dear"] == pytest.approx(492 / 378)
+    assert "| steps | train_flops |" in result.markdown()

@@ -40,6 +40,17 @@ def tokens_axis(history: list[dict]) -> list[tuple[float, float]]:
     return [(h["step"] * per_step, float(h["val/loss"])) for h in history if "val/loss" in h]
 
 
+def train_flops(m: LanguageModel) -> float | None:
+    """The training FLOPs a model spent: steps × tokens per step × its FLOPs per token (None when a
+    figure is missing)."""
+    met, ts = m.metrics, m.train_settings or {}
+    need = (met.get("steps"), met.get("flops_per_token"), ts.get("batch_size"), m.context_length)
+    if not all(need):
+        return None
+    steps, per_token, batch, block = need
+    return float(steps) * float(batch) * float(ts.get("grad_accum") or 1) * float(block) * float(per_token)
+
+
 def flops_axis(history: list[dict], flops_per_token: float | None) -> list[tuple[float, float]]:
     """(training FLOPs spent, val loss) at each evaluation point: tokens seen × the model's training
     FLOPs per token (empty without the figure)."""
@@ -195,6 +206,7 @@ class ComparisonResult:
         cols = (
             ["model", "params"]
             + [c for c in ("params_embedding", "params_head", "params_core") if any(c in r for r in self.rows)]
+            + [c for c in ("steps", "train_flops") if any(c in r for r in self.rows)]
             + ["val_loss", "val_ppl", "tokens_per_s_mean", "train_time_s", "val_loss_at_matched_time"]
         )
         cols += [c for c in ("val_loss_seed_mean", "val_loss_seed_spread") if any(c in r for r in self.rows)]
@@ -313,10 +325,13 @@ def compare_models(models: dict[str, LanguageModel], seed_losses: dict[str, list
     rows = []
     for name, m in models.items():
         met = m.metrics
+        spent = train_flops(m)
         rows.append(
             {
                 "model": name,
                 "params": int(met["params"]),
+                **({"steps": int(met["steps"])} if "steps" in met else {}),
+                **({"train_flops": spent} if spent else {}),
                 "val_loss": float(met["val/loss"]),
                 "val_ppl": float(met["val/ppl"]),
                 "tokens_per_s_mean": float(met["train/tokens_per_s_mean"]),
