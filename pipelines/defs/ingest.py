@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from pydantic import Field
 
 from components.core.artifacts import sha256_file
 from components.core.corpus import CorpusSettings, build_corpus, load_corpus
@@ -31,7 +32,16 @@ class CorpusConfig(dg.Config, CorpusSettings):
 
 
 class TokenizerConfig(dg.Config, TokenizerSettings):
-    """The language-model tokenizer (byte-level BPE by default)."""
+    """The language-model tokenizer. The pipeline's default is bytes: byte-level BPE with no merges
+    (260 = 256 byte symbols + 4 special tokens). At about 1 M training tokens a model (500 steps of
+    16 × 128) every neural model beats the Kneser–Ney trigram over bytes, and none beats it
+    over BPE-2048 or BPE-512, where two tokens span 4–6 characters
+    (`benchmarks/results/lm_vs_ngram_tokenizers_*.json`; docs/results.md)."""
+
+    vocab_size: int = Field(
+        260,
+        description="Largest vocabulary, special tokens included (260 with kind 'bpe': bytes, no merges).",
+    )
 
 
 class LabelsConfig(dg.Config, LabelSettings):

@@ -40,7 +40,7 @@ class AblationModelConfig(TransformerModelConfig):
 class AblationTrainConfig(TrainConfig):
     max_steps: int = 300
     block_size: Optional[int] = 64
-    eval_interval: int = 100
+    eval_interval: int = 150  # the whole validation split at steps 150 and 300: the rows read the last
     lr: float = 3e-3
     min_lr: float = 3e-4
 

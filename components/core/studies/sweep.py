@@ -32,8 +32,8 @@ class SweepSettings(BaseModel):
     )
     max_steps: int = Field(
         500,
-        description="The budget: optimizer steps of every trial (its schedule ends there); the default run's models "
-        "train 500, and the best learning rate depends on the budget.",
+        description="The budget: optimizer steps of every trial (its schedule ends there). A model trained with a "
+        "flops_budget (the default run's) is swept at that budget instead: the best learning rate depends on it.",
     )
     min_lr_ratio: float = Field(0.1, gt=0, le=1, description="min_lr = lr × this at the end of each trial's cosine.")
     batch_size: int = Field(16, description="Blocks per step (with block_size, the tokens one step costs).")
