@@ -111,6 +111,31 @@ def test_an_explicit_width_is_never_resized_by_the_default_budget():
     assert resolve_settings(rfam, rm, 512).hidden_size == 40
 
 
+def test_explicit_steps_turn_the_default_flops_budget_off():
+    """The default run's models train to an equal FLOPs budget (defs.yaml); a run config that writes
+    max_steps (configs/tiny.yaml: 30) trains those steps, the budget off and said so, instead of the
+    thousands of steps 5.5e12 FLOPs buy a tiny model; both written is an error naming both."""
+    from components.core.errors import ConfigError
+    from components.core.lm import explicit_settings_win
+
+    family, model_cls, train_cls, model, train = component_config("rnn_lm", train={"max_steps": 30})
+    assert train_cls().flops_budget == 5.5e12  # the default run's budget
+    _, t, notes = explicit_settings_win(
+        family, model.model_dump(), model_cls().model_dump(), train.model_dump(), train_cls().model_dump()
+    )
+    assert t["flops_budget"] is None and t["max_steps"] == 30
+    assert notes == ["train.max_steps=30 is set: the default train.flops_budget=5.5e+12 is off (as with "
+                     "flops_budget: null)"]
+    # The defaults alone keep the budget; both written is refused.
+    _, t0, notes0 = explicit_settings_win(family, model_cls().model_dump(), model_cls().model_dump(),
+                                          train_cls().model_dump(), train_cls().model_dump())
+    assert t0["flops_budget"] == 5.5e12 and notes0 == []
+    *_, both = component_config("rnn_lm", train={"max_steps": 30, "flops_budget": 1e12})
+    with pytest.raises(ConfigError, match=r"train\.max_steps=30 and train\.flops_budget=1e\+12 are both set"):
+        explicit_settings_win(family, model.model_dump(), model_cls().model_dump(), both.model_dump(),
+                              train_cls().model_dump())
+
+
 def test_the_run_config_check_applies_the_same_rule():
     """The check every step runs first (validation.check_run_config) judges a language model by the
     settings it will train with: the issue's config passes, an n_head that does not divide the
@@ -129,3 +154,7 @@ def test_the_run_config_check_applies_the_same_rule():
     (both,) = problems({"n_embd": 32, "param_budget": 60000})
     assert "model.n_embd=32 and model.param_budget=60000 are both set" in both
     assert problems({"param_budget": 60000, "n_layer": 2, "block_size": 32}) == []  # configs/tiny.yaml's kind
+    both_steps = {"rnn_lm": {"config": {"train": {"max_steps": 30, "flops_budget": 1e12}}}}
+    (steps,) = check_run_config(both_steps, classes, 128)
+    assert steps.startswith("ops.rnn_lm.config: train.max_steps=30 and train.flops_budget=1e+12 are both set")
+    assert check_run_config({"rnn_lm": {"config": {"train": {"max_steps": 30}}}}, classes, 128) == []

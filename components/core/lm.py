@@ -143,6 +143,8 @@ def explicit_settings_win(
       `train.block_size` makes the latter follow it (null: the model's and the labels' smaller); a
       `train.block_size` the user set above a default `model.block_size` raises the model's to it.
       Both set and in conflict stays the training loop's error naming both.
+    - A `train.max_steps` the user set turns a default `train.flops_budget` off: the model trains
+      those steps, as with `flops_budget: null`. Both set is a ConfigError naming both fields.
     Returns (model, train, notes): the settings to train, and one note per setting turned off."""
     model, train = dict(model), dict(train or {})
     train_defaults = train_defaults or {}
@@ -165,6 +167,18 @@ def explicit_settings_win(
             f"null)"
         )
         model["param_budget"] = None
+    if changed(train, train_defaults, "max_steps") and train.get("flops_budget") is not None:
+        if changed(train, train_defaults, "flops_budget"):
+            raise ConfigError(
+                f"train.max_steps={train['max_steps']} and train.flops_budget={train['flops_budget']:.3g} are both "
+                "set, but flops_budget chooses the steps itself: drop max_steps to train to the budget, or set "
+                "train.flops_budget: null to train those steps"
+            )
+        notes.append(
+            f"train.max_steps={train['max_steps']} is set: the default train.flops_budget="
+            f"{train['flops_budget']:.3g} is off (as with flops_budget: null)"
+        )
+        train["flops_budget"] = None
     m_block, t_block = model.get("block_size"), train.get("block_size")
     if m_block is not None and t_block is not None and t_block > m_block:
         if changed(model, model_defaults, "block_size") and not changed(train, train_defaults, "block_size"):

@@ -82,8 +82,8 @@ def check_run_config(
                 m, t, _ = explicit_settings_win(family, model.model_dump(), defaults.model.model_dump(),
                                                 train.model_dump(), defaults.train.model_dump())
                 resolved = {"recurrent": RecurrentSettings, "transformer": TransformerSettings}[family](**m)
-            except ConfigError as e:
-                problems.append(f"ops.{op}.config.model: {e}")
+            except ConfigError as e:  # names its fields (model.…, train.…)
+                problems.append(f"ops.{op}.config: {e}")
                 continue
             except ValidationError as e:
                 problems += [f"ops.{op}.config.model: {x['msg']}" for x in e.errors()]
