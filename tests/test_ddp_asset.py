@@ -98,6 +98,7 @@ DDP = {
     "launcher": "torchrun",
     "nproc_per_node": 2,
     "max_steps": 200,
+    "flops_budget": None,  # 200 is max_steps' default: only with the budget off does it decide the steps
     "checkpoint_interval": 10,
     "eval_interval": 100,
     "log_interval": 10,
