@@ -9,7 +9,13 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from components.core.models.attention import allowed_keys, flex_window_attention, sliding_window_attention, window_mask
+from components.core.models.attention import (
+    DENSE_BAND_MAX_T,
+    allowed_keys,
+    flex_window_attention,
+    sliding_window_attention,
+    window_mask,
+)
 from components.core.models.transformer import Transformer, TransformerSettings
 
 V = 50
@@ -34,10 +40,12 @@ def test_window_mask_is_local_plus_global_and_causal():
     assert torch.equal(window_mask(4, 10, 3, 2), m[-4:])  # the last queries of a longer context
 
 
+@pytest.mark.parametrize("T", [70, 200])  # one SDPA under the dense band (T <= DENSE_BAND_MAX_T), and the blocks
 @pytest.mark.parametrize("window, n_global", [(16, 0), (16, 3), (7, 20), (70, 0)])
-def test_blocked_sliding_window_equals_masked_reference_with_gradients(window, n_global):
-    q, k, v = qkv()
-    mask = window_mask(70, 70, window, n_global)
+def test_blocked_sliding_window_equals_masked_reference_with_gradients(window, n_global, T):
+    assert (T <= DENSE_BAND_MAX_T) == (T == 70)
+    q, k, v = qkv(T)
+    mask = window_mask(T, T, window, n_global)
     got = sliding_window_attention(q, k, v, window, 0.3, n_global)
     q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
     want = masked_reference(q2, k2, v2, mask, 0.3)
