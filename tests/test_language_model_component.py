@@ -134,22 +134,6 @@ def test_explicit_steps_turn_the_default_flops_budget_off():
     with pytest.raises(ConfigError, match=r"train\.max_steps=30 and train\.flops_budget=1e\+12 are both set"):
         explicit_settings_win(family, model.model_dump(), model_cls().model_dump(), both.model_dump(),
                               train_cls().model_dump())
-    # A max_steps written equal to its default is the user's too, when the run config says it was written.
-    default_steps = train_cls().max_steps
-    *_, same = component_config("rnn_lm", train={"max_steps": default_steps})
-    args = (family, model.model_dump(), model_cls().model_dump(), same.model_dump(), train_cls().model_dump())
-    assert explicit_settings_win(*args)[1]["flops_budget"] == 5.5e12  # its value alone cannot tell
-    _, t_same, notes_same = explicit_settings_win(*args, written={"train": {"max_steps"}})
-    assert t_same["flops_budget"] is None and t_same["max_steps"] == default_steps and len(notes_same) == 1
-
-
-def test_written_sections_are_the_keys_the_run_config_wrote():
-    from components.orchestration.language_model import written_sections
-
-    rc = {"ops": {"rnn_lm": {"config": {"train": {"max_steps": 200, "lr": 1e-3}, "model": {}}}, "other": {}}}
-    assert written_sections(rc, "rnn_lm") == {"train": {"max_steps", "lr"}, "model": set()}
-    assert written_sections(rc, "lstm_lm") == {} and written_sections(None, "rnn_lm") == {}
-    assert written_sections({"ops": {"rnn_lm": {"config": None}}}, "rnn_lm") == {}
 
 
 def test_the_run_config_check_applies_the_same_rule():
@@ -174,8 +158,3 @@ def test_the_run_config_check_applies_the_same_rule():
     (steps,) = check_run_config(both_steps, classes, 128)
     assert steps.startswith("ops.rnn_lm.config: train.max_steps=30 and train.flops_budget=1e+12 are both set")
     assert check_run_config({"rnn_lm": {"config": {"train": {"max_steps": 30}}}}, classes, 128) == []
-    # max_steps written at its default value is still written: with a budget too, refused by name
-    default_steps = classes["rnn_lm"]().train.max_steps
-    same = {"rnn_lm": {"config": {"train": {"max_steps": default_steps, "flops_budget": 1e12}}}}
-    (steps_same,) = check_run_config(same, classes, 128)
-    assert f"train.max_steps={default_steps} and train.flops_budget=1e+12 are both set" in steps_same

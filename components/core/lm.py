@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Literal, Optional, get_args
+from typing import Callable, Literal, Optional, get_args
 
 import numpy as np
 import torch
@@ -131,14 +131,11 @@ WIDTH_FIELDS = {"transformer": ("n_embd",), "recurrent": ("n_embd", "hidden_size
 
 def explicit_settings_win(
     family: str, model: dict, model_defaults: dict, train: dict | None = None, train_defaults: dict | None = None,
-    written: dict[str, Iterable[str]] | None = None,
 ) -> tuple[dict, dict, list[str]]:
     """A setting the user changed is never silently overridden by one derived from a default.
 
     `model`/`train` are the settings of a run, `*_defaults` what they would be had the user written
-    nothing (a component's defaults); a setting is the user's when it differs from its default, or
-    when `written` (section "model" / "train" → the keys the run config wrote) names it: a value
-    written equal to its default (`max_steps: 200`) is the user's too.
+    nothing (a component's defaults); a setting is the user's when it differs from its default.
     - A width the user set (`n_embd`, or a recurrent `hidden_size`) turns a default `param_budget`
       off: the model is built at that width, as with `param_budget: null`. A width and a
       `param_budget` both set is a ConfigError naming both fields.
@@ -153,11 +150,8 @@ def explicit_settings_win(
     train_defaults = train_defaults or {}
     notes: list[str] = []
 
-    by_user = {section: set(keys) for section, keys in (written or {}).items()}
-
     def changed(d: dict, defaults: dict, key: str) -> bool:
-        section = "model" if d is model else "train"
-        return key in d and (d[key] != defaults.get(key) or key in by_user.get(section, ()))
+        return key in d and d[key] != defaults.get(key)
 
     widths = [k for k in WIDTH_FIELDS[family] if changed(model, model_defaults, k)]
     if widths and model.get("param_budget") is not None:

@@ -122,13 +122,6 @@ def with_defaults(name: str, base: type, defaults: dict[str, Any], where: str) -
     return create_model(name, __base__=base, **fields)
 
 
-def written_sections(run_config: dict | None, op: str) -> dict[str, set[str]]:
-    """Section ("model", "train", …) → the keys the run config `ops.{op}.config` writes in it: what the
-    user wrote, whatever its value (Dagster fills the defaults in later)."""
-    section = (((run_config or {}).get("ops") or {}).get(op) or {}).get("config") or {}
-    return {k: set(v) for k, v in section.items() if isinstance(v, dict)}
-
-
 def _camel(name: str) -> str:
     return "".join(p.capitalize() for p in name.split("_"))
 
@@ -251,7 +244,6 @@ def language_model_asset(
             model_cls().model_dump(),
             config.train.model_dump(),
             train_cls().model_dump(),
-            written=written_sections(context.run.run_config, name),
         )
         for note in notes:
             context.log.warning(note)
