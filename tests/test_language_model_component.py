@@ -134,6 +134,12 @@ def test_explicit_steps_turn_the_default_flops_budget_off():
     with pytest.raises(ConfigError, match=r"train\.max_steps=30 and train\.flops_budget=1e\+12 are both set"):
         explicit_settings_win(family, model.model_dump(), model_cls().model_dump(), both.model_dump(),
                               train_cls().model_dump())
+    # 200, the training loop's own default, written is written too (the component's default is None)
+    assert train_cls().max_steps is None
+    *_, two_hundred = component_config("rnn_lm", train={"max_steps": 200})
+    _, t200, notes200 = explicit_settings_win(family, model.model_dump(), model_cls().model_dump(),
+                                              two_hundred.model_dump(), train_cls().model_dump())
+    assert t200["flops_budget"] is None and t200["max_steps"] == 200 and len(notes200) == 1
 
 
 def test_the_run_config_check_applies_the_same_rule():
@@ -158,3 +164,6 @@ def test_the_run_config_check_applies_the_same_rule():
     (steps,) = check_run_config(both_steps, classes, 128)
     assert steps.startswith("ops.rnn_lm.config: train.max_steps=30 and train.flops_budget=1e+12 are both set")
     assert check_run_config({"rnn_lm": {"config": {"train": {"max_steps": 30}}}}, classes, 128) == []
+    both_200 = {"rnn_lm": {"config": {"train": {"max_steps": 200, "flops_budget": 1e12}}}}
+    (steps_200,) = check_run_config(both_200, classes, 128)
+    assert "train.max_steps=200 and train.flops_budget=1e+12 are both set" in steps_200

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Iterator, Literal, Optional
 
 import dagster as dg
-from pydantic import create_model
+from pydantic import Field, create_model
 from pydantic.fields import FieldInfo
 
 from components.core import manifests as M
@@ -86,8 +86,18 @@ class TrainConfig(dg.Config, TrainSettings):
     """The shared training loop."""
 
 
+DEFAULT_MAX_STEPS = TrainSettings.model_fields["max_steps"].default
+
+
 class LanguageModelTrainConfig(LaunchSettings, TrainConfig):
     """The shared training loop, in the step's process or data-parallel under torchrun."""
+
+    # None, not a number, by default: any max_steps a config writes, 200 included, is the user's and
+    # turns a default flops_budget off (lm.explicit_settings_win compares a setting with its default).
+    max_steps: Optional[int] = Field(
+        None, ge=1, description=f"Optimizer steps to train for (a resume continues up to this). None = the steps "
+        f"flops_budget buys, or {DEFAULT_MAX_STEPS} without a budget. Written, it turns a default flops_budget off."
+    )
 
 
 LAUNCH_FIELDS = tuple(LaunchSettings.model_fields)
@@ -247,6 +257,8 @@ def language_model_asset(
         )
         for note in notes:
             context.log.warning(note)
+        if train_settings.get("max_steps") is None:  # the budget's steps replace it (lm.steps_for_budget)
+            train_settings["max_steps"] = DEFAULT_MAX_STEPS
         config = config.model_copy(
             update={
                 "model": config.model.model_copy(update=model_settings),
