@@ -5,7 +5,7 @@ article's thesis is structural.
 from __future__ import annotations
 
 from ..manifests import MemoryDelay, MemoryInduction, MemoryRecall
-from .base import Verdict, verdict
+from .base import Verdict, not_judged, verdict
 
 # --------------------------------------------------------------------------------------------------
 # Memory tasks (delayed recall, associative recall): where the article's thesis is structural
@@ -84,9 +84,13 @@ def recurrent_state_runs_out(
 ) -> Verdict:
     """A fixed recurrent state runs out as key-value pairs grow: each recurrent model's accuracy at the
     most pairs is below its accuracy at the fewest (beyond both 95% intervals) and below the
-    Transformer's at the most pairs. Falsifier: a recurrent model as accurate with many pairs as with
-    few, or as accurate as attention at the most pairs."""
-    checks, figures = {}, {}
+    Transformer's at the most pairs. A recurrent model at chance even at the fewest pairs (its upper
+    bound within MEMORY_NEAR_CHANCE of chance) learned nothing to run out of: it is named
+    (`{model}_learned_the_task` False) and not judged; with no recurrent model that learned, the claim
+    is not judged. Falsifier: a recurrent model that learned the task as accurate with many pairs as
+    with few, or as accurate as attention at the most pairs."""
+    checks, figures, learned = {}, {}, []
+    chance = float(memory_recall.chance)
     ref = _rows(memory_recall, "pairs", reference)
     for m in models:
         rows = _rows(memory_recall, "pairs", m)
@@ -94,13 +98,23 @@ def recurrent_state_runs_out(
             checks[f"{m}_measured_at_two_pair_counts"] = False
             continue
         few, many = rows[0], rows[-1]
+        figures.update({f"{m}_pairs{r['at']}_accuracy": r["accuracy"] for r in rows})
+        figures[f"{m}_state_size"] = next((x["state_size"] for x in memory_recall.models if x["model"] == m), None)
+        figures[f"{m}_learned_the_task"] = few["high"] > chance + MEMORY_NEAR_CHANCE
+        if not figures[f"{m}_learned_the_task"]:
+            continue
+        learned.append(m)
         checks[f"{m}_falls_as_pairs_grow"] = many["high"] < few["low"]
         if ref:
             checks[f"{m}_below_{reference}_at_most_pairs"] = many["high"] < ref[-1]["low"]
-        figures.update({f"{m}_pairs{r['at']}_accuracy": r["accuracy"] for r in rows})
-        figures[f"{m}_state_size"] = next((x["state_size"] for x in memory_recall.models if x["model"] == m), None)
     figures.update({f"{reference}_pairs{r['at']}_accuracy": r["accuracy"] for r in ref})
-    return verdict(checks, figures)
+    figures["chance"] = chance
+    skipped = [m for m in models if figures.get(f"{m}_learned_the_task") is False]
+    note = (f"{', '.join(skipped)} at chance even with {_rows(memory_recall, 'pairs', skipped[0])[0]['at']} pair(s): "
+            "learned nothing to run out of, not judged") if skipped else ""
+    if not learned and not checks:
+        return not_judged(note or "no recurrent model measured", figures)
+    return verdict(checks, figures, note=note)
 
 
 def window_answers_within_field_only(memory_recall: MemoryRecall, model: str = "window") -> Verdict:

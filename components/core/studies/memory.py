@@ -13,21 +13,26 @@ recurrence. Two controlled tasks, generated and seeded, can, in seconds on a CPU
 - **Multi-query associative recall** (MQAR, the Zoology benchmark). `pairs` key-value pairs (distinct
   keys, values drawn with replacement), then every key once more in random order as a query whose
   target is its value; filler tokens, split at random, before the pairs and between pairs and
-  queries, so the key-query distance varies on its own. The number of pairs is mixed in training;
-  accuracy is measured per number of pairs and per key-query distance. Chance is 1 / n_values.
+  queries, so the key-query distance varies on its own. Training sequences hold the most pairs
+  (`train_pairs`): a mix with one or two pairs, which copying any value in the context answers,
+  keeps a model on that shortcut. Accuracy is measured per number of pairs (1 to the most) and per
+  key-query distance. Chance is 1 / n_values.
   A sliding-window Transformer can see at most its receptive field, n_layer · (window − 1) + 1
   positions back: beyond it the key is invisible.
 
 Models are the project's own (`RecurrentLM`, `Transformer`, the one contract
 forward(idx, targets) -> (logits, loss)), each sized to one parameter budget, trained by the small
-loop here on freshly drawn batches from a fixed training set; validation sequences are drawn with
-another seed and any that equals a training sequence is dropped.
+loop here on freshly drawn batches from a fixed training set, side by side in `workers` processes;
+validation sequences are drawn with another seed and any that equals a training sequence is dropped.
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -271,16 +276,48 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def _die_with_parent() -> None:
+    """In a worker: be killed when the process that started it dies (Linux), so a killed step leaves
+    no training behind."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _train_one(kind: str, vocab: int, seq_len: int, train: TaskData, t: MemoryTrainSettings, window: int | None):
+    """Build and train one model (seeded by t.seed): its weights, training info and parameter count."""
+    torch.set_num_threads(t.threads)
+    torch.manual_seed(t.seed)
+    model = build_model(kind, vocab, seq_len, t, window)
+    info = train_model(model, train, t, t.lrs[kind])
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}, info
+
+
 def _train_all(
     kinds: list[str], vocab: int, seq_len: int, train: TaskData, t: MemoryTrainSettings, window: int | None = None
 ):
-    out = {}
     for kind in kinds:
         if kind not in t.lrs:
             raise ConfigError(f"lrs has no learning rate for model {kind!r}; give one (lrs: {{{kind}: 0.003}})")
+    workers = min(t.workers, len(kinds), os.cpu_count() or 1)
+    if workers > 1 and not mp.current_process().daemon:
+        # fork is safe with one torch thread (no OpenMP pool in the child); more threads need a fresh process
+        ctx = mp.get_context("fork" if t.threads == 1 and "fork" in mp.get_all_start_methods() else "spawn")
+        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_die_with_parent) as pool:
+            futures = [pool.submit(_train_one, kind, vocab, seq_len, train, t, window) for kind in kinds]
+            results = [f.result() for f in futures]
+    else:
+        results = [_train_one(kind, vocab, seq_len, train, t, window) for kind in kinds]
+    out = {}
+    for kind, (weights, info) in zip(kinds, results):
         torch.manual_seed(t.seed)
         model = build_model(kind, vocab, seq_len, t, window)
-        info = train_model(model, train, t, t.lrs[kind])
+        model.load_state_dict(weights)
+        model.eval()
         out[kind] = (
             model,
             {
@@ -344,7 +381,7 @@ def recall_study(s: RecallSettings) -> MemoryResult:
 
 
 def _recall_study(s: RecallSettings) -> MemoryResult:
-    train = recall_task(s, s.train_sequences, s.seed)
+    train = recall_task(s, s.train_sequences, s.seed, s.trained_pairs)
     val = disjoint_validation(train, recall_task(s, s.val_per_pairs * len(s.pairs), s.seed + 1))
     trained = _train_all(s.models, s.vocab_size, s.seq_len, train, s.train, s.window)
     rows, fields = [], {}
