@@ -289,7 +289,7 @@ def _die_with_parent() -> None:
 
 
 def _train_one(kind: str, vocab: int, seq_len: int, train: TaskData, t: MemoryTrainSettings, window: int | None):
-    """Build and train one model (seeded by t.seed): its weights, training info and parameter count."""
+    """Build and train one model (seeded by t.seed): its weights and its training info."""
     torch.set_num_threads(t.threads)
     torch.manual_seed(t.seed)
     model = build_model(kind, vocab, seq_len, t, window)
