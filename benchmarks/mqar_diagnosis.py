@@ -15,7 +15,7 @@ one thread) under a grid of variants and, for each number of pairs, records:
     python benchmarks/mqar_diagnosis.py --variant base --variant steps=2000,train_sequences=65536
 
 `--defaults` starts every variant from the recall study's current defaults instead (trained on 8
-pairs only, 16 keys, 16 values, batch 64, 2,000 steps), e.g. to count the seeds on which it binds:
+pairs only, 16 keys, 16 values, batch 128, 2,000 steps), e.g. to count the seeds on which it binds:
 
     python benchmarks/mqar_diagnosis.py --defaults --variant seed=0 --variant seed=1 --variant seed=2 \
         --variant seed=3 --variant seed=4 --out benchmarks/results/mqar_binding_seeds_cpu_avx2.json
