@@ -40,6 +40,11 @@ def context_problems(train_block: int | None, model_block: int | None, labels_bl
     return problems
 
 
+def tokens_per_step(batch_size: int, block_size: int, grad_accum: int | None = 1) -> int:
+    """Tokens one optimizer step trains on: blocks per micro-batch × block length × micro-batches."""
+    return int(batch_size) * int(block_size) * int(grad_accum or 1)
+
+
 def context_length(train_block: int | None, model_block: int | None, labels_block: int, where: str = "") -> int:
     """The context a language model trains and is evaluated on: the one rule, for every caller.
 

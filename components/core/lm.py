@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from safetensors.torch import save_model
 
 from .artifacts import set_weights_mode
-from .data import PAD_ID, TokenBlocks, context_length
+from .data import PAD_ID, TokenBlocks, context_length, tokens_per_step
 from .device import autocast_context, estimate_mfu, resolve_device, resolve_dtype, seed_everything
 from .errors import ConfigError, PipelineInputError
 from .models import recurrent, transformer
@@ -323,7 +323,8 @@ def steps_for_budget(prep: PreparedLM, s: TrainSettings) -> TrainSettings:
     that leaves no room after warmup, is an error naming the setting."""
     if s.flops_budget is None:
         return s
-    per_step = prep.model.flops_per_token(prep.block_size) * s.batch_size * prep.block_size * s.grad_accum
+    tokens = tokens_per_step(s.batch_size, prep.block_size, s.grad_accum)
+    per_step = prep.model.flops_per_token(prep.block_size) * tokens
     steps = int(s.flops_budget // per_step)
     if steps < 1:
         raise ConfigError(f"train.flops_budget={s.flops_budget:.3g} is smaller than one step ({per_step:.3g} FLOPs for "

@@ -92,7 +92,7 @@ from .checkpoint import (  # noqa: F401
     save_checkpoint,
     verify_checkpoint_file,
 )
-from .data import Blocks, context_length
+from .data import Blocks, context_length, tokens_per_step
 from .device import DeviceSetting, DtypeSetting, resolve_device, resolve_dtype
 from .errors import ConfigError, PipelineInputError
 from .models.sizing import count_parameters
@@ -399,7 +399,7 @@ def _setup(
     return _Run(
         s=s, model=model, raw_model=raw_model, state=state, train_data=train_data, val_data=val_data,
         device=device, dtype=dtype, out_dir=out_dir, ckpt_dir=ckpt_dir,
-        tokens_per_step=s.batch_size * block_size * s.grad_accum, notes=notes, resumed_from=resumed_from,
+        tokens_per_step=tokens_per_step(s.batch_size, block_size, s.grad_accum), notes=notes, resumed_from=resumed_from,
         last_good=state.step if resumed_from else None,
     )
 

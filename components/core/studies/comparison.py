@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..data import tokens_per_step
 from ..manifests import LanguageModel
 
 
@@ -48,7 +49,7 @@ def train_flops(m: LanguageModel) -> float | None:
     if not all(need):
         return None
     steps, per_token, batch, block = need
-    return float(steps) * float(batch) * float(ts.get("grad_accum") or 1) * float(block) * float(per_token)
+    return float(steps) * tokens_per_step(batch, block, ts.get("grad_accum")) * float(per_token)
 
 
 def flops_axis(history: list[dict], flops_per_token: float | None) -> list[tuple[float, float]]:
