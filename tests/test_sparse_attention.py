@@ -40,8 +40,10 @@ def test_window_mask_is_local_plus_global_and_causal():
     assert torch.equal(window_mask(4, 10, 3, 2), m[-4:])  # the last queries of a longer context
 
 
-@pytest.mark.parametrize("T", [70, 200])  # one SDPA under the dense band (T <= DENSE_BAND_MAX_T), and the blocks
-@pytest.mark.parametrize("window, n_global", [(16, 0), (16, 3), (7, 20), (70, 0)])
+# T=70: one SDPA under the dense band (T <= DENSE_BAND_MAX_T); T=200 and 256: the first blocks one at a time, the
+# regular blocks batched, the partial last block (200 = 12·16 + 8) alone; (70, 80) at T=200 has no regular block
+@pytest.mark.parametrize("T", [70, 200, 256])
+@pytest.mark.parametrize("window, n_global", [(16, 0), (16, 3), (7, 20), (70, 0), (70, 80), (32, 32)])
 def test_blocked_sliding_window_equals_masked_reference_with_gradients(window, n_global, T):
     assert (T <= DENSE_BAND_MAX_T) == (T == 70)
     q, k, v = qkv(T)
@@ -55,6 +57,28 @@ def test_blocked_sliding_window_equals_masked_reference_with_gradients(window, n
     want.backward(grad)
     for a, b in ((q, q2), (k, k2), (v, v2)):
         torch.testing.assert_close(a.grad, b.grad)
+
+
+def _graph_nodes(t: torch.Tensor) -> int:
+    seen, todo = set(), [t.grad_fn]
+    while todo:
+        fn = todo.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        todo.extend(f for f, _ in fn.next_functions)
+    return len(seen)
+
+
+def test_blocked_sliding_window_backward_does_not_grow_with_length():
+    """The regular blocks are one batched call: the autograd graph (and so the backward's passes over
+    the whole length) is the same size at 4x the length. Sliced block by block it grows with T/window,
+    and every slice's gradient is a zero-filled tensor of the whole length: O(T²/window) work."""
+    sizes = []
+    for T in (512, 2048):
+        q, k, v = qkv(T)
+        sizes.append(_graph_nodes(sliding_window_attention(q, k, v, 16, 0.3, n_global=4)))
+    assert sizes[0] == sizes[1] < 60, sizes
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")

@@ -204,16 +204,52 @@ def sliding_window_attention(
     dropout_p: float = 0.0,
 ) -> torch.Tensor:
     """Causal local attention: query t sees keys (t - window, t] and the first `n_global` positions.
-    Computed one block of `window` queries at a time with SDPA, each against at most n_global + 2·window
-    keys, so time and memory are O(T·(window + n_global)) instead of O(T²). Up to DENSE_BAND_MAX_T
-    positions it is one SDPA call under the whole T×T band mask instead: there the loop's per-block
-    calls cost more than the masked-out scores. Returns (B, nh, T, hs)."""
+    Computed in blocks of `window` queries, each against at most n_global + 2·window keys, so time and
+    memory are O(T·(window + n_global)) instead of O(T²). Every block far enough from the start has the
+    same mask (all global keys, then the previous block and its own), so those blocks are one batched
+    SDPA call over views of q, k and v; only the first blocks (where the window reaches back over the
+    global tokens or before position 0) and a last partial block are computed one at a time. Slicing
+    each block out of q, k and v instead would cost O(T) per block in the backward pass (each slice's
+    gradient is a zero-filled tensor of the whole length): O(T²/window) in all. Up to DENSE_BAND_MAX_T
+    positions it is one SDPA call under the whole T×T band mask instead: there the per-block calls cost
+    more than the masked-out scores. Returns (B, nh, T, hs)."""
     T = q.shape[-2]
     if T <= DENSE_BAND_MAX_T:
         allowed = window_mask(T, T, window, n_global, device=q.device)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
+    w, g = window, n_global
+    n_full = T // w
+    b0 = 1 + -(-g // w)  # the first block whose previous block starts at or after the global tokens
+    if b0 >= n_full:  # no regular block: every block one at a time
+        return _window_blocks(q, k, v, range(0, T, w), w, scale, g, dropout_p)
+    B, nh, _, hs = q.shape
+    nr = n_full - b0  # regular blocks, batched
+    s0, e0 = b0 * w, n_full * w
+    qb = q[..., s0:e0, :].reshape(B, nh * nr, w, hs)
+    kb = k[..., s0 - w : e0, :].reshape(B, nh, nr + 1, w, hs)
+    vb = v[..., s0 - w : e0, :].reshape(B, nh, nr + 1, w, hs)
+    parts_k, parts_v = [kb[:, :, :-1], kb[:, :, 1:]], [vb[:, :, :-1], vb[:, :, 1:]]  # previous block, own block
+    if g:
+        parts_k.insert(0, k[..., None, :g, :].expand(B, nh, nr, g, hs))
+        parts_v.insert(0, v[..., None, :g, :].expand(B, nh, nr, g, hs))
+    ks = torch.cat(parts_k, dim=-2).reshape(B, nh * nr, g + 2 * w, hs)
+    vs = torch.cat(parts_v, dim=-2).reshape(B, nh * nr, g + 2 * w, hs)
+    ii = torch.arange(w, device=q.device)[:, None]
+    jj = torch.arange(w, device=q.device)[None, :]
+    allowed = torch.cat(  # (w, g + 2w): every global key; previous block: (q - key) < window; own block: causal
+        [torch.ones(w, g, dtype=torch.bool, device=q.device), jj > ii, jj <= ii], dim=1
+    )
+    mid = F.scaled_dot_product_attention(qb, ks, vs, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
+    head = _window_blocks(q, k, v, range(0, s0, w), w, scale, g, dropout_p)
+    tail = _window_blocks(q, k, v, range(e0, T, w), w, scale, g, dropout_p)
+    return torch.cat([t for t in (head, mid.reshape(B, nh, nr * w, hs), tail) if t is not None], dim=-2)
+
+
+def _window_blocks(q, k, v, starts, window, scale, n_global, dropout_p) -> torch.Tensor | None:
+    """sliding_window_attention's blocks that start at `starts`, one SDPA call each (B, nh, Σ block, hs)."""
+    T = q.shape[-2]
     outs = []
-    for s in range(0, T, window):
+    for s in starts:
         e = min(s + window, T)
         k0 = max(0, s - window + 1)  # the oldest key any query of this block sees through the window
         g = min(n_global, k0)  # global keys that lie before the window's keys
@@ -226,7 +262,7 @@ def sliding_window_attention(
         outs.append(
             F.scaled_dot_product_attention(q[..., s:e, :], ks, vs, attn_mask=allowed, dropout_p=dropout_p, scale=scale)
         )
-    return torch.cat(outs, dim=-2)  # (B, nh, T, hs)
+    return torch.cat(outs, dim=-2) if outs else None
 
 
 _FLEX = {}
