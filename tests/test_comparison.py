@@ -131,6 +131,9 @@ def test_other_seeds_retrain_the_recorded_settings(tmp_path, one_thread):
     assert losses["lstm"][1] != losses["lstm"][0] and len(lines) == 1
     again = train_other_seeds({"lstm": manifest}, [2], train, val, V, tmp_path / "again")
     assert again["lstm"][1] == losses["lstm"][1]  # a seed is a seed: the same run twice gives the same loss
+    side = train_other_seeds({"lstm": manifest}, [2, 3], train, val, V, tmp_path / "side", workers=2)
+    one = train_other_seeds({"lstm": manifest}, [2, 3], train, val, V, tmp_path / "one")
+    assert side == one and side["lstm"][1] == losses["lstm"][1]  # two worker processes: the same losses
 
 
 def test_identical_models_with_different_seeds_are_tied_and_a_better_one_is_better(tmp_path, one_thread):

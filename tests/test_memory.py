@@ -99,6 +99,20 @@ def test_rnn_that_bridges_every_short_delay_fails_the_parting_claim():
     assert not v.passed and not v.checks["some_delay_rnn_at_chance_lstm_solves"]
 
 
+def test_a_model_that_solved_its_task_stops_early():
+    """solved_accuracy: the RNN solves delays 1 and 2 well inside 400 steps; it stops once every one of
+    `solved_steps` training batches in a row is answered right, and still answers validation; with
+    solved_accuracy null it trains every step."""
+    kw = dict(delays=[1, 2], seq_len=10, n_symbols=4, n_noise=4, train_sequences=512, val_per_delay=64,
+              models=["rnn"], steps=400, solved_steps=20)
+    early = delay_study(_fast(DelaySettings, **kw))
+    m = early.models[0]
+    assert m["solved_at"] is not None and m["train_steps"] == m["solved_at"] < 400, m
+    assert min(x["accuracy"] for x in early.rows if x["model"] == "rnn") > 0.9
+    full = delay_study(_fast(DelaySettings, solved_accuracy=None, **kw)).models[0]
+    assert full["train_steps"] == 400 and full["solved_at"] is None
+
+
 def test_untrained_models_fail_the_delay_claims():
     """Counterexample: a model that learned nothing is at chance everywhere: the LSTM solves no delay and
     the Transformer bridges none."""

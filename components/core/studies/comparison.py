@@ -410,6 +410,25 @@ def plot_comparison(curves: dict[str, list[tuple[float, float]]], rows: list[dic
     return fig
 
 
+def _train_seed(family, model_config, ts, train_data, val_data, vocab_size, out_dir, model_meta) -> float:
+    """One retraining (in a worker or here): its final validation loss."""
+    from ..lm import SamplingSettings, train_lm
+
+    res = train_lm(
+        family,
+        model_config,
+        ts,
+        train_data,
+        val_data,
+        vocab_size,
+        out_dir,
+        sampling=SamplingSettings(num_samples=0),
+        resume=False,
+        model_meta=model_meta,
+    )
+    return float(res.metrics["val/loss"])
+
+
 def train_other_seeds(
     models: dict[str, LanguageModel],
     seeds: list[int],
@@ -420,42 +439,38 @@ def train_other_seeds(
     *,
     model_meta: dict | None = None,
     log=None,
+    workers: int = 1,
 ) -> dict[str, list[float]]:
     """Each model trained again with each of `seeds` (its own seed skipped): the same family, resolved
     model settings, training settings and data, only the seed (initialisation and batch order)
     differs. Returns name -> final validation losses, the model's own run first.
 
     `models`: name -> its language model's manifest (family, model_config, train_settings and
-    metrics are read); `log(str)` gets a line per run."""
+    metrics are read); `log(str)` gets a line per run. `workers` > 1: the retrainings run side by side
+    in that many processes with one torch thread each (components.core.workers; the losses are those
+    of one thread, whatever `threads` the model trained with: a thread count changes the sums' order,
+    not the recipe)."""
     from pathlib import Path
 
-    from ..lm import SamplingSettings, train_lm
     from ..training import TrainSettings
+    from ..workers import run_jobs
 
-    out: dict[str, list[float]] = {}
+    jobs, owners = [], []
     for name, m in models.items():
         # In process, whatever launched the model (launch settings are not TrainSettings; a seed is a seed in any
         # world size).
         own = TrainSettings(**{k: v for k, v in m.train_settings.items() if k in TrainSettings.model_fields})
-        losses = [m.val_loss]
         for seed in seeds:
             if seed == own.seed:
                 continue
-            ts = own.model_copy(update={"seed": seed})
-            res = train_lm(
-                m.family,
-                m.model_config,
-                ts,
-                train_data,
-                val_data,
-                vocab_size,
-                Path(out_dir) / name / str(seed),
-                sampling=SamplingSettings(num_samples=0),
-                resume=False,
-                model_meta=model_meta,
-            )
-            losses.append(float(res.metrics["val/loss"]))
-            if log:
-                log(f"{name} seed {seed}: val loss {losses[-1]:.4f} (seed {own.seed}: {losses[0]:.4f})")
-        out[name] = losses
+            update = {"seed": seed} | ({"threads": 1} if workers > 1 else {})
+            jobs.append((m.family, m.model_config, own.model_copy(update=update), train_data, val_data, vocab_size,
+                         Path(out_dir) / name / str(seed), model_meta))
+            owners.append((name, seed, own.seed))
+    losses = run_jobs(_train_seed, jobs, workers, threads=1)
+    out: dict[str, list[float]] = {name: [m.val_loss] for name, m in models.items()}
+    for (name, seed, own_seed), loss in zip(owners, losses):
+        out[name].append(loss)
+        if log:
+            log(f"{name} seed {seed}: val loss {loss:.4f} (seed {own_seed}: {out[name][0]:.4f})")
     return out

@@ -29,10 +29,7 @@ validation sequences are drawn with another seed and any that equals a training 
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
-import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -50,6 +47,7 @@ from ..models.recurrent import size_for_budget as size_recurrent
 from ..models.sizing import count_parameters
 from ..models.transformer import Transformer, TransformerSettings
 from ..models.transformer import size_for_budget as size_transformer
+from ..workers import run_jobs
 
 # The tasks' settings and generators (memory_tasks), re-exported: pipelines and tests import them from here.
 from .memory_tasks import (
@@ -122,13 +120,16 @@ def state_size(model: nn.Module, seq_len: int) -> int:
 
 
 def train_model(model: nn.Module, data: TaskData, t: MemoryTrainSettings, lr: float) -> dict:
-    """AdamW on batches drawn (seeded) from `data`; returns loss history and seconds."""
+    """AdamW on batches drawn (seeded) from `data`, for t.steps steps or until solved (t.solved_accuracy on
+    t.solved_steps batches in a row, counted on the batch just trained on): seconds, first and final loss,
+    steps trained, and the step it was solved at (None if never)."""
     rng = np.random.default_rng(t.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     warm = max(1, t.steps // 10)
     x_all, y_all = torch.from_numpy(data.x), torch.from_numpy(data.y)
     model.train()
-    t0, losses = time.perf_counter(), []
+    t0, losses, run = time.perf_counter(), [], 0  # run: consecutive batches at t.solved_accuracy
+    solved_at = None
     for step in range(t.steps):
         for g in opt.param_groups:
             g["lr"] = (
@@ -137,17 +138,27 @@ def train_model(model: nn.Module, data: TaskData, t: MemoryTrainSettings, lr: fl
                 * (0.5 * (1 + math.cos(math.pi * step / t.steps)) if step >= warm else 1.0)
             )
         idx = torch.from_numpy(rng.integers(0, len(data), size=t.batch_size))
-        _, loss = model(x_all[idx], y_all[idx])
+        y = y_all[idx]
+        logits, loss = model(x_all[idx], y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
         opt.step()
         losses.append(float(loss.detach()))
+        if t.solved_accuracy is not None:
+            asked = y != IGNORE_INDEX
+            acc = float((logits.detach().argmax(-1)[asked] == y[asked]).float().mean()) if asked.any() else 0.0
+            run = run + 1 if acc >= t.solved_accuracy else 0
+            if run >= t.solved_steps:
+                solved_at = step + 1
+                break
     model.eval()
     return {
         "seconds": time.perf_counter() - t0,
         "first_loss": float(np.mean(losses[:10])),
         "final_loss": float(np.mean(losses[-10:])),
+        "steps": len(losses),
+        "solved_at": solved_at,
     }
 
 
@@ -276,18 +287,6 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _die_with_parent() -> None:
-    """In a worker: be killed when the process that started it dies (Linux), so a killed step leaves
-    no training behind."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _train_one(kind: str, vocab: int, seq_len: int, train: TaskData, t: MemoryTrainSettings, window: int | None):
     """Build and train one model (seeded by t.seed): its weights and its training info."""
     torch.set_num_threads(t.threads)
@@ -303,15 +302,10 @@ def _train_all(
     for kind in kinds:
         if kind not in t.lrs:
             raise ConfigError(f"lrs has no learning rate for model {kind!r}; give one (lrs: {{{kind}: 0.003}})")
-    workers = min(t.workers, len(kinds), os.cpu_count() or 1)
-    if workers > 1 and not mp.current_process().daemon:
-        # fork is safe with one torch thread (no OpenMP pool in the child); more threads need a fresh process
-        ctx = mp.get_context("fork" if t.threads == 1 and "fork" in mp.get_all_start_methods() else "spawn")
-        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_die_with_parent) as pool:
-            futures = [pool.submit(_train_one, kind, vocab, seq_len, train, t, window) for kind in kinds]
-            results = [f.result() for f in futures]
-    else:
-        results = [_train_one(kind, vocab, seq_len, train, t, window) for kind in kinds]
+    # the longest trainings first, so that the last one to start is a short one (Transformers before recurrent models)
+    order = sorted(range(len(kinds)), key=lambda i: kinds[i] in ("rnn", "lstm"))
+    done = run_jobs(_train_one, [(kinds[i], vocab, seq_len, train, t, window) for i in order], t.workers, t.threads)
+    results = [done[order.index(i)] for i in range(len(kinds))]
     out = {}
     for kind, (weights, info) in zip(kinds, results):
         torch.manual_seed(t.seed)
@@ -327,6 +321,8 @@ def _train_all(
                 "train_seconds": info["seconds"],
                 "first_loss": info["first_loss"],
                 "final_loss": info["final_loss"],
+                "train_steps": info["steps"],
+                "solved_at": info["solved_at"],
             },
         )
     return out

@@ -55,6 +55,16 @@ class MemoryTrainSettings(BaseModel):
         "torch "
         "(nn.LSTM's own uniform init).",
     )
+    solved_accuracy: Optional[float] = Field(
+        0.999,
+        gt=0,
+        le=1,
+        description="Stop a model's training early once its accuracy on every one of the last `solved_steps` "
+        "training batches (answered positions only) is at least this: it has solved the task, and more steps "
+        "would not change its answers. null: always train all `steps`. The step it stopped at is recorded.",
+    )
+    solved_steps: int = Field(50, ge=1, description="Consecutive training batches at `solved_accuracy` that stop a "
+                              "model's training early.")
     workers: int = Field(2, ge=1, description="Processes the models train in side by side (each with `threads` "
                          "threads; at most one per model and per CPU). The models are independent and a small one "
                          "uses one core, so two workers halve the study's wall time on two cores; 1 trains them one "

@@ -1,0 +1,39 @@
+"""Independent trainings side by side in worker processes, one torch thread each.
+
+On these 2-core machines two small models trained at once with one thread each finish sooner than
+one after the other with two threads each (a 4-layer, 128-wide Transformer step: 116 ms at 2 threads,
+182 ms per model with two at once at 1 thread: 1.27× the work per second). Workers are forked (the
+parent's data is inherited, not copied) when each uses one thread, since a forked child must not use
+an OpenMP pool it inherited; with more threads they are spawned. A worker is killed when its parent
+dies (Linux), so a killed step leaves no training behind."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, Callable, Sequence
+
+
+def die_with_parent() -> None:
+    """In a worker: be killed when the process that started it dies (Linux)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def run_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int, threads: int = 1) -> list[Any]:
+    """fn(*job) for every job, in order: in `workers` processes when more than one is asked for, the
+    machine has the cores and this process may start children (a daemon process may not); else here,
+    one after the other. `fn` sets its own torch threads (`threads` only chooses fork or spawn)."""
+    workers = min(workers, len(jobs), os.cpu_count() or 1)
+    if workers <= 1 or mp.current_process().daemon:
+        return [fn(*job) for job in jobs]
+    ctx = mp.get_context("fork" if threads == 1 and "fork" in mp.get_all_start_methods() else "spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=die_with_parent) as pool:
+        futures = [pool.submit(fn, *job) for job in jobs]
+        return [f.result() for f in futures]
