@@ -188,3 +188,29 @@ def test_ablation_settings_validate():
     with pytest.raises(ValidationError, match=r"ablations: unknown \['no_ffn'\]"):
         AblationSettings(ablations=["no_pos", "no_ffn"])
     assert AblationSettings(ablations=["no_pos"]).ablations == ["no_pos"]
+
+
+def test_ablations_side_by_side_equal_one_after_another(corpus, tmp_path):
+    """workers: 2 trains the runs in two processes (one thread each); the same losses, depth rows and
+    logged step metrics as one after another here."""
+    train_data, val_data, vocab = corpus
+    out = {}
+    for w in (1, 2):
+        logged = []
+        res = run_ablations(
+            TransformerSettings(n_layer=2, n_head=2, n_embd=16, block_size=16, pos_encoding="rope"),
+            TrainSettings(max_steps=20, batch_size=8, lr=3e-3, warmup_steps=2, eval_interval=0, eval_batches=4,
+                          log_interval=5, threads=1),
+            AblationSettings(ablations=["no_pos"], permutation_len=8, depths=[1, 2], depth_steps=5, depth_n_embd=16,
+                             depth_block_size=16, workers=w),
+            train_data, val_data, vocab, tmp_path / str(w),
+            log_metrics=lambda m, step, _l=logged: _l.append((step, m)),
+        )
+        out[w] = ([(r["run"], r["val_loss"], r["train_loss"]) for r in res.table], res.depth, logged)
+    assert out[1][0] == out[2][0] and out[1][1] == out[2][1]
+    timing = ("tokens_per_s", "step_ms")  # seconds differ between any two runs
+
+    def points(logged):
+        return sorted(((s, {k: v for k, v in m.items() if not k.endswith(timing)}) for s, m in logged), key=str)
+
+    assert points(out[1][2]) == points(out[2][2]) and out[1][2]

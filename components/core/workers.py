@@ -26,14 +26,46 @@ def die_with_parent() -> None:
         pass
 
 
+def _start_worker(threads: int) -> None:
+    """A worker's first act: its torch threads, before any torch op. A forked child that runs an op with the
+    OpenMP pool it inherited (the parent's, whose threads do not exist in the child) can hang."""
+    import torch
+
+    die_with_parent()
+    torch.set_num_threads(threads)
+
+
+def weights_out(model) -> dict[str, Any]:
+    """A model's weights as numpy arrays, to return from a worker. Jobs and results cross as pickles, and
+    a torch tensor crosses through shared memory handed over by a file-descriptor server thread; a pool
+    forked while that thread runs can hang its child, so tensors stay inside the processes."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def weights_in(model, arrays: dict[str, Any]) -> None:
+    """Load what weights_out returned into a model of the same shape."""
+    import torch
+
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in arrays.items()})
+
+
+def cpu_workers(workers: int, device_setting: str) -> int:
+    """`workers` where the trainings run on the CPU, else 1: a GPU is one device (and a forked child
+    must not touch a CUDA context its parent made)."""
+    from .device import resolve_device
+
+    return workers if resolve_device(device_setting)[0].type == "cpu" else 1
+
+
 def run_jobs(fn: Callable[..., Any], jobs: Sequence[tuple], workers: int, threads: int = 1) -> list[Any]:
     """fn(*job) for every job, in order: in `workers` processes when more than one is asked for, the
     machine has the cores and this process may start children (a daemon process may not); else here,
-    one after the other. `fn` sets its own torch threads (`threads` only chooses fork or spawn)."""
+    one after the other. `fn` sets its own torch threads (`threads` only chooses fork or spawn). Pass and
+    return numpy arrays, not tensors (weights_out)."""
     workers = min(workers, len(jobs), os.cpu_count() or 1)
     if workers <= 1 or mp.current_process().daemon:
         return [fn(*job) for job in jobs]
     ctx = mp.get_context("fork" if threads == 1 and "fork" in mp.get_all_start_methods() else "spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=die_with_parent) as pool:
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start_worker, initargs=(threads,)) as pool:
         futures = [pool.submit(fn, *job) for job in jobs]
         return [f.result() for f in futures]

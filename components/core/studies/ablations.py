@@ -35,6 +35,7 @@ from ..device import seed_everything
 from ..lm import resolve_settings
 from ..models.transformer import Transformer, TransformerSettings
 from ..training import TrainSettings, train
+from ..workers import cpu_workers, run_jobs, weights_in, weights_out
 
 # The probes that train nothing (transformer_probes), re-exported: pipelines and tests import them from here.
 from .transformer_probes import (
@@ -91,6 +92,14 @@ class AblationSettings(BaseModel):
         32, ge=8, description="Width of the residual study's models (small: 2 × len(depths) trainings)."
     )
     depth_block_size: int = Field(32, ge=8, description="Context of the residual study's models.")
+    workers: int = Field(
+        2,
+        ge=1,
+        description="Processes the ablation and depth runs train in side by side on a CPU, one torch thread each "
+        "(components/core/workers.py; these small models gain little from a second thread, so two at once take "
+        "about 0.6× the time of one after the other); 1: one after the other here. The losses are the same; the "
+        "tokens/s in the table are then those of one thread beside another run.",
+    )
 
     @field_validator("ablations")
     @classmethod
@@ -156,18 +165,21 @@ def run_ablations(
     )
     probe = _probe_batch(val_data, settings.probe_blocks, model_settings.block_size)
     rows, models, run_dirs, notes, histories = [], {}, {}, [], {}
-    for name, (cfg, change, baseline) in _runs(model_settings, settings).items():
-        seed_everything(ts.seed)  # every run starts from the same seed
+    runs = _runs(model_settings, settings)
+    workers = cpu_workers(settings.workers, ts.device)
+    run_ts = ts.model_copy(update={"threads": 1}) if workers > 1 else ts
+    names = sorted(runs, key=lambda n: -runs[n][0].n_layer)  # the deep runs first: the last to start is a short one
+    jobs = [(runs[n][0], vocab_size, run_ts, train_data, val_data, out_dir / n, resume, model_meta) for n in names]
+    trained = dict(zip(names, run_jobs(_train_run, jobs, workers)))
+    for name, (cfg, change, baseline) in runs.items():
+        weights, res = trained[name]
+        seed_everything(ts.seed)
         model = _build(cfg, vocab_size)
-
-        def log(metrics: dict[str, float], step: int, _name=name) -> None:
-            if log_metrics is not None:
-                log_metrics({f"{_name}/{k}": v for k, v in metrics.items()}, step)
-
+        weights_in(model, weights)
+        if log_metrics is not None:  # the run's log/eval points, as train() would have logged them
+            for point in res.history:
+                log_metrics({f"{name}/{k}": v for k, v in point.items() if k != "step"}, point["step"])
         run_dirs[name] = out_dir / name
-        # A no-residual deep stack may blow up; that is a finding, not a crash.
-        res = train(model, train_data, val_data, ts, run_dirs[name], log_metrics=log, resume=resume,
-                    model_meta=model_meta, raise_on_divergence=False)
         notes += [f"{name}: {w}" for w in res.warnings if "no CUDA GPU" not in w]
         models[name], histories[name] = model.cpu().eval(), res.history
         rows.append({
@@ -303,35 +315,51 @@ def residual_depth_study(
         }
     )
     x, y = _probe_batch(val_data, min(8, val_data.n_blocks), T)
-    rows = []
-    for depth in s.depths:
-        for residual in (True, False):
-            cfg = TransformerSettings(**{**model_settings.model_dump(), "n_layer": depth, "n_embd": s.depth_n_embd,
-                                         "n_head": max(1, s.depth_n_embd // 16), "block_size": T, "residual": residual,
-                                         "param_budget": None, "dropout": 0.0})
-            seed_everything(ts.seed)
-            model = Transformer(cfg, vocab_size)
-            g0 = first_layer_grad_norm(model, x, y)
-            res = train(
-                model,
-                train_data,
-                val_data,
-                ts,
-                out_dir / f"depth{depth}_{'res' if residual else 'nores'}",
-                resume=False,
-                raise_on_divergence=False,
-            )
-            rows.append(
-                {
-                    "n_layer": depth,
-                    "residual": residual,
-                    "val_loss": res.val_loss,
-                    "first_layer_grad_norm_init": g0,
-                    "first_layer_grad_norm_trained": first_layer_grad_norm(model, x, y),
-                    "params": res.params,
-                }
-            )
-    return rows
+    workers = cpu_workers(s.workers, ts.device)
+    if workers > 1:
+        ts = ts.model_copy(update={"threads": 1})
+    grid = [(depth, residual) for depth in sorted(s.depths, reverse=True) for residual in (True, False)]
+    jobs = [
+        (
+            TransformerSettings(**{**model_settings.model_dump(), "n_layer": depth, "n_embd": s.depth_n_embd,
+                                   "n_head": max(1, s.depth_n_embd // 16), "block_size": T, "residual": residual,
+                                   "param_budget": None, "dropout": 0.0}),
+            vocab_size, ts, train_data, val_data, out_dir / f"depth{depth}_{'res' if residual else 'nores'}", x.numpy(),
+            y.numpy(),
+        )
+        for depth, residual in grid
+    ]
+    done = dict(zip(grid, run_jobs(_train_depth, jobs, workers)))
+    return [
+        {"n_layer": depth, "residual": residual, **done[(depth, residual)]}
+        for depth in s.depths
+        for residual in (True, False)
+    ]
+
+
+def _train_run(cfg, vocab_size, ts, train_data, val_data, run_dir, resume, model_meta):
+    """One ablation run (in a worker or here): its weights and its TrainResult."""
+    seed_everything(ts.seed)  # every run starts from the same seed
+    model = _build(cfg, vocab_size)
+    # A no-residual deep stack may blow up; that is a finding, not a crash.
+    res = train(model, train_data, val_data, ts, run_dir, resume=resume, model_meta=model_meta,
+                raise_on_divergence=False)
+    return weights_out(model), res
+
+
+def _train_depth(cfg, vocab_size, ts, train_data, val_data, run_dir, x, y) -> dict:
+    """One model of the residual depth study (in a worker or here): its row. x, y: numpy (B, T)."""
+    x, y = torch.from_numpy(x), torch.from_numpy(y)
+    seed_everything(ts.seed)
+    model = Transformer(cfg, vocab_size)
+    g0 = first_layer_grad_norm(model, x, y)
+    res = train(model, train_data, val_data, ts, run_dir, resume=False, raise_on_divergence=False)
+    return {
+        "val_loss": res.val_loss,
+        "first_layer_grad_norm_init": g0,
+        "first_layer_grad_norm_trained": first_layer_grad_norm(model.cpu(), x, y),
+        "params": res.params,
+    }
 
 
 def _build(cfg: TransformerSettings, vocab_size: int) -> Transformer:

@@ -453,13 +453,14 @@ def train_other_seeds(
     from pathlib import Path
 
     from ..training import TrainSettings
-    from ..workers import run_jobs
+    from ..workers import cpu_workers, run_jobs
 
     jobs, owners = [], []
     for name, m in models.items():
         # In process, whatever launched the model (launch settings are not TrainSettings; a seed is a seed in any
         # world size).
         own = TrainSettings(**{k: v for k, v in m.train_settings.items() if k in TrainSettings.model_fields})
+        workers = cpu_workers(workers, own.device)
         for seed in seeds:
             if seed == own.seed:
                 continue

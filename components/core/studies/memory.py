@@ -47,7 +47,7 @@ from ..models.recurrent import size_for_budget as size_recurrent
 from ..models.sizing import count_parameters
 from ..models.transformer import Transformer, TransformerSettings
 from ..models.transformer import size_for_budget as size_transformer
-from ..workers import run_jobs
+from ..workers import run_jobs, weights_in, weights_out
 
 # The tasks' settings and generators (memory_tasks), re-exported: pipelines and tests import them from here.
 from .memory_tasks import (
@@ -271,6 +271,8 @@ class MemoryResult:
             out[f"{prefix}/{r['model']}_{r['by']}{r['at']}_accuracy"] = r["accuracy"]
         for m in self.models:
             out[f"{prefix}/{m['model']}_train_seconds"] = m["train_seconds"]
+            if "train_steps" in m:
+                out[f"{prefix}/{m['model']}_train_steps"] = m["train_steps"]
         return out
 
     def manifest(self) -> dict:
@@ -293,7 +295,7 @@ def _train_one(kind: str, vocab: int, seq_len: int, train: TaskData, t: MemoryTr
     torch.manual_seed(t.seed)
     model = build_model(kind, vocab, seq_len, t, window)
     info = train_model(model, train, t, t.lrs[kind])
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}, info
+    return weights_out(model), info
 
 
 def _train_all(
@@ -310,7 +312,7 @@ def _train_all(
     for kind, (weights, info) in zip(kinds, results):
         torch.manual_seed(t.seed)
         model = build_model(kind, vocab, seq_len, t, window)
-        model.load_state_dict(weights)
+        weights_in(model, weights)
         model.eval()
         out[kind] = (
             model,
