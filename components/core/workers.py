@@ -2,9 +2,10 @@
 
 On these 2-core machines two small models trained at once with one thread each finish sooner than
 one after the other with two threads each (a 4-layer, 128-wide Transformer step: 116 ms at 2 threads,
-182 ms per model with two at once at 1 thread: 1.27× the work per second). Workers are forked (the
-parent's data is inherited, not copied) when each uses one thread, since a forked child must not use
-an OpenMP pool it inherited; with more threads they are spawned. A worker is killed when its parent
+182 ms per model with two at once at 1 thread: 1.27× the work per second). Workers are forked (quick
+to start; a job's arguments and result still travel pickled) when each uses one thread, and set that
+thread count before any torch op, since a forked child must not use an OpenMP pool it inherited; with
+more threads they are spawned. A worker is killed when its parent
 dies (Linux), so a killed step leaves no training behind."""
 
 from __future__ import annotations
