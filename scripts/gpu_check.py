@@ -916,6 +916,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--steps", type=int, help="training steps (default 50; dry run 6)")
     ap.add_argument("--batch-size", type=int, help="training batch size (default 32; dry run 4)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile in train (faster start, lower MFU)")
+    ap.add_argument(
+        "--sdpa-backend",
+        choices=["flash", "cudnn", "efficient", "auto"],
+        help="the fused kernel the train and sdpa sections pin (default flash, the pipeline's GPU setting)",
+    )
     ap.add_argument("--skip", default="", help=f"comma-separated sections to skip: {','.join(SECTIONS)}")
     ap.add_argument(
         "--budget", default="", help="comma-separated NAME=SECONDS overriding sections' budgets, e.g. train=90,flex=60"
@@ -930,6 +935,8 @@ def main(argv: list[str] | None = None) -> dict:
         cfg["batch_size"] = args.batch_size
     if args.no_compile:
         cfg["compile"] = False
+    if args.sdpa_backend:
+        cfg["model"]["sdpa_backend"] = args.sdpa_backend
     for item in filter(None, (x.strip() for x in args.budget.split(","))):
         name, _, secs = item.partition("=")
         if name not in SECTIONS or not secs.replace(".", "", 1).isdigit():
