@@ -5,7 +5,8 @@ every problem on one line naming its path, no traceback. Exit 0 when the file is
     python -m pipelines.check_config tiny                 # configs/tiny.yaml, as the job tiny_pipeline runs it
     python -m pipelines.check_config path/to/other.yaml   # any run-config file, against the default route
 
-scripts/run_pipeline.sh runs it before it launches the job (pipelines.launch).
+scripts/run_pipeline.sh runs the same check inside the launch (`pipelines.launch --check-config`), before the
+run is created.
 """
 
 from __future__ import annotations
@@ -41,15 +42,19 @@ def problems(path: str | Path) -> list[str]:
     return [f"{path}: {p}" for p in check_run_config(config.get("ops") or {}, classes, None)]
 
 
+def config_path(arg: str) -> Path:
+    """A name in configs/ (tiny) or a path to a .yaml file."""
+    from pipelines.definitions import CONFIG_DIR
+
+    return Path(arg) if arg.endswith((".yaml", ".yml")) else CONFIG_DIR / f"{arg}.yaml"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         print("usage: python -m pipelines.check_config <name in configs/ | file.yaml>", file=sys.stderr)
         return 2
-    from pipelines.definitions import CONFIG_DIR
-
-    arg = argv[0]
-    path = Path(arg) if arg.endswith((".yaml", ".yml")) else CONFIG_DIR / f"{arg}.yaml"
+    path = config_path(argv[0])
     if not path.is_file():
         print(f"error: no such config: {path}", file=sys.stderr)
         return 2

@@ -9,7 +9,7 @@ on its job's page or the timeline. Here the run is created from the code locatio
 (`LOCATION_NAME`, the name workspace.yaml and `[tool.dg.project] code_location_name` give it) and
 carries that origin (tag `.dagster/repository` = `__repository__@wordvec_to_transformer`); it then
 executes in this process, with the job's own executor, as `dg launch` would. Exit status 0 when the
-run succeeds, 1 when it fails, 2 for an unknown job.
+run succeeds, 1 when it fails, 2 for an unknown job or (with `--check-config`) a bad config file.
 """
 
 from __future__ import annotations
@@ -64,7 +64,22 @@ def create_run(instance, job_name: str, tags: dict[str, str] | None = None):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.launch", description=__doc__.split("\n\n")[0])
     parser.add_argument("job", help="a job of the Definitions, e.g. default_pipeline")
+    parser.add_argument(
+        "--check-config",
+        metavar="CONFIG",
+        help="first check this experiment file (a name in configs/ or a .yaml path) as `pipelines.check_config` does, "
+        "in this process (one import of the Definitions, not two); exit 2 on any problem, before a run is created",
+    )
     args = parser.parse_args(argv)
+    if args.check_config:
+        from pipelines.check_config import config_path, problems
+
+        path = config_path(args.check_config)
+        found = [f"no such config: {path}"] if not path.is_file() else problems(path)
+        for line in found:
+            print(f"error: {line}", file=sys.stderr)
+        if found:
+            return 2
 
     import dagster as dg
     from dagster._core.execution.api import execute_run

@@ -11,9 +11,9 @@ config=${1:-default}
 bash scripts/setup.sh
 source scripts/env.sh
 state_init
-# The file checked first: a bad key or value is one line naming it, not Dagster's traceback at launch.
-"$VENV/bin/python" -m pipelines.check_config "$config" || exit 2
+# The file is checked first (--check-config, in the launch's own process): a bad key or value is one
+# line naming it, not Dagster's traceback at launch, and no run is created.
 # The run is created from the code location the UI loads (wordvec_to_transformer) and executes here,
 # so the Dagster UI lists it under its job (`dg launch` records no code location: "Manually launched").
-"$VENV/bin/python" -m pipelines.launch "${config}_pipeline"
+"$VENV/bin/python" -m pipelines.launch --check-config "$config" "${config}_pipeline"
 echo "Done. Dagster UI: bash scripts/ui.sh   MLflow UI: bash scripts/mlflow_ui.sh   (state in $PIPELINE_STATE_DIR)"

@@ -162,7 +162,8 @@ def test_run_ablations_on_real_text(corpus, tmp_path):
         log_metrics=lambda m, step: logged.append(m),
     )
     rows = {r["run"]: r for r in res.table}
-    assert list(rows) == ["full", "deep_residual", "no_pos", "no_scale", "no_residual"]
+    assert list(rows) == ["full", "deep_residual", "no_pos", "no_scale", "no_residual", "hard_attention"]
+    assert rows["hard_attention"]["baseline"] == "full" and rows["hard_attention"]["attn_entropy"] == 0.0  # one-hot
     assert all(r["steps"] == 120 for r in rows.values())  # ablation_steps overrides max_steps
     assert rows["no_residual"]["baseline"] == "deep_residual" and rows["no_pos"]["baseline"] == "full"
     assert rows["no_residual"]["n_layer"] == 6

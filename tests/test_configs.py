@@ -136,3 +136,17 @@ def test_an_unknown_key_is_one_line_naming_it_without_a_traceback(tmp_path):
     from pipelines.check_config import main
 
     assert main(["tiny"]) == 0
+    # The launch scripts/run_pipeline.sh runs checks the same file first, in its own process: the same
+    # line, exit 2, and no run created (the instance under PIPELINE_STATE_DIR stays empty).
+    from pipelines import launch
+
+    state = tmp_path / "state"
+    env = {**__import__("os").environ, "PYTHONPATH": str(root), "PIPELINE_STATE_DIR": str(state),
+           "DAGSTER_HOME": str(state / "dagster")}
+    (state / "dagster").mkdir(parents=True)
+    proc = subprocess.run([sys.executable, "-m", "pipelines.launch", "--check-config", str(bad), "tiny_pipeline"],
+                          cwd=root, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert [line for line in proc.stderr.splitlines() if line.startswith("error:")] == lines
+    assert not any((state / "dagster").iterdir()) and "Run " not in proc.stdout
+    assert launch.main(["--check-config", str(tmp_path / "none.yaml"), "tiny_pipeline"]) == 2

@@ -143,6 +143,51 @@ def test_window_asked_beyond_its_field_fails(recall_run):
     assert not claims.window_answers_within_field_only(recall_run, model="transformer").passed
 
 
+def test_window_field_is_where_its_logits_can_change():
+    """The receptive field the study uses is the model's: at the last position, a token rf − 1 back moves
+    the logits, one further back cannot (so a value at distance d − 1 ≤ rf − 1 is visible: d ≤ rf)."""
+    from components.core.studies.memory import build_model, receptive_field
+
+    s = RecallSettings(seq_len=24, n_keys=8, n_values=8, window=3, n_layer=2, n_head=1, param_budget=4000)
+    torch.manual_seed(0)
+    model = build_model("window", s.vocab_size, s.seq_len, s.train, s.window).eval()
+    rf = receptive_field(model)
+    assert rf == 5  # 2 · (3 − 1) + 1
+    x = torch.randint(1, s.vocab_size, (1, s.seq_len))
+    T = s.seq_len
+
+    def moved(back: int) -> bool:
+        x2 = x.clone()
+        x2[0, T - 1 - back] = 1 + (int(x[0, T - 1 - back]) % (s.vocab_size - 1))
+        with torch.no_grad():
+            return not torch.allclose(model(x)[0][0, -1], model(x2)[0][0, -1])
+
+    assert moved(rf - 1) and not moved(rf) and not moved(rf + 3)
+
+
+def _field_manifest(within_ok: int, beyond_ok: int, n: int = 400, chance: float = 1 / 16) -> M.MemoryRecall:
+    from components.core.studies.memory import accuracy_row
+
+    rows = [
+        {"model": "window", "by": "field", "at": where, **accuracy_row(np.arange(n) < ok)}
+        for where, ok in (("within", within_ok), ("beyond", beyond_ok))
+    ]
+    return M.MemoryRecall(rows=rows, chance=chance, receptive_fields={"window": 15})
+
+
+def test_window_claim_needs_learning_within_and_chance_beyond():
+    """Passes on a window model that answers half its in-field queries and is at chance beyond (not
+    solving is noted); counterexamples: at chance on both sides (it learned nothing: the first recall
+    window model, field 7), and above chance beyond (the mask leaks)."""
+    v = claims.window_answers_within_field_only(_field_manifest(200, 25))
+    assert v.passed and v.figures["window_solves_within_field"] is False and "short of solving" in v.note
+    assert claims.window_answers_within_field_only(_field_manifest(390, 25)).figures["window_solves_within_field"]
+    nothing = claims.window_answers_within_field_only(_field_manifest(25, 25))
+    assert not nothing.passed and not nothing.checks["window_answers_within_field"]
+    leak = claims.window_answers_within_field_only(_field_manifest(200, 120))
+    assert not leak.passed and not leak.checks["window_at_chance_beyond_field"]
+
+
 def test_attention_as_the_recurrent_model_does_not_run_out():
     """Counterexample: full attention that learned the task (one pair: copying answers it), judged as if
     it were the fixed state, is not below itself."""

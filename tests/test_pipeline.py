@@ -62,6 +62,7 @@ def test_tiny_graph_materializes_everything(tiny_run):
         "fact_neurons_matter",
         "later_context_helps",
         "soft_attention_beats_topk",
+        "soft_attention_trains_better_than_hard",
         "word_vectors_carry_similarity",
         "king_man_woman_queen",
         "residuals_let_depth_train",

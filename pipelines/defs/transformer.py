@@ -96,3 +96,4 @@ def transformer_ablations(
 position_breaks_order_symmetry = claim_check("position_breaks_order_symmetry", transformer_ablations)
 sqrt_d_keeps_softmax_unsaturated = claim_check("sqrt_d_keeps_softmax_unsaturated", transformer_ablations)
 residuals_let_depth_train = claim_check("residuals_let_depth_train", transformer_ablations)
+soft_attention_trains_better_than_hard = claim_check("soft_attention_trains_better_than_hard", transformer_ablations)

@@ -67,6 +67,7 @@ from .registry import BY_NAME, CLAIMS, OTHER_CLAIMS, Judgement, article_claims, 
 from .sections import SECTION_CLAIMS
 from .transformer import (
     DEPTH_LOSS_MARGIN,
+    HARD_MARGIN,
     ROW_SUM_TOLERANCE,
     TOPK_MARGIN,
     attention_rows_sum_to_one,
@@ -76,6 +77,7 @@ from .transformer import (
     position_breaks_order_symmetry,
     residuals_let_depth_train,
     soft_attention_beats_topk,
+    soft_attention_trains_better_than_hard,
     sqrt_d_keeps_softmax_unsaturated,
 )
 from .word_vectors import (
@@ -122,6 +124,8 @@ __all__ = [
     "heads_differ",
     "fact_neurons_matter",
     "soft_attention_beats_topk",
+    "HARD_MARGIN",
+    "soft_attention_trains_better_than_hard",
     "attention_scales_as_claimed",
     "attention_time_scales_as_claimed",
     "kv_cache_grows_recurrent_state_does_not",

@@ -193,14 +193,15 @@ OTHER_CLAIMS: list[Claim] = [
     Claim(
         "window_answers_within_field_only",
         "memory_recall",
-        f"A sliding-window Transformer recalls keys within its receptive field (lower bound ≥ {MEMORY_SOLVED}) and is "
-        f"at chance "
-        f"beyond it (upper bound within {MEMORY_NEAR_CHANCE} of chance).",
+        f"A sliding-window Transformer recalls keys whose value lies within its receptive field (lower bound more "
+        f"than {MEMORY_NEAR_CHANCE} above chance; solving it, ≥ {MEMORY_SOLVED}, is reported) and is at chance beyond "
+        f"it (upper bound within {MEMORY_NEAR_CHANCE} of chance).",
         window_answers_within_field_only,
         warn=True,
         section="4.1",
         statement_zh="滑动窗口模型只能回忆感受野内的键，超出感受野就是随机水平。",
-        falsifier='A window model that fails within its field, or answers above chance beyond it.',
+        falsifier='A window model at chance within its field (it learned nothing), or above chance beyond it (it '
+                  'sees what its mask should hide).',
     ),
     Claim(
         "induction_head_copies",

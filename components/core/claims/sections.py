@@ -18,11 +18,13 @@ from .long_context import (
 from .memory import INDUCTION_COLLAPSE
 from .quantization import int8_model_size, int8_perplexity_cost, nf4_model_size, nf4_perplexity_cost
 from .transformer import (
+    HARD_MARGIN,
     fact_neurons_matter,
     heads_differ,
     position_breaks_order_symmetry,
     residuals_let_depth_train,
     soft_attention_beats_topk,
+    soft_attention_trains_better_than_hard,
     sqrt_d_keeps_softmax_unsaturated,
 )
 from .word_vectors import (
@@ -185,6 +187,20 @@ SECTION_CLAIMS: list[Claim] = [
         falsifier="A top-k restriction whose validation loss is no higher than the full softmax's (within 1e-4 nats), "
             "or a loss "
         "that does not rise as k falls.",
+    ),
+    Claim(
+        "soft_attention_trains_better_than_hard",
+        "transformer_ablations",
+        "Soft attention trains better than picking one key: the same small Transformer, trained the same steps with "
+        "hard attention (each query takes only its top-scoring key's value, one-hot forward, gradient through the "
+        f"softmax), ends with a validation loss more than {HARD_MARGIN} nats above the soft-attention model's.",
+        soft_attention_trains_better_than_hard,
+        warn=True,
+        section="3.1",
+        statement_zh="软注意力比只挑一个词训练得更好：同一个小 Transformer 用硬注意力"
+            "（每个查询只取得分最高的那个键的值，前向是独热，梯度走 softmax）训练同样的步数，"
+            f"验证损失比软注意力高出 {HARD_MARGIN} nats 以上。",
+        falsifier=f"A hard-attention model that trains to within {HARD_MARGIN} nats of the soft one, or better.",
     ),
     Claim(
         "fact_neurons_matter",

@@ -11,6 +11,7 @@ from .memory import INDUCTION_COLLAPSE
 
 ROW_SUM_TOLERANCE = 1e-5
 TOPK_MARGIN = 1e-4  # nats: a loss "rises" by more than float rounding between attention paths
+HARD_MARGIN = 0.05  # nats: soft-trained beats hard-trained by more than this (5x the Transformers' seed spread)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -153,6 +154,30 @@ def fact_neurons_matter(ffn_memories: FfnMemories) -> Verdict:
         return not_judged("no fact has a second, held-out prompt: the selecting prompt alone cannot judge it", figures)
     return verdict(
         {"fact_prompts_found": True, "heldout_drop_beyond_matched_random": m["ffn/heldout_extra_drop_lo"] > 0}, figures
+    )
+
+
+def soft_attention_trains_better_than_hard(transformer_ablations: TransformerAblations) -> Verdict:
+    """Blending beats picking one, both trained: the ablations' full model (soft attention) against the
+    same model trained the same way with hard attention (each query takes its top key's value only,
+    straight-through). Fails when the hard model's validation loss is not above the soft one's by more
+    than HARD_MARGIN. Not judged when the ablations did not train the hard model."""
+    rows = {r["run"]: r for r in transformer_ablations.table or []}
+    soft, hard = rows.get("full"), rows.get("hard_attention")
+    if soft is None or hard is None:
+        return not_judged("the ablations trained no hard-attention model (ablations: add hard_attention)")
+    gap = hard["val_loss"] - soft["val_loss"]
+    return verdict(
+        {"soft_beats_hard_by_margin": gap > HARD_MARGIN},
+        {
+            "soft_val_loss": soft["val_loss"],
+            "hard_val_loss": hard["val_loss"],
+            "hard_minus_soft": gap,
+            "margin": HARD_MARGIN,
+            "steps": soft.get("steps"),
+            "soft_attention_entropy": soft.get("attn_entropy"),
+            "hard_attention_entropy": hard.get("attn_entropy"),
+        },
     )
 
 

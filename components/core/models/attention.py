@@ -104,9 +104,12 @@ def reference_attention(
     window: int | None = None,
     n_global: int = 0,
     top_k: int | None = None,
+    hard: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Explicit attention; returns (output (B, nh, T, hs), weights (B, nh, T, T)). `top_k`: each query
-    keeps only its k highest-scoring allowed keys (evaluation-time; see `keep_top_k`)."""
+    keeps only its k highest-scoring allowed keys (evaluation-time; see `keep_top_k`). `hard`: each
+    query's weights are one-hot on its top-scoring key in the forward pass, and the softmax's in the
+    backward pass (straight-through), so the scores still learn."""
     T = q.shape[-2]
     att = (q @ k.transpose(-2, -1)) * scale  # (B, nh, T, T) raw scores
     if causal or key_padding_mask is not None:
@@ -114,6 +117,9 @@ def reference_attention(
     if top_k is not None:
         att = keep_top_k(att, top_k)
     att = F.softmax(att, dim=-1)  # (B, nh, T, T) each query's weights sum to 1
+    if hard:  # forward: one-hot on the argmax; backward: d(soft) (the detached difference carries no gradient)
+        one_hot = torch.zeros_like(att).scatter_(-1, att.argmax(-1, keepdim=True), 1.0)
+        att = att + (one_hot - att).detach()
     weights = att
     if dropout is not None:
         att = dropout(att)
@@ -370,6 +376,7 @@ class CausalSelfAttention(nn.Module):
         sdpa_backend: str = "auto",
         window: int = 256,
         n_global: int = 0,
+        hard: bool = False,
     ):
         super().__init__()
         if n_embd % n_head:
@@ -387,6 +394,7 @@ class CausalSelfAttention(nn.Module):
         # 1/√d_head keeps the scores' variance ~1 whatever the head size; the ablation turns it off.
         self.scale = 1.0 / math.sqrt(self.head_dim) if scale_scores else 1.0
         self.top_k: int | None = None  # evaluation-time top-k keys per query (`top_k_attention`); None = full softmax
+        self.hard = hard  # one-hot weights on the top key, trained straight-through (reference path only)
         # Q, K and V for all heads in one matmul (one (C, 3C) weight = three (C, C) projections).
         self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
@@ -419,6 +427,8 @@ class CausalSelfAttention(nn.Module):
 
         weights = None
         if cache is not None:
+            if self.hard:
+                raise ConfigError("hard_attention has no KV-cache path: generate with use_cache=False")
             k, v = cache.update(layer, k, v)  # (B, nh, offset+T, hs)
             y = cached_attention(
                 q,
@@ -436,15 +446,17 @@ class CausalSelfAttention(nn.Module):
             and key_padding_mask is None
             and not need_weights
             and self.top_k is None
+            and not self.hard
         ):
             y = sliding_window_attention(
                 q, k, v, self.window, self.scale, self.n_global, dropout_p=self.dropout if self.training else 0.0
             )  # (B, nh, T, hs)
-        elif self.impl == "reference" or need_weights or self.window is not None or self.top_k is not None:
+        elif (self.impl == "reference" or need_weights or self.window is not None or self.top_k is not None
+              or self.hard):
             y, weights = reference_attention(
                 q, k, v, scale=self.scale, causal=causal, key_padding_mask=key_padding_mask,
                 dropout=self.attn_dropout if self.training else None, window=self.window, n_global=self.n_global,
-                top_k=self.top_k,
+                top_k=self.top_k, hard=self.hard,
             )  # (B, nh, T, hs)
         else:
             y = fused_attention(

@@ -73,6 +73,12 @@ class TransformerSettings(BaseModel):
     )
     residual: bool = Field(True, description="Residual connections around attention and FFN (False is the ablation).")
     scale_scores: bool = Field(True, description="Scale attention scores by 1/sqrt(d_head) (False is the ablation).")
+    hard_attention: bool = Field(
+        False,
+        description="Each query takes the value of its single top-scoring key (one-hot weights, \"ordering one "
+            "dish\"), trained straight-through: the forward pass is hard, the gradient the softmax's (True is the "
+            "ablation against soft attention; explicit attention, no fused kernel, no KV cache).",
+    )
     tie_weights: bool = Field(True, description="Share the token embedding matrix with the output head.")
     ffn_mult: int = Field(4, ge=1, description="FFN hidden width as a multiple of n_embd.")
     sdpa_backend: SdpaBackend = Field(
@@ -145,6 +151,7 @@ class Block(nn.Module):
         self.attn = CausalSelfAttention(
             cfg.n_embd, cfg.n_head, dropout=cfg.dropout, bias=cfg.bias, impl=cfg.attention,
             scale_scores=cfg.scale_scores, sdpa_backend=cfg.sdpa_backend, window=cfg.window, n_global=cfg.n_global,
+            hard=cfg.hard_attention,
         )
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)

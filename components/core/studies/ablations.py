@@ -2,8 +2,8 @@
 √d-scaling check at init, and the parameter accounting per component.
 
 - `run_ablations`: short trainings (through the shared loop) of the full model and of each switch —
-  no positional encoding, no √d score scaling, and a deep stack with vs without residual
-  connections — on the same labels, as one table.
+  no positional encoding, no √d score scaling, a deep stack with vs without residual connections,
+  and hard (top-1, straight-through) attention against soft — on the same labels, as one table.
 - `permutation_equivariance`: without positional encoding self-attention sees a *set*: permuting the
   input tokens just permutes the outputs ("我爱你" and "你爱我" get the same per-token vectors). This
   holds exactly for unmasked (bidirectional) attention. The causal mask itself leaks order (position
@@ -55,12 +55,14 @@ __all__ = [
     "_unit_variance_probe",
 ]
 
-Ablation = Literal["no_pos", "no_scale", "no_residual"]
+Ablation = Literal["no_pos", "no_scale", "no_residual", "hard_attention"]
 # Each ablation: the setting it flips and the run it is compared against.
 ABLATIONS: dict[Ablation, dict] = {
     "no_pos": {"update": {"pos_encoding": "none"}, "baseline": "full"},
     "no_scale": {"update": {"scale_scores": False}, "baseline": "full"},
     "no_residual": {"update": {"residual": False}, "baseline": "deep_residual"},  # at deep_n_layer
+    # top-1 attention trained straight-through: picking one key against blending all of them
+    "hard_attention": {"update": {"hard_attention": True}, "baseline": "full"},
 }
 
 
@@ -70,8 +72,9 @@ class AblationSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     ablations: list[str] = Field(
-        default_factory=lambda: ["no_pos", "no_scale", "no_residual"],
-        description="Ablations to run against the full model: no_pos, no_scale, no_residual.",
+        default_factory=lambda: ["no_pos", "no_scale", "no_residual", "hard_attention"],
+        description="Ablations to run against the full model: no_pos, no_scale, no_residual, hard_attention (each "
+            "query takes its top key's value only, trained straight-through).",
     )
     ablation_steps: Optional[int] = Field(
         None, ge=1, description="Optimizer steps per run (None = the train settings' max_steps)."

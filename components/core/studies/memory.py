@@ -17,8 +17,9 @@ recurrence. Two controlled tasks, generated and seeded, can, in seconds on a CPU
   (`train_pairs`): a mix with one or two pairs, which copying any value in the context answers,
   keeps a model on that shortcut. Accuracy is measured per number of pairs (1 to the most) and per
   key-query distance. Chance is 1 / n_values.
-  A sliding-window Transformer can see at most its receptive field, n_layer · (window − 1) + 1
-  positions back: beyond it the key is invisible.
+  A sliding-window Transformer sees at most its receptive field rf = n_layer · (window − 1) + 1
+  positions (itself and rf − 1 back). A query is answerable while its value, one position after the
+  key (distance d − 1), is among them: d ≤ rf ("within"); beyond (d > rf) its answer is invisible.
 
 Models are the project's own (`RecurrentLM`, `Transformer`, the one contract
 forward(idx, targets) -> (logits, loss)), each sized to one parameter budget, trained by the small
@@ -407,7 +408,8 @@ def _recall_study(s: RecallSettings) -> MemoryResult:
                 }
             )
         if rf is not None:
-            for where, sel in (("within", asked & (val.distance < rf)), ("beyond", asked & (val.distance >= rf))):
+            # the value sits one after its key, at distance d - 1 from the query: visible while d - 1 < rf
+            for where, sel in (("within", asked & (val.distance <= rf)), ("beyond", asked & (val.distance > rf))):
                 rows.append({"model": kind, "by": "field", "at": where, **accuracy_row(ok[sel])})
     chance = 1.0 / s.n_values
     marks = {f"{k} field {v}": v for k, v in fields.items()}

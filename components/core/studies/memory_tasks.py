@@ -135,10 +135,13 @@ class RecallSettings(MemoryTrainSettings):
         [4, 8, 16, 32], min_length=1, description="Upper edges of the key-query distance buckets."
     )
     window: int = Field(
-        4,
+        8,
         ge=1,
-        description="Keys each query of the sliding-window Transformer sees per layer (2 layers of 4: a receptive "
-            "field of 7).",
+        description="Keys each query of the sliding-window Transformer sees per layer (2 layers of 8: a receptive "
+            "field of 15, about half the key-query distances of 8 pairs in 32 tokens). At 4 (a field of 7) only 3 % "
+            "of the training queries were answerable and the model learned nothing, not even within its field "
+            "(accuracy 0.06 at every distance after 2,000 steps, its loss ln 16); at 8 it answers within (0.30-0.65 "
+            "at distances 2-15) and is at chance beyond (0.02-0.11 at 16-19).",
     )
     steps: int = Field(2000, ge=1, description="Optimizer steps per model.")
     batch_size: int = Field(128, ge=1, description="Sequences per step. On 8 pairs, 2,000 steps: at 32 the "
