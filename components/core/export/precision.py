@@ -28,7 +28,10 @@ are exactly the ones the layer computes with and a saved model reloads bit for b
 speed difference on this project's layer sizes). bitsandbytes also `torch.compile`s its generic
 CPU fallbacks (a 4-bit layer with an odd number of inputs, e.g. the LSTM's 113-wide embedding):
 ~20 s of compiling per shape on two cores, more than the whole study, so forward passes here run
-inside `eager()` (torch.compiler.set_stance("force_eager")).
+inside `eager()` (torch.compiler.set_stance("force_eager")). bitsandbytes' native CPU dequantization
+(0.50) gets a 4-bit matrix wrong when its rows are not whole 64-weight blocks (the default
+Transformer is 144 wide): such layers and the tied embedding dequantize the same codes block by block
+here (`dequantize_4bit`, `linear4bit_class`); the stored tensors are unchanged.
 
 Serialization (`precision_state_dict`): bitsandbytes' own state-dict layout, i.e. what Hugging Face
 `transformers` writes for bnb models — `<layer>.weight` (int8 / packed uint8), `<layer>.SCB`;
@@ -113,6 +116,49 @@ def bnb():
     return bitsandbytes
 
 
+def _rows_split_blocks(weight) -> bool:
+    """A 4-bit matrix on the CPU whose rows are not whole quantization blocks (in_features % blocksize
+    != 0) while the whole matrix is: bitsandbytes' native CPU `dequantize_4bit` (0.50, measured on an
+    AVX512 Xeon) indexes such a matrix's blocks per row, not over the flat tensor it quantized, and
+    returns wrong values (a 432 × 144 NF4 matrix: relative error 0.26 against 0.09 from bitsandbytes'
+    own generic implementation, and 0.09 for any 128- or 192-wide one)."""
+    st = weight.quant_state
+    n = math.prod(st.shape)
+    return weight.device.type == "cpu" and st.shape[-1] % st.blocksize != 0 and n % st.blocksize == 0
+
+
+def dequantize_4bit(weight) -> torch.Tensor:
+    """The float matrix of a 4-bit weight (`Params4bit`), bitsandbytes' `dequantize_4bit`. Where its native CPU
+    kernel gets the blocks wrong (`_rows_split_blocks`), the same codes are dequantized as a
+    (numel / blocksize, blocksize) matrix, whose rows are the blocks, and reshaped back: exactly the
+    blocks they were quantized in."""
+    lib, st = bnb(), weight.quant_state
+    if not _rows_split_blocks(weight):
+        return lib.functional.dequantize_4bit(weight.data, st)
+    flat = copy.copy(st)
+    flat.shape = torch.Size((math.prod(st.shape) // st.blocksize, st.blocksize))
+    return lib.functional.dequantize_4bit(weight.data, flat).reshape(st.shape)
+
+
+@functools.cache
+def linear4bit_class() -> type:
+    """bitsandbytes' `Linear4bit`, computing on the CPU through `dequantize_4bit` above when its rows
+    split blocks (see `_rows_split_blocks`); otherwise exactly bitsandbytes' forward. The stored tensors
+    and the state-dict layout are bitsandbytes' own."""
+    lib = bnb()
+
+    class Linear4bit(lib.nn.Linear4bit):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.device.type != "cpu" or not _rows_split_blocks(self.weight):
+                return super().forward(x)
+            dtype = self.compute_dtype or x.dtype
+            bias = None if self.bias is None else self.bias.to(dtype)
+            return F.linear(x.to(dtype), dequantize_4bit(self.weight).to(dtype), bias).to(x.dtype)
+
+    Linear4bit.__qualname__ = "linear4bit_class.<locals>.Linear4bit"
+    return Linear4bit
+
+
 _PROBED: dict[tuple[str, str], str | None] = {}
 
 
@@ -179,7 +225,7 @@ def _quantized_linear(
             cb = tensors["weight"]
             layer.weight = lib.nn.Int8Params(cb, requires_grad=False, has_fp16_weights=False, CB=cb, SCB=tensors["SCB"])
     else:
-        layer = lib.nn.Linear4bit(
+        layer = linear4bit_class()(
             in_f, out_f, bias=has_bias, compute_dtype=DTYPES[spec.compute_dtype],
             compress_statistics=spec.double_quant, quant_type=variant, quant_storage=torch.uint8,
         )
@@ -203,7 +249,7 @@ def _quantized_linear(
 class HeadTiedEmbedding(nn.Module):
     """A token embedding whose matrix is a quantized output head's weight (weight tying, quantized):
     a lookup dequantizes the rows it needs (INT8: codes × row scale / 127; 4-bit: the whole matrix
-    through bitsandbytes' `dequantize_4bit`, then the rows). It holds no tensor of its own; the head
+    through `dequantize_4bit`, then the rows). It holds no tensor of its own; the head
     is referenced, not registered, so the state dict stores the matrix once, as the head's codes."""
 
     def __init__(self, head: nn.Module, padding_idx: int | None, dtype: torch.dtype):
@@ -220,7 +266,7 @@ class HeadTiedEmbedding(nn.Module):
                 scb = self._head.state.SCB
             return (w.data.float() * (scb.float().unsqueeze(1) / 127.0)).to(self.dtype)
         with eager():
-            return lib.functional.dequantize_4bit(w.data, w.quant_state).to(self.dtype)
+            return dequantize_4bit(w).to(self.dtype)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         lib, w = bnb(), self._head.weight
@@ -246,7 +292,7 @@ def _tie_embeddings_to_heads(model: nn.Module, pairs: dict[str, str], dtype: tor
 
 
 def is_quantized_layer(module: nn.Module) -> bool:
-    if "bitsandbytes" not in type(module).__module__:
+    if not any("bitsandbytes" in c.__module__ for c in type(module).__mro__):
         return False
     lib = bnb()
     return isinstance(module, (lib.nn.Linear8bitLt, lib.nn.Linear4bit))
