@@ -130,7 +130,7 @@ def window_answers_within_field_only(memory_recall: MemoryRecall, model: str = "
     f = {r["at"]: r for r in _rows(memory_recall, "field", model)}
     within, beyond = f.get("within"), f.get("beyond")
     solved = within is not None and within["low"] >= MEMORY_SOLVED
-    v = verdict(
+    return verdict(
         {
             f"{model}_answers_within_field": within is not None and within["low"] > chance + MEMORY_NEAR_CHANCE,
             f"{model}_at_chance_beyond_field": beyond is not None and beyond["high"] <= chance + MEMORY_NEAR_CHANCE,
@@ -148,7 +148,6 @@ def window_answers_within_field_only(memory_recall: MemoryRecall, model: str = "
         f"within its field it answers {within['accuracy']:.2f} (chance {chance:.2f}), short of solving it "
         f"(lower bound {within['low']:.2f} < {MEMORY_SOLVED})",
     )
-    return v
 
 
 INDUCTION_COPIES = 0.9  # repeat accuracy of a model that copies
