@@ -155,7 +155,6 @@ def linear4bit_class() -> type:
             bias = None if self.bias is None else self.bias.to(dtype)
             return F.linear(x.to(dtype), dequantize_4bit(self.weight).to(dtype), bias).to(x.dtype)
 
-    Linear4bit.__qualname__ = "linear4bit_class.<locals>.Linear4bit"
     return Linear4bit
 
 
