@@ -88,15 +88,36 @@ def _fast(settings_cls, **kw):
     return settings_cls(**{**base, **kw})
 
 
-def test_rnn_that_bridges_every_short_delay_fails_the_parting_claim():
-    """Counterexample: with delays the RNN can bridge there is no delay where it is at chance."""
+@pytest.mark.parametrize("training", ["per_delay", "mixed"])
+def test_rnn_that_bridges_every_short_delay_fails_the_delay_claims(training):
+    """Counterexample: with delays the RNN can bridge there is no delay where it is at chance, and the
+    gradient reaches the symbol in the RNN about as well as in the LSTM."""
     s = _fast(DelaySettings, delays=[1, 2], seq_len=10, n_symbols=4, n_noise=4, train_sequences=512, val_per_delay=64,
-              models=["rnn", "lstm"])
+              models=["rnn", "lstm"], training=training)
     r = delay_study(s)
     rnn = [x for x in r.rows if x["model"] == "rnn"]
     assert min(x["accuracy"] for x in rnn) > 0.9  # the RNN does solve them
-    v = claims.rnn_forgets_where_lstm_remembers(M.MemoryDelay(**r.manifest()))
+    m = M.MemoryDelay(**r.manifest())
+    assert m.training == training
+    v = claims.rnn_forgets_where_lstm_remembers(m)
     assert not v.passed and not v.checks["some_delay_rnn_at_chance_lstm_solves"]
+    g = claims.lstm_carries_gradient_further(m)
+    assert not g.passed and g.checks == {"rnn_and_lstm_measured": True, "lstm_gradient_at_least_10x_rnns": False}
+
+
+def test_rnn_trained_on_a_long_delay_alone_stays_at_chance_where_the_lstm_solves_it():
+    """Each model trained on one delay: the RNN learns delay 2 but not 40, whose gradient vanishes on the
+    way back to the symbol; the LSTM (forget bias 3) solves both, and its gradient reaches the symbol."""
+    s = DelaySettings(delays=[2, 40], steps=400, train_sequences=2048, val_per_delay=128, models=["rnn", "lstm"])
+    r = delay_study(s)
+    acc = {(x["model"], x["delay"]): x for x in r.rows}
+    assert acc[("rnn", 2)]["low"] > 0.9 and acc[("rnn", 40)]["high"] < 0.25, acc
+    assert [m["seq_len"] for m in r.models] == [12, 12, 42, 42]  # each delay in its own short sequences
+    m = M.MemoryDelay(**r.manifest())
+    v = claims.rnn_forgets_where_lstm_remembers(m)
+    assert v.passed and v.figures["delays_where_they_part"] == "40", v
+    g = claims.lstm_carries_gradient_further(m)
+    assert g.passed and g.figures["lstm_over_rnn_at_longest"] > 100, g
 
 
 def test_a_model_that_solved_its_task_stops_early():

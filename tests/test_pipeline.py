@@ -68,6 +68,7 @@ def test_tiny_graph_materializes_everything(tiny_run):
         "residuals_let_depth_train",
         "beats_ngram_baseline",
         "rnn_forgets_where_lstm_remembers",
+        "lstm_carries_gradient_further",
         "attention_bridges_every_delay",
         "attention_recall_ignores_distance",
         "recurrent_state_runs_out",

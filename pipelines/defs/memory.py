@@ -41,9 +41,10 @@ def _tables(r) -> dict[str, list[dict]]:
 def memory_delay(
     context: dg.AssetExecutionContext, config: DelayConfig, mlflow: MlflowTracker
 ) -> dg.Output[MemoryDelay]:
-    """Delayed recall: the RNN, the LSTM and the Transformer (one parameter budget) trained on every
-    delay at once; accuracy per delay with 95% intervals, and the norm of the gradient reaching each
-    earlier position from the query's loss in the trained models."""
+    """Delayed recall: the RNN, the LSTM and the Transformer (one parameter budget), each trained on
+    each delay alone (or on every delay at once, `training: mixed`); accuracy per delay with 95%
+    intervals, and the norm of the gradient reaching the symbol's position from the query's loss in
+    the trained models."""
     with stage(context, mlflow, config.model_dump()) as s:
         r = delay_study(config)
         metrics = r.metrics("delay")
@@ -56,6 +57,7 @@ def memory_delay(
 
 
 rnn_forgets_where_lstm_remembers = claim_check("rnn_forgets_where_lstm_remembers", memory_delay)
+lstm_carries_gradient_further = claim_check("lstm_carries_gradient_further", memory_delay)
 attention_bridges_every_delay = claim_check("attention_bridges_every_delay", memory_delay)
 
 

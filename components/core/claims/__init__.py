@@ -42,6 +42,7 @@ from .long_context import (
     recurrence_is_the_serial_bottleneck,
 )
 from .memory import (
+    GRADIENT_RATIO,
     INDUCTION_COLLAPSE,
     INDUCTION_COPIES,
     MEMORY_DISTANCE_DROP,
@@ -50,6 +51,7 @@ from .memory import (
     attention_bridges_every_delay,
     attention_recall_ignores_distance,
     induction_head_copies,
+    lstm_carries_gradient_further,
     recurrent_state_runs_out,
     rnn_forgets_where_lstm_remembers,
     window_answers_within_field_only,
@@ -144,6 +146,8 @@ __all__ = [
     "MEMORY_NEAR_CHANCE",
     "MEMORY_DISTANCE_DROP",
     "rnn_forgets_where_lstm_remembers",
+    "GRADIENT_RATIO",
+    "lstm_carries_gradient_further",
     "attention_bridges_every_delay",
     "attention_recall_ignores_distance",
     "recurrent_state_runs_out",

@@ -73,12 +73,14 @@ def clipping_bounds_gradient(lm: LanguageModel) -> Verdict:
 
 
 def gradients_vanish_and_explode(gradient_study: GradientStudy) -> Verdict:
+    """The contractive RNN's per-step gradient factor below 1, the expansive one's above 1. The fresh and
+    trained factors of both models are figures: that the LSTM forgets more slowly is judged on models
+    trained on delayed recall (`lstm_carries_gradient_further`), not on untrained ones."""
     f = {(r["model"], r["variant"]): r["step_factor"] for r in gradient_study.rows}
     return verdict(
         {
             "rnn_contractive_decays": f[("rnn", "contractive")] < 1.0,
             "rnn_expansive_grows": f[("rnn", "expansive")] > 1.0,
-            "lstm_fresh_decays_slower_than_rnn": f[("lstm", "fresh")] > f[("rnn", "fresh")],
         },
         {f"{m}_{v}": x for (m, v), x in f.items()},
     )

@@ -13,6 +13,7 @@ from .base import Verdict, not_judged, verdict
 
 MEMORY_SOLVED = 0.9  # accuracy a model "solves" a memory task at (its interval's lower bound at least this)
 MEMORY_NEAR_CHANCE = 0.1  # "at chance": the interval's upper bound within this of chance
+GRADIENT_RATIO = 10.0  # "carries the gradient further": at least this many times the RNN's, at the longest delay
 MEMORY_DISTANCE_DROP = (
     0.1  # attention "does not fall with distance": the farthest bucket no more than this below the nearest
 )
@@ -42,12 +43,33 @@ def rnn_forgets_where_lstm_remembers(memory_delay: MemoryDelay) -> Verdict:
     figures = {"chance": chance, **{f"rnn_delay{d}_accuracy": r["accuracy"] for d, r in rnn.items()},
                **{f"lstm_delay{d}_accuracy": r["accuracy"] for d, r in lstm.items()},
                "delays_where_they_part": ", ".join(map(str, parting)) or "none"}
+    figures["training"] = memory_delay.training
     for g in memory_delay.gradients:
         if g["model"] in ("rnn", "lstm") and g["delay"] == max(memory_delay.delays):
             figures[f"{g['model']}_grad_at_max_delay_over_last"] = g["relative_to_last"]
     return verdict(
         {"rnn_and_lstm_measured": bool(rnn and lstm), "some_delay_rnn_at_chance_lstm_solves": bool(parting)}, figures
     )
+
+
+def lstm_carries_gradient_further(memory_delay: MemoryDelay) -> Verdict:
+    """The LSTM forgets more slowly, measured in the trained models: at the longest delay, the gradient the
+    query's loss sends back to the symbol (relative to the gradient at the query itself) is at least
+    GRADIENT_RATIO times larger in the LSTM than in the RNN.
+
+    Falsifier: at the longest delay the trained RNN's relative gradient is above 1/GRADIENT_RATIO of the
+    LSTM's (the gradient reaches the symbol about as well without gates), or either model unmeasured."""
+    longest = max(memory_delay.delays) if memory_delay.delays else None
+    g = {(r["model"], r["delay"]): r["relative_to_last"] for r in memory_delay.gradients}
+    measured = ("rnn", longest) in g and ("lstm", longest) in g
+    figures = {"training": memory_delay.training, "longest_delay": longest,
+               **{f"{m}_delay{d}_gradient_over_query": x for (m, d), x in sorted(g.items()) if m in ("rnn", "lstm")}}
+    checks = {"rnn_and_lstm_measured": measured}
+    if measured:
+        rnn, lstm = g[("rnn", longest)], g[("lstm", longest)]
+        figures["lstm_over_rnn_at_longest"] = lstm / max(rnn, 1e-300)
+        checks[f"lstm_gradient_at_least_{GRADIENT_RATIO:g}x_rnns"] = lstm >= GRADIENT_RATIO * rnn
+    return verdict(checks, figures)
 
 
 def attention_bridges_every_delay(memory_delay: MemoryDelay, model: str = "transformer") -> Verdict:

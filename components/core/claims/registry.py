@@ -10,6 +10,7 @@ from ..manifests import Manifest
 from .base import LANGUAGE_MODELS, Claim, Verdict
 from .language_models import clipping_bounds_gradient
 from .memory import (
+    GRADIENT_RATIO,
     INDUCTION_COLLAPSE,
     INDUCTION_COPIES,
     MEMORY_DISTANCE_DROP,
@@ -18,6 +19,7 @@ from .memory import (
     attention_bridges_every_delay,
     attention_recall_ignores_distance,
     induction_head_copies,
+    lstm_carries_gradient_further,
     recurrent_state_runs_out,
     rnn_forgets_where_lstm_remembers,
     window_answers_within_field_only,
@@ -149,6 +151,20 @@ OTHER_CLAIMS: list[Claim] = [
             "在同一延迟仍能答对。",
         falsifier='No delay where the RNN is at chance while the LSTM solves it (e.g. delays short enough for the RNN, '
             'or an LSTM at chance too).',
+    ),
+    Claim(
+        "lstm_carries_gradient_further",
+        "memory_delay",
+        "The LSTM forgets more slowly, in trained models: at the longest delay of delayed recall, the gradient the "
+        "query's loss sends back to the symbol (relative to the query's own) is at least "
+        f"{GRADIENT_RATIO:g}× larger in the LSTM than in the RNN.",
+        lstm_carries_gradient_further,
+        warn=True,
+        section="2.3",
+        statement_zh="LSTM 忘得更慢（在训练好的模型上测）：在最长的延迟处，查询位置的损失传回到符号位置的梯度"
+            f"（相对查询位置本身），LSTM 至少是 RNN 的 {GRADIENT_RATIO:g} 倍。",
+        falsifier="At the longest delay, the trained RNN's relative gradient above a tenth of the LSTM's (e.g. delays "
+            "short enough that the gradient reaches the symbol in both).",
     ),
     Claim(
         "attention_bridges_every_delay",

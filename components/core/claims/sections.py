@@ -102,16 +102,14 @@ SECTION_CLAIMS: list[Claim] = [
     Claim(
         "gradients_vanish_and_explode",
         "gradient_study",
-        "Vanishing and exploding both show: the contractive RNN decays (< 1), the expansive one grows (> 1), and the "
-        "LSTM forgets "
-        "more slowly than the RNN.",
+        "Vanishing and exploding both show: the contractive RNN's gradient decays per step (< 1) and the expansive "
+        "one's grows (> 1). That the LSTM forgets more slowly is judged on trained models: "
+        "lstm_carries_gradient_further.",
         gradients_vanish_and_explode,
         section="2.2",
-        statement_zh="梯度沿时间回传会消失也会爆炸：收缩的 RNN 每步衰减（< 1），扩张的 RNN 每步增长（> 1）；LSTM 比 "
-            "RNN 忘得慢。",
-        falsifier="A per-step gradient factor ≥ 1 for the contractive RNN, ≤ 1 for the expansive one, or an LSTM whose "
-            "factor is "
-        "not above the RNN's.",
+        statement_zh="梯度沿时间回传会消失也会爆炸：收缩的 RNN 每步衰减（< 1），扩张的 RNN 每步增长（> 1）。"
+            "LSTM 忘得更慢，在训练好的模型上判（lstm_carries_gradient_further）。",
+        falsifier="A per-step gradient factor ≥ 1 for the contractive RNN, or ≤ 1 for the expansive one.",
     ),
     Claim(
         "clipping_tames_exploding_gradients",

@@ -118,6 +118,7 @@ class MemoryDelay(Manifest):
     val_sequences: int = 0
     delays: list[int] = field(default_factory=list)
     gradients: Rows = field(default_factory=list)
+    training: str = "mixed"  # per_delay: one model per architecture and delay; mixed: one trained on every delay
 
 
 @dataclass(frozen=True, kw_only=True)

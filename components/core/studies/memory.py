@@ -5,11 +5,15 @@ recurrence. Two controlled tasks, generated and seeded, can, in seconds on a CPU
 
 - **Delayed recall** (the long-time-lag tasks of Hochreiter & Schmidhuber's LSTM paper). A sequence of
   `seq_len` tokens is noise except one symbol (one of `n_symbols`) at distance `delay` before the
-  last position, which holds a query token; the only target is the symbol, at the query. Delays are
-  mixed in training (one model per architecture); accuracy is measured per delay. Chance is
-  1 / n_symbols. Also measured: the norm of the gradient of the query's loss with respect to the
-  input embedding at each earlier position, in the trained model (how much signal from the loss at t
-  reaches t − d).
+  last position, which holds a query token; the only target is the symbol, at the query. Each
+  architecture is trained on each delay alone (`training: per_delay`, sequences of about d + 2
+  tokens, `delay_seq_len`): the only way to learn delay d
+  is the gradient carried back d steps, which is what the article says vanishes in an RNN. Accuracy
+  is measured per delay; chance is 1 / n_symbols. Also measured: the norm of the gradient of the
+  query's loss with respect to the input embedding at the symbol's position, relative to the query's
+  own, in each trained model (how much signal from the loss at t reaches t − d). `training: mixed`
+  trains one model per architecture on all delays at once: the short delays then teach the RNN to
+  latch the symbol, and the latch holds over delays its gradient could never have taught.
 - **Multi-query associative recall** (MQAR, the Zoology benchmark). `pairs` key-value pairs (distinct
   keys, values drawn with replacement), then every key once more in random order as a query whose
   target is its value; filler tokens, split at random, before the pairs and between pairs and
@@ -67,7 +71,7 @@ Z95 = 1.96
 __all__ = [
     "DelaySettings", "MODELS", "MemoryResult", "MemoryTrainSettings", "RecallSettings", "TaskData",
     "Z95", "accuracy_row", "build_model", "delay_study", "delay_task", "disjoint_validation",
-    "input_gradients", "plot_accuracy", "plot_gradients",
+    "input_gradients", "plot_accuracy", "plot_gradients", "plot_gradients_by_delay",
     "predictions", "recall_study", "recall_task", "receptive_field", "state_size", "torch_threads",
     "train_model",
 ]
@@ -96,7 +100,7 @@ def build_model(
                         bf = torch.log(torch.empty(H).uniform_(1.0, max(2.0, seq_len - 1.0)))
                         b_ih[:H], b_ih[H:2 * H] = -bf, bf
                     else:
-                        b_ih[H:2 * H] = 1.0
+                        b_ih[H:2 * H] = t.lstm_forget_bias
                     b_hh[:2 * H] = 0.0
         return model
     extra = {}
@@ -254,6 +258,24 @@ def plot_gradients(curves: dict[str, np.ndarray], delays: list[int]) -> Figure:
     return fig
 
 
+def plot_gradients_by_delay(grads: list[dict]) -> Figure:
+    """Each model trained on one delay: the gradient reaching the symbol's position, relative to the
+    gradient at the query itself, against the delay."""
+    fig = Figure(figsize=(6.5, 4), layout="constrained")
+    ax = fig.subplots()
+    for m in dict.fromkeys(g["model"] for g in grads):
+        gs = sorted((g for g in grads if g["model"] == m), key=lambda g: g["delay"])
+        ax.plot([g["delay"] for g in gs], [max(g["relative_to_last"], 1e-30) for g in gs], "o-", label=m)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("delay d the model was trained on")
+    ax.set_ylabel("‖∂ loss / ∂ x(t − d)‖ ÷ ‖∂ loss / ∂ x(t)‖")
+    ax.set_title("Gradient reaching the symbol, each model trained on its delay")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
 # --------------------------------------------------------------------------------------------------
 # The studies
 
@@ -271,9 +293,10 @@ class MemoryResult:
         for r in self.rows:
             out[f"{prefix}/{r['model']}_{r['by']}{r['at']}_accuracy"] = r["accuracy"]
         for m in self.models:
-            out[f"{prefix}/{m['model']}_train_seconds"] = m["train_seconds"]
+            name = m["model"] + (f"_delay{m['delay']}" if "delay" in m else "")
+            out[f"{prefix}/{name}_train_seconds"] = m["train_seconds"]
             if "train_steps" in m:
-                out[f"{prefix}/{m['model']}_train_steps"] = m["train_steps"]
+                out[f"{prefix}/{name}_train_steps"] = m["train_steps"]
         return out
 
     def manifest(self) -> dict:
@@ -332,10 +355,29 @@ def _train_all(
 
 
 def delay_study(s: DelaySettings) -> MemoryResult:
-    """Accuracy against delay for each architecture (trained on all delays at once), and the gradient
-    reaching each earlier position from the query's loss in the trained models."""
+    """Accuracy against delay for each architecture, and the gradient reaching the symbol's position from
+    the query's loss in the trained models: one model per architecture and delay (training: per_delay),
+    or one per architecture trained on every delay at once (mixed)."""
     with torch_threads(s.train.threads):
-        return _delay_study(s)
+        return _delay_study(s) if s.training == "mixed" else _delay_study_per_delay(s)
+
+
+def _gradient_row(kind: str, d: int, g: np.ndarray, seq_len: int) -> dict:
+    return {"model": kind, "delay": d, "grad_norm": float(g[seq_len - 1 - d]),
+            "relative_to_last": float(g[seq_len - 1 - d] / max(g[-1], 1e-30))}
+
+
+def _delay_result(s: DelaySettings, rows: list[dict], models: list[dict], grads: list[dict], gradient_figure: Figure,
+                  val_sequences: int) -> MemoryResult:
+    chance = 1.0 / s.n_symbols
+    figures = {
+        "delay_accuracy": plot_accuracy(rows, "delay", "delay (positions between the symbol and the query)",
+                                        f"Delayed recall ({s.training.replace('_', ' ')}): accuracy against delay",
+                                        chance, log_x=True),
+        "delay_gradients": gradient_figure,
+    }
+    return MemoryResult(rows, models, chance, {"gradients": grads, "delays": s.delays, "training": s.training,
+                                               "val_sequences": val_sequences}, figures)
 
 
 def _delay_study(s: DelaySettings) -> MemoryResult:
@@ -352,17 +394,69 @@ def _delay_study(s: DelaySettings) -> MemoryResult:
         n = min(64, len(val))
         g = input_gradients(model, torch.from_numpy(val.x[:n]), torch.from_numpy(val.y[:n]))
         curves[kind] = g
-        for d in s.delays:
-            grads.append({"model": kind, "delay": d, "grad_norm": float(g[s.seq_len - 1 - d]),
-                          "relative_to_last": float(g[s.seq_len - 1 - d] / max(g[-1], 1e-30))})
-    chance = 1.0 / s.n_symbols
-    figures = {
-        "delay_accuracy": plot_accuracy(rows, "delay", "delay (positions between the symbol and the query)",
-                                        "Delayed recall: accuracy against delay", chance, log_x=True),
-        "delay_gradients": plot_gradients(curves, s.delays),
-    }
-    return MemoryResult(rows, [m for _, m in trained.values()], chance, {"gradients": grads, "delays": s.delays,
-                                                                          "val_sequences": len(val)}, figures)
+        grads += [_gradient_row(kind, d, g, s.seq_len) for d in s.delays]
+    return _delay_result(s, rows, [m for _, m in trained.values()], grads, plot_gradients(curves, s.delays), len(val))
+
+
+MIN_DELAY_SEQ_LEN = 12  # n_noise ** 10 noise patterns at least: enough for validation disjoint from training
+
+
+def delay_seq_len(s: DelaySettings, d: int) -> int:
+    """Tokens per sequence when delay `d` is trained alone: d + 2 (noise, the symbol, d − 1 noise tokens, the
+    query), so a model that cannot bridge the delay does not also pay for noise it never needs to read; at
+    least MIN_DELAY_SEQ_LEN, so a short delay still has more distinct sequences than training draws; at
+    most seq_len."""
+    return min(s.seq_len, max(d + 2, MIN_DELAY_SEQ_LEN))
+
+
+def _one_delay(s: DelaySettings, d: int) -> DelaySettings:
+    """The settings of delay `d` trained alone (sequences of delay_seq_len tokens)."""
+    return s.model_copy(update={"delays": [d], "seq_len": delay_seq_len(s, d)})
+
+
+def _one_delay_data(s: DelaySettings, d: int) -> tuple[TaskData, TaskData]:
+    """Training and (disjoint) validation sequences of delay `d` alone; the seeds differ per delay."""
+    one = _one_delay(s, d)
+    train = delay_task(one, s.train_sequences, s.seed + 1000 * d)
+    return train, disjoint_validation(train, delay_task(one, s.val_per_delay, s.seed + 1000 * d + 1))
+
+
+def _train_one_delay(kind: str, d: int, s: DelaySettings):
+    """Train one architecture on delay `d` alone (its data drawn here, in the worker): weights and info."""
+    return _train_one(kind, s.vocab_size, delay_seq_len(s, d), _one_delay_data(s, d)[0], s.train, None)
+
+
+def _delay_study_per_delay(s: DelaySettings) -> MemoryResult:
+    for kind in s.models:
+        if kind not in s.lrs:
+            raise ConfigError(f"lrs has no learning rate for model {kind!r}; give one (lrs: {{{kind}: 0.003}})")
+    jobs = [(kind, d, s) for kind in s.models for d in s.delays]
+    # the longest first: recurrent models on long delays train every step when they cannot learn them
+    order = sorted(range(len(jobs)), key=lambda i: (jobs[i][0] == "transformer", -jobs[i][1]))
+    done = run_jobs(_train_one_delay, [jobs[i] for i in order], s.workers, s.threads)
+    results = {(jobs[i][0], jobs[i][1]): done[k] for k, i in enumerate(order)}
+    rows, models, grads, n_val = [], [], [], 0
+    for d in s.delays:
+        _, val = _one_delay_data(s, d)
+        n_val += len(val)
+        T = delay_seq_len(s, d)
+        for kind in s.models:
+            weights, info = results[(kind, d)]
+            torch.manual_seed(s.seed)
+            model = build_model(kind, s.vocab_size, T, s.train)
+            weights_in(model, weights)
+            model.eval()
+            rows.append({"model": kind, "by": "delay", "at": d, "delay": d,
+                         **accuracy_row(predictions(model, val)[:, -1])})
+            n = min(64, len(val))
+            g = input_gradients(model, torch.from_numpy(val.x[:n]), torch.from_numpy(val.y[:n]))
+            grads.append(_gradient_row(kind, d, g, T))
+            models.append({"model": kind, "delay": d, "seq_len": T, "parameters": count_parameters(model),
+                           "state_size": state_size(model, T), "train_seconds": info["seconds"],
+                           "first_loss": info["first_loss"], "final_loss": info["final_loss"],
+                           "train_steps": info["steps"], "solved_at": info["solved_at"]})
+    rows.sort(key=lambda r: (s.models.index(r["model"]), r["delay"]))
+    return _delay_result(s, rows, models, grads, plot_gradients_by_delay(grads), n_val)
 
 
 def receptive_field(model: nn.Module) -> int | None:
