@@ -228,3 +228,22 @@ def test_a_window_better_than_full_attention_beyond_its_field_fails_later_contex
         M.ContextUsage(summaries=res.summaries, window_gaps=res.window_gaps, metrics=res.metrics())
     )
     assert not v.passed and not v.checks["transformer_window_not_better_beyond_field"]
+
+
+def test_a_point_stops_repeating_once_its_timed_passes_fill_the_budget():
+    """repeat_budget_s: a pass longer than the budget is timed once; without a budget every repeat runs."""
+    import time
+
+    from components.core.device import median_seconds
+
+    calls = []
+
+    def slow() -> None:
+        calls.append(1)
+        time.sleep(0.05)
+
+    cpu = torch.device("cpu")
+    assert median_seconds(slow, cpu, warmup=0, repeats=3, budget_s=0.01) >= 0.05 and len(calls) == 1
+    calls.clear()
+    median_seconds(slow, cpu, warmup=1, repeats=3, budget_s=None)
+    assert len(calls) == 4

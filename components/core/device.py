@@ -91,12 +91,18 @@ def quiet_profiler() -> None:
     os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 
-def median_seconds(fn: Callable[[], object], device: torch.device, *, warmup: int, repeats: int) -> float:
-    """Median wall time of `fn()` over `repeats` runs after `warmup` untimed ones (synchronized on CUDA)."""
+def median_seconds(
+    fn: Callable[[], object], device: torch.device, *, warmup: int, repeats: int, budget_s: float | None = None
+) -> float:
+    """Median wall time of `fn()` over `repeats` runs after `warmup` untimed ones (synchronized on CUDA).
+    With `budget_s`, timing stops early once the timed runs add up to that many seconds (at least one run):
+    a run of seconds is its own average, and repeating it costs more than it tells."""
     for _ in range(warmup):
         fn()
-    times = []
+    times: list[float] = []
     for _ in range(repeats):
+        if budget_s is not None and times and sum(times) >= budget_s:
+            break
         synchronize(device)
         t0 = time.perf_counter()
         fn()

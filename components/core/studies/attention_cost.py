@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Literal, get_args
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, Optional, get_args
 
 import numpy as np
 import torch
@@ -122,6 +122,7 @@ def attention_sweep(
     dtype: torch.dtype = torch.float32,
     repeats: int = 3,
     warmup: int = 1,
+    repeat_budget_s: float | None = None,
     backward: bool = True,
     window: int = 256,
     n_global: int = 0,
@@ -160,7 +161,7 @@ def attention_sweep(
                 if impl == "flex":
                     run()  # compiles: kept out of the memory measurement
                 peak = peak_memory_bytes(run, device)  # also the first run: where an allocation fails
-                ms = 1000 * median_seconds(run, device, warmup=warmup, repeats=repeats)
+                ms = 1000 * median_seconds(run, device, warmup=warmup, repeats=repeats, budget_s=repeat_budget_s)
             except RuntimeError as e:  # torch.OutOfMemoryError is one
                 what = "out of memory" if isinstance(e, torch.OutOfMemoryError) else str(e).splitlines()[0]
                 rows.append({"impl": impl, "n": n, "error": f"{type(e).__name__}: {what}"})
@@ -226,7 +227,19 @@ class AttentionCostSettings(BaseModel):
         "float32", description="Tensor dtype (bfloat16 on the GPU)."
     )
     repeats: int = Field(3, ge=1, description="Timed passes per point (the median is reported).")
-    warmup: int = Field(1, ge=0, description="Untimed passes before timing each point.")
+    repeat_budget_s: Optional[float] = Field(
+        3.0,
+        gt=0,
+        description="A point stops repeating once its timed passes add up to this many seconds (one pass at least). "
+        "On the 2-core CPU the reference's forward+backward pass at N = 8192 takes about 6 s: three of them and a "
+        "warm-up were a third of the step, for a figure one pass of that length already gives. null: always `repeats`.",
+    )
+    warmup: int = Field(
+        0,
+        ge=0,
+        description="Untimed passes before timing each point, after the pass that measures its peak memory (which "
+        "already runs it once: the first allocation, the kernels' first call).",
+    )
     memory_ceiling_mib: float = Field(
         6144.0,
         gt=0,
@@ -434,6 +447,7 @@ def attention_cost(settings: AttentionCostSettings) -> AttentionCostResult:
             dtype=dtype,
             repeats=s.repeats,
             warmup=s.warmup,
+            repeat_budget_s=s.repeat_budget_s,
             backward=p == "forward_backward",
             window=s.window,
             n_global=s.n_global,

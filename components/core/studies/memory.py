@@ -287,6 +287,9 @@ class MemoryResult:
     chance: float
     extra: dict = field(default_factory=dict)
     figures: dict[str, Figure] = field(default_factory=dict)
+    # the trained modules, for a caller that probes them further (not in the manifest): by architecture,
+    # or by (architecture, delay) when each delay trained its own
+    trained: dict = field(default_factory=dict, repr=False)
 
     def metrics(self, prefix: str) -> dict[str, float]:
         out = {}
@@ -395,7 +398,9 @@ def _delay_study(s: DelaySettings) -> MemoryResult:
         g = input_gradients(model, torch.from_numpy(val.x[:n]), torch.from_numpy(val.y[:n]))
         curves[kind] = g
         grads += [_gradient_row(kind, d, g, s.seq_len) for d in s.delays]
-    return _delay_result(s, rows, [m for _, m in trained.values()], grads, plot_gradients(curves, s.delays), len(val))
+    r = _delay_result(s, rows, [m for _, m in trained.values()], grads, plot_gradients(curves, s.delays), len(val))
+    r.trained = {kind: model for kind, (model, _) in trained.items()}
+    return r
 
 
 MIN_DELAY_SEQ_LEN = 12  # n_noise ** 10 noise patterns at least: enough for validation disjoint from training
@@ -435,7 +440,7 @@ def _delay_study_per_delay(s: DelaySettings) -> MemoryResult:
     order = sorted(range(len(jobs)), key=lambda i: (jobs[i][0] == "transformer", -jobs[i][1]))
     done = run_jobs(_train_one_delay, [jobs[i] for i in order], s.workers, s.threads)
     results = {(jobs[i][0], jobs[i][1]): done[k] for k, i in enumerate(order)}
-    rows, models, grads, n_val = [], [], [], 0
+    rows, models, grads, n_val, modules = [], [], [], 0, {}
     for d in s.delays:
         _, val = _one_delay_data(s, d)
         n_val += len(val)
@@ -446,6 +451,7 @@ def _delay_study_per_delay(s: DelaySettings) -> MemoryResult:
             model = build_model(kind, s.vocab_size, T, s.train)
             weights_in(model, weights)
             model.eval()
+            modules[(kind, d)] = model
             rows.append({"model": kind, "by": "delay", "at": d, "delay": d,
                          **accuracy_row(predictions(model, val)[:, -1])})
             n = min(64, len(val))
@@ -456,7 +462,9 @@ def _delay_study_per_delay(s: DelaySettings) -> MemoryResult:
                            "first_loss": info["first_loss"], "final_loss": info["final_loss"],
                            "train_steps": info["steps"], "solved_at": info["solved_at"]})
     rows.sort(key=lambda r: (s.models.index(r["model"]), r["delay"]))
-    return _delay_result(s, rows, models, grads, plot_gradients_by_delay(grads), n_val)
+    r = _delay_result(s, rows, models, grads, plot_gradients_by_delay(grads), n_val)
+    r.trained = modules
+    return r
 
 
 def receptive_field(model: nn.Module) -> int | None:
