@@ -300,3 +300,12 @@ def test_models_trained_side_by_side_equal_those_trained_one_after_another():
     one, two = (recall_study(_fast(RecallSettings, workers=w, **kw)) for w in (1, 2))
     assert one.rows == two.rows
     assert [m["final_loss"] for m in one.models] == [m["final_loss"] for m in two.models]
+
+
+@pytest.mark.parametrize("training", ["per_delay", "mixed"])
+def test_a_model_without_a_learning_rate_is_refused_by_name(training):
+    from components.core.errors import ConfigError
+
+    s = DelaySettings(delays=[2], seq_len=4, lrs={"rnn": 3e-3}, models=["rnn", "lstm"], training=training)
+    with pytest.raises(ConfigError, match="lrs has no learning rate for model 'lstm'"):
+        delay_study(s)

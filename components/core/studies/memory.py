@@ -325,12 +325,16 @@ def _train_one(kind: str, vocab: int, seq_len: int, train: TaskData, t: MemoryTr
     return weights_out(model), info
 
 
-def _train_all(
-    kinds: list[str], vocab: int, seq_len: int, train: TaskData, t: MemoryTrainSettings, window: int | None = None
-):
+def _check_lrs(kinds: list[str], t: MemoryTrainSettings) -> None:
     for kind in kinds:
         if kind not in t.lrs:
             raise ConfigError(f"lrs has no learning rate for model {kind!r}; give one (lrs: {{{kind}: 0.003}})")
+
+
+def _train_all(
+    kinds: list[str], vocab: int, seq_len: int, train: TaskData, t: MemoryTrainSettings, window: int | None = None
+):
+    _check_lrs(kinds, t)
     # the longest trainings first, so that the last one to start is a short one (Transformers before recurrent models)
     order = sorted(range(len(kinds)), key=lambda i: kinds[i] in ("rnn", "lstm"))
     done = run_jobs(_train_one, [(kinds[i], vocab, seq_len, train, t, window) for i in order], t.workers, t.threads)
@@ -432,9 +436,7 @@ def _train_one_delay(kind: str, d: int, s: DelaySettings):
 
 
 def _delay_study_per_delay(s: DelaySettings) -> MemoryResult:
-    for kind in s.models:
-        if kind not in s.lrs:
-            raise ConfigError(f"lrs has no learning rate for model {kind!r}; give one (lrs: {{{kind}: 0.003}})")
+    _check_lrs(s.models, s.train)
     jobs = [(kind, d, s) for kind in s.models for d in s.delays]
     # the longest first: recurrent models on long delays train every step when they cannot learn them
     order = sorted(range(len(jobs)), key=lambda i: (jobs[i][0] == "transformer", -jobs[i][1]))
