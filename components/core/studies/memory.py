@@ -242,20 +242,26 @@ def plot_accuracy(rows: list[dict], x_key: str, xlabel: str, title: str, chance:
     return fig
 
 
+def _log_log(fig: Figure, ax, xlabel: str, ylabel: str, title: str) -> Figure:
+    """A gradient plot's axes: log2 x, log y, labels, grid and legend."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
 def plot_gradients(curves: dict[str, np.ndarray], delays: list[int]) -> Figure:
     fig = Figure(figsize=(6.5, 4), layout="constrained")
     ax = fig.subplots()
     for m, g in curves.items():
         d = np.arange(1, len(g))
         ax.plot(d, np.maximum(g[::-1][1:], 1e-30), label=m)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("distance back from the query (positions)")
-    ax.set_ylabel("‖∂ loss at query / ∂ input embedding‖")
-    ax.set_title("Gradient reaching t − d in the trained models")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    return fig
+    return _log_log(fig, ax, "distance back from the query (positions)", "‖∂ loss at query / ∂ input embedding‖",
+                    "Gradient reaching t − d in the trained models")
 
 
 def plot_gradients_by_delay(grads: list[dict]) -> Figure:
@@ -266,14 +272,8 @@ def plot_gradients_by_delay(grads: list[dict]) -> Figure:
     for m in dict.fromkeys(g["model"] for g in grads):
         gs = sorted((g for g in grads if g["model"] == m), key=lambda g: g["delay"])
         ax.plot([g["delay"] for g in gs], [max(g["relative_to_last"], 1e-30) for g in gs], "o-", label=m)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("delay d the model was trained on")
-    ax.set_ylabel("‖∂ loss / ∂ x(t − d)‖ ÷ ‖∂ loss / ∂ x(t)‖")
-    ax.set_title("Gradient reaching the symbol, each model trained on its delay")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    return fig
+    return _log_log(fig, ax, "delay d the model was trained on", "‖∂ loss / ∂ x(t − d)‖ ÷ ‖∂ loss / ∂ x(t)‖",
+                    "Gradient reaching the symbol, each model trained on its delay")
 
 
 # --------------------------------------------------------------------------------------------------
