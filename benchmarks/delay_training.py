@@ -6,6 +6,7 @@ the LSTM read any length, the Transformer is left out there since its positions 
 
     python benchmarks/delay_training.py --seed 0 --seed 1 --out benchmarks/results/delay_training_cpu.json
     python benchmarks/delay_training.py --mixed-steps 1500 --extrapolate 512
+    python benchmarks/delay_training.py --probes --out benchmarks/results/delay_probes_cpu.json
 
 Per delay, an RNN has only the gradient carried back d steps to learn delay d from; mixed, the short
 delays teach it to latch the symbol and the latch then holds across delays it could never have
@@ -67,14 +68,60 @@ def one_run(training: str, seed: int, steps: int | None, extrapolate: int) -> di
     return out
 
 
+def alone(kind: str, delay: int, lr: float, steps: int, forget_bias: float, seq_len: int = 66) -> dict:
+    """One architecture trained on one delay in `seq_len`-token sequences (seed 0, one thread): the probe
+    behind the study's settings (the RNN's rate, the LSTM's forget bias and rate)."""
+    import torch
+
+    from components.core.studies.memory import (
+        DelaySettings,
+        build_model,
+        delay_task,
+        disjoint_validation,
+        predictions,
+        train_model,
+    )
+
+    torch.set_num_threads(1)
+    s = DelaySettings(delays=[delay], seq_len=seq_len, steps=steps, lrs={kind: lr}, models=[kind],
+                      lstm_forget_bias=forget_bias, workers=1)
+    train = delay_task(s, s.train_sequences, s.seed)
+    val = disjoint_validation(train, delay_task(s, s.val_per_delay, s.seed + 1))
+    torch.manual_seed(s.seed)
+    model = build_model(kind, s.vocab_size, s.seq_len, s.train)
+    info = train_model(model, train, s.train, lr)
+    return {"model": kind, "delay": delay, "lr": lr, "steps": steps, "seq_len": seq_len,
+            "forget_bias": forget_bias if kind == "lstm" else None, "trained_steps": info["steps"],
+            "solved_at": info["solved_at"], "accuracy": round(float(predictions(model, val)[:, -1].mean()), 4)}
+
+
+# the probes behind DelaySettings' lrs and lstm_forget_bias: (kind, delay, lr, steps, forget bias)
+PROBES = [
+    *[("rnn", d, lr, 1000, 0.0) for lr in (1e-3, 3e-3, 1e-2) for d in (16, 32)],
+    *[("lstm", d, 5e-3, 1000, fb) for fb in (1.0, 3.0) for d in (32, 64)],
+    *[("lstm", d, 4e-3, 1000, 3.0) for d in (4, 8, 16, 32, 64)],
+    *[("lstm", d, 5e-3, 1000, 3.0) for d in (4, 8, 16)],
+]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, action="append", help="seeds (repeat; default 0)")
     ap.add_argument("--mixed-steps", type=int, default=1500, help="steps of the mixed study (default 1500)")
     ap.add_argument("--extrapolate", type=int, default=514,
                     help="sequence length the mixed models are also scored at (0: not at all)")
+    ap.add_argument("--probes", action="store_true",
+                    help="instead: the settings probes (each model on one delay in 66-token sequences, seed 0)")
     ap.add_argument("--out")
     args = ap.parse_args()
+    if args.probes:
+        from components.core.workers import run_jobs
+
+        probes = run_jobs(alone, PROBES, 2, 1)
+        for p in probes:
+            print(p, flush=True)
+        emit({"benchmark": "delay_training_probes", "probes": probes}, args.out)
+        return
     runs = []
     for seed in args.seed or [0]:
         for training, steps in (("per_delay", None), ("mixed", args.mixed_steps)):

@@ -93,7 +93,8 @@ class DelaySettings(MemoryTrainSettings):
     lrs: dict[str, float] = Field(
         {"rnn": 3e-3, "lstm": 5e-3, "transformer": 3e-3},
         description="Peak AdamW learning rate per architecture (linear warm-up over 10% of the steps, cosine "
-        "decay). Trained on one delay at a time (1,000 steps, 66-token sequences): the RNN stayed at chance on "
+        "decay). Trained on one delay at a time (1,000 steps, 66-token sequences, benchmarks/delay_training.py "
+        "--probes): the RNN stayed at chance on "
         "delays 16 and 32 at 1e-3, 3e-3 and 1e-2 alike; the LSTM solved delays 4-64 at 5e-3 and missed delay 32 "
         "at 4e-3 (seed 0). In the shorter per-delay sequences used now, seeds 1 and 2 leave delay 64 unsolved "
         "(0.56, 0.10) and solve 4-32.",
@@ -102,8 +103,9 @@ class DelaySettings(MemoryTrainSettings):
                        "early, see solved_accuracy).")
     lstm_forget_bias: float = Field(
         3.0, ge=0, description="The forget gate's bias at initialisation with lstm_init: forget. At 1 (σ = 0.73 "
-        "kept per step, 0.73^32 ≈ 4e-5 over 32 steps) the LSTM trained on delay 32 or 64 alone stayed at chance for "
-        "1,500 steps; at 3 (σ = 0.95) it solved them in 250-850.",
+        "kept per step, 0.73^32 ≈ 4e-5 over 32 steps) the LSTM trained on delay 32 or 64 alone (66-token sequences, "
+        "lr 5e-3, 1,000 steps) stayed at chance (0.14); at 3 (σ = 0.95) it solved them in 841 and 829 steps "
+        "(benchmarks/delay_training.py --probes).",
     )
     seq_len: int = Field(66, ge=2, description="Tokens per sequence; every delay must be at most seq_len - 1.")
     n_symbols: int = Field(8, ge=2, description="Symbols to remember (chance accuracy 1/n_symbols).")
