@@ -52,11 +52,28 @@ def test_a_choice_at_the_grids_edge_says_so():
         (dict(warmup_steps=[]), "warmup_steps is empty"),
         (dict(max_steps=0), "max_steps=0 is smaller than one step"),
         (dict(warmup_steps=[700]), "warmup_steps=700"),
+        (dict(batch_sizes=[]), "batch_sizes is empty"),
+        (dict(batch_sizes=[16, 0]), "batch_sizes holds values below 1"),
+        (dict(max_steps=40, batch_sizes=[16, 64], warmup_steps=[10]), "max_steps=10 \\(at batch size 64\\)"),
     ],
 )
 def test_bad_grids_name_the_setting(bad, field):
     with pytest.raises(ConfigError, match=field):
         run_sweep(SweepSettings(**bad), regression_trial, where="tune")
+
+
+def test_batch_sizes_share_one_token_budget_and_the_best_is_chosen():
+    """At equal tokens a smaller batch takes more steps: on least squares with exact gradients (no
+    noise to average out) more steps at the same rate get closer, so the smallest batch must win, and
+    a larger rate can beat a smaller one only through its steps."""
+    seen = []
+    s = SweepSettings(lrs=[0.02, 0.05], warmup_steps=[0], max_steps=10, batch_sizes=[4, 2, 8])
+    result = run_sweep(s, regression_trial, log=seen.append)
+    assert [(t["batch_size"], t["max_steps"]) for t in seen] == [(4, 10), (4, 10), (2, 20), (2, 20), (8, 5), (8, 5)]
+    assert result.best["batch_size"] == 2 and result.best["lr"] == 0.05 and result.batch_at_edge
+    assert "| 2 | 20 | 0.05 | 0 |" in result.markdown() and "edge of the sizes tried" in result.markdown()
+    # with one batch size, the edge note stays out
+    assert not run_sweep(SweepSettings(lrs=[0.05], warmup_steps=[0], max_steps=10), regression_trial).batch_at_edge
 
 
 def test_a_budget_below_one_step_is_refused():

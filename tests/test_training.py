@@ -136,6 +136,23 @@ def test_evaluate_is_the_mean_over_real_targets(blocks):
     assert evaluate(model, val_b, batch_size=n, max_batches=1, device="cpu") == pytest.approx(want, rel=1e-6)
 
 
+def test_the_validation_batch_is_apart_from_the_training_batch(tmp_path, blocks):
+    """A small training batch evaluates in batches of eval_batch_size: the same model scores the same on
+    the whole split at any size, and a capped evaluation counts its batches in that size."""
+    train_b, val_b = blocks
+    runs = {
+        e: train(tiny_model(), train_b, val_b, quick(batch_size=2, eval_batch_size=e, eval_batches=None, max_steps=4),
+                 tmp_path / f"e{e}")
+        for e in (None, 7)
+    }
+    full = int((np.asarray(val_b.y) != IGNORE_INDEX).sum())
+    assert runs[None].metrics()["val/targets"] == runs[7].metrics()["val/targets"] == full
+    assert runs[7].metrics()["val/loss"] == pytest.approx(runs[None].metrics()["val/loss"], rel=1e-6)
+    capped = train(tiny_model(), train_b, val_b, quick(batch_size=2, eval_batch_size=3, eval_batches=1, max_steps=2),
+                   tmp_path / "capped")
+    assert capped.metrics()["val/targets"] == int((np.asarray(val_b.y[:3]) != IGNORE_INDEX).sum()) < full
+
+
 def test_clipping_bound_is_respected(tmp_path, blocks):
     train_b, val_b = blocks
     clip = 0.05

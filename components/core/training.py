@@ -167,7 +167,14 @@ class TrainSettings(BaseModel):
         description="Validation batches per evaluation (the first blocks, so it is deterministic); None = the whole "
         "validation split, the one fixed set every model's validation loss (and the n-gram baseline's) is measured on.",
     )
+    eval_batch_size: Optional[int] = Field(
+        None,
+        ge=1,
+        description="Blocks per validation batch; None = batch_size. Evaluation has no backward pass and no step "
+        "to take, so a small training batch need not make it slow: the whole split is the same targets at any size.",
+    )
     log_interval: int = Field(10, ge=1, description="Log training metrics every this many steps.")
+
     checkpoint_interval: int = Field(
         0, ge=0, description="Checkpoint every this many steps; 0 = at evaluation points and at the end."
     )
@@ -186,6 +193,11 @@ class TrainSettings(BaseModel):
         description="'adamw', or plain 'sgd' (momentum beta1), whose update scales with the raw gradient: "
         "the setting where clipping is what keeps a recurrent net from exploding.",
     )
+
+    @property
+    def eval_batch(self) -> int:
+        """Blocks per validation batch."""
+        return self.eval_batch_size or self.batch_size
 
     @model_validator(mode="after")
     def _lr_order(self) -> "TrainSettings":
@@ -315,7 +327,7 @@ class _Run:
     def validate(self) -> float:
         s = self.s
         return evaluate(
-            self.model, self.val_data, batch_size=s.batch_size, max_batches=s.eval_batches, device=self.device,
+            self.model, self.val_data, batch_size=s.eval_batch, max_batches=s.eval_batches, device=self.device,
             dtype=self.dtype,
         )
 
@@ -511,7 +523,7 @@ def _result(run: _Run, parallel: Parallel, t_start: float) -> TrainResult:
         history=history,
         checkpoint_dir=run.ckpt_dir,
         resumed_from=run.resumed_from,
-        val_targets=eval_targets(run.val_data, s.batch_size, s.eval_batches),
+        val_targets=eval_targets(run.val_data, s.eval_batch, s.eval_batches),
     )
 
 

@@ -1,5 +1,5 @@
-"""`lr_sweep` and the `tune` job: each language-model family's learning rate (and warmup) swept at a
-fixed budget on the run's own labels, every trial a nested MLflow run. Not part of the default
+"""`lr_sweep` and the `tune` job: each language-model family's learning rate (warmup, batch size)
+swept at a fixed budget on the run's own labels, every trial a nested MLflow run. Not part of the default
 route (`pipelines.definitions.DEFAULT_ROUTE` leaves the `tune` group out): the default run uses
 the values written into the models' `defs.yaml`, with the sweep's MLflow run and date beside them;
 the sweep is one job away (`dg launch --job tune`, after a default run has trained the models)."""
@@ -26,13 +26,39 @@ SWEPT = (
 )  # one per family; the Transformer variants share transformer_lm's values
 
 
+# Each family's grid around where its best lay (a shared 1e-3…6.4e-2 grid costs 21 trials). Smaller batches are
+# tried for the Transformer only: a recurrent step walks the 128 positions one after another whatever
+# the batch, so at equal FLOPs a smaller batch multiplies a recurrent model's wall time.
+GRID_LRS = {
+    "rnn_lm": [2e-3, 4e-3, 8e-3],
+    "lstm_lm": [1.6e-2, 3.2e-2, 6.4e-2],
+    "transformer_lm": [1e-3, 1.5e-3, 2e-3, 3e-3, 4e-3],
+}
+GRID_BATCH_SIZES = {"transformer_lm": [4, 8, 16]}
+
+
 class LrSweepConfig(dg.Config, SweepSettings):
-    """The grid and the budget, the same for every family."""
+    """The grid and the budget: `lrs`, `warmup_steps` and `batch_sizes` for every family, unless
+    `lrs_by_model` / `batch_sizes_by_model` give a model its own."""
 
     models: list[str] = Field(list(SWEPT), description=f"Language models to sweep (of {list(SWEPT)}).")
     block_size: Optional[int] = Field(
         128, description="Context length of every trial (the models' training block_size)."
     )
+    lrs_by_model: dict[str, list[float]] = Field(
+        GRID_LRS, description="A model's own learning rates, in place of `lrs` (each family's best lies elsewhere)."
+    )
+    batch_sizes_by_model: dict[str, list[int]] = Field(
+        GRID_BATCH_SIZES,
+        description="A model's own batch sizes, in place of `batch_sizes`; at its flops_budget each size trains the "
+        "steps the budget buys.",
+    )
+
+    def for_model(self, name: str) -> SweepSettings:
+        fields = {k: v for k, v in self.model_dump().items() if k in SweepSettings.model_fields}
+        fields["lrs"] = self.lrs_by_model.get(name, fields["lrs"])
+        fields["batch_sizes"] = self.batch_sizes_by_model.get(name, fields["batch_sizes"])
+        return SweepSettings(**fields)
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL, ins={m: dg.AssetIn(dg.AssetKey(m)) for m in SWEPT})
@@ -40,15 +66,19 @@ def lr_sweep(
     context: dg.AssetExecutionContext, config: LrSweepConfig, labels: Labels, mlflow: MlflowTracker,
     **lms: LanguageModel,
 ) -> dg.Output[LrSweep]:
-    """For each model: its architecture and training settings as trained, retrained at every (lr,
-    warmup) of the grid for `max_steps` steps, each with a full schedule ending there; scored on the
-    whole validation split. The chosen values, and the `defs.yaml` lines that set them, are published."""
-    unknown = sorted(set(config.models) - set(SWEPT))
-    if unknown:
-        raise dg.Failure(f"lr_sweep.models names {unknown}; valid: {list(SWEPT)}")
-    settings = SweepSettings(**{k: v for k, v in config.model_dump().items() if k in SweepSettings.model_fields})
-    check_grid(settings, where="lr_sweep", tokens_per_step=settings.batch_size * (config.block_size or 1),
-               budget_tokens=settings.max_steps * settings.batch_size * (config.block_size or 1))
+    """For each model: its architecture and training settings as trained, retrained at every (batch
+    size, warmup, lr) of its grid at its budget (its flops_budget, else `max_steps`), each with a full
+    schedule ending there; scored on the whole validation split. The chosen values, and the
+    `defs.yaml` lines that set them, are published."""
+    for field_name, names in (("models", config.models), ("lrs_by_model", config.lrs_by_model),
+                              ("batch_sizes_by_model", config.batch_sizes_by_model)):
+        unknown = sorted(set(names) - set(SWEPT))
+        if unknown:
+            raise dg.Failure(f"lr_sweep.{field_name} names {unknown}; valid: {list(SWEPT)}")
+    grids = {name: config.for_model(name) for name in config.models}
+    for name, g in grids.items():  # every grid checked before any trial trains
+        check_grid(g, where=f"lr_sweep[{name}]", tokens_per_step=max(g.batch_sizes) * (config.block_size or 1),
+                   budget_tokens=g.max_steps * g.batch_sizes[0] * (config.block_size or 1))
     with stage(context, mlflow, config.model_dump()) as s:
         train, val, meta = load_labels(labels.path)
         chosen, rows, figures, texts, budgets = {}, [], {}, {}, {}
@@ -61,10 +91,11 @@ def lr_sweep(
 
             def log(row: dict, name: str = name, budget: float | None = base.get("flops_budget")) -> None:
                 context.log.info(
-                    f"{name}: lr {row['lr']:g}, warmup {row['warmup_steps']}: val loss {row['val_loss']:.4f}"
+                    f"{name}: batch {row['batch_size']}, lr {row['lr']:g}, warmup {row['warmup_steps']}: "
+                    f"val loss {row['val_loss']:.4f}"
                 )
                 s.run.child(
-                    f"{name} lr={row['lr']:g} warmup={row['warmup_steps']}",
+                    f"{name} batch={row['batch_size']} lr={row['lr']:g} warmup={row['warmup_steps']}",
                     {
                         "val/loss": row["val_loss"],
                         **({"train/tokens_per_s_mean": row["tokens_per_s"]} if "tokens_per_s" in row else {}),
@@ -81,6 +112,7 @@ def lr_sweep(
                     series={"val/loss": [(int(a), float(b)) for a, b in row.get("history", [])]},
                 )
 
+            settings = grids[name]
             result = run_sweep(settings, trial, where=f"lr_sweep[{name}]", log=log)
             shutil.rmtree(s.tmp / name, ignore_errors=True)  # trial checkpoints: only the losses are kept
             b = result.best
@@ -88,6 +120,7 @@ def lr_sweep(
                 "lr": b["lr"],
                 "min_lr": b["min_lr"],
                 "warmup_steps": b["warmup_steps"],
+                "batch_size": b["batch_size"],
                 "val_loss": b["val_loss"],
                 "at_grid_edge": float(result.at_edge),
                 "steps": float(b.get("steps", settings.max_steps)),
@@ -96,7 +129,7 @@ def lr_sweep(
             budgets[name] = f"{flops:.3g} FLOPs ({int(chosen[name]['steps'])} steps)" if flops else \
                 f"{settings.max_steps} steps"
             rows += [
-                {"model": name, **{k: t[k] for k in ("lr", "warmup_steps", "val_loss")},
+                {"model": name, **{k: t[k] for k in ("batch_size", "lr", "warmup_steps", "val_loss")},
                  "steps": t.get("steps", t["max_steps"]), "chosen": t is b}
                 for t in result.trials
             ]
@@ -104,11 +137,11 @@ def lr_sweep(
             texts[f"sweep_{name}"] = result.markdown()
         url, day = s.run.url, datetime.date.today().isoformat()
         texts["defs_yaml"] = "\n\n".join(
-            f"`pipelines/defs/{n}/defs.yaml`, under `training:`\n```yaml\n    lr: {c['lr']:g}  # lr_sweep {day}, "
-            f"{budgets[n]}: {url}\n"
+            f"`pipelines/defs/{n}/defs.yaml`, under `training:`\n```yaml\n    batch_size: {c['batch_size']}\n"
+            f"    lr: {c['lr']:g}  # lr_sweep {day}, {budgets[n]}: {url}\n"
             f"    min_lr: {c['min_lr']:g}\n    warmup_steps: {c['warmup_steps']}\n```" for n, c in chosen.items())
         return s.publish(
-            LrSweep(chosen=chosen, trials=rows, budget_steps=settings.max_steps, mlflow_url=url),
+            LrSweep(chosen=chosen, trials=rows, budget_steps=config.max_steps, mlflow_url=url),
             metrics={f"{n}/chosen_lr": c["lr"] for n, c in chosen.items()}
             | {f"{n}/val_loss": c["val_loss"] for n, c in chosen.items()}
             | {f"{n}/at_grid_edge": c["at_grid_edge"] for n, c in chosen.items()},
@@ -121,6 +154,6 @@ def lr_sweep(
 tune_job = dg.define_asset_job(
     "tune",
     selection=dg.AssetSelection.groups(GROUP),
-    description="Sweep each language-model family's learning rate and warmup at a fixed budget (after a default run "
-        "trained the models).",
+    description="Sweep each language-model family's learning rate, warmup and batch size at a fixed budget (after "
+        "a default run trained the models).",
 )

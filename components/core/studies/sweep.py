@@ -1,7 +1,8 @@
-"""A learning-rate sweep at a fixed budget: every trial trains the same model for the same number of
-steps, each with its own full schedule (warmup, then cosine to min_lr = lr × min_lr_ratio ending at
-the budget, never a snapshot taken mid-schedule), and is scored on the whole validation split. The
-chosen value is the one with the lowest validation loss; ties go to the smaller learning rate.
+"""A learning-rate (and batch-size) sweep at a fixed budget: every trial trains the same model on the
+same budget (equal FLOPs, or equal tokens: fewer steps at a larger batch), each with its own full
+schedule (warmup, then cosine to min_lr = lr × min_lr_ratio ending at the budget, never a snapshot
+taken mid-schedule), and is scored on the whole validation split. The chosen values are those with
+the lowest validation loss; ties go to the smaller learning rate.
 
 `run_sweep` is generic (a trial is a callable from settings to a loss), so the selection is tested
 on a problem whose best learning rate is known; `lm_trial` makes a trial of a language model.
@@ -36,7 +37,16 @@ class SweepSettings(BaseModel):
         "flops_budget (the default run's) is swept at that budget instead: the best learning rate depends on it.",
     )
     min_lr_ratio: float = Field(0.1, gt=0, le=1, description="min_lr = lr × this at the end of each trial's cosine.")
-    batch_size: int = Field(16, description="Blocks per step (with block_size, the tokens one step costs).")
+    batch_sizes: list[int] = Field(
+        [16],
+        description="Blocks per step to try with every (lr, warmup) (with block_size, the tokens one step costs). "
+        "At a model's flops_budget each size trains the steps the budget buys; at max_steps each trains the "
+        "tokens max_steps steps of the first size hold (steps = max_steps × first size / size): equal cost.",
+    )
+
+    def steps_at(self, batch_size: int) -> int:
+        """Optimizer steps of a trial at this batch size when the budget is max_steps (equal tokens)."""
+        return max(1, round(self.max_steps * self.batch_sizes[0] / batch_size))
 
 
 def check_grid(
@@ -52,8 +62,10 @@ def check_grid(
         raise ConfigError(f"{where}.warmup_steps is empty: give at least one warmup length (0 for none)")
     if any(w < 0 for w in s.warmup_steps):
         raise ConfigError(f"{where}.warmup_steps holds negative values {[w for w in s.warmup_steps if w < 0]}")
-    if s.batch_size < 1:
-        raise ConfigError(f"{where}.batch_size={s.batch_size} must be >= 1")
+    if not s.batch_sizes:
+        raise ConfigError(f"{where}.batch_sizes is empty: give at least one batch size")
+    if any(b < 1 for b in s.batch_sizes):
+        raise ConfigError(f"{where}.batch_sizes holds values below 1 {[b for b in s.batch_sizes if b < 1]}")
     if s.max_steps < 1:
         raise ConfigError(
             f"{where}.max_steps={s.max_steps} is smaller than one step: the budget must allow at least one step"
@@ -62,10 +74,12 @@ def check_grid(
         raise ConfigError(
             f"{where}: a budget of {budget_tokens} tokens is smaller than one step ({tokens_per_step} tokens)"
         )
-    if max(s.warmup_steps) >= s.max_steps:
+    fewest = min(s.steps_at(b) for b in s.batch_sizes)
+    if max(s.warmup_steps) >= fewest:
         raise ConfigError(
-            f"{where}.warmup_steps={max(s.warmup_steps)} does not fit in max_steps={s.max_steps}: the schedule would "
-            f"never decay"
+            f"{where}.warmup_steps={max(s.warmup_steps)} does not fit in max_steps={fewest}"
+            f"{'' if fewest == s.max_steps else f' (at batch size {max(s.batch_sizes)})'}: the schedule would never "
+            "decay"
         )
 
 
@@ -82,37 +96,49 @@ class SweepResult:
         lrs = [t["lr"] for t in self.trials]
         return len(set(lrs)) > 1 and self.best["lr"] in (min(lrs), max(lrs))
 
+    @property
+    def batch_at_edge(self) -> bool:
+        """Whether the chosen batch size is the grid's smallest or largest of several."""
+        sizes = [t["batch_size"] for t in self.trials]
+        return len(set(sizes)) > 1 and self.best["batch_size"] in (min(sizes), max(sizes))
+
     def markdown(self) -> str:
-        lines = ["| lr | warmup | val loss |", "|---|---|---|"]
-        for t in sorted(self.trials, key=lambda t: (t["warmup_steps"], t["lr"])):
+        lines = ["| batch | steps | lr | warmup | val loss |", "|---|---|---|---|---|"]
+        for t in sorted(self.trials, key=lambda t: (t["batch_size"], t["warmup_steps"], t["lr"])):
             mark = " **(chosen)**" if t is self.best else ""
-            lines.append(f"| {t['lr']:g} | {t['warmup_steps']} | {t['val_loss']:.4f}{mark} |")
+            steps = t.get("steps", t["max_steps"])
+            row = f"| {t['batch_size']} | {steps} | {t['lr']:g} | {t['warmup_steps']} | {t['val_loss']:.4f}{mark} |"
+            lines.append(row)
         if self.at_edge:
             lines.append(f"\nThe chosen lr {self.best['lr']:g} is at the grid's edge: widen the grid beyond it.")
+        if self.batch_at_edge:
+            lines.append(f"\nThe chosen batch size {self.best['batch_size']} is at the edge of the sizes tried.")
         return "\n".join(lines)
 
 
 def run_sweep(s: SweepSettings, trial: Callable[[dict[str, Any]], dict[str, Any]], *, where: str = "sweep",
               log: Callable[[dict[str, Any]], None] | None = None) -> SweepResult:
-    """Every (lr, warmup) of the grid through `trial(params) -> {"val_loss": ..., ...}`, where params
-    holds lr, min_lr, warmup_steps, max_steps and batch_size. A trial that diverges returns a
-    non-finite loss and is never chosen. `log(trial_row)` after each trial."""
+    """Every (batch size, warmup, lr) of the grid through `trial(params) -> {"val_loss": ..., ...}`,
+    where params holds lr, min_lr, warmup_steps, max_steps (equal tokens at every batch size) and
+    batch_size. A trial that diverges returns a non-finite loss and is never chosen. `log(trial_row)`
+    after each trial."""
     check_grid(s, where=where)
     trials = []
-    for warmup in s.warmup_steps:
-        for lr in s.lrs:
-            params = {
-                "lr": float(lr),
-                "min_lr": float(lr) * s.min_lr_ratio,
-                "warmup_steps": int(warmup),
-                "max_steps": s.max_steps,
-                "batch_size": s.batch_size,
-            }
-            out = trial(params)
-            row = {**params, **out, "val_loss": float(out["val_loss"])}
-            trials.append(row)
-            if log:
-                log(row)
+    for batch in s.batch_sizes:
+        for warmup in s.warmup_steps:
+            for lr in s.lrs:
+                params = {
+                    "lr": float(lr),
+                    "min_lr": float(lr) * s.min_lr_ratio,
+                    "warmup_steps": int(warmup),
+                    "max_steps": s.steps_at(batch),
+                    "batch_size": int(batch),
+                }
+                out = trial(params)
+                row = {**params, **out, "val_loss": float(out["val_loss"])}
+                trials.append(row)
+                if log:
+                    log(row)
     finite = [t for t in trials if math.isfinite(t["val_loss"])]
     if not finite:
         raise RuntimeError(f"{where}: every trial diverged (lrs {s.lrs}); try smaller learning rates")
@@ -127,17 +153,19 @@ def plot_sweep(trials: list[dict], best: dict):
 
     fig = Figure(figsize=(5, 3.5), layout="constrained")
     ax = fig.subplots()
-    for w in sorted({t["warmup_steps"] for t in trials}):
+    for b, w in sorted({(t["batch_size"], t["warmup_steps"]) for t in trials}):
         pts = sorted(
-            (t["lr"], t["val_loss"]) for t in trials if t["warmup_steps"] == w and math.isfinite(t["val_loss"])
+            (t["lr"], t["val_loss"])
+            for t in trials
+            if (t["batch_size"], t["warmup_steps"]) == (b, w) and math.isfinite(t["val_loss"])
         )
         if pts:
-            ax.plot(*zip(*pts), "o-", label=f"warmup {w}")
+            ax.plot(*zip(*pts), "o-", label=f"batch {b}, warmup {w}")
     ax.plot([best["lr"]], [best["val_loss"]], "k*", ms=12, label="chosen")
     ax.set_xscale("log")
     ax.set_xlabel("peak learning rate")
     ax.set_ylabel("validation loss (all targets)")
-    ax.set_title(f"lr sweep at {best['max_steps']} steps")
+    ax.set_title(f"lr sweep, chosen: batch {best['batch_size']}, {best.get('steps', best['max_steps'])} steps")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return fig
