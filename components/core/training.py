@@ -174,7 +174,6 @@ class TrainSettings(BaseModel):
         "to take, so a small training batch need not make it slow: the whole split is the same targets at any size.",
     )
     log_interval: int = Field(10, ge=1, description="Log training metrics every this many steps.")
-
     checkpoint_interval: int = Field(
         0, ge=0, description="Checkpoint every this many steps; 0 = at evaluation points and at the end."
     )

@@ -1,6 +1,6 @@
 """`lr_sweep` and the `tune` job: each language-model family's learning rate (warmup, batch size)
-swept at a fixed budget on the run's own labels, every trial a nested MLflow run. Not part of the default
-route (`pipelines.definitions.DEFAULT_ROUTE` leaves the `tune` group out): the default run uses
+swept at a fixed budget on the run's own labels, every trial a nested MLflow run. Not part of the
+default route (`pipelines.definitions.DEFAULT_ROUTE` leaves the `tune` group out): the default run uses
 the values written into the models' `defs.yaml`, with the sweep's MLflow run and date beside them;
 the sweep is one job away (`dg launch --job tune`, after a default run has trained the models)."""
 
@@ -29,11 +29,11 @@ SWEPT = (
 # Each family's grid around where its best lay: 3 + 6 + 12 trials, about 28 minutes on the 2-core Xeon
 # without AMX, estimated from the tune runs' trial times of 2026-12-04 (Transformer 98-133 s at batch
 # 4, 89-102 at 8, 77-85 at 16; LSTM 57-61 at 8) and the default run's RNN and LSTM steps at 16 (63 and
-# 51 s); the whole default grid has not run as one job. Smaller
-# batches (more steps of the same FLOPs) helped every family at 5.5e12 FLOPs. The RNN's are not tried:
-# its step at batch 8 costs 1.5-1.6x the wall time per token (the LSTM's fused step 0.99-1.15x, the
-# Transformer's 1.12x at 4: benchmarks/results/batch_step_cost_cpu_avx512.json), more than the
-# default run's 15 minutes hold; benchmarks/results/lr_sweep_batch_cpu_avx512.json has its trials at 8.
+# 51 s); the whole default grid has not run as one job. Smaller batches (more steps of the same FLOPs)
+# helped every family at 5.5e12 FLOPs. The RNN's are not tried: its step at batch 8 costs 1.5-1.6x the
+# wall time per token (the LSTM's fused step 0.99-1.15x, the Transformer's 1.12x at 4:
+# benchmarks/results/batch_step_cost_cpu_avx512.json), more than the default run's 15 minutes hold;
+# benchmarks/results/lr_sweep_batch_cpu_avx512.json has its trials at 8.
 GRID_LRS = {
     "rnn_lm": [2e-3, 4e-3, 8e-3],
     "lstm_lm": [1.6e-2, 3.2e-2, 6.4e-2],
