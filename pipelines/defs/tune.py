@@ -26,10 +26,9 @@ SWEPT = (
 )  # one per family; the Transformer variants share transformer_lm's values
 
 
-# Each family's grid around where its best lay: 3 + 6 + 12 trials, about 28 minutes on the 2-core Xeon
-# without AMX, estimated from the tune runs' trial times of 2026-12-04 (Transformer 98-133 s at batch
-# 4, 89-102 at 8, 77-85 at 16; LSTM 57-61 at 8) and the default run's RNN and LSTM steps at 16 (63 and
-# 51 s); the whole default grid has not run as one job. Smaller batches (more steps of the same FLOPs)
+# Each family's grid around where its best lay: 3 + 6 + 12 trials. The whole job took 20 min 21 s on
+# the 2-core Xeon without AMX and chose the default config's values
+# (benchmarks/results/lr_sweep_default_grid_cpu_avx512.json). Smaller batches (more steps of the same FLOPs)
 # helped every family at 5.5e12 FLOPs. The RNN's are not tried: its step at batch 8 costs 1.5-1.6x the
 # wall time per token (the LSTM's fused step 0.99-1.15x, the Transformer's 1.12x at 4:
 # benchmarks/results/batch_step_cost_cpu_avx512.json), more than the default run's 15 minutes hold;
