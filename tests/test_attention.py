@@ -256,6 +256,46 @@ def test_rope_on_the_projection_layout_has_the_rotations_gradient():
     assert torch.autograd.gradcheck(lambda x: rope.rotate_qkv(x, 3), (qkv.detach().clone().requires_grad_(),))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_rope_without_a_complex_type_rotates_the_same_pairs(dtype):
+    # bfloat16 and float16 have no complex twin: the four-pass rotation must pair and rotate the
+    # channels exactly as the complex one does in float32, forward and backward.
+    rope = RotaryEmbedding(head_dim=8, block_size=32)
+    g = torch.Generator().manual_seed(3)
+    qkv = torch.randn(2, 12, 3, 4, 8, generator=g, requires_grad=True)
+    upstream = torch.randn(2, 12, 3, 4, 8, generator=g)
+    low = qkv.detach().to(dtype).requires_grad_()
+    want, got = rope.rotate_qkv(qkv, 5), rope.rotate_qkv(low, 5)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.float(), want.detach(), atol=2e-2, rtol=2e-2)
+    want.backward(upstream)
+    got.backward(upstream.to(dtype))
+    torch.testing.assert_close(low.grad.float(), qkv.grad, atol=2e-2, rtol=2e-2)
+    assert (got.float() - want.detach()).abs().max() > 0  # the low-precision path really ran
+
+
+def test_weights_of_another_rope_pairing_are_refused(tmp_path):
+    # Which channels RoPE pairs is part of what the weights mean, not of their shapes: weights written
+    # without the current pairing recorded load without a shape error and would give wrong numbers.
+    from safetensors.torch import save_file
+
+    from components.core.checkpoint import CheckpointMismatchError, load_model_weights, load_weights_into, save_checkpoint
+
+    cfg = TransformerSettings(n_layer=1, n_head=2, n_embd=16, block_size=8)
+    save_checkpoint(tmp_path / "ckpt", Transformer(cfg, vocab_size=11), step=0)
+    load_weights_into(Transformer(cfg, vocab_size=11), tmp_path / "ckpt")  # the current layout loads
+    tensors, meta = load_model_weights(tmp_path / "ckpt")
+    assert meta["rope_layout"] == "interleaved"
+    del meta["rope_layout"]
+    save_file(tensors, str(tmp_path / "old.safetensors"), metadata=meta)
+    with pytest.raises(CheckpointMismatchError, match="rope_layout=.*not recorded.*retrain"):
+        load_weights_into(Transformer(cfg, vocab_size=11), tmp_path / "old.safetensors")
+    # a model without rotary positions records no pairing and loads as before
+    learned = TransformerSettings(n_layer=1, n_head=2, n_embd=16, block_size=8, pos_encoding="learned")
+    save_checkpoint(tmp_path / "learned", Transformer(learned, vocab_size=11), step=0)
+    load_weights_into(Transformer(learned, vocab_size=11), tmp_path / "learned")
+
+
 def test_sliding_window_is_local_causal_attention():
     """Each query sees exactly the last `window` keys: the reference math with that band as the mask."""
     g = torch.Generator().manual_seed(0)

@@ -64,6 +64,7 @@ def model_metadata(model: nn.Module, model_meta: dict | None = None) -> dict[str
         "vocab_size": str(getattr(model, "vocab_size", "")),
         "params": str(count_parameters(model)),
         "tokenizer_sha256": "",
+        **getattr(model, "weight_layout", {}),
     }
     for k, v in (model_meta or {}).items():
         meta[k] = v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
@@ -87,6 +88,18 @@ def check_compatible(stored: dict[str, str], expected: dict[str, str], where: st
             f"cannot resume from {where}: it belongs to another model ({'; '.join(diffs)}). "
             "Restore the original settings, point out_dir elsewhere, or start fresh with resume=False."
         )
+
+
+def check_layout(meta: dict[str, str], model: nn.Module, where: str | Path) -> None:
+    """Refuse weights whose layout (`model.weight_layout`, e.g. which channels RoPE pairs) is not the
+    one `model` computes with: such weights load without a shape error and give wrong numbers."""
+    for key, want in getattr(model, "weight_layout", {}).items():
+        got = meta.get(key)
+        if got != want:
+            raise CheckpointMismatchError(
+                f"{where} was written with {key}={got or '(not recorded: written by an earlier version)'!r}, "
+                f"but this model computes with {key}={want!r}; retrain it (rematerialize the model asset)"
+            )
 
 
 def _check_same_save(meta: dict[str, str], state: dict, ckpt_dir: Path) -> None:
@@ -192,6 +205,7 @@ def load_weights_into(
     meta = read_metadata(path)
     if expected_meta is not None:
         check_compatible(meta, expected_meta, path)
+    check_layout(meta, model, path)
     device = next(model.parameters()).device
     load_model(model, str(path / WEIGHTS_FILE if path.is_dir() else path), strict=True, device=str(device))
     return meta

@@ -37,6 +37,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from ..artifacts import atomic_dir, set_weights_mode, sha256_file
+from ..checkpoint import check_layout
 from ..data import PAD_ID
 from ..errors import ConfigError, PipelineInputError
 from ..tokenizer import BOS, EOS, UNK, decode, encode, load_tokenizer
@@ -167,6 +168,7 @@ def weights_metadata(model: nn.Module, config: dict | None = None) -> dict[str, 
         "variant": spec.variant,
         "scheme": spec.scheme,
         "quantization": json.dumps(spec_json, sort_keys=True),
+        **getattr(model, "weight_layout", {}),
     }
 
 
@@ -206,6 +208,7 @@ def _spec_from(q: dict, where: str) -> PrecisionSpec:
 def _rebuild(family: str, model_config: dict, vocab_size: int, spec: PrecisionSpec, weights: Path, header: dict,
              device: str | torch.device, config_note: str) -> nn.Module:
     skeleton = build_float(family, model_config, vocab_size)
+    check_layout(header.get("__metadata__", {}) or {}, skeleton, weights)
     if spec.quantized:
         rewrite_recurrent(skeleton, spec.recurrent_as_linear)
     check_shapes(skeleton, spec, tensor_shapes(header), str(weights), config_note)

@@ -77,9 +77,19 @@ def _rope_cache(n_pos: int, head_dim: int, base: float, device=None) -> tuple[to
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate channel pairs (x[i], x[i + hs/2]) by the position's angle (the GPT-NeoX "half" layout)."""
-    x1, x2 = x.chunk(2, dim=-1)  # (B, nh, T, hs/2) each
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (B, nh, T, hs)
+    """Rotate each channel pair (x[2i], x[2i+1]) by the position's angle (the interleaved layout of
+    RoFormer, GPT-J and LLaMA): the reference formula the fused training path is tested against."""
+    x0, x1 = x.unflatten(-1, (-1, 2)).unbind(-1)  # (B, nh, T, hs/2) each
+    return torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], -1).flatten(-2)  # (B, nh, T, hs)
+
+
+# Which channels a rotation pairs is part of what the weights mean: recorded with every checkpoint of
+# a rotary model and checked when one is loaded (`Transformer.weight_layout`). "interleaved" pairs
+# (2i, 2i+1); weights written before this key existed paired (i, i + hs/2) and are refused.
+ROPE_LAYOUT = "interleaved"
+
+# The rotation as one complex multiplication per pair: float32 and float64 have complex twins.
+_COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 
 
 class RotaryEmbedding(nn.Module):
@@ -94,27 +104,34 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
 
+    def _extend(self, n_pos: int) -> None:
+        if n_pos > self.cos.shape[0]:
+            # Rotations are defined for any position, so extend the cache rather than fail.
+            self.cos, self.sin = _rope_cache(n_pos, self.head_dim, self.base, self.cos.device)
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """q, k (B, nh, T, hs) at positions offset … offset+T-1, rotated."""
         T = q.shape[-2]
-        if offset + T > self.cos.shape[0]:
-            # Rotations are defined for any position, so extend the cache rather than fail.
-            self.cos, self.sin = _rope_cache(offset + T, self.head_dim, self.base, self.cos.device)
+        self._extend(offset + T)
         # Cast to q's dtype: under bf16 autocast q, k are bf16 and SDPA needs q, k, v of one dtype.
         cos, sin = self.cos[offset : offset + T].to(q.dtype), self.sin[offset : offset + T].to(q.dtype)  # (T, hs/2)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # (B, nh, T, hs) each
 
     def _tables(self, offset: int, T: int, dtype: torch.dtype, device: torch.device) -> tuple:
-        """(c, s, −s), each (T, 1, hs) in `dtype`: c = [cos, cos], s = [−sin, sin] at positions offset … offset+T-1."""
-        if offset + T > self.cos.shape[0]:
-            # Rotations are defined for any position, so extend the cache rather than fail.
-            self.cos, self.sin = _rope_cache(offset + T, self.head_dim, self.base, self.cos.device)
+        """(rotation, inverse rotation) at positions offset … offset+T-1, each shaped (T, 1, 1, hs/2) to
+        broadcast over (B, T, 2, nh, hs/2) pairs: cos + i·sin as a complex tensor where `dtype` has a
+        complex twin, else a (cos, sin) pair in `dtype`. Cached for the last (offset, T, dtype, device)."""
+        self._extend(offset + T)
         key = (offset, T, dtype, device)
         if getattr(self, "_tables_key", None) != key:
-            cos, sin = self.cos[offset : offset + T], self.sin[offset : offset + T]  # (T, hs/2)
-            c = torch.cat([cos, cos], -1).to(dtype)[:, None, :]  # (T, 1, hs)
-            s = torch.cat([-sin, sin], -1).to(dtype)[:, None, :]
-            self._tables_cache, self._tables_key = (c, s, -s), key
+            cos, sin = (t[offset : offset + T, None, None, :] for t in (self.cos, self.sin))  # (T, 1, 1, hs/2)
+            if dtype in _COMPLEX:
+                rot = torch.complex(cos, sin).to(_COMPLEX[dtype])
+                self._tables_cache = (rot, rot.conj().resolve_conj())
+            else:
+                cos, sin = cos.to(dtype), sin.to(dtype)
+                self._tables_cache = ((cos, sin), (cos, -sin))
+            self._tables_key = key
         return self._tables_cache
 
     def rotate_qkv(self, qkv: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -124,32 +141,59 @@ class RotaryEmbedding(nn.Module):
 
     def split_qkv(self, qkv: torch.Tensor, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The projection qkv (B, T, 3, nh, hs) → q, k rotated and v, each (B, nh, T, hs): the training
-        step's hot path. The half-layout rotation is x·[cos, cos] + swap(x)·[−sin, sin], swap
-        exchanging the two halves of each head; `_RotateSplit` writes q, k and v into one new tensor
-        in one pass each, no slice of the projection whose backward would zero-fill and copy it, and
-        its backward (the inverse rotation, sin negated) writes the projection's gradient likewise."""
+        step's hot path. `_RotateSplit` rotates queries and keys together in one complex multiplication
+        (float32, float64) written straight into one new tensor, copies the values beside them, and its
+        backward (the inverse rotation) writes the projection's gradient likewise: no slice of the
+        projection whose backward would zero-fill and copy it."""
+        if torch.compiler.is_compiling():
+            # Under torch.compile the plain formula: inductor fuses it into one kernel by itself, and
+            # a complex view written through `out=` does not trace.
+            q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # (B, nh, T, hs) each
+            return (*self(q, k, offset), v)
         return _RotateSplit.apply(qkv, *self._tables(offset, qkv.shape[1], qkv.dtype, qkv.device))
 
 
-def _rotate_into(out: torch.Tensor, x: torch.Tensor, c: torch.Tensor, s: torch.Tensor) -> None:
-    """out = x·c + swap(x)·s, swap exchanging the two halves of the last dimension (any strides)."""
-    h = x.shape[-1] // 2
-    out[..., :h].copy_(x[..., h:])
-    out[..., h:].copy_(x[..., :h])
-    out.mul_(s).addcmul_(x, c)
+def _pairs(t: torch.Tensor) -> torch.Tensor:
+    return t.unflatten(-1, (t.shape[-1] // 2, 2))  # (..., hs) → (..., hs/2, 2): channel pairs (2i, 2i+1)
+
+
+def _complex_view(t: torch.Tensor) -> torch.Tensor | None:
+    """`t`'s channel pairs as complex numbers without a copy, or None where its strides forbid it."""
+    p = _pairs(t)
+    if p.stride(-1) != 1 or p.storage_offset() % 2 or any(s % 2 for s in p.stride()[:-1]):
+        return None
+    return torch.view_as_complex(p)
+
+
+def _rotate_into(out: torch.Tensor, x: torch.Tensor, rot) -> None:
+    """out = x with each channel pair rotated by `rot` (from `_tables`, broadcast over x's leading
+    dimensions); out is this module's own contiguous buffer, x may have any strides."""
+    if isinstance(rot, torch.Tensor):  # (a + ib)(cos + i sin): the whole rotation in one pass
+        xc = _complex_view(x)
+        torch.mul(xc if xc is not None else torch.view_as_complex(_pairs(x.contiguous())), rot,
+                  out=torch.view_as_complex(_pairs(out)))
+        return
+    cos, sin = rot  # bfloat16 / float16 have no complex type: the same rotation in four passes
+    (x0, x1), (o0, o1) = _pairs(x).unbind(-1), _pairs(out).unbind(-1)
+    torch.mul(x0, cos, out=o0).addcmul_(x1, sin, value=-1)
+    torch.mul(x1, cos, out=o1).addcmul_(x0, sin)
+
+
+def _per_tensor(rot):
+    """A (T, 1, 1, hs/2) table for one of q, k (B, T, nh, hs/2): (T, 1, hs/2)."""
+    return rot[:, 0] if isinstance(rot, torch.Tensor) else tuple(t[:, 0] for t in rot)
 
 
 class _RotateSplit(torch.autograd.Function):
     """RoPE on the projection layout, split into (B, nh, T, hs) views of one new tensor. The rotation
-    is linear, so the backward saves no tensor: with swap its own inverse and swap(s) = −s for
-    s = [−sin, sin], the gradient g·c + swap(g·s) is the rotation by c and −s."""
+    is linear, so the backward saves no tensor: the gradient is the inverse rotation (the angle
+    negated) of the incoming one."""
 
     @staticmethod
-    def forward(ctx, qkv: torch.Tensor, c: torch.Tensor, s: torch.Tensor, s_neg: torch.Tensor):
-        ctx.c, ctx.s_neg = c, s_neg
+    def forward(ctx, qkv: torch.Tensor, rot, rot_inv):
+        ctx.rot_inv = rot_inv
         out = torch.empty_like(qkv, memory_format=torch.contiguous_format)  # (B, T, 3, nh, hs)
-        for i in (0, 1):  # queries, keys
-            _rotate_into(out[:, :, i], qkv[:, :, i], c, s)
+        _rotate_into(out[:, :, :2], qkv[:, :, :2], rot)  # queries and keys
         out[:, :, 2] = qkv[:, :, 2]  # values
         return tuple(t.transpose(1, 2) for t in out.unbind(2))  # (B, nh, T, hs) each
 
@@ -158,14 +202,15 @@ class _RotateSplit(torch.autograd.Function):
         g0 = next(g for g in grads if g is not None)
         B, nh, T, hs = g0.shape
         out = g0.new_empty(B, T, 3, nh, hs)
+        inv = _per_tensor(ctx.rot_inv)
         for i, g in enumerate(grads):
             if g is None:
                 out[:, :, i] = 0
             elif i < 2:
-                _rotate_into(out[:, :, i], g.transpose(1, 2), ctx.c, ctx.s_neg)
+                _rotate_into(out[:, :, i], g.transpose(1, 2), inv)
             else:
                 out[:, :, i] = g.transpose(1, 2)
-        return out, None, None, None
+        return out, None, None
 
 
 def build_positional(

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ..data import IGNORE_INDEX, PAD_ID
 from ..errors import ConfigError
 from .attention import AttentionImpl, CausalSelfAttention, KVCache, SdpaBackend
-from .positional import PositionalEncoding, build_positional
+from .positional import ROPE_LAYOUT, PositionalEncoding, build_positional
 from .sizing import count_parameters
 from .sizing import size_for_budget as _size_for_budget
 
@@ -196,6 +196,9 @@ class Transformer(nn.Module):
         self.pos, self.rope = build_positional(
             config.pos_encoding, C, config.n_head, config.block_size, config.rope_base
         )
+        # Recorded with the weights and checked on every load (checkpoint.load_weights_into): weights
+        # trained with another pairing of the rotated channels would load without error and be wrong.
+        self.weight_layout = {"rope_layout": ROPE_LAYOUT} if self.rope is not None else {}
         self.drop = nn.Dropout(config.dropout)
         self.h = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         # Pre-norm leaves the residual stream un-normalised, so it needs a final LayerNorm; post-norm ends on one.
