@@ -217,6 +217,41 @@ def test_row_update_cap_scales_a_frequent_rows_change():
         torch.testing.assert_close(capped[:, half], expected, atol=1e-6, rtol=1e-5)
 
 
+def test_only_chunks_where_a_row_reaches_the_cap_carry_its_terms(monkeypatch):
+    """A chunk whose rows all stay under the cap would be scaled by exactly 1: it carries no terms and
+    skips the cap. The chunks that carry them are exactly those where some row's total (bincount)
+    exceeds the cap, with the same terms as when every chunk carries them."""
+    from components.core.embeddings import word2vec_chunks
+
+    s = Word2VecSettings(
+        vector_size=8, window=2, negative=2, batch_size=64, batch_growth=1, sample=0.0, row_update_cap=250
+    )
+    counts = np.r_[0, 0, 0, 0, 30, 10, 10, 10]
+    vocab = Vocab(list(SPECIAL_TOKENS) + ["the", "a", "b", "c"], counts)
+    rng = np.random.default_rng(0)
+    dense = np.where(rng.random(120) < 0.6, 4, rng.integers(5, 8, 120))  # "the" in most places: over the cap
+    sentence = np.r_[dense, rng.integers(5, 8, 360)]  # then never: every row under it
+    corpus = w2v._flatten([sentence], vocab, s.window)
+    cdf = w2v._negative_cdf(counts)
+
+    def chunks():
+        it = w2v._epoch_chunks(corpus, np.ones(len(vocab)), cdf, s, 0, np.random.default_rng(1), torch.device("cpu"), 1)
+        return list(it)
+
+    got = chunks()
+    monkeypatch.setattr(word2vec_chunks, "_cap_binds", lambda rows, terms, cap: np.ones(len(rows), dtype=bool))
+    every = chunks()
+    over = []
+    for g, e in zip(got, every, strict=True):
+        rows = e.rows.numpy()
+        totals = [np.bincount(rows, weights=t.numpy()).max() for t in (e.in_terms, e.out_terms)]
+        over.append(max(totals) > s.row_update_cap)
+        assert (g.in_terms is not None) == (g.out_terms is not None) == over[-1]
+        if over[-1]:
+            assert torch.equal(g.in_terms, e.in_terms) and torch.equal(g.out_terms, e.out_terms)
+    assert any(over) and not all(over)  # both kinds occur here
+
+
 def test_every_pair_is_trained_once_within_its_sentence():
     """Overlapping chunks own disjoint centres; each centre sees the same 1..window words on each side."""
     W = 4

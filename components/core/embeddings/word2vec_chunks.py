@@ -79,7 +79,7 @@ class _Chunk:
     """
 
     ids: torch.Tensor  # (C,) int64
-    masks: torch.Tensor  # (C, W, 2) bool: [i, o-1] = [pair (centre i, context i+o), pair (centre i+o, context i)]
+    masks: torch.Tensor  # (C, W, 2) 0/1 float32: [i, o-1] = [pair (centre i, context i+o), pair (centre i+o, context i)]
     n_context: torch.Tensor  # (C,) float32 pairs in which token j is the input (context) word
     n_centre: torch.Tensor  # (C,) float32 pairs in which token i is the centre word
     pool: torch.Tensor  # (C/G * K,) int64 negative samples: token j uses the K of its block j // G (_block)
@@ -107,6 +107,28 @@ def _chunk_sizes(s: Word2VecSettings, progress: float) -> int:
     while factor * 2 <= s.batch_growth and lr * factor * 2 <= s.alpha:
         factor *= 2
     return s.batch_size * factor
+
+
+def _cap_binds(rows: np.ndarray, terms: tuple[np.ndarray, ...], cap: float) -> np.ndarray:
+    """(B,) whether some row of each chunk takes more than `cap` pair gradients under any of `terms`
+    (each (B, L), aligned with `rows` (B, L)): the sum of a row's terms over the positions that hold it.
+    Each chunk's rows are sorted once (a radix sort while ids fit in 16 bits); every run of one row
+    is then summed with one `reduceat`."""
+    B, L = rows.shape
+    if rows.max(initial=0) < 2**15:
+        order = np.argsort(rows.astype(np.int16), axis=1, kind="stable")
+    else:
+        order = np.argsort(rows, axis=1)
+    r = np.take_along_axis(rows, order, axis=1)
+    start = np.ones((B, L), dtype=bool)
+    start[:, 1:] = r[:, 1:] != r[:, :-1]  # the first position of each run of one row
+    starts = np.flatnonzero(start)  # every chunk's position 0 is one: runs never cross chunks
+    first_run = np.searchsorted(starts, np.arange(B) * L)  # (B,) each chunk's first run
+    binds = np.zeros(B, dtype=bool)
+    for t in terms:
+        totals = np.add.reduceat(np.take_along_axis(t, order, axis=1).ravel(), starts)  # one per run
+        binds |= np.maximum.reduceat(totals, first_run) > cap
+    return binds
 
 
 def _epoch_chunks(
@@ -150,7 +172,7 @@ def _epoch_chunks(
         local = np.arange(C)
         owned = (local >= W) & (local < C - W)  # (C,) the middle: covered positions [a - W, a - W + C)
         owned = owned & valid
-        masks = np.zeros((B, C, W, 2), dtype=bool)
+        masks = np.zeros((B, C, W, 2), dtype=np.float32)  # 0/1 in the workers' dtype: no conversion per chunk
         n_context = np.zeros((B, C), dtype=np.float32)
         n_centre = np.zeros((B, C), dtype=np.float32)
         for o in range(1, W + 1):
@@ -166,7 +188,7 @@ def _epoch_chunks(
         G = _block(C)
         pool = np.minimum(np.searchsorted(cdf, rng.random((B, C // G * K)), side="right"), V - 1)
         rows = np.hstack([ids, pool])  # the worker's gather layout
-        in_terms = out_terms = None
+        in_terms = out_terms = binds = None
         if s.row_update_cap > 0:
             # pair gradients a row takes: an input row 1 + negative per pair; an output row its pairs as
             # centre (skip-gram) or its one CBOW pair, plus the weight of every draw that picked it
@@ -176,6 +198,10 @@ def _epoch_chunks(
             pool_terms = np.repeat(per_block, K, axis=1)
             in_terms = np.hstack([n_context * (1 + s.negative), np.zeros_like(pool_terms)])  # the `rows` layout
             out_terms = np.hstack([n_centre if s.sg == 1 else has_pairs, pool_terms])
+            # Where no row reaches the cap the scale is exactly 1 for every row: such a chunk carries no
+            # terms and its update skips the cap (most chunks but the large late ones; about a tenth
+            # of skip-gram's time when every chunk paid for it).
+            binds = _cap_binds(rows, (in_terms, out_terms), s.row_update_cap)
 
         def t(x: Optional[np.ndarray]) -> Optional[torch.Tensor]:
             return None if x is None else torch.from_numpy(x).to(device)
@@ -192,8 +218,8 @@ def _epoch_chunks(
                 n_centre=t(n_centre[c]),
                 pool=t(pool[c]),
                 rows=t(rows[c]),
-                in_terms=t(None if in_terms is None else in_terms[c]),
-                out_terms=t(None if out_terms is None else out_terms[c]),
+                in_terms=t(None if in_terms is None or not binds[c] else in_terms[c]),
+                out_terms=t(None if out_terms is None or not binds[c] else out_terms[c]),
                 lr=s.alpha - (s.alpha - s.min_alpha) * (epoch * n + raw_start) / total_words,
                 raw_words=raw_end - raw_start,
                 compute_loss=k_global % loss_every == 0,
@@ -308,8 +334,9 @@ class _SkipGramWorker(_Worker):
             torch.linalg.vecdot(out_hi, in_lo, out=s_l)  # (C-o,) out_{i+o} . in_i
             if ch.compute_loss:
                 loss -= float((F.logsigmoid(s_r) * (m_r > 0)).sum() + (F.logsigmoid(s_l) * (m_l > 0)).sum())
-            s_r.neg_().sigmoid_().mul_(m_r)  # lr * (1 - sigma) on the real pairs
-            s_l.neg_().sigmoid_().mul_(m_l)
+            # lr * (1 - sigma) on the real pairs, as m - m * sigma (m = lr * mask): two passes, not three
+            torch.addcmul(m_r, m_r, s_r.sigmoid_(), value=-1, out=s_r)
+            torch.addcmul(m_l, m_l, s_l.sigmoid_(), value=-1, out=s_l)
             in_hi.addcmul_(g_r, out_lo)
             out_lo.addcmul_(g_r, in_hi)
             out_hi.addcmul_(g_l, in_lo)
