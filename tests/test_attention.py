@@ -279,7 +279,12 @@ def test_weights_of_another_rope_pairing_are_refused(tmp_path):
     # without the current pairing recorded load without a shape error and would give wrong numbers.
     from safetensors.torch import save_file
 
-    from components.core.checkpoint import CheckpointMismatchError, load_model_weights, load_weights_into, save_checkpoint
+    from components.core.checkpoint import (
+        CheckpointMismatchError,
+        load_model_weights,
+        load_weights_into,
+        save_checkpoint,
+    )
 
     cfg = TransformerSettings(n_layer=1, n_head=2, n_embd=16, block_size=8)
     save_checkpoint(tmp_path / "ckpt", Transformer(cfg, vocab_size=11), step=0)

@@ -79,7 +79,8 @@ class _Chunk:
     """
 
     ids: torch.Tensor  # (C,) int64
-    masks: torch.Tensor  # (C, W, 2) 0/1 float32: [i, o-1] = [pair (centre i, context i+o), pair (centre i+o, context i)]
+    # (C, W, 2) 0/1 float32: [i, o-1] = [pair (centre i, context i+o), pair (centre i+o, context i)]
+    masks: torch.Tensor
     n_context: torch.Tensor  # (C,) float32 pairs in which token j is the input (context) word
     n_centre: torch.Tensor  # (C,) float32 pairs in which token i is the centre word
     pool: torch.Tensor  # (C/G * K,) int64 negative samples: token j uses the K of its block j // G (_block)
