@@ -89,3 +89,17 @@ def test_the_tune_job_is_one_job_away_and_off_the_default_route():
     assert "lr_sweep" not in route and "ngram_baseline" in route
     job = defs.resolve_job_def("tune")
     assert {n.name for n in job.graph.node_defs} == {"lr_sweep"}
+
+
+@pytest.mark.parametrize("field", ["models", "lrs_by_model", "batch_sizes_by_model"])
+def test_the_tune_job_refuses_a_model_it_does_not_sweep(field):
+    # Refused by name when the run's config is read, before any input is loaded or any trial trains.
+    from pydantic import ValidationError
+
+    from pipelines.defs.tune import LrSweepConfig
+
+    value = {"models": ["gpt_lm"], "lrs_by_model": {"gpt_lm": [1e-3]}, "batch_sizes_by_model": {"gpt_lm": [8]}}
+    with pytest.raises(ValidationError, match=rf"lr_sweep\.{field} names \['gpt_lm'\]; valid: "):
+        LrSweepConfig(**{field: value[field]})
+    known = {"models": ["lstm_lm"], "lrs_by_model": {"lstm_lm": [1e-3]}, "batch_sizes_by_model": {"lstm_lm": [8]}}
+    LrSweepConfig(**{field: known[field]})  # a model it sweeps is taken

@@ -9,7 +9,7 @@ import shutil
 from typing import Optional
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from components.core.labels import load_labels
 from components.core.manifests import Labels, LanguageModel, LrSweep
@@ -58,6 +58,16 @@ class LrSweepConfig(dg.Config, SweepSettings):
         "steps the budget buys.",
     )
 
+    @model_validator(mode="after")
+    def _known_models(self) -> "LrSweepConfig":
+        # Refused when the run's config is read, before any input is loaded or any trial trains.
+        for field_name, names in (("models", self.models), ("lrs_by_model", self.lrs_by_model),
+                                  ("batch_sizes_by_model", self.batch_sizes_by_model)):
+            unknown = sorted(set(names) - set(SWEPT))
+            if unknown:
+                raise ValueError(f"lr_sweep.{field_name} names {unknown}; valid: {list(SWEPT)}")
+        return self
+
     def for_model(self, name: str) -> SweepSettings:
         fields = {k: v for k, v in self.model_dump().items() if k in SweepSettings.model_fields}
         fields["lrs"] = self.lrs_by_model.get(name, fields["lrs"])
@@ -74,11 +84,6 @@ def lr_sweep(
     size, warmup, lr) of its grid at its budget (its flops_budget, else `max_steps`), each with a full
     schedule ending there; scored on the whole validation split. The chosen values, and the
     `defs.yaml` lines that set them, are published."""
-    for field_name, names in (("models", config.models), ("lrs_by_model", config.lrs_by_model),
-                              ("batch_sizes_by_model", config.batch_sizes_by_model)):
-        unknown = sorted(set(names) - set(SWEPT))
-        if unknown:
-            raise dg.Failure(f"lr_sweep.{field_name} names {unknown}; valid: {list(SWEPT)}")
     grids = {name: config.for_model(name) for name in config.models}
     for name, g in grids.items():  # every grid checked before any trial trains
         check_grid(g, where=f"lr_sweep[{name}]", tokens_per_step=max(g.batch_sizes) * (config.block_size or 1),

@@ -167,7 +167,8 @@ def _complex_view(t: torch.Tensor) -> torch.Tensor | None:
 
 def _rotate_into(out: torch.Tensor, x: torch.Tensor, rot) -> None:
     """out = x with each channel pair rotated by `rot` (from `_tables`, broadcast over x's leading
-    dimensions); out is this module's own contiguous buffer, x may have any strides."""
+    dimensions); out is a view of this module's own buffer (even strides: a complex view always
+    exists), x may have any strides (copied first where its pairs cannot be viewed as complex)."""
     if isinstance(rot, torch.Tensor):  # (a + ib)(cos + i sin): the whole rotation in one pass
         xc = _complex_view(x)
         torch.mul(xc if xc is not None else torch.view_as_complex(_pairs(x.contiguous())), rot,
