@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.result_file import emit  # noqa: E402
+from benchmarks.result_file import emit, newest_in_state  # noqa: E402
 
 MODELS = ("rnn_lm", "lstm_lm", "transformer_lm")
 
@@ -36,10 +36,7 @@ def main() -> None:
     arts = Path(args.state) / "artifacts"
     results = {}
     for name in MODELS:
-        found = sorted((arts / name).glob("*/manifest.json"), key=lambda p: p.stat().st_mtime)
-        if not found:
-            raise SystemExit(f"batch_step_cost: no {name} under {arts}: is --state a folder a default run wrote?")
-        m = json.loads(found[-1].read_text())
+        m = json.loads(newest_in_state(arts / name, "manifest.json").read_text())
         T = int(m["metrics"]["context_length"])
         torch.manual_seed(0)
         model = build_model(m["family"], m["model_config"], int(m["vocab_size"]))

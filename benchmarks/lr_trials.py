@@ -20,13 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.result_file import emit  # noqa: E402
-
-
-def newest(folder: Path, name: str) -> Path:
-    found = sorted(folder.glob(f"*/{name}"), key=lambda p: p.stat().st_mtime)
-    if not found:
-        raise SystemExit(f"lr_trials: no {name} under {folder}: is --state a folder a default run wrote?")
-    return found[-1]
+from benchmarks.result_file import newest_in_state as newest  # noqa: E402
 
 
 def main() -> None:

@@ -78,3 +78,11 @@ def emit(out: dict, path: str | Path | None) -> dict:
         tmp.write_text(text + "\n")
         os.replace(tmp, path)
     return out
+
+
+def newest_in_state(folder: Path, name: str) -> Path:
+    """The newest `folder/<run>/name` a run wrote into a state folder's artifacts (one folder per run)."""
+    found = sorted(folder.glob(f"*/{name}"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise SystemExit(f"no {name} under {folder}: is --state a folder a default run wrote?")
+    return found[-1]
