@@ -115,15 +115,15 @@ def reference_update(Wt: torch.Tensor, ch, s: Word2VecSettings) -> np.ndarray:
     """Loops in float64: the update the vectorised code must reproduce (no cap)."""
     W = Wt.numpy().astype(np.float64)
     D, K, lr = s.vector_size, s.draws, ch.lr
-    ids, m, pool, n_ctx = ch.ids.numpy(), ch.masks.numpy(), ch.pool.numpy(), ch.n_context.numpy()
+    ids, pool, n_ctx = ch.ids.numpy(), ch.pool.numpy(), ch.n_context.numpy()
     C = len(ids)
-    block = w2v._block(C)  # tokens sharing one set of K negative samples
     dW = np.zeros_like(W)
 
     def sig(x):
         return 1 / (1 + np.exp(-x))
 
     if s.sg == 1:
+        m = ch.masks.numpy()
         # positives: offset after offset, updating the chunk's copies in place, in the step's order
         L = W[ids].copy()  # (C, 2D) local [input | output] rows
         L0 = L.copy()
@@ -140,14 +140,14 @@ def reference_update(Wt: torch.Tensor, ch, s: Word2VecSettings) -> np.ndarray:
         # negatives, batched: every token against its K draws from the updated input rows
         for j in range(C):
             for k in range(K):
-                p, x = pool[j // block * K + k], ids[j]
+                p, x = pool[w2v._block_of(j, C, s) * K + k], ids[j]
                 g = -sig(L[j, :D] @ W[p, D:]) * lr * n_ctx[j] * s.negative / K
                 dW[x, :D] += g * W[p, D:]
                 dW[p, D:] += g * L[j, :D]
     else:
+        Wn, band = s.window, ch.band.numpy()[:, 0]  # (C - 2W, 2W + 1): owned centre W + c, context W + c + k - W
         for i in range(C):
-            ctx = [i + o for o in range(1, s.window + 1) if i + o < C and m[i, o - 1, 0]]
-            ctx += [i - o for o in range(1, s.window + 1) if i - o >= 0 and m[i - o, o - 1, 1]]
+            ctx = [i + k - Wn for k in range(2 * Wn + 1) if Wn <= i < C - Wn and band[i - Wn, k] > 0]
             if not ctx:
                 continue
             h = np.mean([W[ids[x], :D] for x in ctx], axis=0)
@@ -155,8 +155,8 @@ def reference_update(Wt: torch.Tensor, ch, s: Word2VecSettings) -> np.ndarray:
             work = g * W[ids[i], D:]
             dW[ids[i], D:] += g * h
             for k in range(K):
-                p = pool[i // block * K + k]
-                g = -sig(h @ W[p, D:]) * lr
+                p = pool[w2v._block_of(i, C, s) * K + k]
+                g = -sig(h @ W[p, D:]) * lr * s.negative / K
                 work = work + g * W[p, D:]
                 dW[p, D:] += g * h
             for x in ctx:
@@ -295,6 +295,62 @@ def test_every_pair_is_trained_once_within_its_sentence():
     assert sum(ch.raw_words for ch in chunks) == len(sent)
 
 
+def test_cbow_bands_hold_the_skip_gram_masks_of_the_same_draws():
+    """CBOW's chunks describe their pairs as two bands; drawn from the same seed, they hold exactly the
+    pairs of skip-gram's masks, with the mean's weights 1/n_centre, and the same pair counts."""
+    W, C = 3, 32
+    counts = np.r_[0, 0, 0, 0, np.full(6, 100)]
+    vocab = Vocab(list(SPECIAL_TOKENS) + [f"w{i}" for i in range(6)], counts)
+    rng = np.random.default_rng(0)
+    sentences = [rng.integers(4, 10, size=n) for n in rng.integers(1, 12, size=30)]
+    corpus = w2v._flatten(sentences, vocab, W)
+
+    def chunks(sg):
+        s = Word2VecSettings(window=W, sg=sg, batch_size=C, batch_growth=1, sample=0.0, negative_draws=5)
+        gen = np.random.default_rng(1)
+        return list(w2v._epoch_chunks(corpus, np.ones(len(vocab)), w2v._negative_cdf(counts), s, 0, gen, "cpu", 1))
+
+    for sk, cb in zip(chunks(1), chunks(0), strict=True):
+        m, band, band_t = sk.masks.numpy(), cb.band.numpy()[:, 0], cb.band_t.numpy()[:, 0]
+        assert cb.masks is None and sk.band is None
+        around = np.zeros((C, 2 * W + 1))  # [centre i, W + d]: context i + d
+        within = np.zeros((C, 2 * W + 1))  # [context j, W + d]: centre j + d
+        for i, o, t in zip(*np.nonzero(m)):
+            centre, context = (i, i + o + 1) if t == 0 else (i + o + 1, i)
+            around[centre, W + context - centre] = 1
+            within[context, W + centre - context] = 1
+        assert around.sum() > 0 and not around[:W].any() and not around[C - W :].any()  # owned centres only
+        n = around.sum(1)
+        np.testing.assert_allclose(band, around[W : C - W] / np.maximum(n[W : C - W], 1)[:, None], rtol=1e-6)
+        np.testing.assert_array_equal(band_t, within)
+        np.testing.assert_array_equal(cb.n_centre.numpy(), sk.n_centre.numpy())
+        np.testing.assert_array_equal(cb.n_context.numpy(), sk.n_context.numpy())
+        np.testing.assert_array_equal(cb.has_pairs.numpy(), n > 0)
+        assert cb.pairs == sk.pairs
+
+
+def test_cbow_blocks_interleave_and_the_cap_counts_each_samples_block(monkeypatch):
+    """A CBOW block is every (C/G)-th token (neighbouring centres share most of their context); a
+    sample's output half takes the weights of the tokens of its own block."""
+    from components.core.embeddings import word2vec_chunks
+
+    C, K = 64, 3
+    s = Word2VecSettings(window=2, sg=0, negative=3, batch_size=C, batch_growth=1, sample=0.0)
+    G, nb = w2v._block(C), C // w2v._block(C)
+    assert w2v._block_of(np.arange(C), C, s).tolist() == [j % nb for j in range(C)]
+    assert w2v._block_of(np.arange(C), C, s.model_copy(update={"sg": 1})).tolist() == [j // G for j in range(C)]
+    monkeypatch.setattr(word2vec_chunks, "_cap_binds", lambda rows, terms, cap: np.ones(len(rows), dtype=bool))
+    counts = np.r_[0, 0, 0, 0, np.full(6, 100)]
+    vocab = Vocab(list(SPECIAL_TOKENS) + [f"w{i}" for i in range(6)], counts)
+    rng = np.random.default_rng(0)
+    sentences = [rng.integers(4, 10, size=n) for n in rng.integers(1, 30, size=20)]
+    corpus = w2v._flatten(sentences, vocab, 2)
+    chunks = list(w2v._epoch_chunks(corpus, np.ones(len(vocab)), w2v._negative_cdf(counts), s, 0, rng, "cpu", 1))
+    for ch in chunks:
+        per_block = np.bincount(w2v._block_of(np.arange(C), C, s), weights=ch.has_pairs.numpy(), minlength=nb)
+        np.testing.assert_allclose(ch.out_terms.numpy()[C:], np.repeat(per_block, K) * s.negative / K)
+
+
 def test_subsampling_and_negative_table_match_gensim():
     from gensim.models import Word2Vec
 
@@ -421,6 +477,7 @@ def test_load_errors_name_the_file(tmp_path):
         ("sample", float("nan")),
         ("alpha", 1.5),
         ("negative_draws", -1),
+        ("batch_size", -1),
         ("row_update_cap", float("inf")),
         ("seed", -1),
     ],
@@ -435,6 +492,15 @@ def test_bad_settings_combinations():
         Word2VecSettings(alpha=0.01, min_alpha=0.02)
     with pytest.raises(ValidationError, match="batch_size"):
         Word2VecSettings(window=5, batch_size=8)
+    with pytest.raises(ValidationError, match="batch_size must be at least 4 \\* window = 400, got 256"):
+        Word2VecSettings(window=100)  # the model's default batch is checked too
+
+
+def test_batch_size_and_draws_zero_take_the_models_defaults():
+    assert (Word2VecSettings(sg=1).batch, Word2VecSettings(sg=0).batch) == (256, 512)
+    assert (Word2VecSettings(sg=1).draws, Word2VecSettings(sg=0).draws) == (15, 5)
+    assert Word2VecSettings(sg=0, batch_size=64, negative_draws=7).batch == 64
+    assert Word2VecSettings(sg=0, batch_size=64, negative_draws=7).draws == 7
     with pytest.raises(ValidationError, match="extra"):
         Word2VecSettings(size=100)  # gensim 3's old name is not silently ignored
 

@@ -54,6 +54,7 @@ from .vocab import N_SPECIAL, Vocab, build_vocab, word_tokenize  # noqa: F401  (
 # The corpus, its chunks and one update were split out to .word2vec_chunks; importable from here too.
 from .word2vec_chunks import (  # noqa: F401
     _block,
+    _block_of,
     _CbowWorker,
     _Chunk,
     _chunk_sizes,
@@ -98,10 +99,11 @@ class Word2VecSettings(BaseModel):
         "processes, so they do not share a GIL); 1 trains in the calling thread and is deterministic.",
     )
     batch_size: int = Field(
-        256,
-        ge=1,
-        description="Kept tokens per update and worker while lr is high. Larger is faster but each update works "
-        "from staler vectors: at alpha=0.025 quality drops above ~512 and breaks down at 1024.",
+        0,
+        ge=0,
+        description="Kept tokens per update and worker while lr is high; 0: 256 for skip-gram, 512 for CBOW. Larger "
+        "is faster but each update works from staler vectors: at alpha=0.025 skip-gram's quality drops above ~512 "
+        "and breaks down at 1024. CBOW makes one update per centre and kept gensim's quality at 512.",
     )
     batch_growth: int = Field(
         8,
@@ -119,24 +121,29 @@ class Word2VecSettings(BaseModel):
     negative_draws: int = Field(
         0,
         ge=0,
-        description="Skip-gram: negative samples drawn per token, shared by its pairs and weighted to keep "
-        "`negative` per pair in expectation; more lowers the variance and costs time. 0: 3 * negative.",
+        description="Negative samples drawn per block of tokens and shared by them, each weighted to keep `negative` "
+        "per pair in expectation; more lowers the variance and costs time. 0: 3 * negative (skip-gram), negative "
+        "(CBOW).",
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available, else cpu.")
 
     @property
+    def batch(self) -> int:
+        """Kept tokens per update while lr is high: `batch_size`, or the model's default."""
+        return self.batch_size or (256 if self.sg == 1 else 512)
+
+    @property
     def draws(self) -> int:
-        """Negative samples drawn per token: CBOW has one pair per centre, so exactly `negative`."""
-        if self.sg == 0:
-            return self.negative
-        return self.negative_draws or 3 * self.negative
+        """Negative samples drawn per block of tokens (shared by its tokens, each weighted to keep `negative`
+        per pair in expectation): `negative_draws`, or by default 3 * negative (skip-gram), negative (CBOW)."""
+        return self.negative_draws or (3 * self.negative if self.sg == 1 else self.negative)
 
     @model_validator(mode="after")
     def _check(self) -> "Word2VecSettings":
         if self.min_alpha > self.alpha:
             raise ValueError(f"min_alpha must be at most alpha={self.alpha}, got {self.min_alpha}")
-        if self.batch_size < 4 * self.window:
-            raise ValueError(f"batch_size must be at least 4 * window = {4 * self.window}, got {self.batch_size}")
+        if self.batch < 4 * self.window:
+            raise ValueError(f"batch_size must be at least 4 * window = {4 * self.window}, got {self.batch}")
         if self.batch_growth & (self.batch_growth - 1):
             raise ValueError(f"batch_growth must be a power of two (1, 2, 4, ...), got {self.batch_growth}")
         return self

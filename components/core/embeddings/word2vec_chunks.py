@@ -6,6 +6,7 @@ chunks (subsampling, windows and negatives drawn in vectorised numpy), and one u
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Optional
@@ -79,11 +80,18 @@ class _Chunk:
     """
 
     ids: torch.Tensor  # (C,) int64
-    # (C, W, 2) 0/1 float32: [i, o-1] = [pair (centre i, context i+o), pair (centre i+o, context i)]
-    masks: torch.Tensor
+    # skip-gram only (else None), (C, W, 2) 0/1 float32:
+    # [i, o-1] = [pair (centre i, context i+o), pair (centre i+o, context i)]
+    masks: Optional[torch.Tensor]
     n_context: torch.Tensor  # (C,) float32 pairs in which token j is the input (context) word
     n_centre: torch.Tensor  # (C,) float32 pairs in which token i is the centre word
-    pool: torch.Tensor  # (C/G * K,) int64 negative samples: token j uses the K of its block j // G (_block)
+    # CBOW only (else None), the masks as two bands: [i, 0, W + d] weighs context i+d in the mean of the
+    # owned centre W+i ((C - 2W, 1, 2W + 1), 1/n_centre or 0); [j, 0, W + d] = 1 where centre j+d has context j
+    band: Optional[torch.Tensor]
+    band_t: Optional[torch.Tensor]
+    has_pairs: Optional[torch.Tensor]  # CBOW only: (C,) float32 1 where token i is a centre with a context
+    # (C/G * K,) int64 negative samples: token j uses the K of its block (_block_of)
+    pool: torch.Tensor
     rows: torch.Tensor  # (C + C/G * K,) int64 rows gathered and updated: the tokens, then the samples
     in_terms: Optional[torch.Tensor]  # (len(rows),) pair gradients each row's input half takes (None: no cap)
     out_terms: Optional[torch.Tensor]  # (len(rows),) ... its output half
@@ -100,14 +108,30 @@ def _block(C: int) -> int:
     return math.gcd(C, 16)
 
 
+def _interleaved(s: Word2VecSettings) -> bool:
+    """Whether a block is every (C/G)-th token (CBOW) rather than G consecutive ones (skip-gram).
+
+    Neighbouring CBOW centres share most of their context, so G consecutive centres would meet one set
+    of samples with nearly the same mean: measured, that cost CBOW about a sixth of its correct
+    analogies at the same speed. Skip-gram's negatives meet each token's own input row, and it gained
+    nothing from interleaving while the strided blocks cost it about 6 % of its speed."""
+    return s.sg == 0
+
+
+def _block_of(j: np.ndarray, C: int, s: Word2VecSettings) -> np.ndarray:
+    """The negative-sharing block of token j of a chunk of C tokens."""
+    G = _block(C)
+    return j % (C // G) if _interleaved(s) else j // G
+
+
 def _chunk_sizes(s: Word2VecSettings, progress: float) -> int:
-    """Batch size at this point of training: batch_size while lr is high, doubling each time lr halves
+    """Batch size at this point of training: `s.batch` while lr is high, doubling each time lr halves
     (up to batch_growth times), since a stale gradient errs in proportion to lr * batch."""
     lr = s.alpha - (s.alpha - s.min_alpha) * progress
     factor = 1
     while factor * 2 <= s.batch_growth and lr * factor * 2 <= s.alpha:
         factor *= 2
-    return s.batch_size * factor
+    return s.batch * factor
 
 
 def _cap_binds(rows: np.ndarray, terms: tuple[np.ndarray, ...], cap: float) -> np.ndarray:
@@ -132,9 +156,20 @@ def _cap_binds(rows: np.ndarray, terms: tuple[np.ndarray, ...], cap: float) -> n
     return binds
 
 
+@functools.lru_cache(maxsize=None)
+def _cbow_windows(W: int) -> tuple[np.ndarray, np.ndarray]:
+    """((W+1)^2, 2W+1) float32 tables, row l * (W+1) + r: the window reaching l words left and r right,
+    as 0/1 over the offsets -W..W (not 0), and as the weights of its mean (1 / (l + r) each)."""
+    reach = np.arange(W + 1)
+    d = np.arange(-W, W + 1)
+    left, right = np.repeat(reach, W + 1), np.tile(reach, W + 1)
+    shapes = ((d >= -left[:, None]) & (d <= right[:, None]) & (d != 0)).astype(np.float32)
+    return shapes, shapes / np.maximum(left + right, 1)[:, None].astype(np.float32)
+
+
 def _epoch_chunks(
     corpus: _Corpus, keep_p: np.ndarray, cdf: np.ndarray, s: Word2VecSettings, epoch: int, rng: np.random.Generator,
-    device: torch.device, loss_every: int, block_tokens: int = 1 << 19,
+    device: torch.device, loss_every: int, block_tokens: int = 1 << 15,
 ) -> Iterator[_Chunk]:
     """Subsample the corpus, draw the windows, cut the kept tokens into chunks and draw their
     negatives, a block of about `block_tokens` tokens at a time (vectorised, bounded memory)."""
@@ -173,29 +208,60 @@ def _epoch_chunks(
         local = np.arange(C)
         owned = (local >= W) & (local < C - W)  # (C,) the middle: covered positions [a - W, a - W + C)
         owned = owned & valid
-        masks = np.zeros((B, C, W, 2), dtype=np.float32)  # 0/1 in the workers' dtype: no conversion per chunk
-        n_context = np.zeros((B, C), dtype=np.float32)
-        n_centre = np.zeros((B, C), dtype=np.float32)
-        for o in range(1, W + 1):
-            same = seg[:, o:] == seg[:, :-o]
-            right = same & (e[:, :-o] >= o) & owned[:, :-o]  # centre i, context i+o
-            left = same & (e[:, o:] >= o) & owned[:, o:]  # centre i+o, context i
-            masks[:, :-o, o - 1, 0] = right
-            masks[:, :-o, o - 1, 1] = left
-            n_context[:, o:] += right
-            n_context[:, :-o] += left
-            n_centre[:, :-o] += right
-            n_centre[:, o:] += left
+        masks = band = band_t = None
+        if s.sg == 1:
+            masks = np.zeros((B, C, W, 2), dtype=np.float32)  # 0/1 in the workers' dtype: no conversion per chunk
+            n_context = np.zeros((B, C), dtype=np.float32)
+            n_centre = np.zeros((B, C), dtype=np.float32)
+            for o in range(1, W + 1):
+                same = seg[:, o:] == seg[:, :-o]
+                right = same & (e[:, :-o] >= o) & owned[:, :-o]  # centre i, context i+o
+                left = same & (e[:, o:] >= o) & owned[:, o:]  # centre i+o, context i
+                masks[:, :-o, o - 1, 0] = right
+                masks[:, :-o, o - 1, 1] = left
+                n_context[:, o:] += right
+                n_context[:, :-o] += left
+                n_centre[:, :-o] += right
+                n_centre[:, o:] += left
+        else:
+            # CBOW: a centre's window is a run of its sentence, reach_l words left and reach_r right
+            # (0 for a centre the chunk does not own); the bands are looked up by (reach_l, reach_r)
+            at = np.arange(C)
+            starts = np.ones((B, C), dtype=bool)
+            starts[:, 1:] = seg[:, 1:] != seg[:, :-1]
+            ends = np.ones((B, C), dtype=bool)
+            ends[:, :-1] = starts[:, 1:]
+            left = at - np.maximum.accumulate(np.where(starts, at, 0), axis=1)  # same-sentence words to the left
+            right = np.minimum.accumulate(np.where(ends, at, C)[:, ::-1], axis=1)[:, ::-1] - at
+            reach_l = np.where(owned, np.minimum(left, e), 0)
+            reach_r = np.where(owned, np.minimum(right, e), 0)
+            code = reach_l * (W + 1) + reach_r  # (B, C) in 0 .. (W+1)^2 - 1
+            shapes, weights = _cbow_windows(W)
+            n_centre = (reach_l + reach_r).astype(np.float32)
+            band = weights[code[:, W : C - W, None]]  # (B, C - 2W, 1, 2W+1) the owned centres' mean weights
+            # [j, k]: whether centre j + k - W (row j + k of `around`) holds context j (its column 2W - k)
+            around = np.empty((B, C + 2 * W, 2 * W + 1), dtype=np.float32)
+            around[:, :W] = around[:, C + W :] = 0  # no centres past the chunk
+            np.take(shapes, code, axis=0, out=around[:, W : C + W], mode="clip")  # (codes are in range)
+            sb, sr, sc = around.strides
+            band_t = np.ascontiguousarray(
+                np.lib.stride_tricks.as_strided(around[:, :, None, 2 * W :], (B, C, 1, 2 * W + 1), (sb, sr, 0, sr - sc))
+            )
+            n_context = band_t[:, :, 0] @ np.ones(2 * W + 1, dtype=np.float32)  # (B, C) centres holding each token
         G = _block(C)
         pool = np.minimum(np.searchsorted(cdf, rng.random((B, C // G * K)), side="right"), V - 1)
         rows = np.hstack([ids, pool])  # the worker's gather layout
+        has_pairs = (n_centre > 0).astype(np.float32)
+        pairs = n_centre.sum(axis=1)
         in_terms = out_terms = binds = None
         if s.row_update_cap > 0:
             # pair gradients a row takes: an input row 1 + negative per pair; an output row its pairs as
             # centre (skip-gram) or its one CBOW pair, plus the weight of every draw that picked it
-            has_pairs = (n_centre > 0).astype(np.float32)
-            neg_weight = n_context * (s.negative / K) if s.sg == 1 else has_pairs
-            per_block = neg_weight.reshape(B, C // G, G).sum(axis=2)  # every sample of a block: its tokens' weights
+            neg_weight = (n_context if s.sg == 1 else has_pairs) * (s.negative / K)
+            if _interleaved(s):  # every sample of a block: its tokens' weights
+                per_block = neg_weight.reshape(B, G, C // G).sum(axis=1)
+            else:
+                per_block = neg_weight.reshape(B, C // G, G).sum(axis=2)
             pool_terms = np.repeat(per_block, K, axis=1)
             in_terms = np.hstack([n_context * (1 + s.negative), np.zeros_like(pool_terms)])  # the `rows` layout
             out_terms = np.hstack([n_centre if s.sg == 1 else has_pairs, pool_terms])
@@ -214,9 +280,12 @@ def _epoch_chunks(
             raw_end = n if b >= nk else int(raw_at[b])
             yield _Chunk(
                 ids=t(ids[c]),
-                masks=t(masks[c]),
+                masks=None if masks is None else t(masks[c]),
                 n_context=t(n_context[c]),
                 n_centre=t(n_centre[c]),
+                band=None if band is None else t(band[c]),
+                band_t=None if band_t is None else t(band_t[c]),
+                has_pairs=None if s.sg == 1 else t(has_pairs[c]),
                 pool=t(pool[c]),
                 rows=t(rows[c]),
                 in_terms=t(None if in_terms is None or not binds[c] else in_terms[c]),
@@ -224,7 +293,7 @@ def _epoch_chunks(
                 lr=s.alpha - (s.alpha - s.min_alpha) * (epoch * n + raw_start) / total_words,
                 raw_words=raw_end - raw_start,
                 compute_loss=k_global % loss_every == 0,
-                pairs=float(n_centre[c].sum()),
+                pairs=float(pairs[c]),
                 kept=b - a,
                 start=a - W,
             )
@@ -258,6 +327,7 @@ class _Worker:
         self.P = self.rows[C:, D:].view(self.nb, K, D)  # (C/G, K, D) output rows of each block's samples
         self.gP = self.grad[C:, D:].view(self.nb, K, D)
         self.gP_buf = torch.empty(self.nb, K, D, device=dev)  # bmm writes here: into the strided gP it is ~5x slower
+        self.interleaved = _interleaved(s)
         self.inp, self.g_in = self.X[:, 0], self.G[:, 0]
         self.score = torch.empty(self.nb, G, K, device=dev)
         self.weight = torch.empty(C, device=dev)
@@ -266,18 +336,23 @@ class _Worker:
     def _gather(self, ch: _Chunk) -> None:
         torch.index_select(self.Wt, 0, ch.rows, out=self.rows)
 
+    def _blocks(self, x: torch.Tensor) -> torch.Tensor:
+        """(C, ...) -> (C/G, G, ...): the view of x by negative-sharing block (_block_of)."""
+        if self.interleaved:  # block b: tokens b, b + C/G, b + 2C/G, ...
+            return x.view(self.block, self.nb, *x.shape[1:]).transpose(0, 1)
+        return x.view(self.nb, self.block, *x.shape[1:])
+
     def _negatives(self, src: torch.Tensor, grad: torch.Tensor, ch: _Chunk) -> float:
         """Every token's `src` row against its block's K samples in one batched SGD step: with
         g = self.weight_j * sigma(src_j . sample) (weight holds -lr * w_j), grad_j += g * sample and
         sample += g * src_j."""
-        nb, G = self.nb, self.block  # blocks, tokens per block
-        src_b = src.view(nb, G, -1)  # (C/G, G, D)
+        src_b = self._blocks(src)  # (C/G, G, D)
         score = torch.bmm(src_b, self.P.transpose(1, 2), out=self.score)  # (C/G, G, K)
-        weight = self.weight.view(nb, G, 1)
+        weight = self._blocks(self.weight.unsqueeze(1))  # (C/G, G, 1)
         loss = float((F.logsigmoid(-score) * weight).sum()) / ch.lr if ch.compute_loss else 0.0
         g = score.sigmoid_().mul_(weight)  # (C/G, G, K)
-        grad_b = grad.view(nb, G, -1)  # (C/G, G, D)
-        if grad.is_contiguous():
+        grad_b = self._blocks(grad)  # (C/G, G, D)
+        if grad_b.is_contiguous():
             grad_b.baddbmm_(g, self.P)
         else:  # baddbmm_ into a strided view is the slower of the two
             grad_b.add_(torch.bmm(g, self.P))
@@ -353,44 +428,44 @@ class _SkipGramWorker(_Worker):
 
 class _CbowWorker(_Worker):
     """h_i = mean of the context input rows; raise sigma(h_i . out_i), lower sigma(h_i . out_neg).
-    As gensim's cbow_mean=1, every context row then receives the full gradient of h_i."""
+    As gensim's cbow_mean=1, every context row then receives the full gradient of h_i.
+
+    A chunk's windows are one band of its rows: the means are one batched product of each owned
+    centre's 2W+1 weights with a strided (no-copy) view of the 2W+1 input rows around it, and the
+    context rows' gradient is the same product with the transposed band over the centres' gradients."""
 
     def __init__(self, Wt: torch.Tensor, s: Word2VecSettings, C: int):
         super().__init__(Wt, s, C)
         D, W = s.vector_size, s.window
         dev = Wt.device
-        self.h = torch.empty(C, D, device=dev)  # mean of each centre's context rows
-        self.work = torch.empty(C, D, device=dev)  # gradient of h
+        n = C - 2 * W  # owned centres
+        self.h = torch.zeros(C, D, device=dev)  # mean of each centre's context rows (0 where none)
+        self.h_owned = self.h[W : C - W].unsqueeze(1)  # (n, 1, D)
+        # the gradient of h, between W zero rows on each side so that every context's window fits
+        self.work_pad = torch.zeros(C + 2 * W, D, device=dev)
+        self.work = self.work_pad[W : C + W]
         self.pos_score = torch.empty(C, device=dev)
-        self.has_ctx = torch.empty(C, device=dev)
-        X, G, h, work = self.X, self.G, self.h, self.work
-        inp, g_in = X[:, 0], G[:, 0]
-        self.m = m = torch.empty(C, W, 2, device=dev)
-        # offset o: centre i gathers context i+o (flag m[i, o-1, 0]); centre i+o gathers context i (m[i, o-1, 1])
-        self.offsets = [(h[:-o], h[o:], inp[o:], inp[:-o], m[: C - o, o - 1, 0:1], m[: C - o, o - 1, 1:2],
-                         g_in[o:], g_in[:-o], work[:-o], work[o:]) for o in range(1, W + 1)]
+        self.g_in_buf = torch.empty(C, 1, D, device=dev)  # bmm writes here: into the strided G it is slower
+        inp = self.X[:, 0]  # (C, D), rows 2D apart
+        # [c, k] = input row c + k: the window of owned centre c + W (k = W + d: its context at distance d)
+        self.windows = inp.as_strided((n, 2 * W + 1, D), (2 * D, 2 * D, 1))
+        # [j, k] = work row j + k - W: the centres whose window holds token j (zero rows past the chunk)
+        self.windows_t = self.work_pad.as_strided((C, 2 * W + 1, D), (D, D, 1))
 
     def step(self, ch: _Chunk) -> Optional[float]:
         self._gather(ch)
-        self.m.copy_(ch.masks)
-        h, work, G = self.h, self.work, self.G
-        h.zero_()
-        for h_r, h_l, in_r, in_l, m_r, m_l, *_ in self.offsets:
-            h_r.addcmul_(m_r, in_r)
-            h_l.addcmul_(m_l, in_l)
-        self.has_ctx.copy_(ch.n_centre > 0)  # centres with at least one context
-        h.div_(ch.n_centre.clamp(min=1).unsqueeze(1))  # (C, D) mean of the context rows
+        h, G = self.h, self.G
+        torch.bmm(ch.band, self.windows, out=self.h_owned)  # (C, D) mean of the context rows
+        has_ctx = ch.has_pairs  # centres with at least one context
         out = self.X[:, 1]
         torch.linalg.vecdot(h, out, out=self.pos_score)  # (C,)
-        loss = -float((F.logsigmoid(self.pos_score) * self.has_ctx).sum()) if ch.compute_loss else 0.0
-        g = self.pos_score.neg_().sigmoid_().mul_(self.has_ctx).mul_(ch.lr).unsqueeze(1)  # (C, 1) lr * (1 - sigma)
-        torch.mul(g, out, out=work)
-        G.zero_()
+        loss = -float((F.logsigmoid(self.pos_score) * has_ctx).sum()) if ch.compute_loss else 0.0
+        g = self.pos_score.neg_().sigmoid_().mul_(has_ctx).mul_(ch.lr).unsqueeze(1)  # (C, 1) lr * (1 - sigma)
+        torch.mul(g, out, out=self.work)
         torch.mul(g, h, out=G[:, 1])
-        torch.mul(self.has_ctx, -ch.lr, out=self.weight)
-        loss += self._negatives(h, work, ch)
-        for *_, m_r, m_l, g_r, g_l, w_r, w_l in self.offsets:  # each context row receives its centre's work
-            g_r.addcmul_(m_r, w_r)
-            g_l.addcmul_(m_l, w_l)
+        torch.mul(has_ctx, -ch.lr * self.s.negative / self.s.draws, out=self.weight)
+        loss += self._negatives(h, self.work, ch)
+        torch.bmm(ch.band_t, self.windows_t, out=self.g_in_buf)  # each context row: its centres' work
+        G[:, 0].copy_(self.g_in_buf.squeeze(1))
         self._apply(ch)
         return loss if ch.compute_loss else None
