@@ -117,7 +117,7 @@ def main() -> None:
     ap.add_argument("--sg", type=int, default=1, choices=(0, 1), help="1: skip-gram (default), 0: CBOW")
     ap.add_argument("--batch-size", type=int, default=None, help="our batch_size (default: Word2VecSettings')")
     ap.add_argument(
-        "--negative-draws", type=int, default=None, help="our negative_draws (skip-gram; default: Word2VecSettings')"
+        "--negative-draws", type=int, default=None, help="our negative_draws (default: Word2VecSettings')"
     )
     ap.add_argument("--profile", action="store_true", help="print a torch.profiler table of ours to stderr")
     ap.add_argument("--out", help="also write the JSON here")

@@ -498,7 +498,7 @@ def test_bad_settings_combinations():
 
 def test_batch_size_and_draws_zero_take_the_models_defaults():
     assert (Word2VecSettings(sg=1).batch, Word2VecSettings(sg=0).batch) == (256, 512)
-    assert (Word2VecSettings(sg=1).draws, Word2VecSettings(sg=0).draws) == (15, 5)
+    assert (Word2VecSettings(sg=1).draws, Word2VecSettings(sg=0).draws) == (10, 5)
     assert Word2VecSettings(sg=0, batch_size=64, negative_draws=7).batch == 64
     assert Word2VecSettings(sg=0, batch_size=64, negative_draws=7).draws == 7
     with pytest.raises(ValidationError, match="extra"):

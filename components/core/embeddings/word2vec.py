@@ -122,7 +122,7 @@ class Word2VecSettings(BaseModel):
         0,
         ge=0,
         description="Negative samples drawn per block of tokens and shared by them, each weighted to keep `negative` "
-        "per pair in expectation; more lowers the variance and costs time. 0: 3 * negative (skip-gram), negative "
+        "per pair in expectation; more lowers the variance and costs time. 0: 2 * negative (skip-gram), negative "
         "(CBOW).",
     )
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when available, else cpu.")
@@ -135,8 +135,8 @@ class Word2VecSettings(BaseModel):
     @property
     def draws(self) -> int:
         """Negative samples drawn per block of tokens (shared by its tokens, each weighted to keep `negative`
-        per pair in expectation): `negative_draws`, or by default 3 * negative (skip-gram), negative (CBOW)."""
-        return self.negative_draws or (3 * self.negative if self.sg == 1 else self.negative)
+        per pair in expectation): `negative_draws`, or by default 2 * negative (skip-gram), negative (CBOW)."""
+        return self.negative_draws or (2 * self.negative if self.sg == 1 else self.negative)
 
     @model_validator(mode="after")
     def _check(self) -> "Word2VecSettings":
