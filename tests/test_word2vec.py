@@ -252,6 +252,23 @@ def test_only_chunks_where_a_row_reaches_the_cap_carry_its_terms(monkeypatch):
     assert any(over) and not all(over)  # both kinds occur here
 
 
+@pytest.mark.parametrize("cap", [0.5, 5.0, 8.0, 12.0, 1e9])
+def test_cap_binds_exactly_where_a_rows_sum_in_its_chunk_passes_the_cap(cap):
+    """Against the plain per-chunk sums, on chunks with frequent and rare rows, terms zero and not."""
+    from components.core.embeddings.word2vec_chunks import _cap_binds
+
+    rng = np.random.default_rng(int(cap))
+    B, L = 40, 30
+    rows = np.where(rng.random((B, L)) < 0.3, rng.integers(0, 3, (B, L)), rng.integers(3, 500, (B, L)))
+    terms = (rng.random((B, L)) * 3, np.where(rng.random((B, L)) < 0.5, 0.0, rng.random((B, L)) * 2))
+    expected = np.array(
+        [any(np.bincount(rows[b], weights=t[b]).max() > cap for t in terms) for b in range(B)]
+    )
+    got = _cap_binds(rows, terms, cap)
+    np.testing.assert_array_equal(got, expected)
+    assert cap > 100 or cap < 1 or (expected.any() and not expected.all())  # both kinds at the middle caps
+
+
 def test_every_pair_is_trained_once_within_its_sentence():
     """Overlapping chunks own disjoint centres; each centre sees the same 1..window words on each side."""
     W = 4

@@ -12,18 +12,22 @@ per pair (or per token) in Python:
   that copy. A pair at distance o lines up row i+o with row i, so one batched dot product per offset
   scores every pair at that distance, in both directions; 0/1 masks draw the window and sentence
   ends. Offsets run one after the other, updating the copy in place, so a centre's later pairs see
-  its earlier updates as in word2vec's sequential SGD. The net change of every row goes back with one
-  `index_add_` (sparse SGD: only the chunk's rows are touched).
-- Negatives: each block of 16 consecutive tokens draws K samples that its tokens share, and each
-  token shares them among its pairs (a negative's gradient depends on the input word only), weighted
-  so that each pair keeps `negative` samples in expectation; scores and gradients are three batched
-  matmuls.
+  its earlier updates as in word2vec's sequential SGD. CBOW has one update per centre: its windows
+  are two bands, so all the means are one batched product of each centre's 2W+1 weights with a
+  strided view of the rows around it, and the context rows' gradient one more. The net change of
+  every row goes back with one `index_add_` (sparse SGD: only the chunk's rows are touched).
+- Negatives: each block of 16 tokens draws K samples that its tokens share, and each token shares
+  them among its pairs (a negative's gradient depends on the input word only), weighted so that each
+  pair keeps `negative` samples in expectation; scores and gradients are three batched matmuls. A
+  skip-gram block is 16 consecutive tokens; a CBOW block is every (C/16)-th token, since neighbouring
+  centres share most of their context and would meet the same samples with nearly the same mean.
 - `workers` forked processes train on their share of the corpus at once and update one matrix in
   shared memory without locks (Hogwild, like word2vec's and gensim's threads). Processes, because
   threads would take turns on the GIL: an update is ~90 small torch calls.
 
 A chunk is trained from a copy of its rows, so a word that occurs many times in one chunk sums
-changes made from one stale value: the first batches are small (`batch_size`) and grow as the
+changes made from one stale value: the first batches are small (`batch_size`: 256 tokens for
+skip-gram, 512 for CBOW, which makes one update per centre) and grow as the
 learning rate decays (`batch_growth`); `row_update_cap` bounds the sum (a safety net for large batches).
 
 Row 0 is [PAD]. The special tokens never occur in the training ids nor among the negatives; [PAD]

@@ -137,22 +137,25 @@ def _chunk_sizes(s: Word2VecSettings, progress: float) -> int:
 def _cap_binds(rows: np.ndarray, terms: tuple[np.ndarray, ...], cap: float) -> np.ndarray:
     """(B,) whether some row of each chunk takes more than `cap` pair gradients under any of `terms`
     (each (B, L), aligned with `rows` (B, L)): the sum of a row's terms over the positions that hold it.
-    Each chunk's rows are sorted once (a radix sort while ids fit in 16 bits); every run of one row
-    is then summed with one `reduceat`."""
+
+    A row's sum in one chunk is at most its count in all B chunks times the largest term, so only the
+    rows above cap on that bound (the block's frequent words) can bind; their sums per chunk are one
+    `bincount` over (chunk, row) for each of `terms`."""
     B, L = rows.shape
-    if rows.max(initial=0) < 2**15:
-        order = np.argsort(rows.astype(np.int16), axis=1, kind="stable")
-    else:
-        order = np.argsort(rows, axis=1)
-    r = np.take_along_axis(rows, order, axis=1)
-    start = np.ones((B, L), dtype=bool)
-    start[:, 1:] = r[:, 1:] != r[:, :-1]  # the first position of each run of one row
-    starts = np.flatnonzero(start)  # every chunk's position 0 is one: runs never cross chunks
-    first_run = np.searchsorted(starts, np.arange(B) * L)  # (B,) each chunk's first run
     binds = np.zeros(B, dtype=bool)
+    top = max((float(t.max(initial=0.0)) for t in terms), default=0.0)
+    counts = np.bincount(rows.ravel())
+    hot = np.flatnonzero(counts * top > cap)
+    if len(hot) == 0:
+        return binds
+    index = np.full(len(counts), -1, dtype=np.int64)
+    index[hot] = np.arange(len(hot))
+    h = index[rows]  # (B, L) the row's place among the hot ones, -1 for the others
+    sel = h >= 0
+    bins = (h + np.arange(B)[:, None] * len(hot))[sel]  # (chunk, hot row)
     for t in terms:
-        totals = np.add.reduceat(np.take_along_axis(t, order, axis=1).ravel(), starts)  # one per run
-        binds |= np.maximum.reduceat(totals, first_run) > cap
+        totals = np.bincount(bins, weights=t[sel], minlength=B * len(hot))
+        binds |= (totals.reshape(B, len(hot)) > cap).any(axis=1)
     return binds
 
 
