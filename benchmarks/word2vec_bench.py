@@ -176,7 +176,13 @@ def main() -> None:
         "analogy_questions_answered": ours_runs[0]["analogy_answered"],
         "speed_ratios_per_repeat": ratios,
         "cpu_speed_ratio": med(ours_runs, "words_per_cpu_s") / med(gensim_runs, "words_per_cpu_s"),
-        "settings": {**base.model_dump(), "seeds": list(range(1, args.repeats + 1))},
+        # batch_size / negative_draws 0 mean the model's default: `batch` and `draws` are what ran
+        "settings": {
+            **base.model_dump(),
+            "batch": base.batch,
+            "draws": base.draws,
+            "seeds": list(range(1, args.repeats + 1)),
+        },
         "corpus": {**source, "in_vocab_tokens": in_vocab, "vocab_size": len(vocab) - 4},
         "runs": {"ours": ours_runs, "gensim": gensim_runs},
         "machine": {
