@@ -50,6 +50,12 @@ def weights_in(model, arrays: dict[str, Any]) -> None:
     model.load_state_dict({k: torch.from_numpy(v) for k, v in arrays.items()})
 
 
+def one_thread_each(train_settings, workers: int):
+    """The TrainSettings a job trains with beside others: `threads: 1` when `workers` > 1, since the training
+    loop sets its own thread count (which would undo the worker's one thread), else unchanged."""
+    return train_settings.model_copy(update={"threads": 1}) if workers > 1 else train_settings
+
+
 def cpu_workers(workers: int, device_setting: str) -> int:
     """`workers` where the trainings run on the CPU, else 1: a GPU is one device (and a forked child
     must not touch a CUDA context its parent made)."""

@@ -35,7 +35,7 @@ from ..device import seed_everything
 from ..lm import resolve_settings
 from ..models.transformer import Transformer, TransformerSettings
 from ..training import TrainSettings, train
-from ..workers import cpu_workers, run_jobs, weights_in, weights_out
+from ..workers import cpu_workers, one_thread_each, run_jobs, weights_in, weights_out
 
 # The probes that train nothing (transformer_probes), re-exported: pipelines and tests import them from here.
 from .transformer_probes import (
@@ -170,7 +170,7 @@ def run_ablations(
     rows, models, run_dirs, notes, histories = [], {}, {}, [], {}
     runs = _runs(model_settings, settings)
     workers = cpu_workers(settings.workers, ts.device)
-    run_ts = ts.model_copy(update={"threads": 1}) if workers > 1 else ts
+    run_ts = one_thread_each(ts, workers)
     names = sorted(runs, key=lambda n: -runs[n][0].n_layer)  # the deep runs first: the last to start is a short one
     jobs = [(runs[n][0], vocab_size, run_ts, train_data, val_data, out_dir / n, resume, model_meta) for n in names]
     trained = dict(zip(names, run_jobs(_train_run, jobs, workers)))
@@ -319,8 +319,7 @@ def residual_depth_study(
     )
     x, y = _probe_batch(val_data, min(8, val_data.n_blocks), T)
     workers = cpu_workers(s.workers, ts.device)
-    if workers > 1:
-        ts = ts.model_copy(update={"threads": 1})
+    ts = one_thread_each(ts, workers)
     grid = [(depth, residual) for depth in sorted(s.depths, reverse=True) for residual in (True, False)]
     jobs = [
         (

@@ -453,7 +453,7 @@ def train_other_seeds(
     from pathlib import Path
 
     from ..training import TrainSettings
-    from ..workers import cpu_workers, run_jobs
+    from ..workers import cpu_workers, one_thread_each, run_jobs
 
     jobs, owners = [], []
     for name, m in models.items():
@@ -464,8 +464,8 @@ def train_other_seeds(
         for seed in seeds:
             if seed == own.seed:
                 continue
-            update = {"seed": seed} | ({"threads": 1} if workers > 1 else {})
-            jobs.append((m.family, m.model_config, own.model_copy(update=update), train_data, val_data, vocab_size,
+            jobs.append((m.family, m.model_config, one_thread_each(own.model_copy(update={"seed": seed}), workers),
+                         train_data, val_data, vocab_size,
                          Path(out_dir) / name / str(seed), model_meta))
             owners.append((name, seed, own.seed))
     losses = run_jobs(_train_seed, jobs, workers, threads=1)
