@@ -511,6 +511,8 @@ def test_bad_settings_combinations():
         Word2VecSettings(window=5, batch_size=8)
     with pytest.raises(ValidationError, match="batch_size must be at least 4 \\* window = 400, got 256"):
         Word2VecSettings(window=100)  # the model's default batch is checked too
+    with pytest.raises(ValidationError, match="extra"):
+        Word2VecSettings(size=100)  # gensim 3's old name is not silently ignored
 
 
 def test_batch_size_and_draws_zero_take_the_models_defaults():
@@ -518,8 +520,6 @@ def test_batch_size_and_draws_zero_take_the_models_defaults():
     assert (Word2VecSettings(sg=1).draws, Word2VecSettings(sg=0).draws) == (10, 5)
     assert Word2VecSettings(sg=0, batch_size=64, negative_draws=7).batch == 64
     assert Word2VecSettings(sg=0, batch_size=64, negative_draws=7).draws == 7
-    with pytest.raises(ValidationError, match="extra"):
-        Word2VecSettings(size=100)  # gensim 3's old name is not silently ignored
 
 
 def test_min_count_that_empties_the_vocabulary_is_a_clear_error(planted):
