@@ -19,8 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.result_file import emit  # noqa: E402
-from benchmarks.result_file import newest_in_state as newest  # noqa: E402
+from benchmarks.result_file import emit, newest_in_state  # noqa: E402
 
 
 def main() -> None:
@@ -36,8 +35,8 @@ def main() -> None:
     from components.core.studies.sweep import lm_trial
 
     arts = Path(args.state) / "artifacts"
-    m = json.loads(newest(arts / args.model, "manifest.json").read_text())
-    train, val, meta = load_labels(newest(arts / "labels", "meta.json").parent)
+    m = json.loads(newest_in_state(arts / args.model, "manifest.json").read_text())
+    train, val, meta = load_labels(newest_in_state(arts / "labels", "meta.json").parent)
     steps = int(m["metrics"]["steps"])
     base = {k: v for k, v in m["train_settings"].items() if k not in ("launcher", "nproc_per_node", "strategy")}
     base["flops_budget"] = None  # the steps it bought are given instead

@@ -254,7 +254,7 @@ def _epoch_chunks(
         G = _block(C)
         pool = np.minimum(np.searchsorted(cdf, rng.random((B, C // G * K)), side="right"), V - 1)
         rows = np.hstack([ids, pool])  # the worker's gather layout
-        has_pairs = (n_centre > 0).astype(np.float32)
+        has_pairs = None if s.sg == 1 else (n_centre > 0).astype(np.float32)  # CBOW's one pair per centre
         pairs = n_centre.sum(axis=1)
         in_terms = out_terms = binds = None
         if s.row_update_cap > 0:
