@@ -12,7 +12,9 @@ and the Python time per step that no op accounts for (wall time minus the ops' s
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,10 +35,13 @@ from components.core.training import Parallel, TrainSettings, TrainState, make_o
 
 # Op groups inside the forward and backward phases (first match wins; names are torch's aten ops).
 GROUPS = [
+    # with --set compile=true: inductor's fused C++ kernels (named for what they fuse) and the wrappers
+    ("compiled kernels (inductor)", ("cpp_fused",)),
+    ("compiled graph calls", ("compiledfxgraph", "compiledfunction", "torch-compiled region", "dynamo")),
     ("attention (SDPA)", ("scaled_dot_product", "flash_attention", "_efficient_attention")),
     ("layer norm", ("layer_norm",)),
     ("loss (cross-entropy)", ("cross_entropy", "log_softmax", "nll_loss")),
-    ("matmul / linear", ("addmm", "aten::mm", "bmm", "linear", "matmul")),
+    ("matmul / linear", ("addmm", "aten::mm", "cpu_mm_out", "bmm", "linear", "matmul")),
     ("gelu", ("gelu",)),
     ("embedding", ("embedding",)),
     ("dtype casts (autocast)", ("_to_copy",)),
@@ -79,6 +84,13 @@ GROUPS = [
         ),
     ),
 ]
+
+
+def _value(raw: str):
+    try:
+        return json.loads(raw)  # compile_options={"cpp_wrapper": true}
+    except json.JSONDecodeError:
+        return raw
 
 
 def group_of(name: str) -> str:
@@ -139,13 +151,20 @@ def main(argv: list[str] | None = None) -> dict:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="a train setting of ours (e.g. optimizer=adamw)"
     )
     ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument(
+        "--only", choices=["ours", "nanogpt"],
+        help="profile one side in this process (by default each side runs in a fresh process of its own: in one "
+        "process the side profiled second ran its GELU and matmuls up to 3x slower under the profiler)",
+    )
     ap.add_argument("--out")
     args = ap.parse_args(argv)
+    if args.only is None:
+        return _each_side_apart(argv if argv is not None else sys.argv[1:], args.out)
     torch.set_num_threads(args.threads)
     preset = PRESETS["baby_gpt"]
     text = Path(args.text).read_text(encoding="utf-8") if args.text else wiki_sample_text(1_115_394)
     data = char_data(text, args.text or "wiki sample")
-    over = dict(kv.split("=", 1) for kv in args.set)
+    over = {k: _value(v) for k, v in (kv.split("=", 1) for kv in args.set)}
     ts = TrainSettings(**{**preset["train"], **over}, eval_interval=0, eval_batches=1, threads=args.threads)
     device, _ = resolve_device("cpu")
     dtype = resolve_dtype(
@@ -159,6 +178,9 @@ def main(argv: list[str] | None = None) -> dict:
         "loadavg_start": list(os.getloadavg()),
     }
 
+    if args.only == "nanogpt":
+        _profile_nanogpt(out, data, preset, ts, device, args)
+        return emit(out, args.out)
     # ours: the loop's own step function on the pipeline's Transformer
     torch.manual_seed(0)
     model = Transformer(TransformerSettings(**preset["model"]), data.vocab_size).to(device).train()
@@ -166,8 +188,13 @@ def main(argv: list[str] | None = None) -> dict:
     state = TrainState(model=model, optimizer=make_optimizer(model, ts, device),
                        scaler=torch.amp.GradScaler("cpu", enabled=False), sampler=np.random.default_rng(0))
 
+    fwd = model
+    if ts.compile:  # each fused kernel named in the profile (a RECORD_FUNCTION in the generated code)
+        fwd = torch.compile(model, options={**ts.compile_options, "cpp.enable_kernel_profile": True})
+    out["compile"], out["compile_options"] = ts.compile, ts.compile_options
+
     def ours_step(log: bool) -> None:
-        optimizer_step(state, model, blocks, ts, device=device, dtype=dtype, parallel=Parallel(), measure_clipped=log)
+        optimizer_step(state, fwd, blocks, ts, device=device, dtype=dtype, parallel=Parallel(), measure_clipped=log)
 
     for _ in range(args.warmup):
         ours_step(False)
@@ -181,7 +208,26 @@ def main(argv: list[str] | None = None) -> dict:
     for _ in range(args.steps):
         ours_step(False)
     out["ours"]["unprofiled_ms_per_step"] = 1000 * (time.perf_counter() - t0) / args.steps
+    out["loadavg_end"] = list(os.getloadavg())
+    return emit(out, args.out)
 
+
+def _each_side_apart(argv: list[str], out_path: str | None) -> dict:
+    """Both sides, each profiled by this script in a fresh process (`--only`), merged into one result."""
+    rest = [a for i, a in enumerate(argv) if a != "--out" and (i == 0 or argv[i - 1] != "--out")]
+    rest = [a for a in rest if not a.startswith("--out=")]
+    sides = {}
+    for side in ("ours", "nanogpt"):
+        proc = subprocess.run([sys.executable, __file__, *rest, "--only", side], capture_output=True, text=True)
+        if proc.returncode:
+            raise SystemExit(f"train_profile --only {side} failed:\n{proc.stderr[-4000:]}")
+        sides[side] = json.loads(proc.stdout)
+    out = {**sides["ours"], "nanogpt": sides["nanogpt"]["nanogpt"], "loadavg_end": sides["nanogpt"]["loadavg_end"],
+           "processes": "one per side"}
+    return emit(out, out_path)
+
+
+def _profile_nanogpt(out: dict, data, preset: dict, ts: TrainSettings, device, args) -> None:
     nano = NanoGPTRun(data, preset["model"], ts, device, torch.float32, False)
     nano.steps(args.warmup)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -193,7 +239,6 @@ def main(argv: list[str] | None = None) -> dict:
     nano.steps(args.steps)
     out["nanogpt"]["unprofiled_ms_per_step"] = 1000 * (time.perf_counter() - t0) / args.steps
     out["loadavg_end"] = list(os.getloadavg())
-    return emit(out, args.out)
 
 
 if __name__ == "__main__":

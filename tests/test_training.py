@@ -16,6 +16,7 @@ from components.core.errors import ConfigError, PipelineInputError
 from components.core.labels import pack_blocks, token_stream
 from components.core.models import count_parameters
 from components.core.models.recurrent import RecurrentLM, RecurrentSettings
+from components.core.models.transformer import Transformer, TransformerSettings
 from components.core.tokenizer import TokenizerSettings, train_tokenizer
 from components.core.training import (
     STATE_FILE,
@@ -92,6 +93,33 @@ def test_settings_are_validated_with_the_field_named():
         TrainSettings(device="tpu")
     with pytest.raises(ValidationError, match="lerning_rate"):
         TrainSettings(lerning_rate=1.0)  # extra fields are refused, not ignored
+    with pytest.raises(ValidationError, match="need compile: true"):
+        TrainSettings(compile_options={"cpp_wrapper": True})
+    with pytest.raises(ValidationError, match="cpp_wraper"):
+        TrainSettings(compile=True, compile_options={"cpp_wraper": True})  # a misspelt inductor option
+    with pytest.raises(ValidationError, match="must be a bool, number or string"):
+        TrainSettings(compile=True, compile_options={"cpp_wrapper": [True]})
+    assert TrainSettings(compile=True, compile_options={"cpp_wrapper": True}).compile_options == {"cpp_wrapper": True}
+
+
+@pytest.mark.slow
+def test_compiled_training_with_the_cpp_wrapper_follows_eager(tmp_path, blocks):
+    # The Transformer trained through torch.compile with inductor's C++ wrapper (the float32 CPU recipe of
+    # benchmarks/train_throughput.py; its embedding lookup stays eager) takes the same steps as eager,
+    # within float rounding.
+    train_b, val_b = blocks
+    cfg = TransformerSettings(n_layer=2, n_head=2, n_embd=32, block_size=32, pos_encoding="rope")
+    runs = {}
+    for name, kw in (("eager", {}), ("cpp", {"compile": True, "compile_options": {"cpp_wrapper": True}})):
+        seed_everything(0)
+        model = Transformer(cfg, V)
+        res = train(model, train_b, val_b, quick(max_steps=6, eval_interval=0, **kw), tmp_path / name)
+        runs[name] = (train_losses(res.history), res.val_loss, model)
+    (le, ve, me), (lc, vc, mc) = runs["eager"], runs["cpp"]
+    assert len(le) == len(lc) == 6 and le[-1] < le[0]
+    assert lc == pytest.approx(le, rel=1e-4) and vc == pytest.approx(ve, rel=1e-4)
+    for (name, a), b in zip(me.named_parameters(), mc.parameters()):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_training_reduces_loss_and_logs_shared_names(tmp_path, blocks):

@@ -346,3 +346,30 @@ def test_the_compiled_model_computes_what_the_eager_one_does(pos_encoding):
     torch.testing.assert_close(loss_c, loss_e, atol=1e-5, rtol=1e-5)
     for (name, a), b in zip(eager.named_parameters(), compiled_twin.parameters()):
         torch.testing.assert_close(b.grad, a.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.slow
+def test_training_profile_runs_each_side_in_its_own_process(tmp_path):
+    # benchmarks/train_profile.py profiles ours and nanoGPT's loop each in a fresh process (`--only`) and
+    # merges them; the groups add up to what the profiler saw in the forward and backward.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "profile.json"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/train_profile.py", "--text", datapath("lee_background.cor"), "--steps", "2",
+         "--warmup", "1", "--threads", "1", "--out", str(out)],
+        cwd=root, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["processes"] == "one per side" and res["compile"] is False and res["machine"]["torch_threads"] == 1
+    for side in ("ours", "nanogpt"):
+        r = res[side]
+        assert r["steps"] == 2 and r["unprofiled_ms_per_step"] > 0
+        groups = r["forward_backward_groups_ms_per_step"]
+        assert groups["matmul / linear"] > 0 and groups["attention (SDPA)"] > 0
+        fb = r["phases_ms_per_step"]["forward"] + r["phases_ms_per_step"]["backward"]
+        assert sum(groups.values()) == pytest.approx(fb, abs=0.01)

@@ -186,6 +186,13 @@ class TrainSettings(BaseModel):
         "supports it, a CPU with AMX-BF16), else float32. Weights and optimizer state stay float32."
     )
     compile: bool = Field(False, description="torch.compile the model.")
+    # dict[str, Any], checked below: dagster's run config (TrainConfig) takes no union value type
+    compile_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Inductor options for torch.compile(options=...), with compile: true. {cpp_wrapper: true} "
+        "calls the compiled kernels from generated C++ instead of Python: on a 2-core CPU that overhead is a "
+        "sizeable share of a small model's step (benchmarks/train_throughput.py).",
+    )
     threads: int = Field(0, ge=0, description="torch.set_num_threads when > 0 (CPU).")
     optimizer: Literal["adamw", "sgd"] = Field(
         "adamw",
@@ -202,6 +209,23 @@ class TrainSettings(BaseModel):
     def _lr_order(self) -> "TrainSettings":
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr ({self.min_lr}) must not exceed lr ({self.lr})")
+        return self
+
+    @model_validator(mode="after")
+    def _compile_options(self) -> "TrainSettings":
+        if self.compile_options and not self.compile:
+            raise ValueError(f"compile_options {self.compile_options} need compile: true")
+        if self.compile_options:
+            from torch._inductor import list_options
+
+            odd = {k: v for k, v in self.compile_options.items() if not isinstance(v, (bool, int, float, str))}
+            if odd:
+                raise ValueError(f"compile_options {odd}: each value must be a bool, number or string")
+            unknown = sorted(set(self.compile_options) - set(list_options()))
+            if unknown:
+                raise ValueError(
+                    f"compile_options: {unknown} are not torch inductor options (torch._inductor.list_options())"
+                )
         return self
 
 
@@ -406,7 +430,7 @@ def _setup(
         notes.append(f"resume=False: starting fresh, the checkpoint in {ckpt_dir} will be replaced")
 
     if s.compile:
-        model = torch.compile(model)
+        model = torch.compile(model, options=dict(s.compile_options) or None)
     return _Run(
         s=s, model=model, raw_model=raw_model, state=state, train_data=train_data, val_data=val_data,
         device=device, dtype=dtype, out_dir=out_dir, ckpt_dir=ckpt_dir,
