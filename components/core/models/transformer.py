@@ -258,7 +258,7 @@ class Transformer(nn.Module):
     ) -> tuple[torch.Tensor, list]:
         B, T = idx.shape
         offset = cache.length if cache is not None else 0  # positions already in the cache
-        x = self._embed(idx)  # (B, T, C)
+        x = self._embed(idx) if idx.device.type == "cpu" else self.wte(idx)  # (B, T, C)
         if self.pos is not None:
             x = x + self.pos(T, offset)  # (B, T, C) + (T, C)
         x = self.drop(x)
@@ -272,9 +272,10 @@ class Transformer(nn.Module):
 
     @torch.compiler.disable
     def _embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """The token lookup, left out of a torch.compile graph: inductor makes the lookup's backward a
-        scatter-add kernel that took ~0.4 ms a step against ATen's ~0.09 ms (baby GPT, 2-core CPU: the
-        compiled step ran 2 % faster with the lookup eager, benchmarks/train_throughput.py)."""
+        """The token lookup on the CPU, left out of a torch.compile graph: inductor's C++ backend makes the
+        lookup's backward a scatter-add kernel that took ~0.4 ms a step against ATen's ~0.09 ms (baby GPT,
+        2-core CPU: the compiled step ran 2 % faster with the lookup eager, benchmarks/train_throughput.py).
+        On a GPU the lookup stays in the graph (no graph break)."""
         return self.wte(idx)
 
     @torch.no_grad()
