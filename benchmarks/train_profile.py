@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from result_file import emit  # noqa: E402
-from train_throughput import PRESETS, NanoGPTRun, char_data, wiki_sample_text, windows  # noqa: E402
+from train_throughput import PRESETS, NanoGPTRun, char_data, parse_overrides, wiki_sample_text, windows  # noqa: E402
 
 from components.core.device import resolve_device, resolve_dtype  # noqa: E402
 from components.core.models.transformer import Transformer, TransformerSettings  # noqa: E402
@@ -84,13 +84,6 @@ GROUPS = [
         ),
     ),
 ]
-
-
-def _value(raw: str):
-    try:
-        return json.loads(raw)  # compile_options={"cpp_wrapper": true}
-    except json.JSONDecodeError:
-        return raw
 
 
 def group_of(name: str) -> str:
@@ -164,7 +157,9 @@ def main(argv: list[str] | None = None) -> dict:
     preset = PRESETS["baby_gpt"]
     text = Path(args.text).read_text(encoding="utf-8") if args.text else wiki_sample_text(1_115_394)
     data = char_data(text, args.text or "wiki sample")
-    over = {k: _value(v) for k, v in (kv.split("=", 1) for kv in args.set)}
+    model_over, over = parse_overrides(args.set)  # JSON values: compile_options={"cpp_wrapper": true}
+    if model_over:
+        raise SystemExit(f"--set {sorted(model_over)}: the profile keeps the baby-GPT model; set train settings only")
     ts = TrainSettings(**{**preset["train"], **over}, eval_interval=0, eval_batches=1, threads=args.threads)
     device, _ = resolve_device("cpu")
     dtype = resolve_dtype(
