@@ -20,6 +20,12 @@ from components.core.embeddings.word2vec import (
 )
 from components.core.errors import ConfigError, PipelineInputError
 
+
+def unigram(counts: np.ndarray) -> "w2v._UnigramSampler":
+    """The negatives' sampler over `counts`, as `train_word2vec` builds it."""
+    return w2v._UnigramSampler(w2v._negative_cdf(counts))
+
+
 # --- a synthetic corpus with a planted relation -------------------------------------------------
 # Animals and vehicles never share a sentence; each group has its own context words. Words of one
 # group therefore share contexts and must end up closer to each other than to the other group.
@@ -175,7 +181,7 @@ def test_vectorised_step_equals_per_pair_reference(sg, C):
     sentences = [rng.integers(4, len(vocab), size=n) for n in (7, 1, 9, 5, 12, 3)]
     corpus = w2v._flatten(sentences, vocab, s.window)
     keep_all = np.ones(len(vocab))
-    chunks = list(w2v._epoch_chunks(corpus, keep_all, w2v._negative_cdf(counts), s, 0, rng, torch.device("cpu"), 1))
+    chunks = list(w2v._epoch_chunks(corpus, keep_all, unigram(counts), s, 0, rng, torch.device("cpu"), 1))
     assert all(len(c.ids) == C for c in chunks) and len(chunks) == -(-37 // (C - 6))  # C - 2*window new centres each
     Wt = torch.randn(len(vocab), 2 * s.vector_size, generator=torch.Generator().manual_seed(0)) * 0.5
     Wt[0] = 0
@@ -200,7 +206,7 @@ def test_row_update_cap_scales_a_frequent_rows_change():
     sentence = np.where(rng.random(60) < 0.5, 4, rng.integers(5, 8, 60))  # "the" every other word
     corpus = w2v._flatten([sentence], vocab, s.window)
     ch = next(
-        w2v._epoch_chunks(corpus, np.ones(len(vocab)), w2v._negative_cdf(counts), s, 0, rng, torch.device("cpu"), 1)
+        w2v._epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, torch.device("cpu"), 1)
     )
     W0 = torch.randn(len(vocab), 16, generator=torch.Generator().manual_seed(1)) * 0.3
     W0[0] = 0
@@ -232,10 +238,12 @@ def test_only_chunks_where_a_row_reaches_the_cap_carry_its_terms(monkeypatch):
     dense = np.where(rng.random(120) < 0.6, 4, rng.integers(5, 8, 120))  # "the" in most places: over the cap
     sentence = np.r_[dense, rng.integers(5, 8, 360)]  # then never: every row under it
     corpus = w2v._flatten([sentence], vocab, s.window)
-    cdf = w2v._negative_cdf(counts)
+    negatives = unigram(counts)
 
     def chunks():
-        it = w2v._epoch_chunks(corpus, np.ones(len(vocab)), cdf, s, 0, np.random.default_rng(1), torch.device("cpu"), 1)
+        it = w2v._epoch_chunks(
+            corpus, np.ones(len(vocab)), negatives, s, 0, np.random.default_rng(1), torch.device("cpu"), 1
+        )
         return list(it)
 
     got = chunks()
@@ -279,7 +287,7 @@ def test_every_pair_is_trained_once_within_its_sentence():
     sentences = [rng.integers(4, 10, size=n) for n in rng.integers(1, 30, size=40)]
     corpus = w2v._flatten(sentences, vocab, W)
     chunks = list(
-        w2v._epoch_chunks(corpus, np.ones(len(vocab)), w2v._negative_cdf(counts), s, 0, rng, torch.device("cpu"), 1)
+        w2v._epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, torch.device("cpu"), 1)
     )
     pairs: list[tuple[int, int]] = []  # (centre, context) in corpus positions (sample=0 keeps every token)
     for ch in chunks:
@@ -325,7 +333,7 @@ def test_cbow_bands_hold_the_skip_gram_masks_of_the_same_draws():
     def chunks(sg):
         s = Word2VecSettings(window=W, sg=sg, batch_size=C, batch_growth=1, sample=0.0, negative_draws=5)
         gen = np.random.default_rng(1)
-        return list(w2v._epoch_chunks(corpus, np.ones(len(vocab)), w2v._negative_cdf(counts), s, 0, gen, "cpu", 1))
+        return list(w2v._epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, gen, "cpu", 1))
 
     for sk, cb in zip(chunks(1), chunks(0), strict=True):
         m, band, band_t = sk.masks.numpy(), cb.band.numpy()[:, 0], cb.band_t.numpy()[:, 0]
@@ -362,7 +370,7 @@ def test_cbow_blocks_interleave_and_the_cap_counts_each_samples_block(monkeypatc
     rng = np.random.default_rng(0)
     sentences = [rng.integers(4, 10, size=n) for n in rng.integers(1, 30, size=20)]
     corpus = w2v._flatten(sentences, vocab, 2)
-    chunks = list(w2v._epoch_chunks(corpus, np.ones(len(vocab)), w2v._negative_cdf(counts), s, 0, rng, "cpu", 1))
+    chunks = list(w2v._epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, "cpu", 1))
     for ch in chunks:
         per_block = np.bincount(w2v._block_of(np.arange(C), C, s), weights=ch.has_pairs.numpy(), minlength=nb)
         np.testing.assert_allclose(ch.out_terms.numpy()[C:], np.repeat(per_block, K) * s.negative / K)
@@ -383,6 +391,20 @@ def test_subsampling_and_negative_table_match_gensim():
     cdf = w2v._negative_cdf(vocab.counts)
     np.testing.assert_allclose(cdf[4:], model.cum_table / model.cum_table[-1], rtol=1e-6)
     assert np.all(cdf[:4] == 0)  # the specials are never drawn as negatives
+
+
+@pytest.mark.parametrize("counts", [np.r_[0, 0, 0, 0, 500, 120, 40, 9, 5, 5, 1], np.r_[0, 0, 0, 0, 7]])
+def test_negatives_are_drawn_with_the_unigram_table_probabilities(counts):
+    """The alias sampler draws each id with its cdf step (gensim's cum_table), never a zero-count one."""
+    p = np.diff(np.r_[0.0, w2v._negative_cdf(counts)])
+    n = 400_000
+    got = np.bincount(unigram(counts).draw(np.random.default_rng(5), (n // 4, 4)).ravel(), minlength=len(counts))
+    assert got.sum() == n and np.all(got[counts == 0] == 0)
+    sd = np.sqrt(n * p * (1 - p))
+    assert np.all(np.abs(got - n * p) <= 5 * sd + 1e-9), (got, n * p)
+    # a wrong table is caught: the plain unigram (power 1) is far outside these bounds
+    plain = counts / counts.sum()
+    assert len(counts) == 5 or np.any(np.abs(got - n * plain) > 5 * sd)
 
 
 def test_build_vocab_order_counts_and_encode():

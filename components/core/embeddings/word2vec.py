@@ -68,6 +68,7 @@ from .word2vec_chunks import (  # noqa: F401
     _keep_probability,
     _negative_cdf,
     _SkipGramWorker,
+    _UnigramSampler,
     _Worker,
 )
 
@@ -190,7 +191,7 @@ def _shards(corpus: _Corpus, n: int) -> list[_Corpus]:
 
 
 def _train_shard(
-    index: int, shard: _Corpus, Wt: torch.Tensor, s: Word2VecSettings, keep_p: np.ndarray, cdf: np.ndarray,
+    index: int, shard: _Corpus, Wt: torch.Tensor, s: Word2VecSettings, keep_p: np.ndarray, sampler: _UnigramSampler,
     report: Callable[[tuple], None], report_every: int = 16,
 ) -> None:
     """One worker: all epochs over its shard, updating the shared `Wt` in place (Hogwild).
@@ -207,7 +208,7 @@ def _train_shard(
     for epoch in range(s.epochs):
         acc = [0, 0.0, 0.0, 0.0, 0.0]  # raw words, kept, pairs, loss sum, loss pairs
         reported = 0
-        for k, ch in enumerate(_epoch_chunks(shard, keep_p, cdf, s, epoch, rng, Wt.device, loss_every=8)):
+        for k, ch in enumerate(_epoch_chunks(shard, keep_p, sampler, s, epoch, rng, Wt.device, loss_every=8)):
             C = ch.ids.shape[0]
             if C not in buffers:
                 buffers[C] = worker_class(Wt, s, C)
@@ -227,9 +228,9 @@ def _train_shard(
         report(("progress", epoch, *acc, lr))
 
 
-def _run_in_process(index, shard, Wt, s, keep_p, cdf, messages) -> None:
+def _run_in_process(index, shard, Wt, s, keep_p, sampler, messages) -> None:
     try:
-        _train_shard(index, shard, Wt, s, keep_p, cdf, messages.put)
+        _train_shard(index, shard, Wt, s, keep_p, sampler, messages.put)
         messages.put(("done", index))
     except BaseException:  # the parent re-raises it
         import traceback
@@ -237,7 +238,7 @@ def _run_in_process(index, shard, Wt, s, keep_p, cdf, messages) -> None:
         messages.put(("error", index, traceback.format_exc()))
 
 
-def _start_workers(shards, Wt, s, keep_p, cdf) -> tuple[list, "queue.Queue"]:
+def _start_workers(shards, Wt, s, keep_p, sampler) -> tuple[list, "queue.Queue"]:
     """One forked process per shard, all updating the shared-memory `Wt`: no GIL between them
     (threads would serialise on it, since an update is ~90 small torch calls). Falls back to
     threads where fork is unavailable or this process may not have children (a daemon)."""
@@ -247,20 +248,20 @@ def _start_workers(shards, Wt, s, keep_p, cdf) -> tuple[list, "queue.Queue"]:
         ctx = mp.get_context("fork")
         messages = ctx.Queue()
         Wt.share_memory_()
-        procs = [ctx.Process(target=_run_in_process, args=(i, sh, Wt, s, keep_p, cdf, messages), daemon=True)
+        procs = [ctx.Process(target=_run_in_process, args=(i, sh, Wt, s, keep_p, sampler, messages), daemon=True)
                  for i, sh in enumerate(shards)]
         for p in procs:
             p.start()
         return procs, messages
     messages = queue.Queue()
-    threads = [threading.Thread(target=_run_in_process, args=(i, sh, Wt, s, keep_p, cdf, messages), daemon=True)
+    threads = [threading.Thread(target=_run_in_process, args=(i, sh, Wt, s, keep_p, sampler, messages), daemon=True)
                for i, sh in enumerate(shards)]
     for t in threads:
         t.start()
     return threads, messages
 
 
-def _train_shards(shards, Wt, s, keep_p, cdf, on_progress: Callable[[tuple], None]) -> None:
+def _train_shards(shards, Wt, s, keep_p, sampler, on_progress: Callable[[tuple], None]) -> None:
     """Train every shard into `Wt`: in this thread when there is one, else in workers whose
     progress messages go to `on_progress` in this thread (a worker's failure or death is re-raised here).
     Restores the torch thread count and flush-denormal mode it found."""
@@ -268,9 +269,9 @@ def _train_shards(shards, Wt, s, keep_p, cdf, on_progress: Callable[[tuple], Non
     flush_before = torch.set_flush_denormal(True)
     try:
         if len(shards) == 1:
-            _train_shard(0, shards[0], Wt, s, keep_p, cdf, on_progress)
+            _train_shard(0, shards[0], Wt, s, keep_p, sampler, on_progress)
         else:
-            workers, messages = _start_workers(shards, Wt, s, keep_p, cdf)
+            workers, messages = _start_workers(shards, Wt, s, keep_p, sampler)
             running = len(workers)
             try:
                 while running:
@@ -318,7 +319,7 @@ def train_word2vec(
     corpus = _flatten(sentences, vocab, s.window)
     V, D = len(vocab), s.vector_size
     keep_p = _keep_probability(vocab.counts, s.sample)
-    cdf = _negative_cdf(vocab.counts)
+    sampler = _UnigramSampler(_negative_cdf(vocab.counts))  # the negatives: unigram^0.75, O(1) a draw
 
     # One (V, 2D) matrix holds [input | output] rows, so a token's two rows are one gather and one
     # index_add_. Inputs start uniform in [-1, 1)/D (gensim 4; word2vec.c uses half that), outputs at 0.
@@ -377,7 +378,7 @@ def train_word2vec(
             if log_metrics is not None:
                 log_metrics({"word2vec/epoch_loss": h["loss"], "word2vec/epoch": float(h["epoch"])}, words_done)
 
-    _train_shards(shards, Wt, s, keep_p, cdf, on_progress)
+    _train_shards(shards, Wt, s, keep_p, sampler, on_progress)
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
