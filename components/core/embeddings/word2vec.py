@@ -16,14 +16,15 @@ per pair (or per token) in Python:
   are two bands, so all the means are one batched product of each centre's 2W+1 weights with a
   strided view of the rows around it, and the context rows' gradient one more. The net change of
   every row goes back with one `index_add_` (sparse SGD: only the chunk's rows are touched).
-- Negatives: each block of 16 tokens draws K samples that its tokens share, and each token shares
-  them among its pairs (a negative's gradient depends on the input word only), weighted so that each
-  pair keeps `negative` samples in expectation; scores and gradients are three batched matmuls. A
+- Negatives (drawn from unigram counts^0.75 by an alias table, O(1) a sample): each block of 16
+  tokens draws K samples that its tokens share, and each token shares them among its pairs (a
+  negative's gradient depends on the input word only), weighted so that each pair keeps `negative`
+  samples in expectation; scores and gradients are three batched matmuls. A
   skip-gram block is 16 consecutive tokens; a CBOW block is every (C/16)-th token, since neighbouring
   centres share most of their context and would meet the same samples with nearly the same mean.
 - `workers` forked processes train on their share of the corpus at once and update one matrix in
   shared memory without locks (Hogwild, like word2vec's and gensim's threads). Processes, because
-  threads would take turns on the GIL: an update is ~90 small torch calls.
+  threads would take turns on the GIL: an update is dozens of small torch calls.
 
 A chunk is trained from a copy of its rows, so a word that occurs many times in one chunk sums
 changes made from one stale value: the first batches are small (`batch_size`: 256 tokens for
@@ -240,7 +241,7 @@ def _run_in_process(index, shard, Wt, s, keep_p, sampler, messages) -> None:
 
 def _start_workers(shards, Wt, s, keep_p, sampler) -> tuple[list, "queue.Queue"]:
     """One forked process per shard, all updating the shared-memory `Wt`: no GIL between them
-    (threads would serialise on it, since an update is ~90 small torch calls). Falls back to
+    (threads would serialise on it, since an update is dozens of small torch calls). Falls back to
     threads where fork is unavailable or this process may not have children (a daemon)."""
     import multiprocessing as mp
 

@@ -74,7 +74,7 @@ class _UnigramSampler:
     """Draws from the distribution of `cdf` (`_negative_cdf`) in O(1) a sample: Walker's alias method
     (Vose's construction) over the ids of positive probability, so a zero-count id is never drawn.
 
-    Exact, like the binary search of gensim's `cum_table` it replaces: an id's probability is its share
+    Exact, as the binary search over the cdf (gensim's `cum_table`) that it replaces: an id's probability is its share
     of the table slot it owns plus the shares that other slots alias to it. About 7x faster than
     `np.searchsorted` on the cdf for a 10k-word vocabulary (the search was ~15 % of chunk building)."""
 
