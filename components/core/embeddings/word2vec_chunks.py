@@ -74,9 +74,10 @@ class _UnigramSampler:
     """Draws from the distribution of `cdf` (`_negative_cdf`) in O(1) a sample: Walker's alias method
     (Vose's construction) over the ids of positive probability, so a zero-count id is never drawn.
 
-    Exact, as the binary search over the cdf (gensim's `cum_table`) that it replaces: an id's probability is its share
-    of the table slot it owns plus the shares that other slots alias to it. About 7x faster than
-    `np.searchsorted` on the cdf for a 10k-word vocabulary (the search was ~15 % of chunk building)."""
+    Exact, as the binary search over the cdf (gensim's `cum_table`) that it replaces: an id's
+    probability is its share of the table slot it owns plus the shares that other slots alias to it.
+    About 7x faster than `np.searchsorted` on the cdf for a 10k-word vocabulary (the search was ~15 %
+    of chunk building)."""
 
     def __init__(self, cdf: np.ndarray):
         p = np.diff(np.r_[0.0, np.asarray(cdf, dtype=np.float64)])
