@@ -372,11 +372,9 @@ class _Worker:
         self.weight = torch.empty(C, device=dev)
         self.weight_b = self._blocks(self.weight.unsqueeze(1))  # (C/G, G, 1)
         self.total = torch.zeros(Wt.shape[0], device=dev)  # row_update_cap: pair gradients per row
-
-    def _negatives_of(self, src: torch.Tensor) -> None:
-        """The (C, D) rows `_negatives` scores against the samples, as a view by block built once (the
-        views a step made were about a third of its calls)."""
-        self.src_b = self._blocks(src)  # (C/G, G, D)
+        # (C/G, G, D) by block, the rows `_negatives` scores against the samples: set by each model. Views
+        # are built once per worker (the views a step made were about a third of its calls).
+        self.src_b: torch.Tensor
 
     def _gather(self, ch: _Chunk) -> None:
         torch.index_select(self.Wt, 0, ch.rows, out=self.rows)
@@ -388,7 +386,7 @@ class _Worker:
         return x.view(self.nb, self.block, *x.shape[1:])
 
     def _negatives(self, ch: _Chunk) -> tuple[float, torch.Tensor]:
-        """Every token's `src` row (`_negatives_of`) against its block's K samples in one batched SGD
+        """Every token's `src` row (`src_b`) against its block's K samples in one batched SGD
         step: with g = self.weight_j * sigma(src_j . sample) (weight holds -lr * w_j), sample += g * src_j.
         Returns the loss and (C/G, G, D) by block the change of each src row, sum of g * sample.
 
@@ -438,7 +436,7 @@ class _SkipGramWorker(_Worker):
              s_r[o - 1], s_l[o - 1], s_r[o - 1].unsqueeze(1), s_l[o - 1].unsqueeze(1))
             for o in range(1, W + 1)
         ]
-        self._negatives_of(self.inp)  # token j is the input word of its pairs
+        self.src_b = self._blocks(self.inp)  # token j is the input word of its pairs
         self.g_in_b = self._blocks(self.g_in)
 
     def step(self, ch: _Chunk) -> Optional[float]:
@@ -499,7 +497,7 @@ class _CbowWorker(_Worker):
         self.out, self.g_out = self.X[:, 1], self.G[:, 1]
         self.g_in_rows = self.g_in_buf.squeeze(1)
         self.g = self.pos_score.unsqueeze(1)  # (C, 1) lr * (1 - sigma), in place of the score
-        self._negatives_of(self.h)  # the mean h_i is the input of centre i's pairs
+        self.src_b = self._blocks(self.h)  # the mean h_i is the input of centre i's pairs
         self.work_b, self.out_b, self.g_b = self._blocks(self.work), self._blocks(self.out), self._blocks(self.g)
 
     def step(self, ch: _Chunk) -> Optional[float]:
