@@ -15,35 +15,11 @@ import platform
 import sys
 from pathlib import Path
 
-# The CPU flags (/proc/cpuinfo names) that decide which path is fast on this machine.
-ISA_FLAGS = ("amx_bf16", "amx_tile", "amx_int8", "avx512_bf16", "avx512_vnni", "avx_vnni", "avx512f", "avx2")
+ROOT = str(Path(__file__).resolve().parents[1])
+if ROOT not in sys.path:
+    sys.path.append(ROOT)
 
-
-def cpu_identity(cpuinfo: str | None = None) -> dict:
-    """{"cpu_model", "isa": {flag: bool for ISA_FLAGS}, "cpu_kind"} from /proc/cpuinfo (or the text
-    given); on a system without it, the model from platform and no flags known (isa None)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
-    fields: dict[str, str] = {}
-    for line in cpuinfo.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip() not in fields:
-            fields[key.strip()] = value.strip()
-    model = fields.get("model name") or platform.processor() or platform.machine()
-    if "flags" not in fields:
-        return {"cpu_model": model, "isa": None, "cpu_kind": "unknown (no CPU flags readable)"}
-    flags = set(fields["flags"].split())
-    isa = {f: f in flags for f in ISA_FLAGS}
-    if isa["amx_bf16"]:
-        kind = "AMX-BF16 (bf16 matmuls native)"
-    elif isa["avx512_bf16"]:
-        kind = "AVX512-BF16 without AMX (bf16 matmuls slower than float32)"
-    else:
-        kind = "no bf16 matrix unit"
-    return {"cpu_model": model, "isa": isa, "cpu_kind": kind}
+from components.core.machine import ISA_FLAGS, cpu_identity  # noqa: E402,F401 - ISA_FLAGS: where benchmarks read it
 
 
 def machine_info() -> dict:
@@ -53,9 +29,6 @@ def machine_info() -> dict:
     try:
         import torch
 
-        root = str(Path(__file__).resolve().parents[1])
-        if root not in sys.path:
-            sys.path.append(root)
         from components.core.device import resolve_dtype
 
         info["auto_dtype_cpu"] = str(resolve_dtype("auto", torch.device("cpu"))).removeprefix("torch.")

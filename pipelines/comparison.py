@@ -73,10 +73,10 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
         hashes = _check_models(models, config)
         with stage(context, mlflow, {"models": sorted(models), **config.model_dump()}) as s:
             seed_losses = _seed_losses(context, config, models, hashes, labels, s.tmp) if config.extra_seeds else None
-            # The count models are rows and lines only where they were scored on the models' own targets.
+            # The count ladder is rows and lines only where it was scored on the models' own targets.
             same = all(m.val_targets == ngram_baseline.n_targets for m in models.values()) and \
                 ngram_baseline.tokenizer_sha256 in hashes
-            result = compare_models(models, seed_losses, ngram_baseline.rows if same else None)
+            result = compare_models(models, seed_losses, ngram_baseline if same else None)
             if not same:
                 context.log.warning(
                     "ngram_baseline was scored on other validation targets than the models: left out of the comparison"

@@ -40,8 +40,13 @@ pool_wait.apply()
 # follows, once its parents are all present.
 AUTOMATION = dg.AutomationCondition.eager()
 TUNE_GROUP = "tune"  # the learning-rate sweep (pipelines/defs/tune.py): its own job, never part of a default run
-# Everything but the sharded route and the sweep: what "the whole graph" means for jobs, automation and the report.
-DEFAULT_ROUTE = dg.AssetSelection.all() - dg.AssetSelection.groups(SHARD_GROUP, TUNE_GROUP)
+SCALING_GROUP = "scaling"  # the scaling study (pipelines/defs/scaling.py): its own jobs, after a default run
+OFF_ROUTE = (SHARD_GROUP, TUNE_GROUP, SCALING_GROUP)
+# Everything but the sharded route, the sweep and the scaling study: what "the whole graph" means for jobs,
+# automation and the report.
+DEFAULT_ROUTE = dg.AssetSelection.all() - dg.AssetSelection.groups(*OFF_ROUTE)
+# Ops of a config file that run in a job of their own, not in the file's `<name>_pipeline`: op → job suffix.
+OWN_JOB_OPS = {"scaling_laws": "scaling"}
 
 OWNERS = ["team:ml"]
 
@@ -55,8 +60,22 @@ LM_FRESHNESS = dg.FreshnessPolicy.time_window(
 )
 
 
+def route_config(config: dict) -> dict:
+    """A config file's run config for its `<name>_pipeline` (the default route): without the ops that
+    run in a job of their own (`OWN_JOB_OPS`)."""
+    ops = config.get("ops") or {}
+    return {**config, "ops": {k: v for k, v in ops.items() if k not in OWN_JOB_OPS}}
+
+
+def own_job_config(config: dict, op: str) -> dict:
+    """A config file's run config for the job of `op` (e.g. `scaling_laws`): its section, and the rest of
+    the file but the other ops."""
+    return {**{k: v for k, v in config.items() if k != "ops"}, "ops": {op: (config.get("ops") or {})[op]}}
+
+
 def config_jobs(with_execution: bool = True) -> list[dg.UnresolvedAssetJobDefinition]:
-    """One job per experiment file in configs/: the whole graph, launchpad pre-filled from the YAML.
+    """One job per experiment file in configs/: the whole graph, launchpad pre-filled from the YAML;
+    and for a file with a `scaling_laws:` section under `ops:`, the job `<name>_scaling` with that grid.
     with_execution=False leaves out the files' `execution` section (for a location whose executor is
     configured once, pipelines/cluster.py)."""
     jobs = []
@@ -64,12 +83,22 @@ def config_jobs(with_execution: bool = True) -> list[dg.UnresolvedAssetJobDefini
         config = dg.config_from_files([str(path)])
         if not with_execution:
             config = {k: v for k, v in config.items() if k != "execution"}
+        ops = config.get("ops") or {}
         jobs.append(dg.define_asset_job(
             name=f"{path.stem}_pipeline",
             selection=DEFAULT_ROUTE,
-            config=config,
+            config=route_config(config),
             description=f"Materialize the whole graph with configs/{path.name}.",
         ))
+        for op, suffix in OWN_JOB_OPS.items():
+            if op in ops:
+                jobs.append(dg.define_asset_job(
+                    name=f"{path.stem}_{suffix}",
+                    selection=dg.AssetSelection.assets(op),
+                    config=own_job_config(config, op),
+                    description=f"Materialize `{op}` with the grid of configs/{path.name} (after a run of "
+                    f"{path.stem}_pipeline trained its inputs).",
+                ))
     return jobs
 
 
@@ -95,7 +124,7 @@ def build_defs(executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
     config file says so) for every job."""
     loaded = dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
     sharded = {spec.key for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition) for spec in a.specs
-               if spec.group_name in (SHARD_GROUP, TUNE_GROUP)}  # off the default route
+               if spec.group_name in OFF_ROUTE}  # off the default route
     lm_keys = [k for k in language_model_keys(loaded) if k not in sharded]
     comparison, ffn_check = model_comparison_asset(lm_keys)
     upstream = [a for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition) and not set(a.keys) & sharded] + [
@@ -142,7 +171,7 @@ def with_metadata(spec: dg.AssetSpec, code_version: str) -> dg.AssetSpec:
     spec = spec.replace_attributes(
         # The sharded route follows new shards through its sensor, not eagerly (a new shard must not retrain the
         # tokenizer).
-        automation_condition=None if spec.group_name in (SHARD_GROUP, TUNE_GROUP) else AUTOMATION,
+        automation_condition=None if spec.group_name in OFF_ROUTE else AUTOMATION,
         code_version=code_version,
         owners=OWNERS,
         freshness_policy=LM_FRESHNESS if LM_TAG in spec.tags else spec.freshness_policy,

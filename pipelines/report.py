@@ -10,12 +10,13 @@ from Dagster (the file's path, and its view in the MLflow UI).
 """
 
 
+import dataclasses
 from typing import Any
 
 import dagster as dg
 
-from components.core.claims import BY_NAME, judge_all
-from components.core.manifests import Report
+from components.core.claims import BY_NAME, Judgement, count_model_at_scale, judge_all
+from components.core.manifests import Report, Scaling
 from components.core.report import (
     claim_counts,
     headline_metrics,
@@ -24,6 +25,7 @@ from components.core.report import (
     section_from_manifest,
     summary_markdown,
 )
+from components.orchestration.io import latest_manifest
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker, dagster_run_url, job_label, run_subject
 
@@ -70,6 +72,35 @@ def recorded_checks(context: dg.AssetExecutionContext, skip: set[str]) -> list[d
     return out
 
 
+SCALING = dg.AssetKey("scaling_laws")
+
+
+def latest_scaling(instance: dg.DagsterInstance) -> tuple[Scaling | None, str]:
+    """The scaling job's latest run (another job's: a default run does not wait for it), or None and why."""
+    try:
+        found = latest_manifest(instance, SCALING, Scaling)
+    except Exception as e:  # noqa: BLE001 - a pruned or old scaling run leaves its claim not judged, not the report
+        return None, f"the latest scaling run cannot be read ({type(e).__name__}: {e})"
+    if found is None:
+        return None, "no scaling run in this instance: run the `scaling` job (after a default run) to judge it"
+    return found, ""  # type: ignore[return-value]
+
+
+def at_scale(judgements: list[Judgement], scaling: Scaling | None, manifests: dict[str, Any],
+             why: str) -> list[Judgement]:
+    """The count-model claims with the compute where the scaling job saw each family pass the count
+    model; the scaling claim not judged, with the reason, where there is no scaling run."""
+    out = []
+    for j in judgements:
+        if j.claim.name == "language_models_beat_the_count_model" and j.verdict is not None:
+            j = dataclasses.replace(j, verdict=count_model_at_scale(j.verdict, j.asset, scaling,
+                                                                     manifests[j.asset].tokenizer_sha256))
+        elif j.claim.asset == "scaling_laws" and scaling is None:
+            j = dataclasses.replace(j, error=why)
+        out.append(j)
+    return out
+
+
 def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.AssetsDefinition:
     names = [s.key.path[-1] for s in specs]
     group_of = {s.key.path[-1]: s.group_name or "default" for s in specs}
@@ -83,7 +114,9 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
         plots; logged on the run's MLflow parent run, whose description and metrics it fills."""
         with stage(context, mlflow, {"assets": names}) as s:
             sections = [section_from_manifest(n, group_of[n], manifests[n], description_of[n]) for n in names]
-            judgements = judge_all(manifests, language_models)
+            scaling, why = latest_scaling(context.instance)
+            judgements = at_scale(judge_all({**manifests, **({"scaling_laws": scaling} if scaling else {})},
+                                            language_models), scaling, manifests, why)
             parent = s.run.parent()
             run = context.run
             title = f"Run report: {job_label(run.job_name)} · {run.run_id[:8]}"

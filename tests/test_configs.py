@@ -22,9 +22,16 @@ def test_required_configs_exist():
     assert {"tiny", "default", "gpu"} <= {p.stem for p in CONFIGS}
 
 
+def load(path: Path) -> dict:
+    """A config file as its `<name>_pipeline` runs it (the sections of jobs of their own left out)."""
+    from pipelines.definitions import route_config
+
+    return route_config(yaml.safe_load(path.read_text()))
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_config_file_validates(path):
-    cfg = yaml.safe_load(path.read_text())
+    cfg = load(path)
     result = dg.validate_run_config(whole_graph_job(), cfg)
     assert result["ops"].keys() >= {"corpus", "tokenizer", "labels"}
     # The whole-run check (every section's ranges and the limits between assets) finds nothing.
@@ -45,7 +52,7 @@ def test_config_file_validates(path):
     ],
 )
 def test_bad_config_names_the_field(patch, message):
-    cfg = yaml.safe_load((CONFIGS[0].parent / "tiny.yaml").read_text())
+    cfg = load(CONFIGS[0].parent / "tiny.yaml")
     cfg["ops"].update(patch)
     with pytest.raises(dg.DagsterInvalidConfigError) as err:
         dg.validate_run_config(whole_graph_job(), cfg)
@@ -82,7 +89,7 @@ def _config_classes():
 def test_every_section_passes_the_core_validators(path):
     """Dagster checks names and types; the core's validators (cross-field rules) run here too."""
     classes = _config_classes()
-    ops = yaml.safe_load(path.read_text())["ops"]
+    ops = load(path)["ops"]
     assert set(ops) <= set(classes), set(ops) - set(classes)
     for name, section in ops.items():
         classes[name](**section.get("config", {}))
@@ -91,7 +98,7 @@ def test_every_section_passes_the_core_validators(path):
 def test_whole_run_check_lists_every_problem():
     from components.orchestration.validation import check_run_config
 
-    cfg = yaml.safe_load((CONFIGS[0].parent / "tiny.yaml").read_text())["ops"]
+    cfg = load(CONFIGS[0].parent / "tiny.yaml")["ops"]
     cfg["lstm_lm"]["config"]["train"]["lr"] = -1
     cfg["transformer_lm"]["config"]["train"]["block_size"] = 48
     cfg["gradient_study"]["config"]["seq_len"] = 33

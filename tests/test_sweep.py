@@ -103,3 +103,45 @@ def test_the_tune_job_refuses_a_model_it_does_not_sweep(field):
         LrSweepConfig(**{field: value[field]})
     known = {"models": ["lstm_lm"], "lrs_by_model": {"lstm_lm": [1e-3]}, "batch_sizes_by_model": {"lstm_lm": [8]}}
     LrSweepConfig(**{field: known[field]})  # a model it sweeps is taken
+
+
+@pytest.mark.parametrize("given, field", [({"lrs": []}, "lrs"), ({"batch_sizes": []}, "batch_sizes"),
+                                          ({"lrs_by_model": {"rnn_lm": []}}, r"lrs_by_model\[rnn_lm\]"),
+                                          ({"batch_sizes_by_model": {"lstm_lm": []}}, r"batch_sizes_by_model\[lstm_lm\]")])
+def test_the_tune_job_refuses_an_empty_grid_instead_of_replacing_it(given, field):
+    from pydantic import ValidationError
+
+    from pipelines.defs.tune import LrSweepConfig
+
+    with pytest.raises(ValidationError, match=rf"lr_sweep\.{field} is empty"):
+        LrSweepConfig(**given)
+
+
+def test_a_grid_the_user_gives_is_never_replaced_by_a_family_default():
+    from pipelines.defs.tune import GRID_BATCH_SIZES, GRID_LRS, LrSweepConfig
+
+    mine = LrSweepConfig(lrs=[1e-3, 2e-3], batch_sizes=[32])
+    for name in ("rnn_lm", "lstm_lm", "transformer_lm"):
+        assert mine.for_model(name).lrs == [1e-3, 2e-3] and mine.for_model(name).batch_sizes == [32]
+    own = LrSweepConfig(lrs=[1e-3], lrs_by_model={"lstm_lm": [5e-2]})
+    assert own.for_model("lstm_lm").lrs == [5e-2] and own.for_model("rnn_lm").lrs == [1e-3]
+    defaults = LrSweepConfig()  # nothing given: each family's own grid
+    assert defaults.for_model("transformer_lm").lrs == GRID_LRS["transformer_lm"]
+    assert defaults.for_model("lstm_lm").batch_sizes == GRID_BATCH_SIZES["lstm_lm"]
+    assert defaults.for_model("rnn_lm").batch_sizes == [16]
+
+
+def test_check_config_checks_the_tune_and_scaling_sections_of_a_file(tmp_path):
+    from pipelines.check_config import problems
+
+    good = tmp_path / "good.yaml"
+    good.write_text("ops:\n  lr_sweep:\n    config: {lrs: [0.001, 0.002]}\n"
+                    "  scaling_laws:\n    config: {budgets: [1.0e+12, 2.0e+12, 4.0e+12]}\n")
+    assert problems(good) == []
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("ops:\n  lr_sweep:\n    config: {lrs: []}\n  scaling_laws:\n    config: {budgets: [4.0e+12, 2.0e+12, 8.0e+12]}\n"
+                   "  no_such_asset:\n    config: {}\n")
+    found = "\n".join(problems(bad))
+    assert "ops.lr_sweep.config" in found and "lr_sweep.lrs is empty" in found
+    assert "ops.scaling_laws.config" in found and "is not increasing" in found
+    assert "ops.no_such_asset: no asset of that name" in found

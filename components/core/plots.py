@@ -76,3 +76,19 @@ def plot_attention_maps(
     weights = [w[:, :max_heads] for w in model.attention_weights(idx)]  # n_layer × (1, heads, t, t)
     labels = [decode([int(t)]) if decode else str(int(t)) for t in idx[0]]
     return plot_head_maps(weights, labels, "attention weights (query rows → key columns)")
+
+
+def draw_count_ladder(ax, rungs: list[tuple[str, float, bool]]) -> None:
+    """The count ladder on a loss plot: one thin grey line per rung (model name, validation loss,
+    whether it is the count model), named at the right edge, and the count model as a black line in
+    the legend."""
+    from matplotlib.transforms import blended_transform_factory
+
+    edge = blended_transform_factory(ax.transAxes, ax.transData)
+    for name, loss, chosen in rungs:
+        if chosen:
+            ax.axhline(loss, color="black", lw=1.4, label=f"count model ({name})")
+        else:
+            ax.axhline(loss, color="grey", ls=":", lw=0.8)
+        ax.text(1.0, loss, f" {name.removeprefix('kn_')}", transform=edge, fontsize=6, va="center",
+                color="black" if chosen else "grey", clip_on=False)

@@ -280,6 +280,7 @@ class TrainResult:
     val_targets: int = (
         0  # how many validation targets val_loss is the mean over (all of them unless eval_batches is set)
     )
+    train_s: float = float("nan")  # seconds of optimizer steps in this call (evaluation and checkpoints left out)
 
     def metrics(self) -> dict[str, float]:
         """Headline numbers under the shared metric names."""
@@ -294,6 +295,7 @@ class TrainResult:
             "params": float(self.params),
             "steps": float(self.steps),
             "val/targets": float(self.val_targets),
+            "train/seconds": self.train_s,
         }
 
 
@@ -547,6 +549,7 @@ def _result(run: _Run, parallel: Parallel, t_start: float) -> TrainResult:
         checkpoint_dir=run.ckpt_dir,
         resumed_from=run.resumed_from,
         val_targets=eval_targets(run.val_data, s.eval_batch, s.eval_batches),
+        train_s=float(np.sum(run.step_times)),
     )
 
 

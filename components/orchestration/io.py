@@ -109,6 +109,17 @@ def read_manifest(path: Path, expected: str | None, asset: str, kind: type[Manif
     return manifest
 
 
+def latest_manifest(instance: dg.DagsterInstance, key: dg.AssetKey, kind: type[Manifest]) -> Manifest | None:
+    """The typed manifest of `key`'s latest materialization in this instance, checked as an input is;
+    None when it was never materialized. For a study another job makes (the scaling job) that a run
+    reports on without depending on it."""
+    event = instance.get_latest_materialization_event(key)
+    if event is None:
+        return None
+    name = key.to_user_string()
+    return read_manifest(*_recorded_manifest(event.asset_materialization, name, event.run_id), name, kind)
+
+
 def _produced_in_this_run(context: dg.InputContext) -> bool:
     upstream = context.upstream_output
     try:

@@ -71,7 +71,8 @@ from .tracking import MlflowTracker, config_hash, dagster_asset_url, dagster_run
 
 LM_TAG = "pipeline/language_model"  # tag key every language-model asset carries (value: family)
 TRAINING_POOL = "training"  # one training at a time per device (pool limit in dagster.yaml)
-LM_CLAIMS = ("beats_ngram_baseline", "clipping_bounds_gradient")  # judged on every language model by its own step
+# Judged on every language model by its own step.
+LM_CLAIMS = ("language_models_beat_the_count_model", "clipping_bounds_gradient")
 
 
 class RecurrentModelConfig(dg.Config, RecurrentSettings):
@@ -344,8 +345,9 @@ def _train_and_publish(
                 registered_model=registered,
                 # The count model to beat, on the same validation targets (the claim checks that they are).
                 baseline=M.NgramReference(
-                    model=ngram.best["model"], val_loss=ngram.val_loss, block_size=ngram.block_size,
+                    model=ngram.chosen.model, val_loss=ngram.val_loss, block_size=ngram.block_size,
                     n_targets=ngram.n_targets, tokenizer_sha256=ngram.tokenizer_sha256,
+                    ladder=list(ngram.rows),
                 )
                 if ngram
                 else None,

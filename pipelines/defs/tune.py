@@ -42,20 +42,30 @@ GRID_BATCH_SIZES = {"lstm_lm": [8, 16], "transformer_lm": [4, 8, 16]}
 
 
 class LrSweepConfig(dg.Config, SweepSettings):
-    """The grid and the budget: `lrs`, `warmup_steps` and `batch_sizes` for every family, unless
-    `lrs_by_model` / `batch_sizes_by_model` give a model its own."""
+    """The grid and the budget. A model's learning rates are, first found: its `lrs_by_model` entry, the
+    global `lrs`, its family's own grid (`GRID_LRS`); batch sizes likewise (`batch_sizes_by_model`,
+    `batch_sizes`, `GRID_BATCH_SIZES`, then [16]). A list you give is never replaced, and an empty one
+    is refused."""
 
     models: list[str] = Field(list(SWEPT), description=f"Language models to sweep (of {list(SWEPT)}).")
     block_size: Optional[int] = Field(
         128, description="Context length of every trial (the models' training block_size)."
     )
+    lrs: Optional[list[float]] = Field(
+        None,
+        description="Peak learning rates for every model without its own `lrs_by_model` entry; null: each family's "
+        f"own grid ({GRID_LRS}).",
+    )
+    batch_sizes: Optional[list[int]] = Field(
+        None,
+        description="Batch sizes for every model without its own `batch_sizes_by_model` entry; null: each family's "
+        f"own ({GRID_BATCH_SIZES}, else [16]). At a model's flops_budget each size trains the steps the budget buys.",
+    )
     lrs_by_model: dict[str, list[float]] = Field(
-        GRID_LRS, description="A model's own learning rates, in place of `lrs` (each family's best lies elsewhere)."
+        {}, description="A model's own learning rates, in place of `lrs` and its family's grid."
     )
     batch_sizes_by_model: dict[str, list[int]] = Field(
-        GRID_BATCH_SIZES,
-        description="A model's own batch sizes, in place of `batch_sizes`; at its flops_budget each size trains the "
-        "steps the budget buys.",
+        {}, description="A model's own batch sizes, in place of `batch_sizes` and its family's."
     )
 
     @model_validator(mode="after")
@@ -66,12 +76,23 @@ class LrSweepConfig(dg.Config, SweepSettings):
             unknown = sorted(set(names) - set(SWEPT))
             if unknown:
                 raise ValueError(f"lr_sweep.{field_name} names {unknown}; valid: {list(SWEPT)}")
+        if not self.models:
+            raise ValueError(f"lr_sweep.models is empty: name at least one of {list(SWEPT)}")
+        for field_name, value in (("lrs", self.lrs), ("batch_sizes", self.batch_sizes),
+                                  *((f"lrs_by_model[{n}]", v) for n, v in self.lrs_by_model.items()),
+                                  *((f"batch_sizes_by_model[{n}]", v) for n, v in self.batch_sizes_by_model.items())):
+            if value is not None and not value:
+                raise ValueError(f"lr_sweep.{field_name} is empty: give at least one value, or leave it out")
+        for name in self.models:
+            check_grid(self.for_model(name), where=f"lr_sweep[{name}]")
         return self
 
     def for_model(self, name: str) -> SweepSettings:
         fields = {k: v for k, v in self.model_dump().items() if k in SweepSettings.model_fields}
-        fields["lrs"] = self.lrs_by_model.get(name, fields["lrs"])
-        fields["batch_sizes"] = self.batch_sizes_by_model.get(name, fields["batch_sizes"])
+        lrs = self.lrs_by_model.get(name) or self.lrs or GRID_LRS.get(name)
+        batches = self.batch_sizes_by_model.get(name) or self.batch_sizes or GRID_BATCH_SIZES.get(name)
+        fields["lrs"] = lrs if lrs is not None else SweepSettings.model_fields["lrs"].default
+        fields["batch_sizes"] = batches if batches is not None else SweepSettings.model_fields["batch_sizes"].default
         return SweepSettings(**fields)
 
 

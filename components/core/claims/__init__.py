@@ -27,10 +27,13 @@ from __future__ import annotations
 from .base import KINDS, LANGUAGE_MODELS, SECTIONS, Claim, Verdict, not_judged, not_measured, verdict
 from .language_models import (
     CLIP_TOLERANCE,
-    beats_ngram_baseline,
+    SCALING_Z,
     clipping_bounds_gradient,
     clipping_tames_exploding_gradients,
+    count_model_at_scale,
     gradients_vanish_and_explode,
+    language_models_beat_the_count_model,
+    transformer_overtakes_lstm_with_compute,
 )
 from .long_context import (
     arithmetic_matches_measurement,
@@ -111,7 +114,10 @@ __all__ = [
     "word_vectors_carry_similarity",
     "king_man_woman_queen",
     "CLIP_TOLERANCE",
-    "beats_ngram_baseline",
+    "language_models_beat_the_count_model",
+    "count_model_at_scale",
+    "SCALING_Z",
+    "transformer_overtakes_lstm_with_compute",
     "clipping_bounds_gradient",
     "gradients_vanish_and_explode",
     "clipping_tames_exploding_gradients",

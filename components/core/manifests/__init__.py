@@ -11,19 +11,26 @@ from .data import (
     Labels,
     LabelShard,
     NgramBaseline,
+    NgramRung,
     ShardedLabels,
     ShardTokenizer,
     Tokenizer,
     WordEmbeddings,
 )
 from .models import (
+    Crossing,
+    FamilyScaling,
     GradientStudy,
     LanguageModel,
     LrSweep,
     ModelComparison,
     NgramReference,
     RecurrentCost,
+    Scaling,
+    ScalingFit,
+    ScalingTrial,
     TransformerAblations,
+    TransformerVsLstm,
 )
 from .studies import (
     ArticleExamples,
@@ -44,10 +51,11 @@ from .studies import (
 )
 
 __all__ = [
-    "ENVELOPE", "KINDS", "TAG", "ArticleExamples", "AttentionCost", "AttentionHeads", "AttentionTopk", "ContextUsage",
-    "Corpus", "CorpusShard", "EmbeddingEval", "FfnMemories", "FileRecord", "GenerationCost", "GradientStudy",
-    "LabelShard", "Labels", "LanguageModel", "LongContextCost", "LrSweep", "Manifest", "ManifestError", "MemoryDelay",
-    "MemoryInduction", "MemoryRecall", "ModelComparison", "ModelExport", "NgramBaseline", "NgramReference",
-    "Published", "QuantizedModels", "RecurrentCost", "Report", "ShardTokenizer", "ShardedLabels", "Tokenizer",
-    "TransformerAblations", "WeightsArithmetic", "WordEmbeddings", "from_json",
+    "ArticleExamples", "AttentionCost", "AttentionHeads", "AttentionTopk", "ContextUsage", "Corpus", "CorpusShard",
+    "Crossing", "ENVELOPE", "EmbeddingEval", "FamilyScaling", "FfnMemories", "FileRecord", "GenerationCost",
+    "GradientStudy", "KINDS", "LabelShard", "Labels", "LanguageModel", "LongContextCost", "LrSweep", "Manifest",
+    "ManifestError", "MemoryDelay", "MemoryInduction", "MemoryRecall", "ModelComparison", "ModelExport",
+    "NgramBaseline", "NgramReference", "NgramRung", "Published", "QuantizedModels", "RecurrentCost", "Report",
+    "Scaling", "ScalingFit", "ScalingTrial", "ShardTokenizer", "ShardedLabels", "TAG", "Tokenizer",
+    "TransformerAblations", "TransformerVsLstm", "WeightsArithmetic", "WordEmbeddings", "from_json",
 ]

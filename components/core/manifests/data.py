@@ -114,17 +114,34 @@ class EmbeddingEval(Manifest):
 
 
 @dataclass(frozen=True, kw_only=True)
+class NgramRung:
+    """One order of the count ladder: its loss on the held-out end of the training stream (counted
+    without it; this chooses the order) and on the validation targets (counted over all of it)."""
+
+    order: int
+    model: str  # kn_<order>gram
+    heldout_loss: float
+    val_loss: float
+    val_ppl: float
+    discounts: list[list[float]] = field(default_factory=list)  # per order 1…n: D1, D2, D3+
+    types: int = 0  # distinct n-grams of the top order
+
+
+@dataclass(frozen=True, kw_only=True)
 class NgramBaseline(Manifest):
-    """Interpolated Kneser–Ney n-grams counted over the training tokens, scored on the validation
-    targets the language models are scored on; `best` is the lower of them."""
+    """The count ladder: interpolated modified Kneser–Ney n-grams of orders 1, 2, … counted over the
+    training tokens, scored on the validation targets the language models are scored on. `chosen`
+    ("the count model") is the order with the lowest loss on the held-out end of the training stream."""
 
     KIND = "ngram_baseline"
+    VERSION = 2
 
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    best: dict[str, Any] = field(default_factory=dict)
-    val_loss: float
+    rows: list[NgramRung] = field(default_factory=list)
+    chosen: NgramRung
+    val_loss: float  # the count model's
     block_size: int
     n_targets: int
+    n_heldout_targets: int
     n_train_tokens: int
     vocab_size: int
     tokenizer_sha256: str

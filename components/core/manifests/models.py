@@ -7,17 +7,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .base import Manifest
+from .data import NgramRung
 
 
 @dataclass(frozen=True, kw_only=True)
 class NgramReference:
-    """The count model a language model is judged against (from `NgramBaseline`)."""
+    """The count model a language model is judged against (from `NgramBaseline`): the order chosen on
+    held-out data, and the whole ladder (order, validation loss) to place the model on."""
 
     model: str
     val_loss: float
     block_size: int
     n_targets: int
     tokenizer_sha256: str
+    ladder: list[NgramRung] = field(default_factory=list)  # every rung, orders 1, 2, …
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,6 +28,7 @@ class LanguageModel(Manifest):
     """One trained language model (RNN, LSTM or Transformer): its weights, metrics and settings."""
 
     KIND = "language_model"
+    VERSION = 2  # 2: the baseline is the count model chosen on held-out data, with its ladder
 
     name: str
     family: str  # recurrent | transformer
@@ -118,3 +122,93 @@ class LrSweep(Manifest):
     trials: list[dict[str, Any]] = field(default_factory=list)
     budget_steps: int
     mlflow_url: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalingTrial:
+    """One training of the scaling study: a family at a budget (its point, or a sweep trial)."""
+
+    model: str
+    budget: float  # training FLOPs asked for
+    role: str  # point | sweep
+    lr: float
+    batch_size: int
+    steps: int
+    params: int
+    val_loss: float
+    train_seconds: float  # seconds of optimizer steps
+    flops: float  # training FLOPs spent (flops_per_token × tokens)
+    tokens: int
+    epochs: float  # tokens / training targets
+    reused: bool = False  # the input model itself (trained by the default run)
+    lr_at_edge: bool = False  # a point chosen at the edge of its sweep's learning rates
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalingFit:
+    """L(x) = l_inf + a · (x / x0)^(−alpha), with 95 % bootstrap intervals."""
+
+    l_inf: float
+    a: float
+    alpha: float
+    x0: float
+    l_inf_lo: float
+    l_inf_hi: float
+    alpha_lo: float
+    alpha_hi: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Crossing:
+    """Where a curve passes a level or another curve: the central fit's value, the bootstrap's median
+    and 95 % interval (inf where redraws never cross), the share of redraws that never cross, and the
+    first measured x where it was seen passing (None: no measured point did)."""
+
+    central: float
+    median: float
+    lo: float
+    hi: float
+    never: float
+    measured: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FamilyScaling:
+    noise: float  # seed noise of the final loss (nats)
+    noise_measured: bool  # False: assumed (no spread of this family was measured)
+    fit_flops: ScalingFit
+    fit_seconds: ScalingFit
+    passes_count_model_flops: Crossing
+    passes_count_model_seconds: Crossing
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransformerVsLstm:
+    transformer: str
+    lstm: str
+    largest_budget: float
+    transformer_loss: float
+    lstm_loss: float
+    lstm_minus_transformer: float  # > 0: the Transformer is ahead at the largest budget
+    noise: float  # the two families' seed noise combined
+    transformer_drop: float  # loss gained from the smallest budget to the largest
+    lstm_drop: float
+    per_flop: Crossing  # where the Transformer's curve passes the LSTM's, in FLOPs
+    per_second: Crossing  # … in training seconds
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scaling(Manifest):
+    """The scaling job: each family at growing training budgets, the fits and the crossings."""
+
+    KIND = "scaling"
+
+    budgets: list[float] = field(default_factory=list)
+    trials: list[ScalingTrial] = field(default_factory=list)
+    families: dict[str, FamilyScaling] = field(default_factory=dict)
+    count_model: NgramRung
+    versus: TransformerVsLstm | None = None
+    tokenizer_sha256: str
+    n_targets: int
+    settings: dict[str, Any] = field(default_factory=dict)
+    machine: dict[str, Any] = field(default_factory=dict)  # the CPU (or GPU) it ran on

@@ -11,7 +11,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..data import tokens_per_step
-from ..manifests import LanguageModel
+from ..manifests import LanguageModel, NgramBaseline, NgramRung
+from ..plots import draw_count_ladder
+from .ngram import ladder_position
 
 
 def training_time_axis(history: list[dict]) -> list[tuple[float, float]]:
@@ -196,12 +198,14 @@ class ComparisonResult:
     figures: dict[str, Figure] = field(default_factory=dict)
     baseline: list[dict[str, Any]] = field(
         default_factory=list
-    )  # the n-gram rows (model, val_loss), on the same targets
+    )  # the count ladder's rows (model, val_loss, count_model), on the same targets
     pairs: list[dict[str, Any]] = field(default_factory=list)  # pair_verdicts over seeds
+    ladder: list[NgramRung] = field(default_factory=list)
 
     @property
-    def best_ngram(self) -> dict[str, Any] | None:
-        return min(self.baseline, key=lambda r: r["val_loss"]) if self.baseline else None
+    def count_model(self) -> dict[str, Any] | None:
+        """The ladder's rung chosen on held-out data."""
+        return next((r for r in self.baseline if r.get("count_model")), None)
 
     def markdown(self) -> str:
         cols = (
@@ -253,17 +257,22 @@ class ComparisonResult:
                     else "**still changing beyond seed noise**."
                 )
             )
-        best = self.best_ngram
+        best = self.count_model
         if best is not None:
             settled += (
-                "\n\nAgainst the best n-gram ("
+                "\n\nAgainst the count model ("
                 + best["model"]
-                + f", {best['val_loss']:.4f} on the same targets): "
+                + f", its order chosen on held-out training data; {best['val_loss']:.4f} on the same targets): "
                 + ", ".join(
                     f"{r['model']} {best['val_loss'] - r.get('val_loss_seed_mean', r['val_loss']):+.3f}"
                     for r in self.rows
                 )
-                + " nats ahead."
+                + " nats ahead. On the ladder: "
+                + "; ".join(
+                    f"{r['model']} {ladder_position(r.get('val_loss_seed_mean', r['val_loss']), self.ladder)}"
+                    for r in self.rows
+                )
+                + "."
             )
         if self.pairs:
             settled += (
@@ -290,11 +299,11 @@ class ComparisonResult:
         }
         if "ranking_settled_beyond_spread" in self.settledness:
             out["ranking_settled_beyond_spread"] = float(self.settledness["ranking_settled_beyond_spread"])
-        best = self.best_ngram
+        best = self.count_model
         if best is not None:
-            out["ngram/val_loss"] = float(best["val_loss"])
+            out["count_model/val_loss"] = float(best["val_loss"])
             for r in self.rows:
-                out[f"{r['model']}/margin_over_ngram"] = float(best["val_loss"]) - float(
+                out[f"{r['model']}/margin_over_count_model"] = float(best["val_loss"]) - float(
                     r.get("val_loss_seed_mean", r["val_loss"])
                 )
         for r in self.rows:
@@ -313,12 +322,12 @@ class ComparisonResult:
 
 
 def compare_models(models: dict[str, LanguageModel], seed_losses: dict[str, list[float]] | None = None,
-                   baseline: list[dict[str, Any]] | None = None) -> ComparisonResult:
+                   baseline: NgramBaseline | None = None) -> ComparisonResult:
     """`models`: name -> its language model's manifest (its metrics and eval history are read).
     `seed_losses`: name -> final validation losses of the same model trained with other seeds (the
     model's own run included); their spread decides which differences are beyond seed noise.
-    `baseline`: the n-gram rows ({"model", "val_loss"}) scored on the same validation targets: a row
-    of the table and a line on every loss plot each."""
+    `baseline`: the count ladder scored on the same validation targets: a row of the table and a line
+    on every loss plot each rung, the count model (the order chosen on held-out data) marked."""
     spreads = seed_spread(seed_losses or {})
     curves = {name: training_time_axis(m.history) for name, m in models.items()}
     # The longest time every model reached: the fair budget for "who is better per second".
@@ -344,8 +353,9 @@ def compare_models(models: dict[str, LanguageModel], seed_losses: dict[str, list
         )
     settledness = ranking_settledness(curves, {n: v["spread"] for n, v in spreads.items()} or None)
     base_rows = [
-        {"model": r["model"], "params": 0, "val_loss": float(r["val_loss"]), "val_ppl": float(np.exp(r["val_loss"]))}
-        for r in (baseline or [])
+        {"model": r.model, "params": 0, "val_loss": r.val_loss, "val_ppl": r.val_ppl,
+         "count_model": r.order == baseline.chosen.order}
+        for r in (baseline.rows if baseline else [])
     ]
     all_losses = {
         n: list(seed_losses[n]) if seed_losses and n in seed_losses else [models[n].val_loss]
@@ -358,6 +368,7 @@ def compare_models(models: dict[str, LanguageModel], seed_losses: dict[str, list
         seeds=spreads,
         baseline=base_rows,
         pairs=pair_verdicts(all_losses),
+        ladder=list(baseline.rows) if baseline else [],
     )
     tokens = {name: tokens_axis(m.history) for name, m in models.items()}
     flops = {name: flops_axis(m.history, m.metrics.get("flops_per_token")) for name, m in models.items()}
@@ -380,9 +391,8 @@ def plot_comparison(curves: dict[str, list[tuple[float, float]]], rows: list[dic
         if flops and flops.get(name):
             f, loss = zip(*flops[name])
             ax_fl.plot(f, loss, marker="o", ms=3, label=name, color=f"C{i}")
-    for j, b in enumerate(baseline or []):  # the count models: one horizontal line each, on both loss panels
-        for a in (ax1, ax_tok, ax_fl):
-            a.axhline(b["val_loss"], color="black", ls=(":", "-.", "--")[j % 3], lw=1, label=f"{b['model']} (n-gram)")
+    for a in (ax1, ax_tok, ax_fl):  # the count ladder: a line per rung on the three loss panels
+        draw_count_ladder(a, [(b["model"], b["val_loss"], bool(b.get("count_model"))) for b in baseline or []])
     ax1.axvline(matched, color="grey", ls="--", lw=1)
     ax1.set_xlabel("training time (s)")
     ax1.set_ylabel("validation loss")

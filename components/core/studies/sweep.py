@@ -181,16 +181,18 @@ def lm_trial(
     out_dir: str | Path,
     *,
     model_meta: dict | None = None,
+    evals: int = 2,
 ) -> Callable[[dict[str, Any]], dict[str, Any]]:
     """A trial that trains the language model `family` with `base_train` updated by the trial's
-    params and returns its validation loss on the whole validation split (diverged: inf)."""
+    params and returns its validation loss on the whole validation split (diverged: inf), scored
+    `evals` times (2: halfway and at the end; 1: at the end only), and what the training cost."""
     from ..lm import SamplingSettings, train_lm
     from ..training import TrainingDivergedError, TrainSettings
 
     def trial(params: dict[str, Any]) -> dict[str, Any]:
-        # Scored once halfway and at the end (the whole split each time): only the end chooses.
+        # Scored on the whole split each time (halfway and at the end, or at the end only): only the end chooses.
         ts = TrainSettings(**{**base_train, **params, "eval_batches": None,
-                              "eval_interval": max(params["max_steps"] // 2, 1)})
+                              "eval_interval": max(params["max_steps"] // 2, 1) if evals > 1 else 0})
         tag = f"lr{params['lr']:g}_w{params['warmup_steps']}"
         try:
             res = train_lm(family, model_settings, ts, train_data, val_data, vocab_size, Path(out_dir) / tag,
@@ -204,6 +206,9 @@ def lm_trial(
             "train_loss": float(m["train/loss"]),
             "tokens_per_s": float(m["train/tokens_per_s_mean"]),
             "wall_s": float(m["wall_s"]),
+            "train_s": float(m["train/seconds"]),
+            "params": int(m["params"]),
+            "flops_per_token": float(m["flops_per_token"]),
             "history": [(h["step"], h["val/loss"]) for h in res.history if "val/loss" in h],
         }
 

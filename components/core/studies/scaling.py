@@ -1,0 +1,534 @@
+"""Where each neural family passes the count model, and whether the Transformer overtakes the LSTM as
+compute grows: loss against training FLOPs and against training seconds, fitted as power laws.
+
+Each family (a trained language model of the default run: RNN, LSTM, Transformer) is trained at every
+budget of `budgets` (training FLOPs, increasing). The model grows with the budget by one stated rule,
+the compute-optimal one of Hoffmann et al. (2022, "Chinchilla": parameters and tokens each ∝ C^0.5):
+
+    param_budget(C) = P0 · (C / C0)^size_exponent        (P0: the input model's parameters, C0: budgets[0])
+
+so at 8× the compute a family has √8 ≈ 2.8× the parameters and trains on 2.8× the tokens. Its depth,
+shape ratios and context stay those of the input model; the sizer picks the width.
+
+Learning rate and batch come from the tune machinery (`sweep.run_sweep` over `sweep.lm_trial`
+trials, each with its own full schedule ending at its budget) at the smallest and the largest budget:
+- at the smallest, the input model itself is the first point when it was trained at budgets[0]
+  (the default run's models are: their learning rate and batch are the `tune` job's choice at that
+  budget); otherwise its learning rate × `smallest_lr_factors` is swept there;
+- at the largest, the smallest budget's learning rate × `largest_lr_factors` (and its batch ×
+  `largest_batch_factors`) is swept;
+- between them, the learning rate is interpolated geometrically in log C, the batch kept (or
+  interpolated geometrically when the two ends chose different batches).
+
+The fit, per family and axis (x = FLOPs or training seconds, normalised by the first point's):
+
+    L(x) = L∞ + a · x^(−α),     L∞ ∈ [0, min loss], a ≥ 0, α ∈ [0, 3]
+
+Intervals come from a parametric bootstrap: each point's loss is redrawn with the family's seed noise
+(σ: the spread of its final loss over seeds that `model_comparison` measured at the smallest budget)
+and refitted. From every redraw follow the compute where the curve passes the count model, and where
+the Transformer's passes the LSTM's; each is reported as a median with a 95 % interval, infinite where
+a share of the redraws never crosses (within `horizon` × the largest budget for two curves).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import ConfigError
+from ..manifests import Crossing, FamilyScaling, NgramRung, ScalingFit, ScalingTrial, TransformerVsLstm
+
+MAX_ALPHA = 3.0
+
+
+class ScalingSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    budgets: list[float] = Field(
+        [5.5e12, 1.1e13, 2.2e13, 4.4e13],
+        description="Training FLOPs of each point, increasing; at least 3 (the fit has three parameters). The default "
+        "starts at the default run's 5.5e12 and spans 8× upward.",
+    )
+    size_exponent: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="param_budget ∝ C^size_exponent from the input model's parameters at budgets[0] (0.5: "
+        "Chinchilla's compute-optimal split, parameters and tokens growing alike; 0: one size).",
+    )
+    smallest_lr_factors: list[float] = Field(
+        [0.5, 1.0, 2.0],
+        description="The learning rates swept at budgets[0], × the input model's, when the input model was not "
+        "trained at budgets[0] and so cannot be the first point.",
+    )
+    largest_lr_factors: list[float] = Field(
+        [0.5, 1.0], description="The learning rates swept at the largest budget, × the smallest budget's."
+    )
+    largest_batch_factors: list[int] = Field(
+        [1], description="The batch sizes swept at the largest budget, × the smallest budget's."
+    )
+    reuse_trained: bool = Field(
+        True, description="The input model is the first point when it was trained at budgets[0] (saves its cost)."
+    )
+    bootstrap: int = Field(1000, ge=50, description="Redraws of the points for the fits' intervals.")
+    horizon: float = Field(
+        1e4, gt=1.0, description="Crossings of two fitted curves are searched up to this × the largest budget."
+    )
+    default_noise: float = Field(
+        0.01,
+        gt=0.0,
+        description="Seed noise (nats) of a family whose spread over seeds was not measured, when no family's was.",
+    )
+    seed: int = Field(0, description="Seed of the bootstrap.")
+
+
+def check_settings(s: ScalingSettings, where: str = "scaling_laws") -> None:
+    """Bad grids fail before anything trains, naming the setting."""
+    if not s.budgets:
+        raise ConfigError(f"{where}.budgets is empty: give at least 3 training-FLOP budgets, increasing")
+    bad = [b for b in s.budgets if not (math.isfinite(b) and b > 0)]
+    if bad:
+        raise ConfigError(f"{where}.budgets holds non-positive or non-finite values {bad}")
+    if any(b >= c for b, c in zip(s.budgets, s.budgets[1:])):
+        raise ConfigError(f"{where}.budgets={s.budgets} is not increasing: list each budget once, smallest first")
+    if len(s.budgets) < 3:
+        raise ConfigError(f"{where}.budgets has {len(s.budgets)} budget(s): the fit L∞ + a·C^−α needs at least 3")
+    for name in ("smallest_lr_factors", "largest_lr_factors", "largest_batch_factors"):
+        values = getattr(s, name)
+        if not values:
+            raise ConfigError(f"{where}.{name} is empty: give at least one factor (1 for the value itself)")
+        if any(not (math.isfinite(v) and v > 0) for v in values):
+            raise ConfigError(f"{where}.{name}={values}: every factor must be > 0")
+
+
+# --------------------------------------------------------------------------------------------------
+# The fit
+
+
+def power_law(x: np.ndarray, l_inf: float, a: float, alpha: float) -> np.ndarray:
+    return l_inf + a * np.power(x, -alpha)
+
+
+@dataclass
+class PowerLawFit:
+    """L(x) = l_inf + a · (x / x0)^(−alpha) over points (x, loss ± sigma); `samples`: the bootstrap's
+    refits (l_inf, a, alpha), one row each."""
+
+    x0: float
+    l_inf: float
+    a: float
+    alpha: float
+    samples: np.ndarray  # (n, 3)
+
+    def __call__(self, x: np.ndarray | float) -> np.ndarray:
+        return power_law(np.asarray(x, dtype=float) / self.x0, self.l_inf, self.a, self.alpha)
+
+    def interval(self, name: str) -> tuple[float, float]:
+        col = self.samples[:, ("l_inf", "a", "alpha").index(name)]
+        return float(np.percentile(col, 2.5)), float(np.percentile(col, 97.5))
+
+    def summary(self) -> ScalingFit:
+        (l_lo, l_hi), (a_lo, a_hi) = self.interval("l_inf"), self.interval("alpha")
+        return ScalingFit(l_inf=self.l_inf, a=self.a, alpha=self.alpha, x0=self.x0, l_inf_lo=l_lo, l_inf_hi=l_hi,
+                          alpha_lo=a_lo, alpha_hi=a_hi)
+
+
+def _fit_once(x: np.ndarray, y: np.ndarray, sigma: np.ndarray) -> tuple[float, float, float] | None:
+    from scipy.optimize import curve_fit
+
+    top = float(y.min())
+    l0 = max(top - 0.5 * max(float(y.max() - y.min()), 0.05), 0.0)
+    p0 = (l0, max(float(y[0]) - l0, 1e-3), 0.5)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            p, _ = curve_fit(power_law, x, y, p0=p0, sigma=sigma, absolute_sigma=True,
+                             bounds=([0.0, 0.0, 0.0], [max(top, 1e-9), np.inf, MAX_ALPHA]), maxfev=20000)
+    except (RuntimeError, ValueError):
+        return None
+    return float(p[0]), float(p[1]), float(p[2])
+
+
+def fit_power_law(x: list[float] | np.ndarray, y: list[float] | np.ndarray, sigma: float | list[float], *,
+                  bootstrap: int = 1000, seed: int = 0) -> PowerLawFit:
+    """The least-squares fit of L∞ + a·(x/x0)^−α (x0 = the smallest x) and its parametric bootstrap:
+    every loss redrawn as y + N(0, σ²) and refitted `bootstrap` times."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if len(x) < 3 or len(x) != len(y):
+        raise ValueError(f"a power-law fit needs at least 3 points (x, loss), got {len(x)} and {len(y)}")
+    order = np.argsort(x)
+    x, y = x[order], y[order]
+    sig = np.broadcast_to(np.asarray(sigma, dtype=float), y.shape)
+    if isinstance(sigma, (list, np.ndarray)):
+        sig = np.asarray(sigma, dtype=float)[order]
+    x0 = float(x[0])
+    central = _fit_once(x / x0, y, sig)
+    if central is None:
+        raise RuntimeError("the power-law fit did not converge on the measured points")
+    rng = np.random.default_rng(seed)
+    samples = []
+    for _ in range(bootstrap):
+        p = _fit_once(x / x0, y + rng.normal(0.0, sig), sig)
+        if p is not None:
+            samples.append(p)
+    return PowerLawFit(x0, *central, samples=np.asarray(samples, dtype=float).reshape(-1, 3))
+
+
+def level_crossing(l_inf: float, a: float, alpha: float, level: float) -> float:
+    """x / x0 where L(x) = level (the curve passes below `level` beyond it); inf if it never does."""
+    if level <= l_inf or a <= 0 or alpha <= 0:
+        return math.inf if power_law(np.array(1.0), l_inf, a, alpha) >= level else 0.0
+    return (a / (level - l_inf)) ** (1.0 / alpha)
+
+
+def curves_crossing(p: tuple[float, float, float], q: tuple[float, float, float], x_q0_over_p0: float,
+                    horizon: float, grid: int = 4000) -> float:
+    """The smallest x / x0_p ≥ 1 (on a log grid up to `horizon`) from which curve p lies below curve q
+    for good; 1.0 when p is already below at x0_p, inf when it never passes within the horizon.
+    `x_q0_over_p0`: q's normalisation point over p's (the same axis, other first points)."""
+    xs = np.geomspace(1.0, horizon, grid)
+    diff = power_law(xs, *p) - power_law(xs / x_q0_over_p0, *q)
+    below = diff < 0
+    if not below.any():
+        return math.inf
+    above = np.flatnonzero(~below)
+    if len(above) == 0:
+        return 1.0
+    if above[-1] == len(xs) - 1:
+        return math.inf  # p is above q at the horizon: it has not passed for good
+    return float(xs[above[-1] + 1])
+
+
+def _percentiles(values: list[float], central: float, measured: float | None = None) -> Crossing:
+    v = np.asarray(values, dtype=float)
+    if len(v) == 0:
+        return Crossing(central=central, median=central, lo=math.nan, hi=math.nan, never=math.nan, measured=measured)
+    # Order statistics, not interpolation: a percentile among redraws that never cross is infinite.
+    lo, med, hi = (float(np.percentile(v, q, method="inverted_cdf")) for q in (2.5, 50, 97.5))
+    return Crossing(central=central, median=med, lo=lo, hi=hi, never=float(np.mean(np.isinf(v))),
+                    measured=None if measured is None else float(measured))
+
+
+def pass_level(fit: PowerLawFit, level: float, xs: list[float], losses: list[float]) -> Crossing:
+    """Where `fit` passes `level`, in the fit's x units; `measured`: the first x whose measured loss is
+    below the level."""
+    measured = next((x for x, y in sorted(zip(xs, losses)) if y < level), None)
+    central = fit.x0 * level_crossing(fit.l_inf, fit.a, fit.alpha, level)
+    boot = [fit.x0 * level_crossing(*s, level) for s in fit.samples]
+    return _percentiles(boot, central, measured)
+
+
+def overtake(p: PowerLawFit, q: PowerLawFit, horizon: float, xs: list[float], lp: list[float],
+             lq: list[float]) -> Crossing:
+    """Where curve p passes below curve q for good (x units of p's axis); `measured`: the first
+    common x from which p's measured loss stays below q's."""
+    ratio = q.x0 / p.x0
+    pairs = sorted(zip(xs, lp, lq))
+    measured = None
+    for i, (x, _, _) in enumerate(pairs):
+        if all(a < b for _, a, b in pairs[i:]):
+            measured = x
+            break
+    central = p.x0 * curves_crossing((p.l_inf, p.a, p.alpha), (q.l_inf, q.a, q.alpha), ratio, horizon)
+    n = min(len(p.samples), len(q.samples))
+    boot = [p.x0 * curves_crossing(tuple(p.samples[i]), tuple(q.samples[i]), ratio, horizon) for i in range(n)]
+    return _percentiles(boot, central, measured)
+
+
+# --------------------------------------------------------------------------------------------------
+# The study
+
+
+@dataclass
+class FamilyInput:
+    """A trained language model the study starts from (its manifest's figures)."""
+
+    name: str  # the asset, e.g. lstm_lm
+    family: str  # recurrent | transformer
+    model_config: dict[str, Any]
+    train_settings: dict[str, Any]
+    params: int
+    val_loss: float
+    train_seconds: float
+    flops_per_token: float
+    steps: int
+    noise: float  # seed noise of its final loss (nats)
+    noise_measured: bool
+
+
+@dataclass
+class ScalingResult:
+    trials: list[ScalingTrial]  # every training: the budgets' points and the sweeps' other trials
+    families: dict[str, FamilyScaling]  # the fits and where each passes the count model
+    count_model: NgramRung
+    versus: TransformerVsLstm | None  # the Transformer against the LSTM
+    budgets: list[float]
+    settings: dict[str, Any]
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def points(self, name: str) -> list[ScalingTrial]:
+        return sorted((t for t in self.trials if t.model == name and t.role == "point"), key=lambda t: t.budget)
+
+
+def _scaled_settings(inp: FamilyInput, budget: float, c0: float, exponent: float) -> dict[str, Any]:
+    settings = dict(inp.model_config)
+    settings["param_budget"] = int(round(inp.params * (budget / c0) ** exponent))
+    return settings
+
+
+def _interp_log(c: float, c0: float, c1: float, v0: float, v1: float) -> float:
+    t = math.log(c / c0) / math.log(c1 / c0)
+    return math.exp(math.log(v0) + t * (math.log(v1) - math.log(v0)))
+
+
+def plan_steps(inputs: list[FamilyInput], settings: ScalingSettings, vocab_size: int,
+               block_size: int) -> dict[str, list[dict[str, Any]]]:
+    """Per family and budget: the model's size and the steps the budget buys at the input batch
+    (and at the largest budget's batches); a budget that buys no step past warmup is an error naming
+    it, before anything trains."""
+    import torch
+
+    from ..lm import build_model, resolve_settings
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    c0 = settings.budgets[0]
+    for inp in inputs:
+        rows = []
+        for i, c in enumerate(settings.budgets):
+            resolved = resolve_settings(inp.family, _scaled_settings(inp, c, c0, settings.size_exponent), vocab_size)
+            with torch.device("meta"):
+                model = build_model(inp.family, resolved, vocab_size)
+            fpt = model.flops_per_token(block_size)
+            batches = [int(inp.train_settings["batch_size"])]
+            if i == len(settings.budgets) - 1:
+                batches = [max(1, int(round(b * f))) for b in batches for f in settings.largest_batch_factors]
+            for b in batches:
+                steps = int(c // (fpt * b * block_size))
+                warmup = int(inp.train_settings.get("warmup_steps", 0))
+                if steps <= warmup:
+                    raise ConfigError(
+                        f"scaling_laws.budgets[{i}]={c:.3g} buys {steps} step(s) of {inp.name} at its size there "
+                        f"({fpt:.3g} FLOPs a token × {b} × {block_size} tokens a step), not more than its "
+                        f"warmup_steps={warmup}: raise the budget"
+                    )
+            rows.append({"budget": c, "fpt": fpt, "resolved": resolved.model_dump(), "steps": steps})
+        out[inp.name] = rows
+    return out
+
+
+def run_scaling(
+    inputs: list[FamilyInput],
+    train_data,
+    val_data,
+    vocab_size: int,
+    count_model: NgramRung,
+    ladder: list[NgramRung],
+    settings: ScalingSettings,
+    out_dir: str | Path,
+    *,
+    model_meta: dict | None = None,
+    log: Callable[[dict[str, Any]], None] | None = None,
+) -> ScalingResult:
+    """Every family at every budget (module doc), then the fits and the crossings."""
+    from .sweep import SweepSettings, lm_trial, run_sweep
+
+    check_settings(settings)
+    block = int(inputs[0].train_settings.get("block_size") or train_data.block_size)
+    plan_steps(inputs, settings, vocab_size, block)
+    budgets, c0, c1 = settings.budgets, settings.budgets[0], settings.budgets[-1]
+    trials: list[dict[str, Any]] = []
+
+    def record(inp: FamilyInput, budget: float, role: str, row: dict[str, Any]) -> dict[str, Any]:
+        tokens = row.get("steps", 0) * row["batch_size"] * block
+        out = {"model": inp.name, "budget": budget, "role": role, "lr": row["lr"], "batch_size": row["batch_size"],
+               "steps": int(row.get("steps", 0)), "params": int(row.get("params", 0)), "val_loss": row["val_loss"],
+               "train_seconds": float(row.get("train_s", math.nan)),
+               "flops": float(row.get("flops_per_token", math.nan)) * tokens, "tokens": tokens,
+               "epochs": tokens / max(train_data.n_targets, 1), "reused": bool(row.get("reused", False))}
+        trials.append(out)
+        if log:
+            log(out)
+        return out
+
+    for inp in inputs:
+        base_train = {k: v for k, v in inp.train_settings.items()
+                      if k not in ("launcher", "nproc_per_node", "strategy", "max_steps")}
+        lr_in, batch_in = float(inp.train_settings["lr"]), int(inp.train_settings["batch_size"])
+        min_lr_ratio = float(inp.train_settings.get("min_lr", lr_in * 0.1)) / lr_in
+        warmup = int(inp.train_settings.get("warmup_steps", 0))
+
+        def sweep(budget: float, lrs: list[float], batches: list[int], role_tag: str,
+                  inp: FamilyInput = inp, base_train: dict = base_train, min_lr_ratio: float = min_lr_ratio,
+                  warmup: int = warmup) -> dict[str, Any]:
+            trial = lm_trial(inp.family, _scaled_settings(inp, budget, c0, settings.size_exponent),
+                             {**base_train, "flops_budget": budget}, train_data, val_data, vocab_size,
+                             Path(out_dir) / f"{inp.name}_{budget:.3g}", model_meta=model_meta, evals=1)
+            rows: list[dict[str, Any]] = []
+
+            def keep(row: dict[str, Any]) -> None:
+                rows.append(record(inp, budget, "sweep", row))  # the chosen one becomes the budget's point
+
+            result = run_sweep(SweepSettings(lrs=lrs, warmup_steps=[warmup], batch_sizes=batches,
+                                             max_steps=10 ** 9, min_lr_ratio=min_lr_ratio),
+                               trial, where=f"scaling_laws[{inp.name}] at {budget:.3g} FLOPs ({role_tag})", log=keep)
+            chosen = min((r for r in rows if math.isfinite(r["val_loss"])), key=lambda r: (r["val_loss"], r["lr"]))
+            chosen["role"] = "point"
+            chosen["lr_at_edge"] = bool(result.at_edge)
+            return chosen
+
+        # The smallest budget: the input model itself, or a sweep around its learning rate.
+        trained_at = inp.train_settings.get("flops_budget")
+        if settings.reuse_trained and trained_at and math.isclose(float(trained_at), c0, rel_tol=1e-9):
+            first = record(inp, c0, "point", {"lr": lr_in, "batch_size": batch_in, "steps": inp.steps,
+                                              "params": inp.params, "val_loss": inp.val_loss,
+                                              "train_s": inp.train_seconds,
+                                              "flops_per_token": inp.flops_per_token,
+                                              "reused": True})
+        else:
+            first = sweep(c0, [lr_in * f for f in settings.smallest_lr_factors], [batch_in], "smallest")
+        # The largest: a sweep around the smallest budget's choice.
+        last = sweep(c1, [first["lr"] * f for f in settings.largest_lr_factors],
+                     sorted({max(1, int(round(first["batch_size"] * f))) for f in settings.largest_batch_factors}),
+                     "largest")
+        # Between: interpolated in log C.
+        for c in budgets[1:-1]:
+            lr = _interp_log(c, c0, c1, first["lr"], last["lr"])
+            batch = int(round(_interp_log(c, c0, c1, first["batch_size"], last["batch_size"])))
+            trial = lm_trial(inp.family, _scaled_settings(inp, c, c0, settings.size_exponent),
+                             {**base_train, "flops_budget": c}, train_data, val_data, vocab_size,
+                             Path(out_dir) / f"{inp.name}_{c:.3g}", model_meta=model_meta, evals=1)
+            params = {"lr": lr, "min_lr": lr * min_lr_ratio, "warmup_steps": warmup, "max_steps": 10 ** 9,
+                      "batch_size": batch}
+            record(inp, c, "point", {**params, **trial(params)})
+    return analyse(inputs, trials, count_model, ladder, settings)
+
+
+def analyse(inputs: list[FamilyInput], trials: list[dict[str, Any]] | list[ScalingTrial], count_model: NgramRung,
+            ladder: list[NgramRung], settings: ScalingSettings) -> ScalingResult:
+    """The fits and crossings of measured trials (every family's `point` rows)."""
+    rows = [t if isinstance(t, ScalingTrial) else ScalingTrial(**t) for t in trials]
+    fits: dict[str, dict[str, PowerLawFit]] = {}
+    families: dict[str, FamilyScaling] = {}
+
+    def points(name: str) -> list[ScalingTrial]:
+        return sorted((t for t in rows if t.model == name and t.role == "point"), key=lambda t: t.budget)
+
+    for k, inp in enumerate(inputs):
+        pts = points(inp.name)
+        losses = [t.val_loss for t in pts]
+        by_axis = {axis: fit_power_law([getattr(t, key) for t in pts], losses, inp.noise,
+                                       bootstrap=settings.bootstrap, seed=settings.seed + k)
+                   for axis, key in (("flops", "flops"), ("seconds", "train_seconds"))}
+        fits[inp.name] = by_axis
+        families[inp.name] = FamilyScaling(
+            noise=inp.noise, noise_measured=inp.noise_measured,
+            fit_flops=by_axis["flops"].summary(), fit_seconds=by_axis["seconds"].summary(),
+            passes_count_model_flops=pass_level(by_axis["flops"], count_model.val_loss, [t.flops for t in pts], losses),
+            passes_count_model_seconds=pass_level(by_axis["seconds"], count_model.val_loss,
+                                                  [t.train_seconds for t in pts], losses),
+        )
+    versus = None
+    t_name = next((i.name for i in inputs if i.family == "transformer"), None)
+    l_name = next((i.name for i in inputs if i.family == "recurrent" and i.model_config.get("cell") == "lstm"), None)
+    if t_name and l_name:
+        pt, pl = points(t_name), points(l_name)
+        per_flop = overtake(fits[t_name]["flops"], fits[l_name]["flops"], settings.horizon, [t.budget for t in pt],
+                            [t.val_loss for t in pt], [t.val_loss for t in pl])
+        # Seconds differ between families: the Transformer's measured points against the LSTM's fitted curve.
+        lstm_s = fits[l_name]["seconds"]
+        xs = [t.train_seconds for t in pt]
+        per_second = overtake(fits[t_name]["seconds"], lstm_s, settings.horizon, xs, [t.val_loss for t in pt],
+                              [float(lstm_s(x)) for x in xs])
+        noise = {i.name: i.noise for i in inputs}
+        versus = TransformerVsLstm(
+            transformer=t_name, lstm=l_name, largest_budget=pt[-1].budget, transformer_loss=pt[-1].val_loss,
+            lstm_loss=pl[-1].val_loss, lstm_minus_transformer=pl[-1].val_loss - pt[-1].val_loss,
+            noise=math.hypot(noise[t_name], noise[l_name]), transformer_drop=pt[0].val_loss - pt[-1].val_loss,
+            lstm_drop=pl[0].val_loss - pl[-1].val_loss, per_flop=per_flop, per_second=per_second,
+        )
+    result = ScalingResult(trials=rows, families=families, count_model=count_model, versus=versus,
+                           budgets=list(settings.budgets), settings=settings.model_dump())
+    result.figures["scaling"] = plot_scaling(result, fits, ladder)
+    return result
+
+
+def plot_scaling(result: ScalingResult, fits: dict[str, dict[str, PowerLawFit]], ladder: list[NgramRung]):
+    from matplotlib.figure import Figure
+
+    from ..plots import draw_count_ladder
+
+    fig = Figure(figsize=(12, 4.6), layout="constrained")
+    axes = fig.subplots(1, 2)
+    rungs = [(r.model, r.val_loss, r.order == result.count_model.order) for r in ladder
+             if r.val_loss < max(t.val_loss for t in result.trials) + 0.3]
+    for ax, (axis, key, label) in zip(axes, (("flops", "flops", "training FLOPs"),
+                                             ("seconds", "train_seconds", "training seconds (this CPU)"))):
+        for i, (name, by) in enumerate(fits.items()):
+            pts = result.points(name)
+            xs = np.array([getattr(t, key) for t in pts])
+            ax.plot(xs, [t.val_loss for t in pts], "o", color=f"C{i}", label=name)
+            sweeps = [t for t in result.trials if t.model == name and t.role == "sweep"]
+            ax.plot([getattr(t, key) for t in sweeps], [t.val_loss for t in sweeps], "o", mfc="none", ms=4,
+                    color=f"C{i}", alpha=0.6)
+            grid = np.geomspace(xs.min(), xs.max() * 30, 200)
+            f = by[axis]
+            ax.plot(grid, f(grid), "-", color=f"C{i}", lw=1,
+                    label=f"{name}: {f.l_inf:.2f} + a·x^−{f.alpha:.2f}")
+        draw_count_ladder(ax, rungs)
+        ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel("validation loss (nats per token)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_title("Loss against compute (hollow: sweep trials; lines: fits, extended 30×)")
+    axes[1].set_title("Loss against wall-clock training time")
+    return fig
+
+
+def markdown(result: ScalingResult) -> str:
+    """The points, the fits and the crossings as a page."""
+    cm = result.count_model
+    lines = ["| model | budget (FLOPs) | params | batch | lr | steps | epochs | train s | val loss |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for t in sorted(result.trials, key=lambda t: (t.model, t.budget, t.role != "point")):
+        mark = "" if t.role == "point" else " (sweep)"
+        reused = " (the input model)" if t.reused else ""
+        edge = " (lr at the sweep's edge)" if t.lr_at_edge else ""
+        lines.append(f"| {t.model}{mark}{reused} | {t.budget:.3g} | {t.params:,} | {t.batch_size} | {t.lr:.3g}{edge} | "
+                     f"{t.steps:,} | {t.epochs:.2f} | {t.train_seconds:.0f} | {t.val_loss:.4f} |")
+    lines += ["", f"The count model: {cm.model}, {cm.val_loss:.4f} on the same validation targets.", "",
+              "| model | axis | L∞ (95 %) | α (95 %) | passes the count model at: median (95 %) | seen passing at |",
+              "|---|---|---|---|---|---|"]
+    for name, fam in result.families.items():
+        for axis, f, c in (("FLOPs", fam.fit_flops, fam.passes_count_model_flops),
+                           ("seconds", fam.fit_seconds, fam.passes_count_model_seconds)):
+            unit = "FLOPs" if axis == "FLOPs" else "s"
+            seen = f"{c.measured:.3g} {unit}" if c.measured is not None else "not reached"
+            lines.append(f"| {name} | {axis} | {f.l_inf:.3f} ({f.l_inf_lo:.3f}–{f.l_inf_hi:.3f}) | "
+                         f"{f.alpha:.2f} ({f.alpha_lo:.2f}–{f.alpha_hi:.2f}) | {crossing_text(c, unit)} | {seen} |")
+    v = result.versus
+    if v:
+        lines += ["", f"At the largest budget ({v.largest_budget:.3g} FLOPs) the LSTM's loss minus the Transformer's "
+                  f"is {v.lstm_minus_transformer:+.3f} nats (seed noise of the difference {v.noise:.3f}); from the "
+                  f"smallest budget to the largest the Transformer gained {v.transformer_drop:.3f} nats, the LSTM "
+                  f"{v.lstm_drop:.3f}.",
+                  f"The Transformer passes the LSTM per FLOP at {crossing_text(v.per_flop, 'FLOPs')}, per second "
+                  f"of training at {crossing_text(v.per_second, 's')}."]
+    return "\n".join(lines)
+
+
+def crossing_text(c: Crossing, unit: str) -> str:
+    """"1.2e+14 FLOPs (4.1e+13–∞; 12 % of redraws never)"."""
+    def num(x: float) -> str:
+        return "∞" if math.isinf(x) else f"{x:.2g}"
+
+    never = f"; {c.never:.0%} of redraws never" if c.never and c.never > 0 else ""
+    return f"{num(c.median)} {unit} ({num(c.lo)}–{num(c.hi)}{never})"
