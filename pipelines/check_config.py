@@ -1,7 +1,8 @@
 """Check an experiment file of configs/ before anything launches: Dagster's schema (unknown keys,
 wrong types, missing fields) and the config classes' own rules (`validation.check_run_config`),
 every problem on one line naming its path, no traceback. Exit 0 when the file is valid, 2 if not.
-A file may also configure the jobs off the default route: `lr_sweep` (the `tune` job) and `scaling_laws` (the `scaling` job).
+A file may also configure the jobs off the default route: `lr_sweep` (the `tune` job) and `scaling_laws`
+(the `scaling` job).
 
     python -m pipelines.check_config tiny                 # configs/tiny.yaml, as the job tiny_pipeline runs it
     python -m pipelines.check_config path/to/other.yaml   # any run-config file, against the default route

@@ -122,13 +122,18 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
             title = f"Run report: {job_label(run.job_name)} · {run.run_id[:8]}"
             info = {"Dagster run": run.run_id, "job": job_label(run.job_name), "MLflow parent run": parent.url,
                     "assets": len(sections), "claims judged": len(judgements)}
-            page = render_report(title, info, sections, judgements, recorded_checks(context, set(BY_NAME)))
+            headline = headline_metrics(sections)  # this run's alone
+            shown = sections + ([section_from_manifest(
+                SCALING.to_user_string(), "scaling", scaling,
+                f"From the scaling job's latest run (Dagster run {scaling.dagster_run_id[:8]}), not this one: each "
+                "family at growing training budgets, where it passes the count model and where the Transformer "
+                "passes the LSTM.")] if scaling else [])
+            page = render_report(title, info, shown, judgements, recorded_checks(context, set(BY_NAME)))
             path = s.tmp / REPORT_FILE
             path.write_text(page, encoding="utf-8")
             counts, inv = claim_counts(judgements), invariant_counts(judgements)
             count_metrics = {**{f"claims/{k.replace(' ', '_')}": float(v) for k, v in counts.items()},
                              **{f"invariants/{k.replace(' ', '_')}": float(v) for k, v in inv.items()}}
-            headline = headline_metrics(sections)
             summary = summary_markdown(title, judgements, headline, REPORT_FILE)
             # The run's summary on its parent run: the page, the headline metrics, the description.
             parent.log_artifact(path)

@@ -253,10 +253,11 @@ def test_every_claim_is_judged_once_per_asset_and_a_missing_or_broken_input_is_n
     js = C.judge_all(
         manifests,
         ["rnn_lm"],
-        [C.claim("beats_ngram_baseline"), C.claim("soft_attention_beats_topk"), C.claim("heads_differ")],
+        [C.claim("language_models_beat_the_count_model"), C.claim("soft_attention_beats_topk"),
+         C.claim("heads_differ")],
     )
     by = {(j.claim.name, j.asset): j for j in js}
-    assert by[("beats_ngram_baseline", "rnn_lm")].status == "passed"
+    assert by[("language_models_beat_the_count_model", "rnn_lm")].status == "passed"
     assert (
         by[("soft_attention_beats_topk", "attention_topk")].status == "not judged"
         and "TypeError" in by[("soft_attention_beats_topk", "attention_topk")].error
@@ -265,7 +266,7 @@ def test_every_claim_is_judged_once_per_asset_and_a_missing_or_broken_input_is_n
     worse = C.judge_all(
         {"rnn_lm": dataclasses.replace(manifests["rnn_lm"], metrics={"val/loss": 5.0, "val/targets": 100})},
         ["rnn_lm"],
-        [C.claim("beats_ngram_baseline")],
+        [C.claim("language_models_beat_the_count_model")],
     )
     assert worse[0].status == "warning"  # a finding (warn), not an error
 
@@ -281,7 +282,7 @@ def test_every_check_has_a_kind_and_every_article_claim_its_section_statements_a
         assert kinds[name] == "invariant", name
     assert all(c.blocking for c in C.invariants() if not c.warn)
     with pytest.raises(ValueError, match="kind"):
-        C.Claim("x", "a", "s", C.beats_ngram_baseline, kind="observation")
+        C.Claim("x", "a", "s", C.language_models_beat_the_count_model, kind="observation")
 
 
 def test_not_judged_is_never_a_pass():

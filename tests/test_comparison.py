@@ -201,14 +201,21 @@ def test_the_ngram_is_a_row_and_a_line_and_each_model_is_measured_against_it():
             "history": _history(100.0, [5.0, 4.5]),
         },
     }
-    result = compare_models(
-        lms(models), baseline=[{"model": "kn_2gram", "val_loss": 4.6}, {"model": "kn_3gram", "val_loss": 4.2}]
-    )
-    assert "| kn_3gram |" in result.markdown() and result.best_ngram["model"] == "kn_3gram"
+    # The count model is the rung chosen on held-out data (the trigram here), not the ladder's lowest
+    # validation loss (the 4-gram's).
+    rungs = [M.NgramRung(order=k, model=f"kn_{k}gram", heldout_loss=h, val_loss=v, val_ppl=math.exp(v))
+             for k, h, v in [(2, 4.7, 4.6), (3, 4.3, 4.2), (4, 4.35, 4.15)]]
+    ladder = M.NgramBaseline(rows=rungs, chosen=rungs[1], val_loss=4.2, block_size=32, n_targets=100,
+                             n_heldout_targets=50, n_train_tokens=1000, vocab_size=10, tokenizer_sha256="t")
+    result = compare_models(lms(models), baseline=ladder)
+    text = result.markdown()
+    assert "| kn_3gram |" in text and result.count_model["model"] == "kn_3gram"
+    assert "lstm between the trigram (4.200) and the bigram (4.600)" in text and "rnn below every rung" in text
     m = result.metrics()
-    assert m["rnn/margin_over_ngram"] == pytest.approx(0.2) and m["lstm/margin_over_ngram"] == pytest.approx(-0.3)
+    assert m["rnn/margin_over_count_model"] == pytest.approx(0.2)
+    assert m["lstm/margin_over_count_model"] == pytest.approx(-0.3)
     ax = result.figures["comparison"].axes[0]
-    assert {line.get_label() for line in ax.get_lines()} >= {"kn_2gram (n-gram)", "kn_3gram (n-gram)"}
+    assert {line.get_label() for line in ax.get_lines()} >= {"count model (kn_3gram)"}
     # Single seeds: no spread to judge by, so the exact order decides.
     assert result.pairs == [
         {

@@ -34,7 +34,8 @@ def judgements():
         history=[{"grad_norm": 2.0, "grad_norm_clipped": 2.0}],
     )
     return C.judge_all({"rnn_lm": lm, "lstm_lm": bad_lm}, ["rnn_lm", "lstm_lm"],
-                       [C.claim("beats_ngram_baseline"), C.claim("clipping_bounds_gradient"), C.claim("heads_differ")])
+                       [C.claim("language_models_beat_the_count_model"), C.claim("clipping_bounds_gradient"),
+                        C.claim("heads_differ")])
 
 
 def test_the_page_holds_every_stage_claim_and_plot_and_escapes_text(tmp_path):
@@ -69,13 +70,15 @@ def test_the_page_holds_every_stage_claim_and_plot_and_escapes_text(tmp_path):
         assert f'id="asset-{asset}"' in page
     # Every claim with its verdict, on every model it judges.
     assert {(j.claim.name, j.asset, j.status) for j in js} == {
-        ("beats_ngram_baseline", "rnn_lm", "passed"), ("beats_ngram_baseline", "lstm_lm", "warning"),
+        ("language_models_beat_the_count_model", "rnn_lm", "passed"),
+        ("language_models_beat_the_count_model", "lstm_lm", "warning"),
         ("clipping_bounds_gradient", "rnn_lm", "passed"), ("clipping_bounds_gradient", "lstm_lm", "failed"),
         ("heads_differ", "attention_heads", "not judged")}
     for j in js:
         assert f'<tr class="{j.status.replace(" ", "_")}" id="claim-{j.claim.name}-{j.asset}">' in page
         assert html.escape(j.claim.statement) in page
-    # The headline counts the article's claims only, each once with its worst verdict (beats_ngram_baseline:
+    # The headline counts the article's claims only, each once with its worst verdict
+    # (language_models_beat_the_count_model:
     # a warning on the LSTM; heads_differ, not judged: never a pass); the per-model invariant is listed apart,
     # counted once with its worst verdict.
     assert (

@@ -107,7 +107,8 @@ def test_the_tune_job_refuses_a_model_it_does_not_sweep(field):
 
 @pytest.mark.parametrize("given, field", [({"lrs": []}, "lrs"), ({"batch_sizes": []}, "batch_sizes"),
                                           ({"lrs_by_model": {"rnn_lm": []}}, r"lrs_by_model\[rnn_lm\]"),
-                                          ({"batch_sizes_by_model": {"lstm_lm": []}}, r"batch_sizes_by_model\[lstm_lm\]")])
+                                          ({"batch_sizes_by_model": {"lstm_lm": []}},
+                                           r"batch_sizes_by_model\[lstm_lm\]")])
 def test_the_tune_job_refuses_an_empty_grid_instead_of_replacing_it(given, field):
     from pydantic import ValidationError
 
@@ -139,7 +140,8 @@ def test_check_config_checks_the_tune_and_scaling_sections_of_a_file(tmp_path):
                     "  scaling_laws:\n    config: {budgets: [1.0e+12, 2.0e+12, 4.0e+12]}\n")
     assert problems(good) == []
     bad = tmp_path / "bad.yaml"
-    bad.write_text("ops:\n  lr_sweep:\n    config: {lrs: []}\n  scaling_laws:\n    config: {budgets: [4.0e+12, 2.0e+12, 8.0e+12]}\n"
+    bad.write_text("ops:\n  lr_sweep:\n    config: {lrs: []}\n"
+                   "  scaling_laws:\n    config: {budgets: [4.0e+12, 2.0e+12, 8.0e+12]}\n"
                    "  no_such_asset:\n    config: {}\n")
     found = "\n".join(problems(bad))
     assert "ops.lr_sweep.config" in found and "lr_sweep.lrs is empty" in found

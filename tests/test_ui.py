@@ -693,12 +693,13 @@ def test_registry_version_links_to_its_dagster_run(servers, readme_run, new_page
 
 def test_check_page_gives_its_reason_in_one_line(servers, readme_run, new_page, screenshots):
     run_id = readme_run["run_id"]
-    evaluation = check_evaluations(instance(servers["state"]), run_id)[("beats_ngram_baseline", "rnn_lm")]
+    evaluations = check_evaluations(instance(servers["state"]), run_id)
+    evaluation = evaluations[("language_models_beat_the_count_model", "rnn_lm")]
     line = evaluation.metadata["reason"].value
     assert evaluation.description == line and "\n" not in line and line.startswith(("passed", "failed", "warning"))
     page = new_page()
     page.goto(f"{servers['dagster']}/assets/rnn_lm?view=checks")
-    page.get_by_text("beats_ngram_baseline", exact=True).first.click()
+    page.get_by_text("language_models_beat_the_count_model", exact=True).first.click()
     expect(page.get_by_text(line, exact=True).first).to_be_visible()
     page.screenshot(path=screenshots / "dagster_check.png")
 

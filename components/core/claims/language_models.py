@@ -40,9 +40,9 @@ def language_models_beat_the_count_model(lm: LanguageModel) -> Verdict:
         "same_targets": lm.val_targets == base.n_targets,
     }
     return verdict({**same, "below_count_model": val < base.val_loss},
-                   {"val_loss": val, "count_model_loss": base.val_loss, "count_model": base.model,
-                    "margin": base.val_loss - val, "on_the_ladder": ladder_position(val, base.ladder),
-                    "val_targets": lm.val_targets, "count_model_targets": base.n_targets})
+                   {"on_the_ladder": ladder_position(val, base.ladder), "val_loss": val, "count_model": base.model,
+                    "count_model_loss": base.val_loss, "margin": base.val_loss - val, "val_targets": lm.val_targets,
+                    "count_model_targets": base.n_targets})
 
 
 def clipping_bounds_gradient(lm: LanguageModel) -> Verdict:
