@@ -6,6 +6,9 @@ Reads the run (default: the newest run of `--job`, default `default_pipeline`) f
 folder's Dagster instance (`$PIPELINE_STATE_DIR/dagster`, or `$DAGSTER_HOME`), and prints the run's
 wall seconds (start to end as Dagster recorded them), each step's seconds largest first, and the
 share of the run the steps account for (the rest is run start-up and Dagster between the steps).
+With the run's manifests in the state folder, it also gives the figures the README quotes from the
+run: the count ladder and the chosen order, each language model's loss, size and place on the
+ladder, the seed spreads, and the claims' counts with every claim that did not pass.
 The machine it ran on is recorded like every benchmark's (result_file.emit): run it on the machine
 that executed the run.
 """
@@ -13,6 +16,7 @@ that executed the run.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -28,6 +32,36 @@ def dagster_home(state: str | None) -> Path:
     if not state:
         raise SystemExit("run_profile: give --state or set PIPELINE_STATE_DIR (the folder the run used)")
     return Path(state) / "dagster"
+
+
+def manifest(state: Path, asset: str, run_id: str) -> dict | None:
+    """The manifest one asset wrote in the run (the IO manager's layout: artifacts/<asset>/<run id>/)."""
+    path = state / "artifacts" / asset / run_id / "manifest.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def figures(state: Path, run_id: str) -> dict | None:
+    """The run's headline figures, from its ngram_baseline, model_comparison and report manifests."""
+    from components.core.manifests import NgramRung
+    from components.core.studies.ngram import ladder_position
+
+    ngram, comp, report = (manifest(state, a, run_id) for a in ("ngram_baseline", "model_comparison", "report"))
+    if not (ngram and comp and report):
+        return None
+    ladder = [NgramRung(**r) for r in ngram["rows"]]
+    return {
+        "count_ladder": [{k: r[k] for k in ("order", "val_loss", "heldout_loss", "types")} for r in ngram["rows"]],
+        "count_model": {k: ngram["chosen"][k] for k in ("model", "order", "val_loss", "heldout_loss", "types")},
+        "val_targets": ngram["n_targets"],
+        "language_models": [{**{k: r[k] for k in ("model", "steps", "params_embedding", "params_head", "params_core",
+                                                  "val_loss", "train_time_s", "train_flops")},
+                             "on_the_ladder": ladder_position(r["val_loss"], ladder),
+                             "seeds": comp["seeds"].get(r["model"])} for r in comp["rows"]],
+        "claims": report["counts"],
+        "invariants": report["invariant_counts"],
+        "claims_not_passed": [{k: c[k] for k in ("claim", "asset", "status")} for c in report["claims"]
+                              if c["status"] != "passed"],
+    }
 
 
 def main() -> None:
@@ -72,6 +106,7 @@ def main() -> None:
             "steps_total_s": round(step_total, 2),
             "steps_share_of_run": round(step_total / run_s, 3) if run_s else None,
             "steps": steps,
+            "figures": figures(Path(args.state), run.run_id) if args.state else None,
             "notes": "run_wall_s: the run's start to end as Dagster recorded them (in-process executor: the steps "
             "one after another); excludes scripts/setup.sh and the process start before the run.",
         },

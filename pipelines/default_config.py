@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 HEADER = """\
-# The main job: the whole graph on a 2-core CPU (see docs/results.md for measured times on each CPU kind).
+# The main job: the whole graph on a 2-core CPU (the README gives measured times on each CPU kind).
 # Generated from the config classes' defaults (python -m pipelines.default_config > configs/default.yaml);
 # copy it to a new file in configs/ to make another experiment (a job <name>_pipeline appears for it).
 """

@@ -586,8 +586,11 @@ def test_every_article_claim_has_a_counterexample_here():
     import inspect
     import sys
 
-    # Here, or in test_memory.py for the memory tasks' claims (which train their counterexamples).
-    source = inspect.getsource(sys.modules[__name__]) + (Path(__file__).parent / "test_memory.py").read_text()
+    # Here, or in test_memory.py for the memory tasks' claims and test_scaling.py for the scaling study's
+    # (both train their counterexamples).
+    here = Path(__file__).parent
+    source = inspect.getsource(sys.modules[__name__]) + "".join(
+        (here / f).read_text() for f in ("test_memory.py", "test_scaling.py"))
     missing = [
         c.name
         for c in C.article_claims()

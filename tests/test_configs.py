@@ -157,3 +157,21 @@ def test_an_unknown_key_is_one_line_naming_it_without_a_traceback(tmp_path):
     assert [line for line in proc.stderr.splitlines() if line.startswith("error:")] == lines
     assert not any((state / "dagster").iterdir()) and "Run " not in proc.stdout
     assert launch.main(["--check-config", str(tmp_path / "none.yaml"), "tiny_pipeline"]) == 2
+
+
+def test_run_job_names_the_jobs_there_are_for_one_that_is_not(tmp_path):
+    """`scripts/run_job.sh` (the entry point of the jobs off the default route: scaling, tune) refuses an
+    unknown job with exit 2 and the list of jobs, and creates no run."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    state = tmp_path / "state"
+    env = {**os.environ, "VENV": str(Path(sys.executable).parents[1]), "PIPELINE_STATE_DIR": str(state),
+           "DAGSTER_HOME": str(state / "dagster")}
+    proc = subprocess.run(["bash", "scripts/run_job.sh", "scaling_law"], cwd=root, capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "no job 'scaling_law'" in proc.stderr and "scaling" in proc.stderr.split("have:")[1], proc.stderr
+    assert "Run " not in proc.stdout
