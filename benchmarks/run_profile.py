@@ -57,10 +57,11 @@ def figures(state: Path, run_id: str) -> dict | None:
                                                   "val_loss", "train_time_s", "train_flops")},
                              "on_the_ladder": ladder_position(r["val_loss"], ladder),
                              "seeds": comp["seeds"].get(r["model"])} for r in comp["rows"]],
-        "claims": report["counts"],
+        "claims": report["counts"],  # the evidence alone
+        "demonstrations": report.get("demonstration_counts", {}),
         "invariants": report["invariant_counts"],
-        "claims_not_passed": [{k: c[k] for k in ("claim", "asset", "status")} for c in report["claims"]
-                              if c["status"] != "passed"],
+        "claims_not_passed": [{k: c.get(k, "") for k in ("claim", "asset", "status", "kind", "reason")}
+                              for c in report["claims"] if c["status"] != "passed"],
     }
 
 

@@ -19,12 +19,14 @@ from components.core.claims import BY_NAME, Judgement, count_model_at_scale, jud
 from components.core.manifests import Report, Scaling
 from components.core.report import (
     claim_counts,
+    demonstration_counts,
     headline_metrics,
     invariant_counts,
     render_report,
     section_from_manifest,
     summary_markdown,
 )
+from components.orchestration.checks import reason
 from components.orchestration.io import latest_manifest
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker, dagster_run_url, job_label, run_subject
@@ -132,7 +134,9 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
             path = s.tmp / REPORT_FILE
             path.write_text(page, encoding="utf-8")
             counts, inv = claim_counts(judgements), invariant_counts(judgements)
+            demo = demonstration_counts(judgements)
             count_metrics = {**{f"claims/{k.replace(' ', '_')}": float(v) for k, v in counts.items()},
+                             **{f"demonstrations/{k.replace(' ', '_')}": float(v) for k, v in demo.items()},
                              **{f"invariants/{k.replace(' ', '_')}": float(v) for k, v in inv.items()}}
             summary = summary_markdown(title, judgements, headline, REPORT_FILE)
             # The run's summary on its parent run: the page, the headline metrics, the description.
@@ -150,6 +154,7 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
                     "status": j.status,
                     "kind": j.claim.kind,
                     "section": j.claim.section,
+                    "reason": reason(j.claim, j.verdict) if j.verdict is not None else j.error,
                     **({"error": j.error} if j.verdict is None else {}),
                     **({"note": j.verdict.note} if j.verdict is not None and not j.verdict.judged else {}),
                 }
@@ -165,6 +170,7 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
                     path=s.final_path(path),
                     claims=claims,
                     counts=counts,
+                    demonstration_counts=demo,
                     invariant_counts=inv,
                     mlflow_parent_run_id=parent.run_id,
                 ),
@@ -177,7 +183,7 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
                     "claims": dg.MetadataValue.md(
                         "\n".join(
                             f"- {c['status']}: `{c['claim']}` "
-                            f"({c['asset']}{', invariant' if c['kind'] == 'invariant' else ''})"
+                            f"({c['asset']}{'' if c['kind'] == 'evidence' else ', ' + c['kind']})"
                             for c in claims
                         )
                     ),

@@ -69,28 +69,29 @@ def embedding_eval_manifest(words, vectors) -> M.EmbeddingEval:
     return M.EmbeddingEval(metrics=spread_metrics(distance_spread(WordIndex(words, vectors), 500)))
 
 
-def test_onehot_is_equidistant_learned_vectors_are_not(word2vec):
+def test_onehot_against_learned_distances_are_figures_beside_the_similarity_verdict(word2vec):
+    """One-hot vectors are √2 apart by construction and any trained vectors spread wider than random
+    directions: a proxy, reported beside WordSim353 (the direct test), never a verdict of its own."""
     words, vectors = word2vec.vocab.words, word2vec.vectors
     spread = distance_spread(WordIndex(words, vectors), 500)
     assert spread["words"] == len(words) - 4 and spread["pairs"] == spread["words"] * (spread["words"] - 1) // 2
     assert spread["onehot"]["min"] == pytest.approx(math.sqrt(2), abs=1e-12) == spread["onehot"]["max"]
-    v = C.onehot_equidistant_learned_not(embedding_eval_manifest(words, vectors))
-    assert v.passed, v
-    assert (
-        v.figures["learned_cv"] > 1.5 * v.figures["random_cv"]
-        and v.figures["learned_max"] > 2 * v.figures["learned_min"]
-    )
-    # Vectors with no structure fail: mutually orthogonal ones (one-hot in disguise: every pair √2 apart)
-    # and random directions (spread no wider than chance gives).
+    f = C.distance_figures(embedding_eval_manifest(words, vectors))
+    assert f["learned_spread_over_random"] > 1.5 and f["learned_max"] > 2 * f["learned_min"]
+    # Vectors with no structure spread no wider than chance gives: mutually orthogonal ones (one-hot in
+    # disguise) and random directions.
     n = len(words)
     q, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((n, n)))
     orthogonal = (q * 3.0).astype(np.float32)
     orthogonal[0] = 0
-    v = C.onehot_equidistant_learned_not(embedding_eval_manifest(words, orthogonal))
-    assert not v.passed and v.checks["onehot_all_sqrt2"] and v.figures["learned_cv"] < 1e-5
+    assert C.distance_figures(embedding_eval_manifest(words, orthogonal))["learned_cv"] < 1e-5
     rand = np.random.default_rng(1).standard_normal(vectors.shape).astype(np.float32)
     rand[0] = 0
-    assert not C.onehot_equidistant_learned_not(embedding_eval_manifest(words, rand)).passed
+    assert C.distance_figures(embedding_eval_manifest(words, rand))["learned_spread_over_random"] < 1.5
+    assert "onehot_equidistant_learned_not" not in C.BY_NAME  # a proxy is a figure, not a second verdict
+    assert set(f) <= set(C.word_vectors_carry_similarity(
+        M.EmbeddingEval(metrics={**embedding_eval_manifest(words, vectors).metrics, "wordsim353/spearman_lo": 0.1})
+    ).figures)
 
 
 # --- a Transformer trained on a task that needs blending ------------------------------------------
@@ -130,15 +131,17 @@ def blender(tmp_path_factory):
     return model.eval(), result, s
 
 
-def test_soft_attention_beats_topk_on_a_task_that_needs_blending_and_fails_when_k_covers_every_key(blender):
+def test_topk_truncation_costs_more_as_k_falls_on_a_task_that_needs_blending(blender):
+    """Top-k truncation of a softmax-trained model is a figure (attention_topk's table): the direct
+    test of soft against hard attention trains both (soft_attention_trains_better_than_hard)."""
     model, _, _ = blender
     val = frequency_blocks(128, 2)
     r = attention_topk(model, val, AttentionTopKSettings(ks=[1, 2, 4], eval_blocks=128, device="cpu"))
     assert [row["keys"] for row in r.rows] == ["top-1", "top-2", "top-4", "all (softmax)"] and r.blocks == 128
-    v = C.soft_attention_beats_topk(M.AttentionTopk(rows=r.rows))
-    assert v.passed, v
-    assert v.figures["top1_loss_increase"] > v.figures["top2_loss_increase"] > v.figures["top4_loss_increase"] > 0
-    assert 0 < v.figures["top1_weight_share"] < v.figures["top2_weight_share"] < v.figures["top4_weight_share"] < 1
+    by = {row["k"]: row for row in r.rows}
+    assert by[1]["loss_increase"] > by[2]["loss_increase"] > by[4]["loss_increase"] > 0
+    assert 0 < by[1]["weight_share"] < by[2]["weight_share"] < by[4]["weight_share"] < 1
+    assert "soft_attention_beats_topk" not in C.BY_NAME
     # Keeping every key (k = the block size) is the full softmax: no better, no worse, so the claim fails.
     r = attention_topk(model, val, AttentionTopKSettings(ks=[T], eval_blocks=128, device="cpu"))
     assert r.rows[0]["val_loss"] == pytest.approx(r.full_loss, abs=1e-6)
@@ -148,7 +151,6 @@ def test_soft_attention_beats_topk_on_a_task_that_needs_blending_and_fails_when_
     assert r.rows[1]["val_loss"] == pytest.approx(r.full_loss, abs=1e-6) and r.rows[1]["weight_share"] == pytest.approx(
         1.0
     )
-    assert not C.soft_attention_beats_topk(M.AttentionTopk(rows=r.rows)).passed
 
 
 def _train_attention(blocks, val, hard: bool, tmp, pos: str = "none"):
@@ -248,21 +250,21 @@ def test_every_claim_is_judged_once_per_asset_and_a_missing_or_broken_input_is_n
             train_settings={"grad_clip": 1.0, "block_size": 32},
             baseline=baseline,
         ),
-        "attention_topk": M.AttentionTopk(rows="not rows"),
+        "attention_heads": M.AttentionHeads(differ="not rows"),
     }
     js = C.judge_all(
         manifests,
         ["rnn_lm"],
-        [C.claim("language_models_beat_the_count_model"), C.claim("soft_attention_beats_topk"),
-         C.claim("heads_differ")],
+        [C.claim("language_models_beat_the_count_model"), C.claim("heads_differ"),
+         C.claim("fact_neurons_matter")],
     )
     by = {(j.claim.name, j.asset): j for j in js}
     assert by[("language_models_beat_the_count_model", "rnn_lm")].status == "passed"
     assert (
-        by[("soft_attention_beats_topk", "attention_topk")].status == "not judged"
-        and "TypeError" in by[("soft_attention_beats_topk", "attention_topk")].error
+        by[("heads_differ", "attention_heads")].status == "not judged"
+        and "TypeError" in by[("heads_differ", "attention_heads")].error
     )
-    assert by[("heads_differ", "attention_heads")].status == "not judged"
+    assert by[("fact_neurons_matter", "ffn_memories")].status == "not judged"
     worse = C.judge_all(
         {"rnn_lm": dataclasses.replace(manifests["rnn_lm"], metrics={"val/loss": 5.0, "val/targets": 100})},
         ["rnn_lm"],
@@ -272,7 +274,7 @@ def test_every_claim_is_judged_once_per_asset_and_a_missing_or_broken_input_is_n
 
 
 def test_every_check_has_a_kind_and_every_article_claim_its_section_statements_and_falsifier():
-    assert {c.kind for c in C.CLAIMS} == {"claim", "invariant"}
+    assert {c.kind for c in C.CLAIMS} == {"evidence", "demonstration", "invariant"}
     for c in C.CLAIMS:
         assert c.section in C.SECTIONS and c.statement and c.statement_zh and c.falsifier, c.name
     # The invariants the design names are not counted as the article's claims.
@@ -281,8 +283,41 @@ def test_every_check_has_a_kind_and_every_article_claim_its_section_statements_a
                  "reload_reproduces_logits", "int8_weights_size", "nf4_weights_size", "clipping_bounds_gradient"):
         assert kinds[name] == "invariant", name
     assert all(c.blocking for c in C.invariants() if not c.warn)
+    # The article's points that hold by construction or by mathematics are demonstrations: shown, never
+    # counted as evidence (the design's list; a new one joins it).
+    for name in DEMONSTRATIONS:
+        assert kinds[name] == "demonstration", name
+    assert {c.name for c in C.demonstrations()} == set(DEMONSTRATIONS)
     with pytest.raises(ValueError, match="kind"):
         C.Claim("x", "a", "s", C.language_models_beat_the_count_model, kind="observation")
+
+
+DEMONSTRATIONS = (
+    "gradients_vanish_and_explode",  # the spectral radius is set to 0.5 or 3.0
+    "sqrt_d_keeps_softmax_unsaturated",  # unit-variance q and k at init: the maths
+    "position_breaks_order_symmetry",  # an identity for attention without positions
+    "arithmetic_matches_measurement",  # the cache is allocated by the formula
+    "kv_cache_grows_recurrent_state_does_not",  # a cache that grows by construction, a state that does not
+    "int8_model_size",  # set by the format
+    "nf4_model_size",  # set by the format
+)
+
+
+def test_the_headline_counts_evidence_alone():
+    """A demonstration or an invariant counted as evidence fails here: the report's headline, its
+    summary and the counts it hands on take the evidence alone."""
+    from components.core.report import claim_counts, demonstration_counts, invariant_counts, summary_markdown
+
+    def j(name, passed=True):
+        c = C.claim(name)
+        return C.Judgement(c, c.asset, C.verdict({"x": passed}))
+
+    js = [j(n) for n in DEMONSTRATIONS] + [j("pad_row_is_zero"), j("heads_differ", False),
+                                           j("later_context_helps")]
+    assert claim_counts(js) == {"failed": 0, "warning": 1, "not judged": 0, "passed": 1}
+    assert demonstration_counts(js)["passed"] == len(DEMONSTRATIONS) and invariant_counts(js)["passed"] == 1
+    text = summary_markdown("t", js, {}, "report.html")
+    assert "evidence: **1 passed**" in text and f"{len(DEMONSTRATIONS)} shown" in text
 
 
 def test_not_judged_is_never_a_pass():
@@ -510,7 +545,6 @@ def test_later_context_fails_in_the_worlds_that_contradict_it():
     assert not C.later_context_helps(flat).passed
     late = dataclasses.replace(usage, summaries=[first, {**second, "saturation_position": 40}])
     assert not C.later_context_helps(late).checks["window_lm_saturates_within_receptive_field"]
-    # heads_differ rests on the induction findings: its counterexample (a one-layer model) is in test_memory.py.
 
 
 def quant_rows(int8_ppl=0.3, nf4_ppl=2.0, int8_bytes=1.05e6, nf4_bytes=0.6e6, fp16_bytes=2.1e6) -> list[dict]:
@@ -593,7 +627,7 @@ def test_every_article_claim_has_a_counterexample_here():
         (here / f).read_text() for f in ("test_memory.py", "test_scaling.py"))
     missing = [
         c.name
-        for c in C.article_claims()
+        for c in C.evidence()
         if not any(f"{p}{c.name}(" in source for p in ("C.", "claims.")) and f'C.claim("{c.name}")' not in source
     ]
     assert not missing, f"article claims without a counterexample test: {missing}"
@@ -748,3 +782,53 @@ def test_residuals_let_depth_train_and_fail_when_depth_still_hurts_or_the_plain_
         and not v.checks["without_residuals_deep_model_worse"]
     )
     assert not C.residuals_let_depth_train(M.TransformerAblations(depth=[])).judged
+
+
+def _heads_manifest(model, val) -> M.AttentionHeads:
+    from components.core.studies.heads import head_ablation, heads_differ_test
+
+    base, inc, per_block = head_ablation(model, val, val.n_blocks, 128, "cpu")
+    assert inc == pytest.approx(per_block.mean(-1)) and per_block.shape == (1, 2, val.n_blocks)
+    return M.AttentionHeads(heads=[], base_loss=base, differ=heads_differ_test(per_block))
+
+
+def test_heads_differ_on_a_model_trained_on_real_text_and_fail_when_its_heads_are_copies_of_one(wiki_texts):
+    """Per-head ablation over validation blocks of real text (bytes of the Wikipedia sample): the
+    trained model's two heads cost differently when zeroed (chosen on the even blocks, confirmed on the
+    odd ones); the same model with head 1 made a copy of head 0 (queries, keys, values and output
+    columns: the one-head model split in two) costs the same whichever is zeroed, so the claim fails."""
+    import copy
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    seed_everything(0)
+    ids = np.frombuffer(" ".join(wiki_texts[:30]).encode(), np.uint8).astype(np.int64) + 1
+    bs = 32  # bytes of context: enough for a local head and a broad one to part
+    n = len(ids) // (bs + 1)
+    blocks = ids[: n * (bs + 1)].reshape(n, bs + 1)
+    x, y = blocks[:, :-1].astype(np.uint16), blocks[:, 1:].astype(np.int32)
+    train_blocks, val = TokenBlocks(x[:-512], y[:-512]), TokenBlocks(x[-512:], y[-512:])
+    model = Transformer(TransformerSettings(n_layer=1, n_head=2, n_embd=32, block_size=bs), 257)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        _, loss = model(*train_blocks.batch(rng.integers(0, train_blocks.n_blocks, 32), "cpu"))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    torch.set_num_threads(threads)
+    v = C.heads_differ(_heads_manifest(model.eval(), val))
+    assert v.passed, v
+    assert v.figures["layer0_low"] > 0 and v.figures["heldout_blocks"] == 256
+    twin = copy.deepcopy(model)
+    attn = twin.h[0].attn
+    C_, hd = attn.n_embd, attn.head_dim
+    with torch.no_grad():
+        for part in range(3):  # q, k, v rows of head 0 into head 1
+            rows = slice(part * C_, part * C_ + hd)
+            attn.c_attn.weight[part * C_ + hd: part * C_ + 2 * hd] = attn.c_attn.weight[rows]
+            if attn.c_attn.bias is not None:
+                attn.c_attn.bias[part * C_ + hd: part * C_ + 2 * hd] = attn.c_attn.bias[rows]
+        attn.c_proj.weight[:, hd:2 * hd] = attn.c_proj.weight[:, :hd]
+    v = C.heads_differ(_heads_manifest(twin, val))
+    assert not v.passed and v.figures["layer0_costliest_minus_cheapest"] == pytest.approx(0.0, abs=1e-6), v

@@ -116,6 +116,19 @@ def test_whole_run_check_lists_every_problem():
     assert len(problems) == 4, problems
 
 
+@pytest.mark.parametrize("name", ["../../x", "a/b", "x..y", "", " lead", "-x"])
+def test_a_registry_name_that_reads_as_a_path_is_refused_with_the_config(name):
+    """Refused before anything runs, naming the field (MLflow would refuse it only after the export)."""
+    from components.orchestration.validation import check_run_config
+
+    cfg = load(CONFIGS[0].parent / "tiny.yaml")["ops"]
+    cfg.setdefault("model_export", {}).setdefault("config", {})["registered_model_name"] = name
+    problems = check_run_config(cfg, _config_classes(), None)
+    assert len(problems) == 1 and problems[0].startswith("ops.model_export.config.registered_model_name"), problems
+    cfg["model_export"]["config"]["registered_model_name"] = "transformer_lm.fp16-v2"
+    assert check_run_config(cfg, _config_classes(), None) == []
+
+
 def test_core_validator_error_names_the_field():
     classes = _config_classes()
     with pytest.raises(ValueError, match="n_embd"):

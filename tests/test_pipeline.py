@@ -61,7 +61,6 @@ def test_tiny_graph_materializes_everything(tiny_run):
         "heads_differ",
         "fact_neurons_matter",
         "later_context_helps",
-        "soft_attention_beats_topk",
         "soft_attention_trains_better_than_hard",
         "word_vectors_carry_similarity",
         "king_man_woman_queen",
@@ -201,16 +200,13 @@ def test_new_claims_are_checks_with_their_figures(tiny_run):
         assert m["on_the_ladder"].value.startswith(("between the", "above every rung", "below every rung"))
     # At 30 steps the Transformer's gradient norm exceeds grad_clip at some log point: the bound was needed.
     assert evs[("clipping_bounds_gradient", "transformer_lm")].metadata["points_over_clip"].value > 0
-    m = evs[("onehot_equidistant_learned_not", "embedding_eval")].metadata
-    assert (
-        m["onehot_min"].value == m["onehot_max"].value == pytest.approx(2**0.5)
-        and m["learned_cv"].value > m["random_cv"].value
-    )
+    m = evs[("word_vectors_carry_similarity", "embedding_eval")].metadata  # one-hot distances beside it
+    assert m["onehot_min"].value == m["onehot_max"].value == pytest.approx(2**0.5) and m["learned_cv"].value > 0
     m = evs[("pad_excluded_from_similarity", "word_embeddings")].metadata
     assert m["pad_in_neighbours"].value == 0 and m["words_probed"].value == 200 and m["pad_row_norm"].value == 0
     assert evs[("attention_rows_sum_to_one", "attention_heads")].metadata["max_row_sum_error"].value < 1e-5
-    m = evs[("soft_attention_beats_topk", "attention_topk")].metadata
-    assert {"top1_val_loss", "top2_val_loss", "top4_val_loss", "full_val_loss", "top1_weight_share"} <= set(m)
+    m = evs[("heads_differ", "attention_heads")].metadata  # per-head ablation on validation text, held out
+    assert m["heldout_blocks"].value > 0 and "layer0_low" in m and "one_head_minus_multi_head" in m
     assert evs[("clipping_tames_exploding_gradients", "gradient_study")].metadata["unclipped_diverges"].value
     m = evs[("attention_scales_as_claimed", "attention_cost")].metadata
     assert 3.6 <= m["reference_memory_ratio_last_doubling"].value <= 4.4
@@ -250,13 +246,17 @@ def test_report_names_every_stage_and_claim_and_sits_on_the_mlflow_parent(tiny_r
     assert "report.html" in [a.path for a in client.list_artifacts(parent.info.run_id)]
     assert parent.data.metrics["claims/passed"] == report["counts"]["passed"] > 5  # the article's claims, each once
     assert parent.data.metrics["invariants/failed"] == report["invariant_counts"]["failed"] == 0
-    assert sum(report["counts"].values()) == len({c["claim"] for c in report["claims"] if c["kind"] == "claim"})
+    # The headline counts the evidence alone; demonstrations and invariants apart.
+    assert sum(report["counts"].values()) == len({c["claim"] for c in report["claims"] if c["kind"] == "evidence"})
+    assert sum(report["demonstration_counts"].values()) == len(
+        {c["claim"] for c in report["claims"] if c["kind"] == "demonstration"}) == 7
+    assert parent.data.metrics["demonstrations/passed"] == report["demonstration_counts"]["passed"]
     assert (
         parent.data.metrics["transformer_lm/val/loss"]
         == manifest(inst, run_id, "transformer_lm")["metrics"]["val/loss"]
     )
     note = parent.data.tags["mlflow.note.content"]
-    assert "`soft_attention_beats_topk`" in note and "report.html" in note and note.startswith("Dagster run [")
+    assert "`heads_differ`" in note and "report.html" in note and note.startswith("Dagster run [")
     # Linked from Dagster: the file and its view in the MLflow UI.
     meta = materializations(inst, run_id)["report"].metadata
     assert meta["report_path"].value == report["path"]

@@ -84,8 +84,12 @@ def _counts(judgements: list[Judgement], kind: str) -> dict[str, int]:
 
 
 def claim_counts(judgements: list[Judgement]) -> dict[str, int]:
-    """The headline: the article's claims only, each once (invariants are counted apart)."""
-    return _counts(judgements, "claim")
+    """The headline: the evidence only, each claim once (demonstrations and invariants are counted apart)."""
+    return _counts(judgements, "evidence")
+
+
+def demonstration_counts(judgements: list[Judgement]) -> dict[str, int]:
+    return _counts(judgements, "demonstration")
 
 
 def invariant_counts(judgements: list[Judgement]) -> dict[str, int]:
@@ -201,7 +205,7 @@ def claims_html(judgements: list[Judgement], with_asset: bool = True, with_id: b
     rows = []
     for j in judgements:
         asset = f'<td><a href="#{anchor("asset", j.asset)}">{html.escape(j.asset)}</a></td>' if with_asset else ""
-        kind = "" if j.claim.kind == "claim" else f"<em>{html.escape(j.claim.kind)}</em> "
+        kind = "" if j.claim.kind == "evidence" else f"<em>{html.escape(j.claim.kind)}</em> "
         rows.append(
             _row(
                 j,
@@ -280,7 +284,7 @@ def render_report(
     value shown at the top (values starting with http are links); `data_checks`: further checks of
     the run as Dagster recorded them ({name, asset, passed, severity}), shown after the claims."""
     groups = list(dict.fromkeys(s.group for s in sections))
-    counts, inv = claim_counts(judgements), invariant_counts(judgements)
+    counts, demo, inv = claim_counts(judgements), demonstration_counts(judgements), invariant_counts(judgements)
     info = "".join(
         f"<tr><th>{html.escape(k)}</th><td>"
         + (
@@ -295,23 +299,33 @@ def render_report(
         f'<p class="summary"><span>{counts["passed"]} passed</span><span class="fail">{counts["failed"]} failed</span>'
         f'<span class="warn">{counts["warning"]} warnings</span><span>{counts["not judged"]} not judged</span></p>'
     )
-    article = [j for j in judgements if j.claim.kind == "claim"]
-    integrity = sorted((j for j in judgements if j.claim.kind != "claim"), key=lambda j: STATUS_ORDER.index(j.status))
+    article = [j for j in judgements if j.claim.kind == "evidence"]
+    shown = [j for j in judgements if j.claim.kind == "demonstration"]
+    integrity = sorted(
+        (j for j in judgements if j.claim.kind == "invariant"), key=lambda j: STATUS_ORDER.index(j.status)
+    )
     body = [
         f"<h1>{html.escape(title)}</h1>",
         f"<table>{info}</table>",
         "<nav>"
-        + '<a href="#claims">claims</a><a href="#invariants">invariants</a>'
+        + '<a href="#claims">evidence</a><a href="#demonstrations">demonstrations</a>'
+        + '<a href="#invariants">invariants</a>'
         + "".join(f'<a href="#{anchor("stage", g)}">{html.escape(g)}</a>' for g in groups)
         + "</nav>",
-        '<h2 id="claims">The article\'s claims, measured on this run</h2>',
-        '<p class="desc">Each claim could fail on this run: its falsifier says how. Counted once per claim (a claim '
-        'judged on '
+        '<h2 id="claims">The article\'s claims: evidence measured on this run</h2>',
+        '<p class="desc">Each of these could fail on this run: a plausible wrong model, wrong data or wrong '
+        "implementation would fail it, and its falsifier says how. Counted once per claim (a claim judged on "
         "several models counts with its worst verdict); “not judged” means nothing was measured and is never a pass. "
-        "The "
-        "invariants below are not counted here.</p>",
+        "The demonstrations and invariants below are not counted here.</p>",
         summary,
         article_claims_html(article),
+        '<h2 id="demonstrations">Demonstrations: the article\'s points where they hold by construction</h2>',
+        '<p class="desc">Shown because the article explains them (a spectral radius set to 3.0, unit-variance q·k, '
+        "attention without positions, a cache allocated by its formula, a size set by the format); true by "
+        "construction or by mathematics, so never evidence. A failure here is a bug.</p>",
+        f'<p class="summary"><span>{demo["passed"]} shown</span><span class="fail">{demo["failed"]} broken</span>'
+        f'<span>{demo["not judged"]} not judged</span></p>',
+        article_claims_html(shown),
         '<h2 id="invariants">Invariants and sanity checks (true by construction; not evidence for the article)</h2>',
         f'<p class="summary"><span>{inv["passed"]} held</span><span class="fail">{inv["failed"]} broken</span>'
         f'<span class="warn">{inv["warning"]} warnings</span><span>{inv["not judged"]} not judged</span></p>',
@@ -338,13 +352,14 @@ def summary_markdown(
 ) -> str:
     """The run's summary as markdown (MLflow's run description): claim counts, each claim's verdict,
     then headline figures while the text stays under `limit` characters."""
-    counts, inv = claim_counts(judgements), invariant_counts(judgements)
+    counts, demo, inv = claim_counts(judgements), demonstration_counts(judgements), invariant_counts(judgements)
     lines = [
         f"### {title}",
         "",
-        f"The article's claims: **{counts['passed']} passed**, {counts['failed']} failed, {counts['warning']} "
-        f"warnings, "
-        f"{counts['not judged']} not judged. Invariants (by construction, not counted): {inv['passed']} held, "
+        f"The article's claims, evidence: **{counts['passed']} passed**, {counts['failed']} failed, "
+        f"{counts['warning']} warnings, {counts['not judged']} not judged. Demonstrations (by construction, not "
+        f"counted): {demo['passed']} shown, {demo['failed']} broken. "
+        f"Invariants (by construction, not counted): {inv['passed']} held, "
         f"{inv['failed']} broken, "
         f"{inv['warning']} warnings, {inv['not judged']} not judged. "
         f"The whole report, with every stage's figures and plots: artifact `{report_name}`.",
@@ -352,9 +367,10 @@ def summary_markdown(
         "| verdict | § | claim | asset |",
         "|---|---|---|---|",
     ]
-    ordered = sorted(judgements, key=lambda j: (j.claim.kind != "claim", STATUS_ORDER.index(j.status)))
+    kind_order = ("evidence", "demonstration", "invariant")
+    ordered = sorted(judgements, key=lambda j: (kind_order.index(j.claim.kind), STATUS_ORDER.index(j.status)))
     lines += [
-        f"| {STATUS_MARK[j.status]} | {j.claim.section if j.claim.kind == 'claim' else j.claim.kind} | "
+        f"| {STATUS_MARK[j.status]} | {j.claim.section if j.claim.kind == 'evidence' else j.claim.kind} | "
         f"`{j.claim.name}` | {j.asset} |"
         for j in ordered
     ]

@@ -72,7 +72,9 @@ def description(c: Claim) -> str:
     """The check's description: the statement, and for an article claim its section and falsifier."""
     if c.kind == "invariant":
         return f"Invariant (true by construction): {c.statement}"
-    return f"Article §{c.section}: {c.statement} Fails if: {c.falsifier}"
+    if c.kind == "demonstration":
+        return f"Demonstration of article §{c.section} (holds by construction, not evidence): {c.statement}"
+    return f"Article §{c.section}, evidence: {c.statement} Fails if: {c.falsifier}"
 
 
 def claim_spec(name: str, asset: str) -> dg.AssetCheckSpec:

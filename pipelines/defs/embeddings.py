@@ -106,6 +106,5 @@ def embedding_eval(
         )
 
 
-onehot_equidistant_learned_not = claim_check("onehot_equidistant_learned_not", embedding_eval)
 word_vectors_carry_similarity = claim_check("word_vectors_carry_similarity", embedding_eval)
 king_man_woman_queen = claim_check("king_man_woman_queen", embedding_eval)

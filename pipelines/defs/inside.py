@@ -88,6 +88,7 @@ def attention_heads(
             AttentionHeads(
                 heads=r.heads,
                 ablation=r.ablation,
+                differ=r.differ,
                 base_loss=r.base_loss,
                 one_head_loss=r.one_head_loss,
                 thresholds=thresholds,
@@ -97,6 +98,7 @@ def attention_heads(
             metrics=metrics,
             tables={
                 "heads": r.heads,
+                "heads_differ": r.differ,
                 "induction_heads": memory_induction.heads,
                 "induction_ablations": memory_induction.ablations,
             },
@@ -176,7 +178,6 @@ def attention_topk(
         )
 
 
-soft_attention_beats_topk = claim_check("soft_attention_beats_topk", attention_topk)
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"})

@@ -5,10 +5,11 @@ one registered in the MLflow model registry), and the weights arithmetic checked
 """
 
 import json
+import re
 from typing import Any
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from components.core.errors import PipelineInputError
 from components.core.labels import load_labels
@@ -38,6 +39,7 @@ from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker, dagster_asset_url, dagster_run_url
 
 GROUP = "quantization"
+REGISTRY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,255}")
 MAIN_MODEL = "transformer_lm"
 SOURCE_KEYS = (
     "name",
@@ -63,6 +65,20 @@ class ModelExportConfig(dg.Config, ExportSettings):
         "fp16", description="Variant logged to MLflow as a model and registered in the model registry ('' = none)."
     )
     registered_model_name: str = Field("transformer_lm_fp16", description="Name in the MLflow model registry.")
+
+    @field_validator("registered_model_name")
+    @classmethod
+    def _registry_name(cls, v: str) -> str:
+        # Checked with the config, before any export work: MLflow would refuse a path-like name only
+        # after the export, and a name with '/' or '..' reads as a path in its stores and URLs.
+        if not REGISTRY_NAME.fullmatch(v):
+            raise ValueError(
+                f"registered_model_name {v!r}: use letters, digits, '_', '-' and '.', starting with a letter or "
+                "digit (at most 256 characters; no '/', no '..')"
+            )
+        if ".." in v:
+            raise ValueError(f"registered_model_name {v!r}: '..' is not allowed")
+        return v
 
 
 class WeightsArithmeticConfig(dg.Config):

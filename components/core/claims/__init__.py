@@ -7,10 +7,15 @@ asset whose output it judges, reads the files that manifest names when it needs 
 functions and so does the run's report, so a check and the report never disagree.
 
 `CLAIMS` lists every check with its kind:
-- an article **claim** (`kind="claim"`): an empirical statement of the article that this run could
-  contradict. It names the article's section, says in Chinese and in English what it claims, and its
-  `falsifier` says which result would fail it; a test builds that world and asserts the failure.
-  Only these are counted in the report's headline.
+- **evidence** (`kind="evidence"`): an empirical statement of the article that a plausible wrong
+  model, wrong data or wrong implementation would contradict on this run. It names the article's
+  section, says in Chinese and in English what it claims, and its `falsifier` says which result would
+  fail it; a test builds that world and asserts the failure. Only these are counted in the report's
+  headline. Where a direct test of a point exists, it is the evidence and a proxy is a figure beside it.
+- a **demonstration** (`kind="demonstration"`): the article's point where it holds by construction or
+  by mathematics (a spectral radius set to 3.0, unit-variance q·k at init, attention without
+  positions, a cache allocated by its formula, a size set by the format). Shown in the article's
+  order with its figures, never counted as evidence; a failure is a bug (error severity).
 - an **invariant** (`kind="invariant"`): true by construction of the code (a zeroed PAD row, softmax
   rows summing to one, the byte arithmetic of a format). A failure is a bug: a blocking integrity
   check, listed apart and never counted as evidence for the article.
@@ -68,29 +73,35 @@ from .quantization import (
     nf4_weights_size,
     reload_reproduces_logits,
 )
-from .registry import BY_NAME, CLAIMS, OTHER_CLAIMS, Judgement, article_claims, claim, invariants, judge_all
+from .registry import (
+    BY_NAME,
+    CLAIMS,
+    OTHER_CLAIMS,
+    Judgement,
+    article_claims,
+    claim,
+    demonstrations,
+    evidence,
+    invariants,
+    judge_all,
+)
 from .sections import SECTION_CLAIMS
 from .transformer import (
     DEPTH_LOSS_MARGIN,
     HARD_MARGIN,
     ROW_SUM_TOLERANCE,
-    TOPK_MARGIN,
     attention_rows_sum_to_one,
     fact_neurons_matter,
     ffn_holds_two_thirds,
     heads_differ,
     position_breaks_order_symmetry,
     residuals_let_depth_train,
-    soft_attention_beats_topk,
     soft_attention_trains_better_than_hard,
     sqrt_d_keeps_softmax_unsaturated,
 )
 from .word_vectors import (
-    ONEHOT_TOLERANCE,
-    SPREAD_OVER_RANDOM,
-    SQRT2,
+    distance_figures,
     king_man_woman_queen,
-    onehot_equidistant_learned_not,
     pad_excluded_from_similarity,
     pad_row_is_zero,
     word_vectors_carry_similarity,
@@ -105,13 +116,10 @@ __all__ = [
     "not_judged",
     "not_measured",
     "Claim",
-    "SQRT2",
-    "ONEHOT_TOLERANCE",
-    "SPREAD_OVER_RANDOM",
     "pad_row_is_zero",
     "pad_excluded_from_similarity",
-    "onehot_equidistant_learned_not",
     "word_vectors_carry_similarity",
+    "distance_figures",
     "king_man_woman_queen",
     "CLIP_TOLERANCE",
     "language_models_beat_the_count_model",
@@ -122,7 +130,6 @@ __all__ = [
     "gradients_vanish_and_explode",
     "clipping_tames_exploding_gradients",
     "ROW_SUM_TOLERANCE",
-    "TOPK_MARGIN",
     "position_breaks_order_symmetry",
     "sqrt_d_keeps_softmax_unsaturated",
     "DEPTH_LOSS_MARGIN",
@@ -131,7 +138,6 @@ __all__ = [
     "attention_rows_sum_to_one",
     "heads_differ",
     "fact_neurons_matter",
-    "soft_attention_beats_topk",
     "HARD_MARGIN",
     "soft_attention_trains_better_than_hard",
     "attention_scales_as_claimed",
@@ -167,6 +173,8 @@ __all__ = [
     "BY_NAME",
     "claim",
     "article_claims",
+    "evidence",
+    "demonstrations",
     "invariants",
     "Judgement",
     "judge_all",

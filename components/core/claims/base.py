@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 LANGUAGE_MODELS = "*language models*"  # a claim judged on every language-model asset
-KINDS = ("claim", "invariant")
+# The kinds of check (see the package docstring): only "evidence" is counted in the report's headline.
+KINDS = ("evidence", "demonstration", "invariant")
 
 # The article's sections as this project reads them (the `section` of each claim).
 SECTIONS = {
@@ -57,7 +58,10 @@ class Claim:
     judge: Callable[[Any], Verdict] = field(repr=False)  # the manifest of `asset` (its Manifest class) → verdict
     blocking: bool = False
     warn: bool = False  # a finding of a trained model or a timing: a warning, not an error, when it fails
-    kind: str = "claim"  # "claim": the article's, the run could contradict it; "invariant": true by construction
+    # "evidence": the article's, a plausible wrong model, data or implementation would fail it on this run;
+    # "demonstration": the article's point where it holds by construction or by mathematics (shown, never
+    # counted as evidence); "invariant": true by construction of our code (a failure is a bug)
+    kind: str = "evidence"
     section: str = ""  # the article's section it tests (`SECTIONS`)
     statement_zh: str = ""  # the statement in Chinese
     falsifier: str = ""  # the result that fails it

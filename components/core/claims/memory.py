@@ -110,7 +110,10 @@ def recurrent_state_runs_out(
     bound within MEMORY_NEAR_CHANCE of chance) learned nothing to run out of: it is named
     (`{model}_learned_the_task` False) and not judged; with no recurrent model that learned, the claim
     is not judged. Falsifier: a recurrent model that learned the task as accurate with many pairs as
-    with few, or as accurate as attention at the most pairs."""
+    with few, or as accurate as attention at the most pairs. Why a model at chance at one pair is not
+    judged: the claim is about capacity, and MQAR's capacity results (Arora et al., 2023, "Zoology")
+    compare models that learned the task; one that fails at a single pair failed to optimise, which
+    says nothing about its state running out."""
     checks, figures, learned = {}, {}, []
     chance = float(memory_recall.chance)
     ref = _rows(memory_recall, "pairs", reference)
@@ -140,35 +143,32 @@ def recurrent_state_runs_out(
 
 
 def window_answers_within_field_only(memory_recall: MemoryRecall, model: str = "window") -> Verdict:
-    """A sliding-window model answers keys within its receptive field and fails beyond it: within (the
-    value at most rf − 1 back), its 95% lower bound is above chance by more than MEMORY_NEAR_CHANCE
-    (it learned to look there); beyond, its upper bound is within MEMORY_NEAR_CHANCE of chance (the mask
-    hides the answer). Whether it also solves the task within (lower bound ≥ MEMORY_SOLVED) is reported,
-    not required: half of its training queries are beyond its reach, which slows its learning, and the
-    structural claim is the edge. Falsifier: at chance within (it learned nothing, so its failure
-    beyond shows nothing), above chance beyond (a key the window should hide is seen), or no query on
-    one side."""
+    """A sliding-window model solves keys within its receptive field and fails beyond it: within (the
+    value at most rf − 1 back), its 95% lower bound is at least MEMORY_SOLVED, the claim's first
+    threshold, held; beyond, its upper bound is within MEMORY_NEAR_CHANCE of chance (the mask hides the
+    answer). Whether it is at least above chance within (lower bound beyond chance + MEMORY_NEAR_CHANCE)
+    is reported beside it. Falsifier: short of solving it within (half of its training queries lie beyond
+    its reach, which may slow its learning: reported as a warning, not excused), above chance beyond (a
+    key the window should hide is seen), or no query on one side."""
     chance = float(memory_recall.chance)
     f = {r["at"]: r for r in _rows(memory_recall, "field", model)}
     within, beyond = f.get("within"), f.get("beyond")
-    solved = within is not None and within["low"] >= MEMORY_SOLVED
+    above_chance = within is not None and within["low"] > chance + MEMORY_NEAR_CHANCE
     return verdict(
         {
-            f"{model}_answers_within_field": within is not None and within["low"] > chance + MEMORY_NEAR_CHANCE,
+            f"{model}_solves_within_field": within is not None and within["low"] >= MEMORY_SOLVED,
             f"{model}_at_chance_beyond_field": beyond is not None and beyond["high"] <= chance + MEMORY_NEAR_CHANCE,
         },
         {
             "receptive_field": memory_recall.receptive_fields.get(model),
             "chance": chance,
-            f"{model}_solves_within_field": solved,
+            "solved_threshold": MEMORY_SOLVED,
+            f"{model}_above_chance_within_field": above_chance,
             **{f"{model}_{k}_accuracy": r["accuracy"] for k, r in f.items()},
             **{f"{model}_{k}_low": r["low"] for k, r in f.items()},
             **{f"{model}_{k}_high": r["high"] for k, r in f.items()},
             **{f"{model}_{k}_queries": r["n"] for k, r in f.items()},
         },
-        note="" if solved or within is None else
-        f"within its field it answers {within['accuracy']:.2f} (chance {chance:.2f}), short of solving it "
-        f"(lower bound {within['low']:.2f} < {MEMORY_SOLVED})",
     )
 
 
@@ -182,9 +182,11 @@ def induction_head_copies(memory_induction: MemoryInduction) -> Verdict:
     MEMORY_NEAR_CHANCE of chance); the head of highest prefix-matching score in a layer after the
     previous-token head's attends to the token after the earlier occurrence (score ≥ 0.5); zeroing
     the induction heads (every such head at ≥ 0.5: models grow several side by side, and one left
-    copies alone) costs the repeat at least INDUCTION_COLLAPSE accuracy, more than zeroing as many
-    other heads does. Falsifier: no copying, no later layer to hold an induction head (a one-layer
-    model), a prefix score below 0.5, or copying that survives the induction heads' ablation."""
+    copies alone) costs the repeat at least INDUCTION_COLLAPSE accuracy, more than zeroing the other
+    heads of lowest prefix-matching score does (as many where as many exist besides the previous-token
+    head: in a 2×2 model with two induction heads, one; the heads zeroed are figures). Falsifier: no
+    copying, no later layer to hold an induction head (a one-layer model), a prefix score below 0.5,
+    or copying that survives the induction heads' ablation."""
     base, found, chance = memory_induction.base, memory_induction.found, float(memory_induction.chance)
     abl = {a["ablated"]: a for a in memory_induction.ablations}
     heads = {(h["layer"], h["head"]): h for h in memory_induction.heads}

@@ -20,7 +20,6 @@ from .long_context import (
     later_context_helps,
     recurrence_is_the_serial_bottleneck,
 )
-from .memory import INDUCTION_COLLAPSE
 from .quantization import int8_model_size, int8_perplexity_cost, nf4_model_size, nf4_perplexity_cost
 from .transformer import (
     HARD_MARGIN,
@@ -28,35 +27,13 @@ from .transformer import (
     heads_differ,
     position_breaks_order_symmetry,
     residuals_let_depth_train,
-    soft_attention_beats_topk,
     soft_attention_trains_better_than_hard,
     sqrt_d_keeps_softmax_unsaturated,
 )
-from .word_vectors import (
-    SPREAD_OVER_RANDOM,
-    king_man_woman_queen,
-    onehot_equidistant_learned_not,
-    word_vectors_carry_similarity,
-)
+from .word_vectors import king_man_woman_queen, word_vectors_carry_similarity
 
 SECTION_CLAIMS: list[Claim] = [
     # --- 1 word vectors
-    Claim(
-        "onehot_equidistant_learned_not",
-        "embedding_eval",
-        "Distinct one-hot vectors are equidistant (every pair √2 apart, so they carry no similarity) while learned "
-        "word vectors are "
-        f"not: the spread (std/mean) of their pairwise distances is at least {SPREAD_OVER_RANDOM}× that of random "
-        f"directions of the "
-        "same dimension.",
-        onehot_equidistant_learned_not,
-        section="1.1",
-        statement_zh="独热向量两两等距（都相距 "
-            "√2），看不出词与词的远近；学到的词向量不是等距的：两两距离的离散度至少是同维随机方向的 1.5 倍。",
-        falsifier="Learned vectors whose pairwise distances spread no wider than random directions' (std/mean below "
-            "1.5× random), "
-        "e.g. random or mutually orthogonal vectors.",
-    ),
     Claim(
         "word_vectors_carry_similarity",
         "embedding_eval",
@@ -125,6 +102,7 @@ SECTION_CLAIMS: list[Claim] = [
         "one's grows (> 1). That the LSTM forgets more slowly is judged on trained models: "
         "lstm_carries_gradient_further.",
         gradients_vanish_and_explode,
+        kind="demonstration",
         section="2.2",
         statement_zh="梯度沿时间回传会消失也会爆炸：收缩的 RNN 每步衰减（< 1），扩张的 RNN 每步增长（> 1）。"
             "LSTM 忘得更慢，在训练好的模型上判（lstm_carries_gradient_further）。",
@@ -150,6 +128,7 @@ SECTION_CLAIMS: list[Claim] = [
         "Without positional encoding the model (bidirectional attention) is permutation-equivariant; with it, it is "
         "not.",
         position_breaks_order_symmetry,
+        kind="demonstration",
         section="3.2",
         statement_zh="没有位置编码，注意力对词序是置换等变的（“我爱你”和“你爱我”只是同一组数换了行）；加上位置编码就不是了。",
         falsifier="The model with positional encoding permutes its outputs with its inputs (relative error no larger "
@@ -165,6 +144,7 @@ SECTION_CLAIMS: list[Claim] = [
         "passes "
         "less gradient, while the scaled entropy stays steady (within 30 % across d).",
         sqrt_d_keeps_softmax_unsaturated,
+        kind="demonstration",
         section="3.1",
         statement_zh="除以 √d 防止 softmax 饱和：不缩放时，注意力行的熵随头维度 d "
             "增大而下降（趋向独热），梯度变小；缩放后熵基本不变。",
@@ -187,23 +167,6 @@ SECTION_CLAIMS: list[Claim] = [
         falsifier="A model without residuals whose first layer keeps a tenth of the gradient or more at depth, or that "
             "trains "
         "no worse; or, with residuals, a deepest model worse than the shallowest by more than 0.02 nats.",
-    ),
-    Claim(
-        "soft_attention_beats_topk",
-        "attention_topk",
-        "Soft attention beats picking only the top-scoring keys (blending the juice against ordering one dish): "
-        "restricted to its "
-        "top-k keys per query (renormalised) the trained Transformer's validation loss is higher than with the full "
-        "softmax, and "
-        "rises as k falls.",
-        soft_attention_beats_topk,
-        warn=True,
-        section="3.1",
-        statement_zh="软注意力（按权重混合所有词，像把果汁调在一起）胜过只挑得分最高的几个词：只保留前 k "
-            "个键时验证损失更高，k 越小越高。",
-        falsifier="A top-k restriction whose validation loss is no higher than the full softmax's (within 1e-4 nats), "
-            "or a loss "
-        "that does not rise as k falls.",
     ),
     Claim(
         "soft_attention_trains_better_than_hard",
@@ -271,6 +234,7 @@ SECTION_CLAIMS: list[Claim] = [
         "RNN's and "
         "LSTM's state stays one size.",
         kv_cache_grows_recurrent_state_does_not,
+        kind="demonstration",
         section="4.2",
         statement_zh="生成时 Transformer 的 KV 缓存随上下文变长而增长，RNN/LSTM 的隐状态大小不变。",
         falsifier="A KV cache that does not grow at every longer context, or a recurrent state whose size changes.",
@@ -298,6 +262,7 @@ SECTION_CLAIMS: list[Claim] = [
         "the ratio ≤ "
         "1.25 over the fitted N) and doubling N multiplies it by 3.6–4.4 (the article's ×4).",
         arithmetic_matches_measurement,
+        kind="demonstration",
         section="4.1",
         statement_zh="文章的算术在我们自己的运行上成立：实测 KV 缓存等于 2·层数·头数·头维·L·4 "
             "字节；朴素注意力的峰值内存是 N×N 分数矩阵的固定倍数。",
@@ -342,16 +307,16 @@ SECTION_CLAIMS: list[Claim] = [
     Claim(
         "heads_differ",
         "attention_heads",
-        "The heads do not all do one thing: on repeated random spans a previous-token head and, in a later layer, an "
-        "induction "
-        f"head are found by measurement, and zeroing the induction heads costs the copying ≥ {INDUCTION_COLLAPSE} "
-        "accuracy, more than zeroing as many other heads (the head classes on real text reported beside it).",
+        "The heads do not all do one thing: on validation text, in some layer of the trained Transformer, zeroing "
+        "the costliest head (chosen on half the blocks) costs more than zeroing the cheapest, beyond the 95 % "
+        "interval on the other half (head classes and the one-head twin beside it).",
         heads_differ,
         warn=True,
         section="3.3",
-        statement_zh="多头注意力的各个头分工不同：在重复的随机片段上能测出前一词头和（后一层的）归纳头，置零归纳头让复制崩溃，比置零其他头代价大。",
-        falsifier="No previous-token head or no induction head found, or zeroing the induction heads costs the "
-            "copying no more than zeroing as many other heads (e.g. a one-layer model).",
+        statement_zh="多头注意力的各个头分工不同：在验证文本上，同一层里置零代价最大的头（在一半验证块上选出）"
+            "比置零代价最小的头损失更大，在另一半验证块上超出 95% 区间。",
+        falsifier="No layer whose costliest and cheapest heads part beyond the held-out interval (e.g. a model whose "
+            "heads are copies of one head).",
     ),
     # --- 5 quantization
     Claim(
@@ -361,6 +326,7 @@ SECTION_CLAIMS: list[Claim] = [
         f"unquantized) "
         f"≤ {0.60}× the whole FP16 model (the quantized layers' own ratio beside it).",
         int8_model_size,
+        kind="demonstration",
         section="5.1",
         statement_zh="INT8 让整个模型的内存约为 FP16 的一半（整模型 ≤ 0.60×，含未量化的部分）。",
         falsifier="The whole INT8 model above 0.60× the FP16 model's bytes (e.g. when the embedding and head stay in "
@@ -371,6 +337,7 @@ SECTION_CLAIMS: list[Claim] = [
         "quantized_models",
         f"4-bit (NF4) makes the whole model about a quarter of FP16: ≤ {0.35}× the whole FP16 model.",
         nf4_model_size,
+        kind="demonstration",
         section="5.1",
         statement_zh="4 比特（NF4）让整个模型约为 FP16 的四分之一（整模型 ≤ 0.35×）。",
         falsifier="The whole NF4 model above 0.35× the FP16 model's bytes.",

@@ -1,20 +1,13 @@
-"""The claims and invariants of word vectors (the article's part 1): one-hot against learned
-vectors, similarity, the king − man + woman analogy, the zeroed [PAD] row.
+"""The claims and invariants of word vectors (the article's part 1): similarity (one-hot against
+learned distances beside it), the king − man + woman analogy, the zeroed [PAD] row.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..manifests import EmbeddingEval, WordEmbeddings
-from .base import Verdict, not_judged, not_measured, verdict
-
-SQRT2 = math.sqrt(2.0)
-ONEHOT_TOLERANCE = 1e-9  # one-hot distances are √2 up to float rounding
-SPREAD_OVER_RANDOM = 1.5  # learned distances' std/mean at least this × that of random directions
-
+from .base import Verdict, not_judged, verdict
 
 # --------------------------------------------------------------------------------------------------
 # Embeddings
@@ -60,19 +53,16 @@ def pad_excluded_from_similarity(word_embeddings: WordEmbeddings, n_words: int =
     )
 
 
-def onehot_equidistant_learned_not(embedding_eval: EmbeddingEval) -> Verdict:
+def distance_figures(embedding_eval: EmbeddingEval) -> dict[str, float]:
+    """One-hot against learned distances, a figure beside the similarity verdict (not a verdict of its
+    own: one-hot vectors are √2 apart by construction, and any trained vectors spread wider than random
+    directions, so it is a proxy where WordSim353 is the direct test)."""
     m = embedding_eval.metrics
     if "distance/learned_cv" not in m:
-        return not_measured("embedding_eval measured no pairwise distances (fewer than 3 searchable words)")
+        return {}
     figures = {k.removeprefix("distance/"): m[k] for k in sorted(m) if k.startswith("distance/")}
-    return verdict(
-        {
-            "onehot_all_sqrt2": max(abs(m["distance/onehot_min"] - SQRT2), abs(m["distance/onehot_max"] - SQRT2))
-            <= ONEHOT_TOLERANCE,
-            "learned_spread_beyond_random": m["distance/learned_cv"] >= SPREAD_OVER_RANDOM * m["distance/random_cv"],
-        },
-        {**figures, "sqrt2": SQRT2, "spread_over_random_needed": SPREAD_OVER_RANDOM},
-    )
+    figures["learned_spread_over_random"] = m["distance/learned_cv"] / max(m["distance/random_cv"], 1e-12)
+    return figures
 
 
 def word_vectors_carry_similarity(embedding_eval: EmbeddingEval) -> Verdict:
@@ -89,20 +79,21 @@ def word_vectors_carry_similarity(embedding_eval: EmbeddingEval) -> Verdict:
     }
     if "gensim/wordsim353/spearman" in m:  # the reference on the same corpus, beside (not judged)
         figures["gensim_spearman"] = m["gensim/wordsim353/spearman"]
+    figures.update(distance_figures(embedding_eval))  # one-hot √2 against learned spread: beside, not judged
     return verdict(checks, figures)
 
 
 def king_man_woman_queen(embedding_eval: EmbeddingEval) -> Verdict:
-    """Fails when queen ranks no better for king − man + woman than the 5th percentile of random
-    words' ranks for the same query, when the analogy accuracy's 95 % interval reaches chance (one
-    right answer among the searchable words), or, where gensim's Word2Vec was trained beside ours on
+    """The analogy set is the test (the Google analogies the vocabulary covers); the article's own
+    query, queen's rank for king − man + woman against random words' ranks, is a figure beside it,
+    one query not being a measurement. Fails when the analogy accuracy's 95 % interval reaches
+    chance (one right answer among the searchable words), or, where gensim's Word2Vec was trained beside ours on
     the same sentences and settings, when gensim's accuracy lies above our interval (ours below the
     reference implementation on the same corpus)."""
     m = embedding_eval.metrics
     if "king/target_rank" not in m or "analogy/accuracy_lo" not in m:
         return not_judged("king, man, woman or queen is not among the searchable words, or no analogy was answerable")
     checks = {
-        "queen_ranks_above_random_words": m["king/target_rank"] < m["king/random_rank_p05"],
         "analogy_accuracy_above_chance": m["analogy/accuracy_lo"] > m["analogy/chance"],
     }
     reference = {}
@@ -115,6 +106,7 @@ def king_man_woman_queen(embedding_eval: EmbeddingEval) -> Verdict:
         {
             **reference,
             "queen_rank": m["king/target_rank"],
+            "queen_ranks_above_random_words": m["king/target_rank"] < m["king/random_rank_p05"],
             "candidates": m["king/candidates"],
             "random_rank_median": m["king/random_rank_median"],
             "random_rank_p05": m["king/random_rank_p05"],
@@ -125,8 +117,7 @@ def king_man_woman_queen(embedding_eval: EmbeddingEval) -> Verdict:
             "answered": m["analogy/answered"],
             "coverage": m["analogy/coverage"],
         },
-        "Corpus size limits it: word2vec's analogies need tens of millions of words (gensim reaches about 40 % on "
-        "text8's 17 M); "
-        "on a corpus of well under a million words, ours and gensim's score alike (benchmarks/results, word2vec vs "
-        "gensim).",
+        "Corpus size limits it: word2vec's analogies were shown on hundreds of millions of words (Mikolov et al., "
+        "2013); on a corpus of well under a million words, gensim's Word2Vec on the same sentences is the "
+        "reference (gensim_analogy_accuracy).",
     )

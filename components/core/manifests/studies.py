@@ -67,6 +67,7 @@ class AttentionHeads(Manifest):
 
     heads: Rows = field(default_factory=list)
     ablation: Rows = field(default_factory=list)
+    differ: Rows = field(default_factory=list)  # per layer: the costliest against the cheapest head, held out
     base_loss: float = math.nan
     one_head_loss: float = math.nan
     thresholds: dict[str, float] = field(default_factory=dict)
@@ -193,6 +194,7 @@ class Report(Manifest):
 
     path: str
     claims: Rows = field(default_factory=list)
-    counts: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)  # the evidence, each claim once
+    demonstration_counts: dict[str, int] = field(default_factory=dict)
     invariant_counts: dict[str, int] = field(default_factory=dict)
     mlflow_parent_run_id: str = ""

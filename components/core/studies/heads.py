@@ -1,5 +1,6 @@
 """The heads of a trained Transformer: where each head attends (`head_statistics`, `classify_heads`
-over `attention_over_blocks`) and what zeroing it costs (`heads_zeroed`, `head_ablation`). The measures
+over `attention_over_blocks`), what zeroing it costs per validation block (`heads_zeroed`,
+`head_ablation`), and whether a layer's heads differ on held-out blocks (`heads_differ_test`). The measures
 and the study that reports them: `studies.inside`, which re-exports all of it.
 """
 
@@ -11,10 +12,10 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
-from ..data import TokenBlocks
+from ..data import IGNORE_INDEX, TokenBlocks
 from ..errors import ConfigError
-from ..training import evaluate
 
 if TYPE_CHECKING:  # the thresholds only (settings live with the study)
     from .inside import InsideSettings
@@ -101,14 +102,52 @@ def heads_zeroed(model: nn.Module, heads: list[tuple[int, int]]) -> Iterator[Non
             hnd.remove()
 
 
-def head_ablation(model: nn.Module, blocks: TokenBlocks, n: int, batch_size: int, device) -> tuple[float, np.ndarray]:
-    """Validation loss of the model, and its increase with each head zeroed in turn (n_layer, n_head)."""
+@torch.no_grad()
+def block_losses(model: nn.Module, blocks: TokenBlocks, batch_size: int, device) -> np.ndarray:
+    """Mean next-token loss of each block (n_blocks,), over its non-ignored targets."""
+    model.eval()
+    out = []
+    for start in range(0, blocks.n_blocks, batch_size):
+        x, y = blocks.batch(np.arange(start, min(start + batch_size, blocks.n_blocks)), device)
+        logits, _ = model(x)
+        nll = F.cross_entropy(logits.float().transpose(1, 2), y, ignore_index=IGNORE_INDEX, reduction="none")
+        mask = (y != IGNORE_INDEX).to(nll.dtype)
+        out.append((nll * mask).sum(1).div(mask.sum(1).clamp(min=1)).double().cpu().numpy())
+    return np.concatenate(out)
+
+
+def head_ablation(
+    model: nn.Module, blocks: TokenBlocks, n: int, batch_size: int, device
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """Validation loss of the model; its increase with each head zeroed in turn (n_layer, n_head); and
+    that increase per validation block (n_layer, n_head, n) for intervals and held-out comparisons."""
     sub = TokenBlocks(blocks.x[:n], blocks.y[:n])
-    base = evaluate(model, sub, batch_size=batch_size, max_batches=None, device=device)
+    base_blocks = block_losses(model, sub, batch_size, device)
     L, H = model.config.n_layer, model.config.n_head
-    inc = np.zeros((L, H))
+    per_block = np.zeros((L, H, sub.n_blocks))
     for layer in range(L):
         for h in range(H):
             with heads_zeroed(model, [(layer, h)]):
-                inc[layer, h] = evaluate(model, sub, batch_size=batch_size, max_batches=None, device=device) - base
-    return base, inc
+                per_block[layer, h] = block_losses(model, sub, batch_size, device) - base_blocks
+    return float(base_blocks.mean()), per_block.mean(-1), per_block
+
+
+def heads_differ_test(per_block: np.ndarray, draws: int = 2000, seed: int = 0) -> list[dict]:
+    """Are a layer's heads interchangeable on real text? Per layer, the head whose zeroing costs most and
+    the one that costs least are chosen on the even validation blocks; on the odd blocks (held out from
+    that choice) the paired difference of their costs gets a 95 % bootstrap interval over blocks. Heads
+    that do one and the same thing (copies of one head) give a difference of 0 on every block."""
+    L, H, n = per_block.shape
+    pick, test = np.arange(0, n, 2), np.arange(1, n, 2)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(test), size=(draws, len(test)))
+    rows = []
+    for layer in range(L):
+        cost = per_block[layer][:, pick].mean(1)
+        hi, lo = int(np.argmax(cost)), int(np.argmin(cost))
+        d = per_block[layer, hi, test] - per_block[layer, lo, test]
+        boot = d[idx].mean(1)
+        rows.append({"layer": layer, "costliest_head": hi, "cheapest_head": lo, "difference": float(d.mean()),
+                     "low": float(np.quantile(boot, 0.025)), "high": float(np.quantile(boot, 0.975)),
+                     "heldout_blocks": int(len(test))})
+    return rows

@@ -53,7 +53,14 @@ from ..plots import plot_head_maps
 from ..training import evaluate
 
 # The heads' measures (heads), re-exported: tests, pipelines and the memory study import them from here.
-from .heads import attention_over_blocks, classify_heads, head_ablation, head_statistics, heads_zeroed
+from .heads import (
+    attention_over_blocks,
+    classify_heads,
+    head_ablation,
+    head_statistics,
+    heads_differ_test,
+    heads_zeroed,
+)
 
 __all__ = [
     "Decode", "Encode", "HeadsResult", "InsideSettings", "MemoriesResult", "ablate_neurons", "attention_heads",
@@ -495,6 +502,7 @@ class HeadsResult:
     ablation: list[dict]
     base_loss: float
     one_head_loss: float | None
+    differ: list[dict] = field(default_factory=list)  # per layer: costliest against cheapest head, held out
     figures: dict[str, Figure] = field(default_factory=dict)
 
     def metrics(self) -> dict[str, float]:
@@ -508,6 +516,10 @@ class HeadsResult:
         if self.one_head_loss is not None:
             out["heads/one_head_val_loss"] = self.one_head_loss
             out["heads/one_head_minus_multi_head"] = self.one_head_loss - self.base_loss
+        if self.differ:
+            best = max(self.differ, key=lambda r: r["low"])
+            out["heads/layers_whose_heads_differ"] = float(sum(r["low"] > 0 for r in self.differ))
+            out["heads/largest_heldout_difference_low"] = best["low"]
         return out
 
 
@@ -518,7 +530,7 @@ def attention_heads(model: nn.Module, val: TokenBlocks, s: InsideSettings, *, de
     blocks = val.crop(min(val.block_size, model.config.block_size))
     n = min(blocks.n_blocks, s.stat_blocks)
     heads = classify_heads(head_statistics(attention_over_blocks(model, blocks, n, s.batch_size, device)), s)
-    base, inc = head_ablation(model, blocks, n, s.batch_size, device)
+    base, inc, per_block = head_ablation(model, blocks, n, s.batch_size, device)
     ablation = [
         {"layer": r["layer"], "head": r["head"], "kind": r["kind"], "loss_increase": float(inc[r["layer"], r["head"]])}
         for r in heads
@@ -539,7 +551,8 @@ def attention_heads(model: nn.Module, val: TokenBlocks, s: InsideSettings, *, de
             w, [decode([t]) for t in ids], f"attention weights (query rows → key columns): {decode(ids)[:80]!r}"
         )
     figures["head_ablation"] = plot_head_ablation(inc, heads)
-    return HeadsResult(heads=heads, ablation=ablation, base_loss=base, one_head_loss=one_loss, figures=figures)
+    return HeadsResult(heads=heads, ablation=ablation, base_loss=base, one_head_loss=one_loss,
+                       differ=heads_differ_test(per_block), figures=figures)
 
 
 @dataclass
