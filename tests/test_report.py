@@ -111,5 +111,6 @@ def test_summary_for_the_parent_run_fits_mlflows_description():
     assert headline["rnn_lm/m7"] == 7.0 and len(headline) == 2000
     text = summary_markdown("Run report", js, headline, "report.html")
     assert len(text) <= 7000 and "`clipping_bounds_gradient`" in text and "✘ failed" in text and "report.html" in text
-    assert "The article's claims, evidence: **0 passed**, 0 failed, 1 warnings, 1 not judged" in text and "1 broken" in text
+    assert "The article's claims, evidence: **0 passed**, 0 failed, 1 warnings, 1 not judged" in text
+    assert "1 broken" in text
     assert "rnn_lm/m0" in text and "rnn_lm/m1999" not in text and "(all metrics on this run)" in text
