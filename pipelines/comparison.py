@@ -16,7 +16,7 @@ from components.core.manifests import Labels, LanguageModel, ModelComparison, Ng
 from components.core.studies.ablations import accounting_markdown, parameter_accounting
 from components.core.studies.comparison import compare_models, parameter_split, tiers_text, train_other_seeds
 from components.orchestration.checks import claim_check
-from components.orchestration.language_model import LM_TAG, TRAINING_POOL
+from components.orchestration.language_model import LM_TAG, TRAINING_POOL, effective_architecture
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
 
@@ -187,7 +187,8 @@ def _log_model_runs(run: Any, models: dict[str, LanguageModel], result: Any) -> 
                 "val/loss_at_matched_time": row["val_loss_at_matched_time"],
                 "machine/loaded": float(m.metrics.get("machine/loaded", 0.0)),
             },
-            params={"family": m.family, **{f"resolved.{k}": v for k, v in m.model_config.items()}},
+            params={"family": m.family,
+                    **{f"resolved.{k}": v for k, v in effective_architecture(m.model_config).items()}},
             series={"val/loss": [(h["step"], h["val/loss"]) for h in m.history if "val/loss" in h]},
         )
 

@@ -123,6 +123,20 @@ def test_mlflow_has_one_parent_and_a_nested_run_per_asset(tiny_run):
     assert len(tok.data.tags["config_hash"]) == 16
     assert "tokenizer.json" in [a.path for a in client.list_artifacts(tok.info.run_id)]
     assert by_asset["corpus"][0].data.metrics["documents"] == 24
+    # The parameters say what ran: the steps trained (a FLOPs budget decides the RNN's), the launcher and
+    # world size that trained it; what was asked for under `requested.`; no window without a window.
+    for name in ("rnn_lm", "lstm_lm", "transformer_lm", "transformer_window_lm"):
+        p = by_asset[name][0].data.params
+        trained = manifest(inst, run_id, name)["metrics"]["steps"]
+        assert p["train.max_steps"] == str(int(trained)) and p["train.launcher"] == "inprocess", name
+        assert p["train.world_size"] == "1" and "train.nproc_per_node" not in p and "train.strategy" not in p
+        assert "requested.train.max_steps" in p and "requested.train.nproc_per_node" in p
+        assert all(v != "None" for k, v in p.items() if k.startswith("resolved.")), name
+    rnn = by_asset["rnn_lm"][0].data.params
+    assert rnn["requested.train.max_steps"] != rnn["train.max_steps"] and float(rnn["train.flops_budget"]) == 3e9
+    assert "model.window" not in by_asset["transformer_lm"][0].data.params
+    assert "resolved.window" not in by_asset["transformer_lm"][0].data.params
+    assert by_asset["transformer_window_lm"][0].data.params["resolved.window"] == "8"
     # The run id and link go back into Dagster's metadata.
     mats = materializations(inst, run_id)
     assert mats["tokenizer"].metadata["mlflow_run_id"].value == tok.info.run_id

@@ -114,3 +114,59 @@ def test_summary_for_the_parent_run_fits_mlflows_description():
     assert "The article's claims, evidence: **0 passed**, 0 failed, 1 warnings, 1 not judged" in text
     assert "1 broken" in text
     assert "rnn_lm/m0" in text and "rnn_lm/m1999" not in text and "(all metrics on this run)" in text
+
+
+def _pixels(fig):
+    import io
+
+    import matplotlib.image as mpimg
+
+    from components.orchestration.tracking import figure_png
+
+    return mpimg.imread(io.BytesIO(figure_png(fig)), format="png")
+
+
+def _text_figure(text: str, **kw):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(3, 1), dpi=60)
+    fig.text(0.05, 0.3, text, fontsize=24, **kw)
+    return fig
+
+
+def test_chinese_in_a_figure_renders_with_the_packaged_font_not_as_missing_glyph_boxes():
+    """On a machine with no CJK font, DejaVu draws every Chinese character as the same box: 我爱你 and
+    你爱我 give the same pixels. With the packaged font as the fallback they differ, and differ from the boxes."""
+    import warnings
+
+    import numpy as np
+
+    from components.core import cjk_font
+
+    assert cjk_font.available()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Glyph … missing from font(s) DejaVu Sans": the boxes on purpose
+        tofu = _pixels(_text_figure("我爱你", family=["DejaVu Sans"]))
+        tofu_swapped = _pixels(_text_figure("你爱我", family=["DejaVu Sans"]))
+    assert np.array_equal(tofu, tofu_swapped)
+    real, swapped = _pixels(_text_figure("我爱你")), _pixels(_text_figure("你爱我"))
+    assert real.shape == swapped.shape and not np.array_equal(real, swapped)
+    assert not np.array_equal(real, tofu)
+    assert (real[..., 0] < 0.5).mean() > 0.3 * (tofu[..., 0] < 0.5).mean()  # regular weight, not hairlines
+
+
+def test_the_page_embeds_the_chinese_it_shows():
+    import base64
+    import io
+    import re
+
+    from fontTools.ttLib import TTFont
+
+    page = render_report("t", {}, [], judgements())
+    m = re.search(r"src:url\(data:font/otf;base64,([A-Za-z0-9+/=]+)\)", page)
+    assert m, "no embedded CJK font"
+    cmap = TTFont(io.BytesIO(base64.b64decode(m.group(1)))).getBestCmap()
+    shown = {c for c in re.sub(r"<style>.*?</style>", "", page, flags=re.S) if "\u4e00" <= c <= "\u9fff"}
+    assert shown and all(ord(c) in cmap for c in shown)
+    # One language at a time: a CSS switch, no script.
+    assert 'id="lang-zh"' in page and "<script" not in page and 'class="zh"' in page and 'class="en"' in page

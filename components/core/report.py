@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .claims import SECTIONS, Judgement
-from .manifests import Manifest
+from .manifests import LanguageModel, Manifest, ModelComparison
+from .rerun import Change
 
 STATUS_ORDER = ("failed", "warning", "not judged", "passed")
 STATUS_MARK = {"passed": "✔ passed", "failed": "✘ failed", "warning": "⚠ warning", "not judged": "– not judged"}
@@ -94,6 +95,95 @@ def demonstration_counts(judgements: list[Judgement]) -> dict[str, int]:
 
 def invariant_counts(judgements: list[Judgement]) -> dict[str, int]:
     return _counts(judgements, "invariant")
+
+
+# --------------------------------------------------------------------------------------------------
+# The result: the models against the count model, and what moved since the previous run
+
+
+def result_rows(lms: dict[str, LanguageModel], comparison: ModelComparison | None = None) -> list[dict[str, Any]]:
+    """One row per language model, best first: its validation loss (with its seeds), the gap to the
+    count model on the same targets and its place on the count ladder, and its change since the
+    previous materialization (`Published.changes`) with the verdict against seed noise."""
+    from .studies.ngram import ladder_position
+
+    seeds = comparison.seeds if comparison is not None else {}
+    rows = []
+    for name, lm in lms.items():
+        model = name.removesuffix("_lm")
+        base = lm.baseline
+        change = next((c for c in lm.published.changes if c["name"] == "val/loss"), None)
+        s = seeds.get(model) or {}
+        rows.append({
+            "model": model,
+            "val_loss": lm.val_loss,
+            "seeds": f"{s['min']:.3f}–{s['max']:.3f} ({s['seeds']})" if s.get("seeds", 0) > 1 else "",
+            "minus_count_model": lm.val_loss - base.val_loss if base else None,
+            "on_the_count_ladder": ladder_position(lm.val_loss, base.ladder) if base else "",
+            "previous": change["previous"] if change else None,
+            "change": change["delta"] if change else None,
+            "since_previous_run": change["verdict"] if change else "new",
+        })
+    return sorted(rows, key=lambda r: r["val_loss"])
+
+
+def _signed(v: Any) -> str:
+    return "" if v is None else f"{v:+.3f}"
+
+
+def result_html(rows: list[dict[str, Any]], count_model: tuple[str, float] | None,
+                counts: dict[str, dict[str, int]], count_changes: list[Change]) -> str:
+    """The page's first screen: the models against the count model, their change since the previous
+    run, and the claims' counts by kind with their change."""
+    head = ("<th>model</th><th>val loss</th><th>seeds</th><th>− count model</th><th>on the count ladder</th>"
+            "<th>previous run</th><th>change</th><th>since the previous run</th>")
+    body = []
+    if count_model:
+        body.append(f"<tr><td><strong>count model ({html.escape(count_model[0])})</strong></td>"
+                    f"<td><strong>{count_model[1]:.3f}</strong></td>" + "<td></td>" * 6 + "</tr>")
+    for r in rows:
+        prev = "" if r["previous"] is None else f"{r['previous']:.3f}"
+        body.append(
+            f"<tr><td>{html.escape(r['model'])}</td><td>{r['val_loss']:.3f}</td><td>{html.escape(r['seeds'])}</td>"
+            f"<td>{_signed(r['minus_count_model'])}</td><td>{html.escape(r['on_the_count_ladder'])}</td>"
+            f"<td>{prev}</td><td>{_signed(r['change'])}</td><td>{html.escape(r['since_previous_run'])}</td></tr>"
+        )
+    moved = {c.name: c for c in count_changes}
+
+    def line(kind: str, label: str, verbs: tuple[str, ...]) -> str:
+        c = counts.get(kind, {})
+        parts = []
+        for status, verb in zip(("passed", "warning", "failed", "not judged"), verbs):
+            ch = moved.get(f"{kind}/{status.replace(' ', '_')}")
+            delta = f" ({ch.delta:+.0f})" if ch is not None and ch.delta else ""
+            parts.append(f"{c.get(status, 0)} {verb}{delta}")
+        return f"<li><strong>{label}</strong>: {', '.join(parts)}</li>"
+
+    return (
+        '<h2 id="result">The result</h2>'
+        f'<table class="data result"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+        "<ul>"
+        + line("claims", "evidence (the headline)", ("passed", "warnings", "failed", "not judged"))
+        + line("demonstrations", "demonstrations (by construction, not counted)",
+               ("shown", "warnings", "broken", "not judged"))
+        + line("invariants", "invariants", ("held", "warnings", "broken", "not judged"))
+        + "</ul><p class=\"desc\">Change: against each model's previous materialization; a verdict beyond noise "
+        "compares it with the seed spread model_comparison measured. Counts in brackets: the change since the "
+        "previous report.</p>"
+    )
+
+
+def result_markdown(rows: list[dict[str, Any]], count_model: tuple[str, float] | None) -> str:
+    """The result table as markdown (the MLflow parent run's description)."""
+    lines = ["| model | val loss | − count model | on the count ladder | previous run | change | since then |",
+             "|---|---:|---:|---|---:|---:|---|"]
+    if count_model:
+        lines.append(f"| **count model ({count_model[0]})** | **{count_model[1]:.3f}** | | | | | |")
+    for r in rows:
+        prev = "" if r["previous"] is None else f"{r['previous']:.3f}"
+        lines.append(f"| {r['model']} | {r['val_loss']:.3f} | {_signed(r['minus_count_model'])} | "
+                     f"{r['on_the_count_ladder']} | {prev} | {_signed(r['change'])} | {r['since_previous_run']} |")
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -172,6 +262,10 @@ details{margin:.4em 0}summary{cursor:pointer;color:#0b5394}nav a{margin-right:1e
 .desc{color:#444}ul.warnings{color:#9a6700}
 table{display:block;max-width:100%;overflow-x:auto}td,th{overflow-wrap:break-word}a{overflow-wrap:anywhere}img{height:auto}
 pre{white-space:pre-wrap;overflow-wrap:anywhere}nav{display:flex;flex-wrap:wrap;gap:.2em 0}
+span.zh,span.en{display:block}#lang-en:checked~main .zh{display:none}#lang-zh:checked~main .en{display:none}
+p.lang{float:right;margin:0}.lang input,.lang label{position:static}
+[lang="zh"]{font-family:"Report CJK","Noto Sans CJK SC","Noto Sans SC","Source Han Sans SC","PingFang SC",
+"Microsoft YaHei",sans-serif}
 @media (max-width:800px){body{padding:.5em .8em}td,th{padding:.2em .35em}
 table.claims{display:table;table-layout:fixed;width:100%}table.claims td,table.claims th{overflow-wrap:anywhere}
 table.claims td.verdict{white-space:normal}table.claims th:nth-child(1){width:14%}
@@ -234,7 +328,8 @@ def article_claims_html(judgements: list[Judgement]) -> str:
                 (
                     f'<td><code>{html.escape(c.name)}</code><br><a '
                     f'href="#{anchor("asset", j.asset)}">{html.escape(j.asset)}</a></td>'
-                    f'<td><span lang="zh">{html.escape(c.statement_zh)}</span><br>{html.escape(c.statement)}</td>'
+                    f'<td><span lang="zh" class="zh">{html.escape(c.statement_zh)}</span>'
+                    f'<span class="en">{html.escape(c.statement)}</span></td>'
                     f'<td>{html.escape(c.falsifier)}</td><td class="figures">{_measured(j, 40)}</td>'
                 ),
                 before=section,
@@ -279,10 +374,14 @@ def render_report(
     sections: list[Section],
     judgements: list[Judgement],
     data_checks: list[dict] | None = None,
+    result: str = "",
 ) -> str:
     """The whole page. `sections` in stage order (their `group`s are the stages); `run_info` name →
     value shown at the top (values starting with http are links); `data_checks`: further checks of
-    the run as Dagster recorded them ({name, asset, passed, severity}), shown after the claims."""
+    the run as Dagster recorded them ({name, asset, passed, severity}), shown after the claims;
+    `result` the first screen (`result_html`: the models against the count model, what moved since
+    the previous run, the counts). A zh / en switch (CSS only: the page has no scripts) shows the
+    claims' statements in one language at a time."""
     groups = list(dict.fromkeys(s.group for s in sections))
     counts, demo, inv = claim_counts(judgements), demonstration_counts(judgements), invariant_counts(judgements)
     info = "".join(
@@ -306,9 +405,10 @@ def render_report(
     )
     body = [
         f"<h1>{html.escape(title)}</h1>",
+        result,
         f"<table>{info}</table>",
         "<nav>"
-        + '<a href="#claims">evidence</a><a href="#demonstrations">demonstrations</a>'
+        + '<a href="#result">result</a><a href="#claims">evidence</a><a href="#demonstrations">demonstrations</a>'
         + '<a href="#invariants">invariants</a>'
         + "".join(f'<a href="#{anchor("stage", g)}">{html.escape(g)}</a>' for g in groups)
         + "</nav>",
@@ -340,15 +440,30 @@ def render_report(
     for g in groups:
         body.append(f'<h2 id="{anchor("stage", g)}">Stage: {html.escape(g)}</h2>')
         body += [section_html(s, judgements) for s in sections if s.group == g]
+    switch = (
+        '<p class="lang"><input type="radio" name="lang" id="lang-en" checked><label for="lang-en">English</label> '
+        '<input type="radio" name="lang" id="lang-zh"><label for="lang-zh">中文</label></p>'
+    )
+    main = "\n".join(body)
     return (
         f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" '
         f'content="width=device-width, initial-scale=1"><title>{html.escape(title)}</title>'
-        f"<style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+        f"<style>{CSS}{font_face(switch + main)}</style></head><body>\n{switch}<main>\n{main}\n</main></body></html>\n"
     )
 
 
+def font_face(text: str) -> str:
+    """An @font-face for the page's Chinese (`cjk_font.page_font_face`: the packaged CJK font cut to
+    the page's characters, embedded), or "" when the font package is not installed (the CSS then
+    falls back to the system's CJK fonts)."""
+    from .cjk_font import page_font_face
+
+    return page_font_face(text)
+
+
 def summary_markdown(
-    title: str, judgements: list[Judgement], headline: dict[str, float], report_name: str, limit: int = 7000
+    title: str, judgements: list[Judgement], headline: dict[str, float], report_name: str, limit: int = 7000,
+    result: str = "",
 ) -> str:
     """The run's summary as markdown (MLflow's run description): claim counts, each claim's verdict,
     then headline figures while the text stays under `limit` characters."""
@@ -356,6 +471,7 @@ def summary_markdown(
     lines = [
         f"### {title}",
         "",
+        *([result, ""] if result else []),
         f"The article's claims, evidence: **{counts['passed']} passed**, {counts['failed']} failed, "
         f"{counts['warning']} warnings, {counts['not judged']} not judged. Demonstrations (by construction, not "
         f"counted): {demo['passed']} shown, {demo['failed']} broken. "

@@ -64,6 +64,7 @@ from components.core.training import WEIGHTS_FILE, TrainSettings, load_weights_i
 
 from .checks import claim_spec, judged
 from .ddp_worker import MLFLOW_RUN_ID, MLFLOW_TRACKING_URI
+from .io import latest_manifest
 from .registry import log_and_register
 from .stage import Stage, stage
 from .state import state_root
@@ -241,7 +242,8 @@ def language_model_asset(
         kinds={"pytorch", "safetensors"},
         tags={LM_TAG: family},
         pool=TRAINING_POOL,
-        check_specs=[claim_spec(c, name) for c in LM_CLAIMS],
+        check_specs=[*(claim_spec(c, name) for c in LM_CLAIMS),
+                     dg.AssetCheckSpec(REGRESSION_CHECK, asset=name, description=REGRESSION_DESCRIPTION)],
         ins={"labels": dg.AssetIn(dg.AssetKey(labels)), "tokenizer": dg.AssetIn(dg.AssetKey(tokenizer)),
              **({"baseline": dg.AssetIn(dg.AssetKey(baseline))} if baseline else {})},
     )
@@ -276,6 +278,7 @@ def language_model_asset(
         yield output
         for c in LM_CLAIMS:
             yield judged(c, output.value)
+        yield regression_result(output.value)
 
     return _lm
 
@@ -291,7 +294,7 @@ def _train_and_publish(
     train_settings = TrainSettings(**config.train.model_dump(exclude=set(LAUNCH_FIELDS)))
     # The data's identity among the params: runs on different tokenizers compare side by side.
     data = {"vocab_size": labels.vocab_size, "tokenizer_sha256": labels.tokenizer_sha256}
-    with stage(context, mlflow, {**settings, "family": family, **data}) as s:
+    with stage(context, mlflow, {**logged_settings(settings, launch), "family": family, **data}) as s:
         train_data, val_data, meta = load_labels(labels.path)
         tok = load_tokenizer(tokenizer.path)
         common = dict(
@@ -320,13 +323,16 @@ def _train_and_publish(
             )
             launched = {"launcher": "inprocess", "world_size": 1}
         # The architecture that trained, beside the requested one (`model.*`): a parameter
-        # budget resizes widths, so `model.hidden_size` 256 may have trained 286 wide.
-        s.run.log_params({"resolved": result.config.model_dump()})
+        # budget resizes widths, so `model.hidden_size` 256 may have trained 286 wide. And what the
+        # training did: the steps it took (a FLOPs budget decides them), the launcher and world size.
+        s.run.log_params({"resolved": effective_architecture(result.config.model_dump()),
+                          "train": effective_training(result.metrics, launched)})
         weights = s.tmp / WEIGHTS_FILE
         shutil.copy2(result.weights_path, weights)  # weights and config only: no optimizer state
         (s.tmp / "samples.txt").write_text("\n\n----------\n\n".join(result.samples) + "\n", encoding="utf-8")
         metrics = {**result.metrics, **load_figures(load_before, machine_load(), launched.get("world_size", 1))}
         registered = register_model(context, s, weights, tokenizer, result, config, description)
+        spread = seed_spread(context.instance, name.removesuffix("_lm"))  # the noise of a rerun, for the change
         output = s.publish(
             M.LanguageModel(
                 name=name,
@@ -367,8 +373,84 @@ def _train_and_publish(
                 **launched,
             },
             warnings=result.warnings + ([LOADED_WARNING.format(**metrics)] if metrics["machine/loaded"] else []),
+            spreads={"val/loss": spread} if spread is not None else None,
         )
     return output
+
+REGRESSION_CHECK = "val_loss_holds_since_previous_run"
+REGRESSION_DESCRIPTION = (
+    "Run over run: the validation loss is not worse than the previous materialization's by more than the "
+    "seed spread `model_comparison` measured (the largest family spread for a model trained with one seed). "
+    "A warning, with the previous value, the change and the spread; passes on a first materialization."
+)
+
+
+def seed_spread(instance: dg.DagsterInstance, model: str) -> float | None:
+    """The noise of a rerun of `model` (asset name without `_lm`): its seed spread in the latest
+    `model_comparison`, else the largest spread of a family trained with several seeds; None when no
+    comparison with seeds can be read."""
+    try:
+        comp = latest_manifest(instance, dg.AssetKey("model_comparison"), M.ModelComparison)
+    except Exception:  # noqa: BLE001 - a pruned or old comparison leaves the change without a noise figure
+        return None
+    seeded = {k: v for k, v in (comp.seeds if comp else {}).items() if v.get("seeds", 0) > 1}
+    if model in seeded:
+        return float(seeded[model]["spread"])
+    return max((float(v["spread"]) for v in seeded.values()), default=None)
+
+
+def regression_result(lm: M.LanguageModel) -> dg.AssetCheckResult:
+    """The run-over-run check of a language model's validation loss (`REGRESSION_CHECK`)."""
+    change = next((c for c in lm.published.changes if c["name"] == "val/loss"), None)
+    if change is None or change["previous"] is None:
+        return dg.AssetCheckResult(check_name=REGRESSION_CHECK, passed=True, severity=dg.AssetCheckSeverity.WARN,
+                                   metadata={"reason": "first materialization: nothing to compare with"},
+                                   description="first materialization: nothing to compare with")
+    line = (f"{change['verdict']}: val/loss {change['previous']:.4f} → {change['current']:.4f} "
+            f"({change['delta']:+.4f}; seed spread "
+            f"{'unknown' if change['spread'] is None else format(change['spread'], '.4f')})")
+    return dg.AssetCheckResult(
+        check_name=REGRESSION_CHECK,
+        passed=change["verdict"] != "worse",
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={"reason": line, "previous_run_id": lm.published.previous_run_id,
+                  **{k: v for k, v in change.items() if v is not None and k != "name"}},
+        description=line,
+    )
+
+
+def logged_settings(settings: dict[str, Any], launch: LaunchSettings) -> dict[str, Any]:
+    """The settings logged when the step starts: what is fixed by the config as it is, what the run
+    decides later under `requested.` (the steps, which a FLOPs budget overrides; the torchrun width
+    and strategy, which an in-process launch does not use), and settings that do not take effect left
+    out (a window without sliding-window attention). `effective_training` logs what ran."""
+    train = dict(settings.get("train", {}))
+    requested = {k: train.pop(k) for k in ("max_steps", *LAUNCH_FIELDS) if k in train}
+    out = {**settings, "train": train, "requested": {"train": requested}}
+    if "model" in settings:
+        out["model"] = effective_architecture(settings["model"])
+    return out
+
+
+def effective_architecture(model: dict[str, Any]) -> dict[str, Any]:
+    """A model's settings without those that do not take effect: the window and global positions
+    without sliding-window attention, and unset values (a parameter budget of None)."""
+    out = {k: v for k, v in model.items() if v is not None}
+    if out.get("attention") not in (None, "sliding_window"):
+        out.pop("window", None)
+        out.pop("n_global", None)
+    return out
+
+
+def effective_training(metrics: dict[str, Any], launched: dict[str, Any]) -> dict[str, Any]:
+    """What the training did: the steps it took, the launcher and world size (and the torchrun
+    strategy where torchrun ran it)."""
+    out = {"max_steps": int(metrics["steps"]), "launcher": launched.get("launcher", "inprocess"),
+           "world_size": int(launched.get("world_size", 1))}
+    if "strategy" in launched:
+        out["strategy"] = launched["strategy"]
+    return out
+
 
 def _train_torchrun(
     context, s: Stage, mlflow: MlflowTracker, config, launch: LaunchSettings, train_settings: TrainSettings,

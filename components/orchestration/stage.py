@@ -25,6 +25,7 @@ import dagster as dg
 
 from components.core.artifacts import atomic_dir, file_info
 from components.core.manifests import FileRecord, Manifest, Published
+from components.core.rerun import Change, changes_markdown, compare, counts
 
 from .leases import run_lease
 from .recovery import recover_dead_runs
@@ -39,6 +40,61 @@ REPORT_TABLE_ROWS = 50  # rows of each table kept in the manifest for the report
 def metric_key(name: str) -> str:
     """MLflow names (`val/loss`) as Dagster metadata keys (`val_loss`)."""
     return name.replace("/", "_")
+
+
+KEY_FIGURES = ("val/loss",)  # figures whose previous value and change are metadata entries of their own
+
+
+def previous_materialization(context: dg.AssetExecutionContext) -> tuple[str, dict[str, float]] | None:
+    """The run id and numeric metadata of this asset's latest materialization by another run (the
+    run before this one), or None when it was never materialized."""
+    key = context.asset_key
+    records = context.instance.fetch_materializations(key, limit=5).records
+    for r in records:
+        if r.run_id != context.run.run_id and r.asset_materialization is not None:
+            values = {}
+            for k, v in r.asset_materialization.metadata.items():
+                x = getattr(v, "value", None)
+                if isinstance(x, (int, float)) and not isinstance(x, bool):
+                    values[k] = float(x)
+            return r.run_id, values
+    return None
+
+
+def since_previous(
+    context: dg.AssetExecutionContext, metrics: dict[str, float], spreads: dict[str, float] | None
+) -> tuple[str, list[Change]]:
+    """This materialization's figures against the previous one's ("" and [] when there is none)."""
+    prev = previous_materialization(context)
+    if prev is None:
+        return "", []
+    run_id, values = prev
+    return run_id, compare(metrics, {k: values.get(metric_key(k)) for k in metrics}, spreads)
+
+
+def changes_metadata(run_id: str, changes: list[Change]) -> dict[str, Any]:
+    """The changes as Dagster metadata: a table, the previous run's link and, for the key figures,
+    the previous value and the change as numbers of their own (plotted across materializations)."""
+    from .tracking import dagster_run_url
+
+    if not run_id:
+        return {"since_previous_run": "first materialization: nothing to compare with"}
+    moved = counts(changes)
+    out: dict[str, Any] = {
+        "since_previous_run": dg.MetadataValue.md(
+            f"Against the previous materialization, Dagster run [{run_id[:8]}]({dagster_run_url(run_id)}); "
+            f"noise is the seed spread where `model_comparison` measured one.\n\n" + changes_markdown(changes)
+        ),
+        "previous_run_id": run_id,
+        "figures_moved_beyond_noise": sum(moved.get(k, 0) for k in ("better", "worse")),
+        "figures_worse_beyond_noise": moved.get("worse", 0),
+    }
+    for c in changes:
+        if c.name in KEY_FIGURES and c.previous is not None:
+            out[f"{metric_key(c.name)}_previous"] = c.previous
+            out[f"{metric_key(c.name)}_change"] = c.delta
+            out[f"{metric_key(c.name)}_verdict"] = c.verdict
+    return out
 
 
 def table_metadata(rows: list[dict]) -> dg.MetadataValue:
@@ -124,6 +180,7 @@ class Stage:
         values: dict[str, Any] | None = None,
         warnings: list[str] | None = None,
         recorded_files: dict[str, FileRecord] | None = None,
+        spreads: dict[str, float] | None = None,
     ) -> dg.Output:
         """Log everything to the nested MLflow run and return the asset's output with its metadata.
 
@@ -141,6 +198,9 @@ class Stage:
         recorded_files: name → the FileRecord of a file that other materializations wrote and
             recorded (not under `tmp`, not hashed again): into the manifest beside `files`, so that
             whoever reads this output has them checked too.
+        spreads: metric → the noise of a rerun (seed spread), for the comparison with the previous
+            materialization: every metric gets its previous value and change (`since_previous_run`),
+            and a change beyond its spread a verdict (better, worse).
         """
         import matplotlib.pyplot as plt
 
@@ -154,6 +214,9 @@ class Stage:
             series = self.run.client.get_run(self.run.run_id).data.metrics
             self.run.log_metrics({k: v for k, v in metrics.items() if series.get(k) != v})
             metadata.update({metric_key(k): v for k, v in metrics.items()})
+        previous_run, changes = since_previous(self.context, metrics, spreads) if metrics else ("", [])
+        if metrics:
+            metadata.update(changes_metadata(previous_run, changes))
         for name, rows in (tables or {}).items():
             if rows:
                 self.run.log_table(rows, name)
@@ -204,6 +267,8 @@ class Stage:
                 texts=dict(texts or {}),
                 warnings=all_warnings,
                 mlflow_url=self.run.url,
+                previous_run_id=previous_run,
+                changes=[c.row() for c in changes],
             ),
             asset=self.context.asset_key.to_user_string(),
             dagster_run_id=self.context.run.run_id,

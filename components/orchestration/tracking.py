@@ -448,7 +448,12 @@ FIGURE_DPI = 100
 
 
 def figure_png(fig: Any, dpi: int = FIGURE_DPI) -> bytes:
-    """A matplotlib figure as PNG bytes (rendered once; the same bytes go to MLflow and Dagster)."""
+    """A matplotlib figure as PNG bytes (rendered once; the same bytes go to MLflow and Dagster); a
+    figure with Chinese text is drawn with the packaged CJK font as the fallback (`cjk_font`)."""
+    from components.core.cjk_font import ensure_matplotlib_fallback, has_cjk_text
+
+    if has_cjk_text(fig):
+        ensure_matplotlib_fallback()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     return buf.getvalue()

@@ -54,6 +54,8 @@ class Published:
     texts: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     mlflow_url: str = ""
+    previous_run_id: str = ""  # the Dagster run of this asset's previous materialization ("" for the first)
+    changes: list[dict[str, Any]] = field(default_factory=list)  # `rerun.Change` rows against that one
 
 
 M = TypeVar("M", bound="Manifest")
