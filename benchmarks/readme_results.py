@@ -55,7 +55,7 @@ def render(profile: dict, source: str) -> str:
     m = profile.get("machine", {})
     lines = [
         f"From [`{Path(source).name}`]({source}): one default run from a fresh state folder on "
-        f"{m.get('cpu_model', '?')} ({m.get('cpu_kind', '?')}; `dtype: auto` = {m.get('auto_dtype_cpu', '?')}), "
+        f"{m.get('cpu_model', '?')}, {m.get('cpu_kind', '?')}, `dtype: auto` = {m.get('auto_dtype_cpu', '?')}; "
         f"{profile['run_wall_s'] / 60:.1f} min corpus to report. Validation loss in nats per token on the same "
         f"{f['val_targets']:,} targets.",
         "",
@@ -80,7 +80,8 @@ def render(profile: dict, source: str) -> str:
         "held-out tail of the training stream.",
         "",
         f"Claims: **evidence {_counts(f['claims'])}**; demonstrations (true by construction, not counted) "
-        f"{_counts(f.get('demonstrations') or {}, 'shown')}; invariants {_counts(f['invariants'], 'held')}. A claim "
+        + (_counts(f["demonstrations"], "shown") if f.get("demonstrations") else "not counted apart in that run")
+        + f"; invariants {_counts(f['invariants'], 'held')}. A claim "
         "judged on several models counts once, with its worst verdict. Not passed:",
         "",
     ]
@@ -90,8 +91,9 @@ def render(profile: dict, source: str) -> str:
     for name, rows in by_claim.items():
         assets = ", ".join(r["asset"] for r in rows)
         why = rows[0].get("reason", "")
-        why = why if len(rows) == 1 else f"{why} (first of {len(rows)})"
-        lines.append(f"- `{name}` ({rows[0]['status']}; {assets}): {why}".rstrip(": "))
+        if why and len(rows) > 1:
+            why = f"{why} (on {rows[0]['asset']}; the others alike in the report)"
+        lines.append(f"- `{name}` ({rows[0]['status']}; {assets})" + (f": {why}" if why else ""))
     return "\n".join(lines) + "\n"
 
 

@@ -16,20 +16,23 @@ from typing import Any
 import dagster as dg
 
 from components.core.claims import BY_NAME, Judgement, count_model_at_scale, judge_all
-from components.core.manifests import Report, Scaling
+from components.core.manifests import LanguageModel, ModelComparison, NgramBaseline, Report, Scaling
 from components.core.report import (
     claim_counts,
     demonstration_counts,
     headline_metrics,
     invariant_counts,
     render_report,
+    result_html,
+    result_markdown,
+    result_rows,
     section_from_manifest,
     summary_markdown,
 )
 from components.orchestration.checks import reason
 from components.orchestration.io import latest_manifest
-from components.orchestration.stage import stage
-from components.orchestration.tracking import MlflowTracker, dagster_run_url, job_label, run_subject
+from components.orchestration.stage import since_previous, stage
+from components.orchestration.tracking import AssetRun, MlflowTracker, dagster_run_url, job_label, run_subject
 
 GROUP = "report"
 REPORT_FILE = "report.html"
@@ -57,6 +60,24 @@ def asset_specs(defs: list[dg.AssetsDefinition]) -> list[dg.AssetSpec]:
     groups = list(dict.fromkeys(specs[k].group_name for k in order))
     rank = {g: (STAGES.index(g) if g in STAGES else len(STAGES) + groups.index(g)) for g in groups}
     return sorted((specs[k] for k in order), key=lambda s: rank[s.group_name])
+
+
+COMPARE_KEYS = {"mlflow_compare_url": "compare the models in MLflow",
+                "mlflow_models_by_val_loss_url": "the models by val/loss in MLflow"}
+
+
+def compare_links(run: Any, comparison: Any) -> dict[str, str]:
+    """MLflow views of this run's language models side by side, best validation loss first: the compare
+    view of `model_comparison`'s child runs (one per model, a handful of metrics and the architecture),
+    and the experiment's table of them ordered by `val/loss`. Empty without a comparison."""
+    if not isinstance(comparison, ModelComparison) or not comparison.mlflow_run_id:
+        return {}
+    comp = AssetRun(run.client, comparison.mlflow_run_id, run.experiment_id, run.ui_base)
+    children = comp.children_by("val/loss")
+    if not children:
+        return {}
+    return {COMPARE_KEYS["mlflow_compare_url"]: comp.compare_url([r.info.run_id for r in children]),
+            COMPARE_KEYS["mlflow_models_by_val_loss_url"]: comp.ranked_children_url("val/loss")}
 
 
 def recorded_checks(context: dg.AssetExecutionContext, skip: set[str]) -> list[dict[str, Any]]:
@@ -122,23 +143,39 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
             parent = s.run.parent()
             run = context.run
             title = f"Run report: {job_label(run.job_name)} · {run.run_id[:8]}"
+            data_checks = recorded_checks(context, set(BY_NAME))
+            # The counts as Dagster shows them: this run's assets (the report among them) and its checks
+            # (each claim once per asset it judges, and the data checks; the scaling claim judges another
+            # job's asset, so it is not one of this run's checks).
+            run_checks = [j for j in judgements if j.asset in manifests] + data_checks
+            comparison = manifests.get("model_comparison")
+            compare = compare_links(s.run, comparison)
             info = {"Dagster run": run.run_id, "job": job_label(run.job_name), "MLflow parent run": parent.url,
-                    "assets": len(sections), "claims judged": len(judgements)}
+                    **compare, "assets in this run": len(sections) + 1, "checks in this run": len(run_checks)}
             headline = headline_metrics(sections)  # this run's alone
             shown = sections + ([section_from_manifest(
                 SCALING.to_user_string(), "scaling", scaling,
                 f"From the scaling job's latest run (Dagster run {scaling.dagster_run_id[:8]}), not this one: each "
                 "family at growing training budgets, where it passes the count model and where the Transformer "
                 "passes the LSTM.")] if scaling else [])
-            page = render_report(title, info, shown, judgements, recorded_checks(context, set(BY_NAME)))
-            path = s.tmp / REPORT_FILE
-            path.write_text(page, encoding="utf-8")
             counts, inv = claim_counts(judgements), invariant_counts(judgements)
             demo = demonstration_counts(judgements)
             count_metrics = {**{f"claims/{k.replace(' ', '_')}": float(v) for k, v in counts.items()},
                              **{f"demonstrations/{k.replace(' ', '_')}": float(v) for k, v in demo.items()},
                              **{f"invariants/{k.replace(' ', '_')}": float(v) for k, v in inv.items()}}
-            summary = summary_markdown(title, judgements, headline, REPORT_FILE)
+            lms = {n: manifests[n] for n in language_models if isinstance(manifests.get(n), LanguageModel)}
+            rows = result_rows(lms, comparison if isinstance(comparison, ModelComparison) else None)
+            ngram = manifests.get("ngram_baseline")
+            count_model = (ngram.chosen.model, ngram.val_loss) if isinstance(ngram, NgramBaseline) else None
+            _, count_changes = since_previous(context, count_metrics, None)
+            result = result_html(rows, count_model, {"claims": counts, "demonstrations": demo, "invariants": inv},
+                                 count_changes)
+            page = render_report(title, info, shown, judgements, data_checks, result=result)
+            path = s.tmp / REPORT_FILE
+            path.write_text(page, encoding="utf-8")
+            links = " · ".join(f"[{k}]({v})" for k, v in compare.items())
+            summary = summary_markdown(title, judgements, headline, REPORT_FILE,
+                                       result=result_markdown(rows, count_model) + (f"\n\n{links}" if links else ""))
             # The run's summary on its parent run: the page, the headline metrics, the description.
             parent.log_artifact(path)
             parent.log_metrics({**headline, **count_metrics})
@@ -180,6 +217,9 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
                 values={
                     "report_url": dg.MetadataValue.url(parent.artifact_url(REPORT_FILE)),
                     "mlflow_parent_url": dg.MetadataValue.url(parent.url),
+                    **{key: dg.MetadataValue.url(compare[label]) for key, label in COMPARE_KEYS.items()
+                       if label in compare},
+                    "result": dg.MetadataValue.md(result_markdown(rows, count_model)),
                     "claims": dg.MetadataValue.md(
                         "\n".join(
                             f"- {c['status']}: `{c['claim']}` "

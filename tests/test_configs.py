@@ -188,3 +188,22 @@ def test_run_job_names_the_jobs_there_are_for_one_that_is_not(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "no job 'scaling_law'" in proc.stderr and "scaling" in proc.stderr.split("have:")[1], proc.stderr
     assert "Run " not in proc.stdout
+
+
+def test_the_readme_results_are_generated_from_the_profile_they_name():
+    """The README's results block is `benchmarks/readme_results.py`'s output for the committed run
+    profile its marker names: a figure edited by hand, or a profile replaced without regenerating,
+    fails here."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("readme_results", root / "benchmarks" / "readme_results.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    import json
+
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    named, block, _, _ = mod.block(readme)
+    profile = json.loads((root / named).read_text())
+    assert block == mod.render(profile, named)
+    assert f"{profile['figures']['count_model']['val_loss']:.3f}" in block

@@ -65,7 +65,7 @@ from components.core.training import WEIGHTS_FILE, TrainSettings, load_weights_i
 from .checks import claim_spec, judged
 from .ddp_worker import MLFLOW_RUN_ID, MLFLOW_TRACKING_URI
 from .io import latest_manifest
-from .registry import log_and_register
+from .registry import log_and_register, move_aliases
 from .stage import Stage, stage
 from .state import state_root
 from .tracking import MlflowTracker, config_hash, dagster_asset_url, dagster_run_url
@@ -367,6 +367,7 @@ def _train_and_publish(
             artifacts=[s.tmp / "samples.txt"],
             values={
                 "registered_model": registered["uri"],
+                "registry_aliases": registered.get("aliases", ""),
                 "params": int(metrics["params"]),
                 "resumed_from_step": result.resumed_from_step,
                 "attention_backend": str(result.attention_backend.get("observed", result.attention_backend)),
@@ -377,6 +378,7 @@ def _train_and_publish(
         )
     return output
 
+SCHEDULE_TAG = "dagster/schedule_name"  # set on the runs a schedule starts
 REGRESSION_CHECK = "val_loss_holds_since_previous_run"
 REGRESSION_DESCRIPTION = (
     "Run over run: the validation loss is not worse than the previous materialization's by more than the "
@@ -568,11 +570,12 @@ def register_model(context: dg.AssetExecutionContext, s: Any, weights: Path, tok
             provenance=provenance,
             tokenizer_sha256=tokenizer.sha256,
         )
-        return log_and_register(
+        registered = log_and_register(
             s.run,
             folder,
             name,
-            description=f"{description} (asset `{name}`; one version per materialization).",
+            description=f"{description} (asset `{name}`; one version per materialization; alias `champion`: the "
+            "lowest validation loss on the same tokenizer, `latest-scheduled`: what the weekly run produced).",
             model_description=(
                 f"Dagster run [{run_id[:8]}]({dagster_run_url(run_id)}) (asset "
                 f"[{name}]({dagster_asset_url(context.asset_key)})): "
@@ -583,9 +586,13 @@ def register_model(context: dg.AssetExecutionContext, s: Any, weights: Path, tok
                 "family": result.family,
                 "vocab_size": model.vocab_size,
                 "tokenizer_sha256": tokenizer.sha256,
-                **{f"resolved.{k}": v for k, v in result.config.model_dump().items()},
+                **{f"resolved.{k}": v for k, v in effective_architecture(result.config.model_dump()).items()},
             },
         )
+    registered["aliases"] = ", ".join(f"{k}={v}" for k, v in move_aliases(
+        s.run.client, registered["name"], registered["version"],
+        scheduled=bool(context.run.tags.get(SCHEDULE_TAG))).items())
+    return registered
 
 
 class LanguageModel(dg.Component, dg.Model, dg.Resolvable):

@@ -131,3 +131,35 @@ def _log_and_register(run: AssetRun, folder: Path, registered_name: str, descrip
         "name": mv.name, "version": str(mv.version), "model_id": logged.model_id,
         "source": mv.source, "uri": f"models:/{mv.name}/{mv.version}",
     }
+
+
+CHAMPION = "champion"  # the version of lowest validation loss among those trained on the same tokenizer
+LATEST_SCHEDULED = "latest-scheduled"  # the version the latest scheduled run registered
+
+
+def move_aliases(client: Any, name: str, version: str, *, scheduled: bool) -> dict[str, str]:
+    """Aliases that say which version to use: `champion` moves to the version of lowest `val_loss` tag
+    among the versions trained on the same tokenizer as `version` (only those are scored on the same
+    targets), and `latest-scheduled` to `version` when a schedule started its run. Returns alias →
+    version as set."""
+    new = client.get_model_version(name, version)
+    tok = new.tags.get("tokenizer_sha256")
+    same = [v for v in client.search_model_versions(f"name = '{name}'", max_results=10_000)
+            if v.tags.get("tokenizer_sha256") == tok and _loss(v) is not None]
+    out = {}
+    if same:
+        best = min(same, key=lambda v: (_loss(v), -int(v.version)))
+        client.set_registered_model_alias(name, CHAMPION, best.version)
+        out[CHAMPION] = str(best.version)
+    if scheduled:
+        client.set_registered_model_alias(name, LATEST_SCHEDULED, version)
+        out[LATEST_SCHEDULED] = str(version)
+    return out
+
+
+def _loss(v: Any) -> float | None:
+    try:
+        return float(v.tags["val_loss"])
+    except (KeyError, ValueError):
+        return None
+

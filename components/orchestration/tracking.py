@@ -244,6 +244,29 @@ class AssetRun:
     def metadata(self) -> dict[str, Any]:
         return {"mlflow_run_id": self.run_id, "mlflow_url": dg.MetadataValue.url(self.url)}
 
+    def children_by(self, metric: str) -> list[Any]:
+        """This run's child runs (a comparison's, one per model), best first by `metric` (lower is better)."""
+        runs = self.client.search_runs([self.experiment_id], f"tags.`mlflow.parentRunId` = '{self.run_id}'",
+                                       max_results=200)
+        return sorted(runs, key=lambda r: r.data.metrics.get(metric, math.inf))
+
+    def compare_url(self, run_ids: list[str]) -> str:
+        """MLflow's compare view of `run_ids` (in that order)."""
+        from urllib.parse import quote
+
+        runs = quote(json.dumps(run_ids, separators=(",", ":")))
+        experiments = quote(json.dumps([self.experiment_id], separators=(",", ":")))
+        return f"{self.ui_base}/#/compare-runs?runs={runs}&experiments={experiments}"
+
+    def ranked_children_url(self, metric: str) -> str:
+        """The experiment's runs table filtered to this run's children, ordered by `metric` (ascending)."""
+        from urllib.parse import quote
+
+        search = quote(f"tags.`mlflow.parentRunId` = '{self.run_id}'")
+        order = quote(f"metrics.`{metric}`")
+        return (f"{self.ui_base}/#/experiments/{self.experiment_id}?searchFilter={search}&orderByKey={order}"
+                f"&orderByAsc=true&{ML_VIEW}")
+
     def artifact_url(self, path: str) -> str:
         """The MLflow UI's view of one of this run's artifacts."""
         return self.page_url(f"/artifacts/{path}")
