@@ -67,11 +67,11 @@ PRESETS = {
         "model": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0, bias=False),
         "train": dict(max_steps=2000, batch_size=12, lr=1e-3, min_lr=1e-4, warmup_steps=100, lr_decay_steps=2000,
                       weight_decay=0.1, beta1=0.9, beta2=0.99, grad_clip=1.0),
-        # The goal: ≥ 1.2× the tokens/s of nanoGPT's loop measured side by side in the same run where ours
-        # trains under bf16 autocast (a CPU with AMX), ≥ 1.1× where it trains in float32 (a CPU without
+        # The goal: ≥ 1.5× the tokens/s of nanoGPT's loop measured side by side in the same run where ours
+        # trains under bf16 autocast (a CPU with AMX), ≥ 1.25× where it trains in float32 (a CPU without
         # AMX: there both loops run the same float32 kernels), at a validation loss ≤ 1.80 after 2000
         # iterations (nanoGPT's README: 1.88 on tiny-shakespeare).
-        "goal": {"ratio_tokens_per_s": {"bfloat16": 1.2, "float32": 1.1}, "val_loss": 1.80,
+        "goal": {"ratio_tokens_per_s": {"bfloat16": 1.5, "float32": 1.25}, "val_loss": 1.80,
                  "nanogpt_readme_val_loss": 1.88},
     },
     # A smaller, quicker sanity run of the same recipe.

@@ -486,7 +486,7 @@ def test_a_rerun_says_what_moved_since_the_run_before(tiny_run):
     for name in ("rnn_lm", "transformer_lm"):
         versions = client.search_model_versions(f"name = '{name}'")
         scheduled = manifest(inst, second.run_id, name)["registered_model"]["version"]
-        assert client.get_model_version_by_alias(name, "latest-scheduled").version == scheduled
+        assert str(client.get_model_version_by_alias(name, "latest-scheduled").version) == scheduled
         best = min(float(v.tags["val_loss"]) for v in versions)
         assert float(client.get_model_version_by_alias(name, "champion").tags["val_loss"]) == best
     assert "latest-scheduled" not in materializations(inst, first)["rnn_lm"].metadata["registry_aliases"].value

@@ -147,3 +147,26 @@ def test_check_config_checks_the_tune_and_scaling_sections_of_a_file(tmp_path):
     assert "ops.lr_sweep.config" in found and "lr_sweep.lrs is empty" in found
     assert "ops.scaling_laws.config" in found and "is not increasing" in found
     assert "ops.no_such_asset: no asset of that name" in found
+
+
+def test_the_tune_jobs_trials_are_scored_on_the_training_splits_tail_not_on_validation():
+    """Choices are made on data no claim judges: the last tenth of the training blocks, in stream
+    order, held out from the trials' training; too few blocks to hold any out is refused."""
+    import inspect
+
+    import numpy as np
+
+    from components.core.data import TokenBlocks, split_tail
+    from components.core.errors import PipelineInputError
+    from pipelines.defs import tune
+
+    x = np.arange(40 * 8, dtype=np.uint16).reshape(40, 8)
+    blocks = TokenBlocks(x, x.astype(np.int32) + 1)
+    head, tail = split_tail(blocks, 0.1)
+    assert head.n_blocks == 36 and tail.n_blocks == 4 and int(tail.x[0, 0]) == 36 * 8
+    assert np.array_equal(np.concatenate([head.x, tail.x]), blocks.x)
+    with pytest.raises(PipelineInputError, match="cannot hold out"):
+        split_tail(TokenBlocks(x[:1], x[:1].astype(np.int32)), 0.1)
+    assert tune.LrSweepConfig().heldout_fraction == 0.1
+    source = inspect.getsource(tune.lr_sweep.op.compute_fn.decorated_fn)
+    assert "split_tail(train_all" in source and ", val," not in source  # the validation split is not read

@@ -17,7 +17,7 @@ from typing import Any, Sequence, Union
 import numpy as np
 import torch
 
-from .errors import ConfigError
+from .errors import ConfigError, PipelineInputError
 
 PAD_ID = 0
 IGNORE_INDEX = -100
@@ -123,6 +123,19 @@ class TokenBlocks:
     def max_token_id(self) -> int:
         """The largest token id among inputs and targets (-1 without blocks)."""
         return max(int(self.x.max()), int(self.y.max())) if self.n_blocks else -1
+
+
+def split_tail(blocks: TokenBlocks, fraction: float, what: str = "training blocks") -> tuple[TokenBlocks, TokenBlocks]:
+    """(head, tail): the last `fraction` of `blocks` held out, in stream order (blocks are packed from the
+    token stream in order, so the tail is the stream's last stretch). For choices made on data the
+    claims do not judge: the tune job scores its trials on the training split's tail, never on the
+    validation split."""
+    n = blocks.n_blocks
+    held = max(1, int(round(n * fraction)))
+    if not 0 < fraction < 1 or n - held < 1:
+        raise PipelineInputError(f"cannot hold out {fraction:.0%} of {n} {what}: too few to keep any for training")
+    cut = n - held
+    return TokenBlocks(blocks.x[:cut], blocks.y[:cut]), TokenBlocks(blocks.x[cut:], blocks.y[cut:])
 
 
 class _Column:

@@ -262,8 +262,8 @@ class AssetRun:
         """The experiment's runs table filtered to this run's children, ordered by `metric` (ascending)."""
         from urllib.parse import quote
 
-        search = quote(f"tags.`mlflow.parentRunId` = '{self.run_id}'")
-        order = quote(f"metrics.`{metric}`")
+        search = quote(f"tags.`mlflow.parentRunId` = '{self.run_id}'", safe="")
+        order = quote(f"metrics.`{metric}`", safe="")
         return (f"{self.ui_base}/#/experiments/{self.experiment_id}?searchFilter={search}&orderByKey={order}"
                 f"&orderByAsc=true&{ML_VIEW}")
 

@@ -11,6 +11,7 @@ from typing import Optional
 import dagster as dg
 from pydantic import Field, model_validator
 
+from components.core.data import split_tail
 from components.core.labels import load_labels
 from components.core.manifests import Labels, LanguageModel, LrSweep
 from components.core.studies.sweep import SweepSettings, check_grid, lm_trial, run_sweep
@@ -48,6 +49,11 @@ class LrSweepConfig(dg.Config, SweepSettings):
     is refused."""
 
     models: list[str] = Field(list(SWEPT), description=f"Language models to sweep (of {list(SWEPT)}).")
+    heldout_fraction: float = Field(
+        0.1, gt=0, lt=0.5,
+        description="The last fraction of the training blocks the trials are scored on (and do not train on): the "
+        "choices are made on data no claim judges, never on the validation split.",
+    )
     block_size: Optional[int] = Field(
         128, description="Context length of every trial (the models' training block_size)."
     )
@@ -103,31 +109,35 @@ def lr_sweep(
 ) -> dg.Output[LrSweep]:
     """For each model: its architecture and training settings as trained, retrained at every (batch
     size, warmup, lr) of its grid at its budget (its flops_budget, else `max_steps`), each with a full
-    schedule ending there; scored on the whole validation split. The chosen values, and the
-    `defs.yaml` lines that set them, are published."""
+    schedule ending there; trained on the training split less its last `heldout_fraction` and scored
+    on that held-out tail (the validation split, which the claims judge, is never used to choose).
+    The chosen values, and the `defs.yaml` lines that set them, are published."""
     grids = {name: config.for_model(name) for name in config.models}
     for name, g in grids.items():  # every grid checked before any trial trains
         check_grid(g, where=f"lr_sweep[{name}]", tokens_per_step=max(g.batch_sizes) * (config.block_size or 1),
                    budget_tokens=g.max_steps * g.batch_sizes[0] * (config.block_size or 1))
     with stage(context, mlflow, config.model_dump()) as s:
-        train, val, meta = load_labels(labels.path)
+        train_all, _, meta = load_labels(labels.path)
+        train, heldout = split_tail(train_all, config.heldout_fraction)
+        context.log.info(f"trials train on {train.n_blocks} blocks and are scored on the held-out last "
+                         f"{heldout.n_blocks} ({config.heldout_fraction:.0%}) of the training split")
         chosen, rows, figures, texts, budgets = {}, [], {}, {}, {}
         for name in config.models:
             m = lms[name]
             base = {k: v for k, v in m.train_settings.items() if k not in ("launcher", "nproc_per_node", "strategy")}
             base["block_size"] = config.block_size
-            trial = lm_trial(m.family, m.model_config, base, train, val, int(meta["vocab_size"]), s.tmp / name,
+            trial = lm_trial(m.family, m.model_config, base, train, heldout, int(meta["vocab_size"]), s.tmp / name,
                              model_meta={"tokenizer_sha256": labels.tokenizer_sha256})
 
             def log(row: dict, name: str = name, budget: float | None = base.get("flops_budget")) -> None:
                 context.log.info(
                     f"{name}: batch {row['batch_size']}, lr {row['lr']:g}, warmup {row['warmup_steps']}: "
-                    f"val loss {row['val_loss']:.4f}"
+                    f"held-out loss {row['val_loss']:.4f}"
                 )
                 s.run.child(
                     f"{name} batch={row['batch_size']} lr={row['lr']:g} warmup={row['warmup_steps']}",
                     {
-                        "val/loss": row["val_loss"],
+                        "heldout/loss": row["val_loss"],  # the training split's held-out tail, not validation
                         **({"train/tokens_per_s_mean": row["tokens_per_s"]} if "tokens_per_s" in row else {}),
                     },
                     params={
@@ -139,7 +149,7 @@ def lr_sweep(
                         **({"flops_budget": budget} if budget else {}),
                         "batch_size": row["batch_size"],
                     },
-                    series={"val/loss": [(int(a), float(b)) for a, b in row.get("history", [])]},
+                    series={"heldout/loss": [(int(a), float(b)) for a, b in row.get("history", [])]},
                 )
 
             settings = grids[name]
