@@ -253,6 +253,9 @@ def test_report_names_every_stage_and_claim_and_sits_on_the_mlflow_parent(tiny_r
         assert f'id="claim-{name}-{asset}"' in page
         assert f'<tr class="{status.replace(" ", "_")}" id="claim-{name}-{asset}">' in page
     assert all(name in page for name in data_checks)  # as Dagster recorded them
+    # The page's counts are Dagster's: this run's assets and its check evaluations.
+    assert f"<th>assets in this run</th><td>{len(materializations(inst, run_id))}</td>" in page
+    assert f"<th>checks in this run</th><td>{len(evs)}</td>" in page
     # On the MLflow parent run: the page, the headline metrics, the summary as its description.
     client, all_runs = mlflow_runs(state)
     parent = next(r for r in all_runs if r.data.tags.get("dagster.role") == "dagster_run")
