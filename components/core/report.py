@@ -117,7 +117,7 @@ def result_rows(lms: dict[str, LanguageModel], comparison: ModelComparison | Non
         rows.append({
             "model": model,
             "val_loss": lm.val_loss,
-            "seeds": f"{s['min']:.3f}–{s['max']:.3f} ({s['seeds']})" if s.get("seeds", 0) > 1 else "",
+            "seeds": f"{s['min']:.3f}–{s['max']:.3f} ({int(s['seeds'])} seeds)" if s.get("seeds", 0) > 1 else "",
             "minus_count_model": lm.val_loss - base.val_loss if base else None,
             "on_the_count_ladder": ladder_position(lm.val_loss, base.ladder) if base else "",
             "previous": change["previous"] if change else None,

@@ -64,7 +64,10 @@ def previous_materialization(context: dg.AssetExecutionContext) -> tuple[str, di
 def since_previous(
     context: dg.AssetExecutionContext, metrics: dict[str, float], spreads: dict[str, float] | None
 ) -> tuple[str, list[Change]]:
-    """This materialization's figures against the previous one's ("" and [] when there is none)."""
+    """This materialization's figures against the previous one's ("" and [] when there is none, or
+    for a partition: the previous materialization may be another partition's)."""
+    if context.has_partition_key:
+        return "", []
     prev = previous_materialization(context)
     if prev is None:
         return "", []
@@ -215,7 +218,7 @@ class Stage:
             self.run.log_metrics({k: v for k, v in metrics.items() if series.get(k) != v})
             metadata.update({metric_key(k): v for k, v in metrics.items()})
         previous_run, changes = since_previous(self.context, metrics, spreads) if metrics else ("", [])
-        if metrics:
+        if metrics and not self.context.has_partition_key:
             metadata.update(changes_metadata(previous_run, changes))
         for name, rows in (tables or {}).items():
             if rows:
