@@ -139,7 +139,7 @@ def test_a_model_run_records_its_vocabulary_and_tokenizer(state):
     cfg["ops"]["rnn_lm"] = {
         "config": {
             **cfg["ops"]["rnn_lm"]["config"],
-            "train": {**cfg["ops"]["rnn_lm"]["config"]["train"], "max_steps": 4},
+            "train": {**cfg["ops"]["rnn_lm"]["config"]["train"], "max_steps": 4, "flops_budget": None},
         }
     }
     instance = dg.DagsterInstance.get()

@@ -64,7 +64,7 @@ def gb2312_level1() -> str:
 
 
 def subset_font(characters: str) -> bytes:
-    """A regular-weight OpenType font (CFF2 outlines) of the SC face, cut to `characters`, named FAMILY."""
+    """A regular-weight OpenType font (CFF outlines) of the SC face, cut to `characters`, named FAMILY."""
     from fontTools import subset
     from fontTools.ttLib import TTCollection
     from fontTools.varLib import instancer
@@ -79,7 +79,8 @@ def subset_font(characters: str) -> bytes:
     sub = subset.Subsetter(opts)
     sub.populate(text=characters)
     sub.subset(font)
-    static = instancer.instantiateVariableFont(font, {"wght": WEIGHT})
+    # CFF outlines, not CFF2: browsers' font sanitizers (Chromium's OTS) refuse a static CFF2 font
+    static = instancer.instantiateVariableFont(font, {"wght": WEIGHT}, downgradeCFF2=True)
     name = static["name"]
     for rec in list(name.names):
         if rec.nameID in (1, 4, 16):
@@ -103,7 +104,7 @@ def figure_font() -> Path | None:
     if source is None:
         return None
     chars = gb2312_level1() + PUNCTUATION
-    key = hashlib.sha256(f"{source.stat().st_size}:{FACE}:{WEIGHT}:{chars}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{source.stat().st_size}:{FACE}:{WEIGHT}:cff:{chars}".encode()).hexdigest()[:16]
     path = cache_dir() / f"noto-sans-cjk-sc-{WEIGHT}-{key}.otf"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

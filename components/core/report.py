@@ -263,7 +263,9 @@ details{margin:.4em 0}summary{cursor:pointer;color:#0b5394}nav a{margin-right:1e
 table{display:block;max-width:100%;overflow-x:auto}td,th{overflow-wrap:break-word}a{overflow-wrap:anywhere}img{height:auto}
 pre{white-space:pre-wrap;overflow-wrap:anywhere}nav{display:flex;flex-wrap:wrap;gap:.2em 0}
 span.zh,span.en{display:block}#lang-en:checked~main .zh{display:none}#lang-zh:checked~main .en{display:none}
-p.lang{float:right;margin:0}.lang input,.lang label{position:static}
+p.lang{float:right;margin:0}input[name=lang]{position:absolute;opacity:0;pointer-events:none}
+p.lang label{cursor:pointer;color:#0b5394}#lang-en:checked~p.lang label[for=lang-en],
+#lang-zh:checked~p.lang label[for=lang-zh]{font-weight:bold;color:#222}
 [lang="zh"]{font-family:"Report CJK","Noto Sans CJK SC","Noto Sans SC","Source Han Sans SC","PingFang SC",
 "Microsoft YaHei",sans-serif}
 @media (max-width:800px){body{padding:.5em .8em}td,th{padding:.2em .35em}
@@ -440,9 +442,10 @@ def render_report(
     for g in groups:
         body.append(f'<h2 id="{anchor("stage", g)}">Stage: {html.escape(g)}</h2>')
         body += [section_html(s, judgements) for s in sections if s.group == g]
+    # The radios are siblings of <main> (the CSS selects `:checked ~ main`); their labels are the switch.
     switch = (
-        '<p class="lang"><input type="radio" name="lang" id="lang-en" checked><label for="lang-en">English</label> '
-        '<input type="radio" name="lang" id="lang-zh"><label for="lang-zh">中文</label></p>'
+        '<input type="radio" name="lang" id="lang-en" checked><input type="radio" name="lang" id="lang-zh">'
+        '<p class="lang"><label for="lang-en">English</label> · <label for="lang-zh">中文</label></p>'
     )
     main = "\n".join(body)
     return (

@@ -294,7 +294,7 @@ def _train_and_publish(
     train_settings = TrainSettings(**config.train.model_dump(exclude=set(LAUNCH_FIELDS)))
     # The data's identity among the params: runs on different tokenizers compare side by side.
     data = {"vocab_size": labels.vocab_size, "tokenizer_sha256": labels.tokenizer_sha256}
-    with stage(context, mlflow, {**logged_settings(settings, launch), "family": family, **data}) as s:
+    with stage(context, mlflow, {**logged_settings(settings), "family": family, **data}) as s:
         train_data, val_data, meta = load_labels(labels.path)
         tok = load_tokenizer(tokenizer.path)
         common = dict(
@@ -378,6 +378,7 @@ def _train_and_publish(
         )
     return output
 
+
 SCHEDULE_TAG = "dagster/schedule_name"  # set on the runs a schedule starts
 REGRESSION_CHECK = "val_loss_holds_since_previous_run"
 REGRESSION_DESCRIPTION = (
@@ -421,7 +422,7 @@ def regression_result(lm: M.LanguageModel) -> dg.AssetCheckResult:
     )
 
 
-def logged_settings(settings: dict[str, Any], launch: LaunchSettings) -> dict[str, Any]:
+def logged_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """The settings logged when the step starts: what is fixed by the config as it is, what the run
     decides later under `requested.` (the steps, which a FLOPs budget overrides; the torchrun width
     and strategy, which an in-process launch does not use), and settings that do not take effect left

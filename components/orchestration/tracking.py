@@ -346,7 +346,11 @@ class MlflowTracker(dg.ConfigurableResource):
                 )
         for key, value in EXPERIMENT_TAGS.items():  # an experiment created elsewhere (e.g. by the store's init)
             if exp.tags.get(key) != value:
-                client.set_experiment_tag(exp.experiment_id, key, value)
+                try:
+                    client.set_experiment_tag(exp.experiment_id, key, value)
+                except Exception:  # two runs starting at once both set it: the second insert hits the unique key
+                    if client.get_experiment(exp.experiment_id).tags.get(key) != value:
+                        raise
         return exp.experiment_id
 
     def parent_run(self, client: Any, experiment_id: str, dagster_run_id: str, job_name: str,
