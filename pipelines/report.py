@@ -167,7 +167,8 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
             rows = result_rows(lms, comparison if isinstance(comparison, ModelComparison) else None)
             ngram = manifests.get("ngram_baseline")
             count_model = (ngram.chosen.model, ngram.val_loss) if isinstance(ngram, NgramBaseline) else None
-            _, count_changes = since_previous(context, count_metrics, None)
+            since = since_previous(context, count_metrics, None)  # read once: the page and the metadata
+            count_changes = since[1]
             result = result_html(rows, count_model, {"claims": counts, "demonstrations": demo, "invariants": inv},
                                  count_changes)
             page = render_report(title, info, shown, judgements, data_checks, result=result)
@@ -212,6 +213,7 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
                     mlflow_parent_run_id=parent.run_id,
                 ),
                 metrics=count_metrics,
+                since=since,
                 files={"report": path},
                 artifacts=[path],
                 values={

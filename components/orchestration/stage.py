@@ -184,6 +184,7 @@ class Stage:
         warnings: list[str] | None = None,
         recorded_files: dict[str, FileRecord] | None = None,
         spreads: dict[str, float] | None = None,
+        since: tuple[str, list[Change]] | None = None,
     ) -> dg.Output:
         """Log everything to the nested MLflow run and return the asset's output with its metadata.
 
@@ -204,6 +205,8 @@ class Stage:
         spreads: metric → the noise of a rerun (seed spread), for the comparison with the previous
             materialization: every metric gets its previous value and change (`since_previous_run`),
             and a change beyond its spread a verdict (better, worse).
+        since: that comparison when the asset already made it (`since_previous` over these `metrics`),
+            so that the previous materialization is read once.
         """
         import matplotlib.pyplot as plt
 
@@ -217,7 +220,10 @@ class Stage:
             series = self.run.client.get_run(self.run.run_id).data.metrics
             self.run.log_metrics({k: v for k, v in metrics.items() if series.get(k) != v})
             metadata.update({metric_key(k): v for k, v in metrics.items()})
-        previous_run, changes = since_previous(self.context, metrics, spreads) if metrics else ("", [])
+        if since is not None:
+            previous_run, changes = since
+        else:
+            previous_run, changes = since_previous(self.context, metrics, spreads) if metrics else ("", [])
         if metrics and not self.context.has_partition_key:
             metadata.update(changes_metadata(previous_run, changes))
         for name, rows in (tables or {}).items():
