@@ -1,5 +1,6 @@
 """Inside the Transformer: head statistics on hand-built attention patterns, attribution and ablation
-on a model with a planted fact neuron, made-up entities, and both studies end to end on a small model."""
+on a model with a planted fact neuron (studies/facts.py's measures), made-up names, activation-matched
+draws, and both studies end to end on a small model."""
 
 from __future__ import annotations
 
@@ -9,18 +10,16 @@ import torch
 
 from components.core.data import TokenBlocks
 from components.core.models.transformer import Transformer, TransformerSettings
+from components.core.studies.facts import answer_logprobs, attribute, knowledge, matched_draw
 from components.core.studies.inside import (
     InsideSettings,
-    ablate_neurons,
     attention_heads,
-    attribute_neurons,
     classify_heads,
     ffn_memories,
     head_statistics,
     heads_zeroed,
     known_words,
-    last_position,
-    made_up_variant,
+    made_up_name,
 )
 
 V, T = 20, 12
@@ -86,18 +85,22 @@ def planted(trigger=5, answer=11, neuron=7) -> Transformer:
     return m
 
 
-def test_attribution_finds_the_planted_neuron_and_ablating_it_removes_the_fact():
+def test_attribution_finds_the_planted_neuron_and_zeroing_it_removes_the_fact():
     m = planted()
-    prompt = [3, 5]
-    p, acts = last_position(m, prompt, "cpu")
-    assert int(p.argmax()) == 11 and p[11] > 0.5 and acts[0][7] > 10
-    attr = attribute_neurons(m, prompt, 11, "cpu")  # (1, 128)
+    with torch.no_grad():
+        _, acts = answer_logprobs(m, [[3, t] for t in range(1, V)], [11], "cpu")
+    silent = [t for t in range(1, V) if t != 5 and acts[0][t - 1, 1, 7] < 0.1][:2]
+    prompts = [[3, 5]] + [[3, t] for t in silent]  # the subject 5 (the trigger) against two the neuron ignores
+    with torch.no_grad():
+        lp, acts = answer_logprobs(m, prompts, [11], "cpu")
+    assert lp[0] > np.log(0.5) and acts[0][0, 1, 7] > 10 and float(knowledge(lp)) > 2
+    attr = attribute(m, [prompts], [11], "cpu")  # (1, 128)
     assert int(attr.reshape(-1).argmax()) == 7 and attr[0, 7] > 10 * attr[0, torch.arange(128) != 7].abs().max()
-    p_off = ablate_neurons(m, prompt, 11, [(0, 7)], "cpu")
-    assert p_off < 0.1 and p_off < p[11] / 10  # the fact is gone
-    assert ablate_neurons(m, prompt, 11, [(0, 3)], "cpu") == pytest.approx(
-        float(p[11]), abs=1e-4
-    )  # another neuron: nothing changes
+    with torch.no_grad():
+        off = float(knowledge(answer_logprobs(m, prompts, [11], "cpu", zero={0: [7]})[0]))
+        other = float(knowledge(answer_logprobs(m, prompts, [11], "cpu", zero={0: [3]})[0]))
+    assert off < float(knowledge(lp)) - 5  # the fact is gone: its subject no longer raises the answer
+    assert other == pytest.approx(float(knowledge(lp)), abs=1e-4)  # another neuron: nothing changes
 
 
 def test_zeroing_a_head_changes_only_through_that_head():
@@ -113,15 +116,12 @@ def test_zeroing_a_head_changes_only_through_that_head():
     assert not torch.allclose(base, silent)
 
 
-def test_made_up_entities_are_absent_from_the_corpus():
+def test_made_up_names_are_absent_from_the_corpus():
     known = known_words(["Paris is the capital of France.", "Berlin, Germany"])
     assert {"paris", "france", "berlin", "capital"} <= known
     rng = np.random.default_rng(0)
-    text, entity, name = made_up_variant("Paris is the capital of France, and France", rng, known)
-    assert (
-        entity == "France" and name.lower() not in known and text == f"Paris is the capital of {name}, and {name}"
-    )  # everywhere
-    assert made_up_variant("no capitals here", rng, known) is None
+    names = {made_up_name(rng, known) for _ in range(20)}
+    assert all(n[0].isupper() and n.lower() not in known for n in names) and len(names) > 10
 
 
 def word_decode(ids):
@@ -133,7 +133,7 @@ def word_encode(text):
 
 
 def test_both_studies_end_to_end_on_a_trained_small_model():
-    # A model trained on a repeating sequence: its predictions are confident, so the fact probe has prompts.
+    # A model trained on a repeating sequence: its neurons fire on particular tokens.
     torch.manual_seed(0)
     m = Transformer(TransformerSettings(n_layer=2, n_head=2, n_embd=32, block_size=16), V)
     seq = np.tile(np.arange(1, V), 40)
@@ -150,11 +150,6 @@ def test_both_studies_end_to_end_on_a_trained_small_model():
         stat_blocks=16,
         map_sentences=1,
         map_tokens=8,
-        n_facts=4,
-        fact_context=6,
-        min_confidence=0.2,
-        ablate_k=3,
-        random_draws=2,
         top_neurons=3,
         device="cpu",
     )
@@ -171,20 +166,9 @@ def test_both_studies_end_to_end_on_a_trained_small_model():
         heads.metrics()["heads/max_row_sum_error"] < 1e-5 and heads.one_head_loss > heads.base_loss
     )  # the untrained twin is worse
     assert set(heads.figures) == {"attention_map_0", "head_ablation"}
-    mem = ffn_memories(m, blocks, s, decode=word_decode, encode=word_encode, known=set())
-    assert len(mem.neurons) == 3 and all(
-        len(n["key_contexts"]) == 4 and "[[" in n["key_contexts"][0] for n in mem.neurons
-    )
-    assert len(mem.probe) == 4 and all(r["p_answer"] >= 0.2 for r in mem.probe)
-    assert {"ffn/p_top_k_zeroed_mean", "ffn/p_random_k_zeroed_mean"} <= set(mem.metrics())
-    # A periodic sequence repeats every prompt word for word: no fact has a different, held-out prompt,
-    # so the claim (judged on held-out prompts only) is not judged here.
-    assert mem.metrics()["ffn/heldout_facts"] == 0 and "ffn/heldout_extra_drop_lo" not in mem.metrics()
-    from components.core import claims as C
-    from components.core import manifests as M
-
-    assert not C.fact_neurons_matter(M.FfnMemories(probe=mem.probe, metrics=mem.metrics())).judged
-    assert mem.gap == []  # these token "words" have no capitalised entity to replace
+    neurons = ffn_memories(m, blocks, s, decode=word_decode)
+    assert len(neurons) == 3 and all(len(n["key_contexts"]) == 4 and "[[" in n["key_contexts"][0] for n in neurons)
+    assert neurons[0]["selectivity"] >= neurons[-1]["selectivity"] and all(n["value_tokens"] for n in neurons)
 
 
 def test_marked_context_shows_whole_characters_of_byte_level_tokens():
@@ -201,45 +185,14 @@ def test_marked_context_shows_whole_characters_of_byte_level_tokens():
     assert marked(ids[:-1], decode, after=ids[-1:]) == "the [[λ]]"  # the token that starts λ, finished by the next
 
 
-def test_heldout_prompts_are_other_prompts_of_the_same_answer_and_random_neurons_are_activation_matched():
-    from components.core.studies.inside import heldout_test
-
+def test_matched_neurons_are_found_when_the_chosen_ones_fill_the_top_ranks():
+    """The chosen neurons are often a layer's most active ones; the activation-matched draw then looks
+    further out instead of failing on an empty neighbourhood."""
     torch.manual_seed(0)
-    m = Transformer(TransformerSettings(n_layer=2, n_head=2, n_embd=16, block_size=16), V).eval()
-    s = InsideSettings(random_draws=3, device="cpu")
-    prompt = [3, 5, 7, 9, 11]
-    r = heldout_test(m, prompt, 4, [(0, 1), (1, 2)], s, np.random.default_rng(0), "cpu")
-    p0 = float(last_position(m, prompt, "cpu")[0][4])
-    assert r["heldout_p_answer"] == pytest.approx(p0)
-    assert r["heldout_p_top_k_zeroed"] == pytest.approx(ablate_neurons(m, prompt, 4, [(0, 1), (1, 2)], "cpu"))
-    assert 0 < r["heldout_p_matched_random_zeroed"] < 1
-
-
-def test_matched_random_neurons_are_found_when_the_chosen_ones_fill_the_top_ranks():
-    """Over bytes the attributed neurons are often a layer's most active ones; the activation-matched
-    draw then looks further out instead of failing on an empty neighbourhood."""
-    from components.core.studies.inside import heldout_test
-
-    torch.manual_seed(0)
-    m = Transformer(TransformerSettings(n_layer=2, n_head=2, n_embd=16, block_size=16), V).eval()
-    prompt = [3, 5, 7, 9, 11]
-    acts = last_position(m, prompt, "cpu")[1]
-    top = [(0, int(i)) for i in torch.argsort(acts[0].abs(), descending=True)[:11]]  # ranks 0…10 of layer 0
-    r = heldout_test(m, prompt, 4, top, InsideSettings(random_draws=3, device="cpu"), np.random.default_rng(0), "cpu")
-    assert 0 < r["heldout_p_matched_random_zeroed"] < 1
-
-
-@pytest.mark.parametrize(
-    "prompt, answer, word",
-    [
-        ("in the United", " States", True),  # a BPE token holding a word
-        ("in the United ", "S", True),  # bytes: the first letter of the next word
-        ("in the Unit", "e", False),  # bytes: inside a word
-        ("in the United ", "1", False),
-        ("x", " of", False),
-    ],
-)
-def test_a_fact_answer_is_a_word_or_a_words_first_letter(prompt, answer, word):
-    from components.core.studies.inside import _is_word
-
-    assert _is_word(prompt, answer) is word
+    acts = [torch.randn(5, 64), torch.randn(5, 64)]  # (T, 4C) per layer
+    order = torch.argsort(acts[0].abs().mean(0), descending=True).tolist()
+    top = [(0, i) for i in order[:11]] + [(1, 0)]  # ranks 0…10 of layer 0
+    draw = matched_draw(acts, top, np.random.default_rng(0))
+    assert len(draw) == len(set(draw)) == 12 and not set(draw) & set(top)
+    assert [layer for layer, _ in draw] == [layer for layer, _ in top]  # as many per layer
+    assert all(order.index(i) <= 31 for layer, i in draw if layer == 0)  # near the ranks they replace

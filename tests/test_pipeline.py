@@ -193,6 +193,12 @@ def test_studies_report_measured_findings(tiny_run):
     )
     memories = manifest(inst, run_id, "ffn_memories")
     assert len(memories["neurons"]) == 3 and all(n["value_tokens"] for n in memories["neurons"])
+    # The 24 documents name three facts of one relation (France → French, Greece → Greek, Spain → Spanish);
+    # a fact model per seed, each probed with its untrained twin, its weights recorded.
+    assert memories["facts_found"] == 3 and [s["seed"] for s in memories["seeds"]] == [0, 1]
+    assert all(s["steps"] == 20 and s["facts"] == 3 for s in memories["seeds"])
+    assert {"fact_tokenizer", "fact_model_seed0", "fact_model_seed1"} <= set(memories["files"])
+    assert len(memories["fact_rows"]) == 6 and len(memories["made_up"]) == 3
     # Tables are sortable Dagster tables.
     assert isinstance(materializations(inst, run_id)["gradient_study"].metadata["factors"], dg.TableMetadataValue)
 

@@ -3,11 +3,13 @@ FFN's neurons as key-value memories, probed on facts and on made-up entities, an
 only the top-scoring keys costs.
 
     transformer_lm, transformer_1head_lm, labels, tokenizer, memory_induction ──► attention_heads
-    transformer_lm, labels, tokenizer, corpus ──► ffn_memories
+    transformer_lm, labels, tokenizer, corpus ──► ffn_memories (and a small BPE model per seed for the facts)
     transformer_lm, labels ──► attention_topk (top-k keys per query against the full softmax)
     transformer_lm, lstm_lm, tokenizer ──► article_examples (我爱你 / 你爱我, 今天 天气 真 不错, one query's mix,
                                                               the LSTM's gates)
 """
+
+from typing import Optional
 
 import dagster as dg
 
@@ -19,21 +21,26 @@ from components.core.manifests import (
     AttentionHeads,
     AttentionTopk,
     Corpus,
+    FactSeed,
     FfnMemories,
     Labels,
     LanguageModel,
     MemoryInduction,
     Tokenizer,
 )
+from components.core.models.transformer import TransformerSettings
 from components.core.studies.attention_topk import AttentionTopKSettings
 from components.core.studies.attention_topk import attention_topk as run_attention_topk
 from components.core.studies.examples import ExamplesSettings
 from components.core.studies.examples import article_examples as run_article_examples
+from components.core.studies.facts import FactSettings, fact_memories
 from components.core.studies.inside import InsideSettings, known_words
 from components.core.studies.inside import attention_heads as run_attention_heads
 from components.core.studies.inside import ffn_memories as run_ffn_memories
 from components.core.tokenizer import load_tokenizer
+from components.core.training import TrainSettings
 from components.orchestration.checks import claim_check
+from components.orchestration.language_model import TRAINING_POOL, TrainConfig, TransformerModelConfig
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
 
@@ -111,44 +118,89 @@ attention_rows_sum_to_one = claim_check("attention_rows_sum_to_one", attention_h
 heads_differ = claim_check("heads_differ", attention_heads)
 
 
-@dg.asset(group_name=GROUP, kinds={"pytorch"})
+class FactModelConfig(TransformerModelConfig):
+    """The fact model: a small Transformer over the fact study's BPE units."""
+
+    block_size: int = 64
+
+
+class FactTrainConfig(TrainConfig):
+    """The fact model's training: about 0.7 of an epoch of the training split at BPE-2048."""
+
+    max_steps: int = 600
+    block_size: Optional[int] = 64
+    eval_interval: int = 0  # the whole validation split once, at the end
+    eval_batch_size: Optional[int] = 64
+
+
+class FactStudyConfig(dg.Config, FactSettings):
+    """Which facts, how many seeds, and the neuron probe."""
+
+
+class FfnMemoriesConfig(dg.Config):
+    neurons: InsideConfig = InsideConfig()
+    model: FactModelConfig = FactModelConfig()
+    train: FactTrainConfig = FactTrainConfig()
+    facts: FactStudyConfig = FactStudyConfig()
+
+
+@dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
 def ffn_memories(
     context: dg.AssetExecutionContext,
-    config: InsideConfig,
+    config: FfnMemoriesConfig,
     transformer_lm: LanguageModel,
     labels: Labels,
     tokenizer: Tokenizer,
     corpus: Corpus,
     mlflow: MlflowTracker,
 ) -> dg.Output[FfnMemories]:
-    """FFN neurons as key-value memories: the most selective neurons' top contexts and promoted tokens;
-    the fact probe (the neurons that most raise a confident answer's logit, zeroed, against as many
-    random ones); the model's confidence on the same prompts about made-up entities."""
+    """FFN neurons as key-value memories. On the byte Transformer: the most selective neurons' top
+    contexts and promoted tokens. On facts (a capital given its country, a city's state, a country's
+    adjective, as the corpus names them): a BPE model trained per seed on the corpus, each fact's
+    knowledge (its answer after its subject against after the relation's other subjects), the neurons
+    chosen on some prompts zeroed on held-out prompts against activation-matched ones, the same in the
+    untrained twin; the model on the same prompts about made-up entities."""
     with stage(context, mlflow, config.model_dump()) as s:
         _, val, _ = load_labels(labels.path)
-        decode, encode = _codec(tokenizer)
+        decode, _ = _codec(tokenizer)
         dd = load_corpus(corpus.path)
-        known = known_words(t for split in dd for t in dd[split]["text"])
-        r = run_ffn_memories(load_lm(transformer_lm.weights), val, config, decode=decode, encode=encode, known=known)
+        texts = {split: list(dd[split]["text"]) for split in ("train", "validation")}
+        neurons = run_ffn_memories(load_lm(transformer_lm.weights), val, config.neurons, decode=decode)
+        r = fact_memories(
+            texts["train"], texts["validation"], TransformerSettings(**config.model.model_dump()),
+            TrainSettings(**config.train.model_dump()), FactSettings(**config.facts.model_dump()), s.tmp / "facts",
+            known=known_words(texts["train"] + texts["validation"]),
+        )
         metrics = r.metrics()
-        probe = [{k: v for k, v in p.items() if k != "_neurons"} for p in r.probe]
-        neurons = [
-            {
-                **n,
-                "key_contexts": " | ".join(n["key_contexts"]),
-                "value_tokens": " ".join(repr(t) for t in n["value_tokens"]),
-            }
-            for n in r.neurons
-        ]
+        fact_rows = [{"seed": x.seed, **row} for x in r.seeds for row in x.rows]
+        control_rows = [{"seed": x.seed, **row} for x in r.seeds for row in x.control_rows]
+        files = {"fact_tokenizer": r.tokenizer_path} | {f"fact_model_seed{x.seed}": x.weights for x in r.seeds}
         return s.publish(
-            FfnMemories(neurons=r.neurons, probe=probe, made_up=r.gap, metrics=metrics),
+            FfnMemories(
+                neurons=neurons,
+                facts_found=len(r.facts),
+                seeds=[FactSeed(seed=x.seed, val_loss=x.val_loss, steps=x.steps, **x.summary) for x in r.seeds
+                       if x.summary],
+                fact_rows=fact_rows,
+                made_up=r.made_up,
+                prompts_in_training_text=r.prompts_in_training_text,
+                metrics=metrics,
+            ),
             metrics=metrics,
             tables={
-                "neurons": neurons,
-                "fact_probe": [{**p, "top_neurons": " ".join(p["top_neurons"])} for p in probe],
-                "made_up": r.gap,
+                "neurons": [
+                    {**n, "key_contexts": " | ".join(n["key_contexts"]),
+                     "value_tokens": " ".join(repr(t) for t in n["value_tokens"])}
+                    for n in neurons
+                ],
+                "facts": [{"relation": f.relation, "subject": f.subject, "answer": f.answer,
+                           "training_sentences": f.cooccurrences} for f in r.facts],
+                "fact_probe": fact_rows,
+                "fact_probe_untrained": control_rows,
+                "made_up": r.made_up,
             },
             figures=r.figures,
+            files=files,
         )
 
 

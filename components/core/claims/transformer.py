@@ -134,20 +134,32 @@ def heads_differ(attention_heads: AttentionHeads) -> Verdict:
 
 
 def fact_neurons_matter(ffn_memories: FfnMemories) -> Verdict:
-    """Neurons selected by their direct effect on the answer on one prompt lower the answer of the
-    selecting prompt by construction, so the verdict is taken on held-out prompts of the same answers:
-    fails when, there, zeroing them lowers the answer's probability no more than zeroing random
-    neurons matched in activation (the 95 % bootstrap interval over facts of the extra drop reaches
-    0), or when no fact has a held-out prompt (then not judged)."""
-    m = ffn_memories.metrics
-    figures = {k.replace("/", "_"): v for k, v in m.items()}
-    if not ffn_memories.probe:
-        return verdict({"fact_prompts_found": False}, figures)
-    if "ffn/heldout_extra_drop_lo" not in m:
-        return not_judged("no fact has a second, held-out prompt: the selecting prompt alone cannot judge it", figures)
-    return verdict(
-        {"fact_prompts_found": True, "heldout_drop_beyond_matched_random": m["ffn/heldout_extra_drop_lo"] > 0}, figures
-    )
+    """Facts live in FFN neurons, judged on each seed of the fact model (studies/facts.py) on held-out
+    prompts. Fails when, on any seed, the model does not know the facts (the 95 % interval over facts
+    of its knowledge, the answer after its own subject against after the relation's other subjects,
+    reaches 0), or the neurons chosen on other prompts take no more of that knowledge, beyond
+    activation-matched neurons, than the same selection takes in the untrained twin (paired interval
+    reaching 0: the direct path from a neuron to an answer lowers that answer in any model). Not judged
+    when the corpus names no fact often enough."""
+    if not ffn_memories.seeds:
+        return not_judged(
+            f"the corpus names {ffn_memories.facts_found} facts of the analogy relations often enough: nothing to "
+            "probe", {"facts_found": ffn_memories.facts_found},
+        )
+    checks, figures = {}, {"facts": ffn_memories.facts_found}
+    for r in ffn_memories.seeds:
+        checks[f"seed{r.seed}_knows_the_facts"] = r.knowledge_lo > 0
+        checks[f"seed{r.seed}_neurons_carry_them_beyond_untrained"] = r.extra_drop_over_control_lo > 0
+        figures |= {
+            f"seed{r.seed}_val_loss": r.val_loss,
+            f"seed{r.seed}_knowledge": r.knowledge_mean,
+            f"seed{r.seed}_knowledge_lo": r.knowledge_lo,
+            f"seed{r.seed}_known_share": r.known_share,
+            f"seed{r.seed}_extra_drop": r.extra_drop_mean,
+            f"seed{r.seed}_untrained_extra_drop": r.control_extra_drop_mean,
+            f"seed{r.seed}_extra_drop_over_untrained_lo": r.extra_drop_over_control_lo,
+        }
+    return verdict(checks, figures)
 
 
 def soft_attention_trains_better_than_hard(transformer_ablations: TransformerAblations) -> Verdict:

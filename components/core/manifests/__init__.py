@@ -38,6 +38,7 @@ from .studies import (
     AttentionHeads,
     AttentionTopk,
     ContextUsage,
+    FactSeed,
     FfnMemories,
     GenerationCost,
     LongContextCost,
@@ -52,7 +53,7 @@ from .studies import (
 
 __all__ = [
     "ArticleExamples", "AttentionCost", "AttentionHeads", "AttentionTopk", "ContextUsage", "Corpus", "CorpusShard",
-    "Crossing", "ENVELOPE", "EmbeddingEval", "FamilyScaling", "FfnMemories", "FileRecord", "GenerationCost",
+    "Crossing", "ENVELOPE", "EmbeddingEval", "FactSeed", "FamilyScaling", "FfnMemories", "FileRecord", "GenerationCost",
     "GradientStudy", "KINDS", "LabelShard", "Labels", "LanguageModel", "LongContextCost", "LrSweep", "Manifest",
     "ManifestError", "MemoryDelay", "MemoryInduction", "MemoryRecall", "ModelComparison", "ModelExport",
     "NgramBaseline", "NgramReference", "NgramRung", "Published", "QuantizedModels", "RecurrentCost", "Report",

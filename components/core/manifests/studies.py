@@ -76,12 +76,40 @@ class AttentionHeads(Manifest):
 
 
 @dataclass(frozen=True, kw_only=True)
+class FactSeed:
+    """One seed of the fact model (studies/facts.py): intervals are 95 % bootstrap over facts."""
+
+    seed: int
+    val_loss: float
+    steps: int
+    facts: int
+    known_share: float  # facts whose answer its own subject raises
+    knowledge_mean: float  # nats: log p(answer | its subject) − mean over the relation's other subjects
+    knowledge_lo: float
+    knowledge_hi: float
+    extra_drop_mean: float  # what the chosen neurons take from it beyond activation-matched ones
+    extra_drop_lo: float
+    extra_drop_hi: float
+    control_knowledge_mean: float  # the untrained twin (same shape, same seed)
+    control_extra_drop_mean: float
+    control_extra_drop_lo: float
+    control_extra_drop_hi: float
+    extra_drop_over_control_mean: float  # paired per fact: trained minus untrained
+    extra_drop_over_control_lo: float
+    extra_drop_over_control_hi: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class FfnMemories(Manifest):
     KIND = "ffn_memories"
+    VERSION = 2  # 2: facts on word-sized units, a fact model per seed (was: one next byte on the byte model)
 
-    neurons: Rows = field(default_factory=list)
-    probe: Rows = field(default_factory=list)
+    neurons: Rows = field(default_factory=list)  # the byte Transformer's most selective neurons
+    facts_found: int = 0  # facts of the corpus (pairs of the analogy relations it names together)
+    seeds: list[FactSeed] = field(default_factory=list)
+    fact_rows: Rows = field(default_factory=list)  # per seed and fact
     made_up: Rows = field(default_factory=list)
+    prompts_in_training_text: list[str] = field(default_factory=list)  # held-out prompts the corpus holds (none)
     metrics: dict[str, float] = field(default_factory=dict)
 
 

@@ -1,5 +1,5 @@
-"""Looking inside a trained Transformer: what each head attends to, FFN neurons as key-value memories,
-and where confident predictions about things the model never saw come from.
+"""Looking inside a trained Transformer: what each head attends to, and FFN neurons as key-value
+memories.
 
 Heads (`head_statistics`, `classify_heads`, `head_ablation`). Over validation blocks, for each layer
 and head, averaged over queries t ≥ 2 (query 0 can only see itself, and for query 1 the previous
@@ -17,19 +17,8 @@ tokens that column promotes through the final LayerNorm's scale and the unembedd
 Selectivity = (max activation − mean) / std over every validation position: a neuron that fires
 rarely and strongly ranks first.
 
-Fact probe (`find_fact_prompts`, `attribute_neurons`, `ablate_neurons`). Prompts from validation
-text whose next token the model predicts correctly with probability ≥ `min_confidence` (the answer a
-word of three letters or more). Attribution of neuron (l, i) to the answer's logit is its direct
-effect: a_li · W_U[answer] · (γ ⊙ (w_li − mean(w_li))) / σ, with σ the final residual's standard
-deviation at the prompt's last position (the final LayerNorm linearised there; exact for the
-direct path, which ignores what later layers do with the neuron's output). The top-k neurons by
-attribution are zeroed (at every position) and the answer's probability compared with zeroing k
-random neurons of the same layers.
-
-Confidence without knowledge (`made_up_variant`, `confidence_gap`). Each fact prompt's last
-capitalised word (an entity) is replaced, everywhere in the prompt, by a made-up name that the
-corpus never contains; the model's top-1 probability and entropy on both, and the fact
-neurons' activation on both, are reported as measured, whatever they show.
+Facts (`studies/facts.py`) are probed on a model of word-sized units, not here: on bytes, a "fact"
+is one next letter. `known_words`, `made_up_name` and `entropy` serve its made-up entities.
 """
 
 from __future__ import annotations
@@ -42,11 +31,10 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..data import IGNORE_INDEX, TokenBlocks
+from ..data import TokenBlocks
 from ..device import DeviceSetting, resolve_device
 from ..errors import ConfigError
 from ..plots import plot_head_maps
@@ -63,11 +51,9 @@ from .heads import (
 )
 
 __all__ = [
-    "Decode", "Encode", "HeadsResult", "InsideSettings", "MemoriesResult", "ablate_neurons", "attention_heads",
-    "attention_over_blocks", "attribute_neurons", "classify_heads", "confidence_gap", "entropy", "fact_probe",
-    "ffn_memories", "find_fact_prompts", "head_ablation", "head_statistics", "heads_zeroed", "heldout_test",
-    "known_words", "last_position", "made_up_name", "made_up_variant", "marked", "neuron_hooks", "neuron_memories",
-    "plot_fact_probe", "plot_head_ablation", "token_text", "value_vectors",
+    "Decode", "Encode", "HeadsResult", "InsideSettings", "attention_heads", "attention_over_blocks", "classify_heads",
+    "entropy", "ffn_memories", "head_ablation", "head_statistics", "heads_zeroed", "known_words", "made_up_name",
+    "marked", "neuron_hooks", "neuron_memories", "plot_head_ablation", "token_text", "value_vectors",
 ]
 
 Decode = Callable[[list[int]], str]
@@ -85,7 +71,7 @@ class InsideSettings(BaseModel):
     stat_blocks: int = Field(
         128,
         ge=1,
-        description="Validation blocks for head statistics, head ablation, neuron activations and fact prompts.",
+        description="Validation blocks for head statistics, head ablation and neuron activations.",
     )
     prev_threshold: float = Field(
         0.4, gt=0, le=1, description="Previous-token head: at least this share of attention on t − 1."
@@ -101,19 +87,7 @@ class InsideSettings(BaseModel):
     top_contexts: int = Field(4, ge=1, description="Top-activating contexts shown per neuron.")
     context_tokens: int = Field(8, ge=1, description="Tokens of context shown before each activating token.")
     value_tokens: int = Field(5, ge=1, description="Tokens each shown neuron's output promotes most.")
-    n_facts: int = Field(
-        16, ge=1, description="Fact prompts probed (confident, correct next-word predictions from validation)."
-    )
-    fact_context: int = Field(
-        48, ge=2, description="Tokens of each fact prompt (48 bytes are about 9 words; a BPE token is 3–4 bytes)."
-    )
-    min_confidence: float = Field(0.15, gt=0, lt=1, description="A fact prompt's answer probability at least this.")
-    ablate_k: int = Field(
-        8, ge=1, description="Neurons zeroed per fact prompt (top by attribution, and as many random ones)."
-    )
-    random_draws: int = Field(5, ge=1, description="Random draws of k neurons for the control.")
     batch_size: int = Field(16, ge=1, description="Blocks per forward pass.")
-    seed: int = Field(0, description="Seed of the random neuron draws and the made-up names.")
     device: DeviceSetting = Field("auto", description="Where to run: 'auto' = CUDA if present, else CPU.")
 
 
@@ -231,161 +205,8 @@ def token_text(t: int, decode: Decode) -> str:
     return f"<byte #{t}>" if "\ufffd" in text else text
 
 
-def _is_word(prompt_text: str, answer_text: str) -> bool:
-    """A word's worth of answer: a token holding three letters, or (over bytes or characters) the first
-    letter of a word, the prompt ending in white space."""
-    if re.search(r"[A-Za-z]{3,}", answer_text):
-        return True
-    return re.fullmatch(r"[A-Za-z]", answer_text) is not None and prompt_text[-1:].isspace()
-
-
-@torch.no_grad()
-def find_fact_prompts(model: nn.Module, blocks: TokenBlocks, s: InsideSettings, decode: Decode, device) -> list[dict]:
-    """Confident, correct next-word predictions in validation blocks: {prompt ids, answer, probability}."""
-    n = min(blocks.n_blocks, s.stat_blocks)
-    cands = []
-    model.eval()
-    for start in range(0, n, s.batch_size):
-        idx = np.arange(start, min(start + s.batch_size, n))
-        x, y = blocks.batch(idx, device)
-        probs = F.softmax(model(x)[0].float(), -1)  # (B, T, V)
-        p, top = probs.max(-1)  # (B, T)
-        ok = (top == y) & (y != IGNORE_INDEX) & (p >= s.min_confidence)
-        ok[:, : s.fact_context - 1] = False  # a full prompt before the answer
-        for b, t in ok.nonzero().tolist():
-            cands.append((float(p[b, t]), int(idx[b]), t, int(y[b, t])))
-    cands.sort(reverse=True)
-    facts, by_answer = [], {}
-    for p, b, t, ans in cands:
-        prompt = [int(v) for v in blocks.x[b, t - s.fact_context + 1:t + 1]]
-        if ans in by_answer:  # a second, different prompt of the same answer: the held-out prompt of that fact
-            f = by_answer[ans]
-            if "heldout_prompt" not in f and prompt != f["prompt"]:
-                f.update(heldout_prompt=prompt, heldout_probability=p, heldout_text=decode(prompt))
-            continue
-        if len(facts) == s.n_facts or not _is_word(decode(prompt), decode([ans])):
-            continue
-        f = {
-            "prompt": prompt,
-            "answer": ans,
-            "probability": p,
-            "prompt_text": decode(prompt),
-            "answer_text": decode([ans]),
-        }
-        facts.append(f)
-        by_answer[ans] = f
-    return facts
-
-
-@torch.no_grad()
-def last_position(
-    model: nn.Module, prompt: list[int], device, zero: dict[int, list[int]] | None = None
-) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Next-token probabilities (V,) after the prompt and each layer's neuron activations there (4C,)."""
-    x = torch.tensor([prompt], device=device)
-    rec: list = []
-    with neuron_hooks(model, zero=zero, record=rec):
-        logits = model(x)[0][0, -1].float()
-    return F.softmax(logits, -1), [a[0, -1].float() for _, a in sorted(rec, key=lambda r: r[0])]
-
-
-@torch.no_grad()
-def attribute_neurons(model: nn.Module, prompt: list[int], answer: int, device) -> torch.Tensor:
-    """(n_layer, 4C) direct effect of each neuron on the answer's logit at the prompt's last position."""
-    x = torch.tensor([prompt], device=device)
-    rec: list = []
-    resid: list = []
-    handle = model.ln_f.register_forward_pre_hook(lambda mod, args: resid.append(args[0][0, -1].detach()))
-    try:
-        with neuron_hooks(model, record=rec):
-            model(x)
-    finally:
-        handle.remove()
-    r = resid[0].float()
-    sigma = torch.sqrt(r.var(unbiased=False) + model.ln_f.eps)
-    acts = torch.stack([a[0, -1].float() for _, a in sorted(rec, key=lambda t: t[0])])  # (L, 4C)
-    direct = torch.stack([v[answer] for v in value_vectors(model)]).float() / sigma  # (L, 4C)
-    return acts * direct
-
-
-def _as_zero_map(neurons: list[tuple[int, int]]) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for layer, i in neurons:
-        out.setdefault(layer, []).append(i)
-    return out
-
-
-def ablate_neurons(model: nn.Module, prompt: list[int], answer: int, neurons: list[tuple[int, int]], device) -> float:
-    """The answer's probability with `neurons` [(layer, index), ...] zeroed."""
-    return float(last_position(model, prompt, device, zero=_as_zero_map(neurons))[0][answer])
-
-
-def fact_probe(model: nn.Module, facts: list[dict], s: InsideSettings, device) -> list[dict]:
-    rng = np.random.default_rng(s.seed)
-    width = model.h[0].mlp.c_fc.out_features
-    rows = []
-    for f in facts:
-        attr = attribute_neurons(model, f["prompt"], f["answer"], device)  # (L, 4C)
-        top = torch.topk(attr.reshape(-1), s.ablate_k).indices.tolist()
-        neurons = [divmod(i, width) for i in top]
-        p0 = float(last_position(model, f["prompt"], device)[0][f["answer"]])
-        p_top = ablate_neurons(model, f["prompt"], f["answer"], neurons, device)
-        chosen = set(neurons)
-        p_rand = []
-        for _ in range(s.random_draws):
-            draw = []
-            for layer, _i in neurons:  # as many per layer as the top-k hold
-                while True:
-                    j = int(rng.integers(width))
-                    if (layer, j) not in chosen and (layer, j) not in draw:
-                        break
-                draw.append((layer, j))
-            p_rand.append(ablate_neurons(model, f["prompt"], f["answer"], draw, device))
-        row = {
-            "prompt_text": f["prompt_text"], "answer_text": f["answer_text"], "p_answer": p0, "p_top_k_zeroed": p_top,
-            "p_random_k_zeroed": float(np.mean(p_rand)), "top_neurons": [f"L{layer}.{i}" for layer, i in neurons],
-            "top_attribution": float(attr.reshape(-1)[top[0]]), "_neurons": neurons,
-        }
-        if "heldout_prompt" in f:
-            row.update(
-                heldout_test(model, f["heldout_prompt"], f["answer"], neurons, s, rng, device),
-                heldout_text=f["heldout_text"],
-            )
-        rows.append(row)
-    return rows
-
-
-def heldout_test(model: nn.Module, prompt: list[int], answer: int, neurons: list[tuple[int, int]], s: InsideSettings,
-                 rng: np.random.Generator, device) -> dict:
-    """The neurons selected on one prompt, zeroed on another prompt of the same answer (held out: the
-    selection never saw it), against random neurons of the same layers matched in activation there
-    (each drawn among the 10 neurons nearest in |activation| rank on either side of the one it replaces,
-    further out where those are all taken)."""
-    p0, acts = last_position(model, prompt, device)
-    p_top = ablate_neurons(model, prompt, answer, neurons, device)
-    chosen = set(neurons)
-    ranks = {layer: torch.argsort(a.abs(), descending=True).tolist() for layer, a in enumerate(acts)}
-    pos = {layer: {n: r for r, n in enumerate(order)} for layer, order in ranks.items()}
-    p_rand = []
-    for _ in range(s.random_draws):
-        draw: list[tuple[int, int]] = []
-        for layer, i in neurons:
-            r, width, near = pos[layer][i], 10, []
-            while not near:  # widened when the chosen neurons fill the ranks around r (at the top of a layer)
-                near = [n for n in ranks[layer][max(0, r - width) : r + width + 1]
-                        if (layer, n) not in chosen and (layer, n) not in draw]
-                width *= 2
-            draw.append((layer, int(rng.choice(near))))
-        p_rand.append(ablate_neurons(model, prompt, answer, draw, device))
-    return {
-        "heldout_p_answer": float(p0[answer]),
-        "heldout_p_top_k_zeroed": p_top,
-        "heldout_p_matched_random_zeroed": float(np.mean(p_rand)),
-    }
-
-
 # ----------------------------------------------------------------------------------------------
-# Confidence without knowledge
+# Made-up entities (for studies/facts.py)
 
 _SYLLABLES = ["bra", "zon", "kel", "vix", "dru", "mor", "qua", "tesh", "lun", "gor", "fen", "yst", "plo", "wek"]
 
@@ -407,45 +228,8 @@ def made_up_name(rng: np.random.Generator, known: set[str]) -> str:
     raise RuntimeError("could not make up a name absent from the corpus")
 
 
-def made_up_variant(prompt_text: str, rng: np.random.Generator, known: set[str]) -> tuple[str, str, str] | None:
-    """(variant text, entity replaced, made-up name): the prompt's last capitalised word replaced
-    everywhere by a made-up name; None when the prompt has no capitalised word."""
-    words = re.findall(r"\b[A-Z][a-z]{2,}\b", prompt_text)
-    if not words:
-        return None
-    entity = words[-1]
-    name = made_up_name(rng, known)
-    return re.sub(rf"\b{re.escape(entity)}\b", name, prompt_text), entity, name
-
-
 def entropy(p: torch.Tensor) -> float:
     return float(-(p * p.clamp(min=1e-30).log()).sum())
-
-
-def confidence_gap(
-    model: nn.Module, probe: list[dict], s: InsideSettings, encode: Encode, known: set[str], device
-) -> list[dict]:
-    rng = np.random.default_rng(s.seed)
-    bs = model.config.block_size
-    rows = []
-    for f in probe:
-        v = made_up_variant(f["prompt_text"], rng, known)
-        if v is None:
-            continue
-        text, entity, name = v
-        real_ids = encode(f["prompt_text"])[-bs:]
-        fake_ids = encode(text)[-bs:]
-        p_real, a_real = last_position(model, real_ids, device)
-        p_fake, a_fake = last_position(model, fake_ids, device)
-        fact_real = float(np.mean([a_real[layer][i].item() for layer, i in f["_neurons"]]))
-        fact_fake = float(np.mean([a_fake[layer][i].item() for layer, i in f["_neurons"]]))
-        rows.append({
-            "entity": entity, "made_up": name, "variant_text": text,
-            "top1_p_real": float(p_real.max()), "top1_p_made_up": float(p_fake.max()),
-            "entropy_real": entropy(p_real), "entropy_made_up": entropy(p_fake),
-            "fact_neurons_activation_real": fact_real, "fact_neurons_activation_made_up": fact_fake,
-        })
-    return rows
 
 
 # ----------------------------------------------------------------------------------------------
@@ -471,28 +255,6 @@ def plot_head_ablation(inc: np.ndarray, kinds: list[dict]) -> Figure:
     ax.set_yticks(range(L), [f"layer {layer}" for layer in range(L)])
     ax.set_title("validation loss increase with one head zeroed (nats)")
     fig.colorbar(im, ax=ax)
-    return fig
-
-
-def plot_fact_probe(probe: list[dict], gap: list[dict]) -> Figure:
-    fig = Figure(figsize=(12, 4.4), layout="constrained")
-    ax, ax2 = fig.subplots(1, 2)
-    x = np.arange(len(probe))
-    ax.bar(x - 0.27, [r["p_answer"] for r in probe], 0.27, label="model")
-    ax.bar(x, [r["p_random_k_zeroed"] for r in probe], 0.27, label="k random neurons zeroed")
-    ax.bar(x + 0.27, [r["p_top_k_zeroed"] for r in probe], 0.27, label="top-k attributed zeroed")
-    ax.set_xticks(x, [r["answer_text"].strip()[:10] for r in probe], rotation=60, fontsize=8)
-    ax.set_ylabel("probability of the answer")
-    ax.set_title("fact probe: zeroing the neurons that write the answer")
-    ax.legend(fontsize=8)
-    if gap:
-        ax2.scatter([r["top1_p_real"] for r in gap], [r["top1_p_made_up"] for r in gap])
-        ax2.plot([0, 1], [0, 1], "k:", lw=0.8)
-        ax2.set_xlabel("top-1 probability, real entity")
-        ax2.set_ylabel("top-1 probability, made-up entity")
-    ax2.set_title("confidence with and without knowledge")
-    for a in (ax, ax2):
-        a.grid(True, alpha=0.3)
     return fig
 
 
@@ -555,62 +317,9 @@ def attention_heads(model: nn.Module, val: TokenBlocks, s: InsideSettings, *, de
                        differ=heads_differ_test(per_block), figures=figures)
 
 
-@dataclass
-class MemoriesResult:
-    neurons: list[dict]
-    probe: list[dict]
-    gap: list[dict]
-    figures: dict[str, Figure] = field(default_factory=dict)
-
-    def metrics(self) -> dict[str, float]:
-        out: dict[str, float] = {"ffn/fact_prompts": float(len(self.probe)), "ffn/made_up_pairs": float(len(self.gap))}
-        if self.probe:
-            out["ffn/p_answer_mean"] = float(np.mean([r["p_answer"] for r in self.probe]))
-            out["ffn/p_top_k_zeroed_mean"] = float(np.mean([r["p_top_k_zeroed"] for r in self.probe]))
-            out["ffn/p_random_k_zeroed_mean"] = float(np.mean([r["p_random_k_zeroed"] for r in self.probe]))
-            held = [r for r in self.probe if "heldout_p_top_k_zeroed" in r]
-            out["ffn/heldout_facts"] = float(len(held))
-            if held:
-                # per fact: how much more the selected neurons lower the held-out answer than matched random ones
-                d = np.array([r["heldout_p_matched_random_zeroed"] - r["heldout_p_top_k_zeroed"] for r in held])
-                boots = np.random.default_rng(0).choice(d, (1000, len(d))).mean(1)
-                out.update(
-                    {
-                        "ffn/heldout_p_answer_mean": float(np.mean([r["heldout_p_answer"] for r in held])),
-                        "ffn/heldout_p_top_k_zeroed_mean": float(np.mean([r["heldout_p_top_k_zeroed"] for r in held])),
-                        "ffn/heldout_p_matched_random_zeroed_mean": float(
-                            np.mean([r["heldout_p_matched_random_zeroed"] for r in held])
-                        ),
-                        "ffn/heldout_extra_drop_mean": float(d.mean()),
-                        "ffn/heldout_extra_drop_lo": float(np.percentile(boots, 2.5)),
-                        "ffn/heldout_extra_drop_hi": float(np.percentile(boots, 97.5)),
-                    }
-                )
-        if self.gap:
-            for k in (
-                "top1_p_real",
-                "top1_p_made_up",
-                "entropy_real",
-                "entropy_made_up",
-                "fact_neurons_activation_real",
-                "fact_neurons_activation_made_up",
-            ):
-                out[f"ffn/{k}_mean"] = float(np.mean([r[k] for r in self.gap]))
-        return out
-
-
-def ffn_memories(
-    model: nn.Module, val: TokenBlocks, s: InsideSettings, *, decode: Decode, encode: Encode, known: set[str]
-) -> MemoriesResult:
-    """`known`: every word of the corpus (lowercased; `known_words`), which a made-up name must not be."""
+def ffn_memories(model: nn.Module, val: TokenBlocks, s: InsideSettings, *, decode: Decode) -> list[dict]:
+    """The most selective FFN neurons of the trained model, each with its keys (top contexts) and values."""
     device, _ = resolve_device(s.device)
     model = model.to(device).eval()
     blocks = val.crop(min(val.block_size, model.config.block_size))
-    neurons = neuron_memories(model, blocks, s, decode, device)
-    facts = find_fact_prompts(model, blocks, s, decode, device)
-    probe = fact_probe(model, facts, s, device)
-    gap = confidence_gap(model, probe, s, encode, known, device)
-    figures = {"fact_probe": plot_fact_probe(probe, gap)}
-    for r in probe:
-        r["_neurons"] = [list(n) for n in r["_neurons"]]
-    return MemoriesResult(neurons=neurons, probe=probe, gap=gap, figures=figures)
+    return neuron_memories(model, blocks, s, decode, device)
