@@ -12,12 +12,15 @@ from gensim.test.utils import datapath
 from matplotlib.figure import Figure
 from pydantic import ValidationError
 
+from components.core import claims
+from components.core import manifests as M
 from components.core.data import TokenBlocks
 from components.core.models.transformer import Transformer, TransformerSettings
 from components.core.studies.ablations import (
     AblationSettings,
     parameter_accounting,
     permutation_equivariance,
+    residual_depth_study,
     run_ablations,
     score_scaling_at_init,
 )
@@ -183,6 +186,30 @@ def test_run_ablations_on_real_text(corpus, tmp_path):
     by = {(r["n_layer"], r["residual"]): r for r in res.depth}
     assert by[(4, False)]["first_layer_grad_norm_init"] < by[(4, True)]["first_layer_grad_norm_init"]
     assert "Depth with and without residual" in res.markdown
+
+
+def test_residual_claim_fails_on_a_measured_depth_study_too_shallow_for_the_gradient_to_fade(corpus, tmp_path):
+    """Measured counterexample of `residuals_let_depth_train`: the real residual depth study (the same
+    models, loop and first-layer gradient probe `run_ablations` runs, as `transformer_ablations` puts
+    them in its manifest) over depths 1 and 2, too shallow for the gradient to fade without residuals:
+    the plain 2-layer stack passes its first layer as much gradient as the residual one, not a tenth."""
+    train_data, val_data, vocab = corpus
+    rows = residual_depth_study(
+        TransformerSettings(n_layer=2, n_head=4, n_embd=32, block_size=32, pos_encoding="rope"),
+        TrainSettings(
+            max_steps=500, batch_size=16, lr=3e-3, warmup_steps=10, eval_interval=0, eval_batches=8, threads=1
+        ),
+        AblationSettings(depths=[1, 2], depth_steps=10, depth_n_embd=16, depth_block_size=16, workers=1),
+        train_data,
+        val_data,
+        vocab,
+        tmp_path,
+    )
+    assert [(r["n_layer"], r["residual"]) for r in rows] == [(1, True), (1, False), (2, True), (2, False)]
+    v = claims.residuals_let_depth_train(M.TransformerAblations(depth=rows))
+    assert v.judged and not v.passed
+    assert not v.checks["without_residuals_gradient_fades_with_depth"], v.figures
+    assert v.figures["nores_2_first_layer_grad_norm_init"] > 0.5 * v.figures["res_2_first_layer_grad_norm_init"]
 
 
 def test_ablation_settings_validate():

@@ -9,11 +9,14 @@ import torch
 import torch.nn.functional as F
 from matplotlib.figure import Figure
 
+from components.core import claims
+from components.core import manifests as M
 from components.core.device import seed_everything
 from components.core.errors import ConfigError
 from components.core.labels import pack_blocks, token_stream
 from components.core.models.recurrent import RecurrentLM, RecurrentSettings
 from components.core.studies.gradients import (
+    GradientStudyResult,
     GradientStudySettings,
     clipping_experiment,
     fit_step_factor,
@@ -106,6 +109,32 @@ def test_clipping_keeps_a_high_lr_rnn_trainable(blocks):
     assert res.max_grad_norm_unclipped > 100 * s.clip_grad  # the gradient exploded ...
     assert res.max_grad_norm_clipped_after_clip <= s.clip_grad * (1 + 1e-5)  # ... and clipping held the bound
     assert res.loss_clipped[-1] < math.log(V) - 0.5
+
+
+@pytest.mark.parametrize(
+    ("clip_lr", "clip_grad", "failing"),
+    [
+        # A gentle learning rate: plain SGD does not diverge, so there is no explosion for clipping to tame.
+        (0.5, 0.25, {"unclipped_diverges"}),
+        # The clip never engages (a threshold far above any gradient norm): the "clipped" run is the unclipped
+        # one, diverges with it, and proves nothing about clipping.
+        (8.0, 1e6, {"clipped_does_not_diverge", "clipped_trains", "clip_engaged"}),
+    ],
+    ids=["gentle_lr_nothing_explodes", "clip_never_engages"],
+)
+def test_clipping_claim_fails_on_a_measured_world_with_nothing_to_tame(blocks, clip_lr, clip_grad, failing):
+    """Measured counterexample of `clipping_tames_exploding_gradients`: the real clipping experiment (the
+    same RNN, data and loop as above) run where it cannot show clipping taming an explosion, judged on the
+    manifest the `gradient_study` asset builds (its metrics and clip_grad)."""
+    train_b, val_b = blocks
+    s = GradientStudySettings(
+        clip_steps=40, clip_lr=clip_lr, clip_grad=clip_grad, clip_block_size=64, clip_batch_size=16
+    )
+    res = clipping_experiment(RecurrentSettings(cell="rnn", n_embd=32, hidden_size=64), V, train_b, val_b, s)
+    study = GradientStudyResult(rows=[], norms={}, clipping=res)
+    v = claims.clipping_tames_exploding_gradients(M.GradientStudy(metrics=study.metrics(), clip_grad=s.clip_grad))
+    assert v.judged and not v.passed
+    assert {k for k, ok in v.checks.items() if not ok} == failing, (v.checks, v.figures)
 
 
 def test_gradient_study_end_to_end(blocks, tmp_path):

@@ -52,6 +52,34 @@ def test_attention_cost_rows_fits_and_memory_exponents():
     assert all(math.isfinite(v) for v in r.metrics().values())
 
 
+@pytest.mark.usefixtures("one_thread")  # the CPU flash kernel's buffers depend on the thread count
+def test_memory_claim_fails_when_the_reference_never_builds_the_score_matrix(monkeypatch):
+    """Measured counterexample of `attention_scales_as_claimed`: a "reference" that is the fused kernel,
+    never building the (N, N) scores. Its peak memory, measured by allocator accounting, then grows like
+    the fused kernel's, not ×4 per doubling, and both reference memory checks fail. Memory only: nothing
+    here depends on a timing."""
+    from components.core import claims
+    from components.core import manifests as M
+    from components.core.models.attention import fused_attention
+    from components.core.studies import attention_cost as study
+
+    def fused_as_reference(q, k, v, *, scale, **kw):
+        return fused_attention(q, k, v, scale=scale), None  # (output, no weights): no N×N tensor anywhere
+
+    monkeypatch.setattr(study, "reference_attention", fused_as_reference)
+    s = AttentionCostSettings(
+        seq_lens=[256, 512, 1024], impls=["reference", "fused"], passes=["forward"], repeats=1, warmup=0,
+        fit_from=256, device="cpu",
+    )
+    r = attention_cost(s)
+    peaks = {(x["impl"], x["n"]): x["peak_bytes"] for x in r.rows}
+    assert all(peaks[("reference", n)] == peaks[("fused", n)] for n in s.seq_lens)  # the same kernel, measured
+    v = claims.attention_scales_as_claimed(M.AttentionCost(rows=r.rows, fits=r.fits, info=r.info, metrics=r.metrics()))
+    assert v.figures["pass"] == "forward" and not v.passed
+    assert not v.checks["reference_memory_quadratic"], v.figures
+    assert not v.checks["reference_memory_x4_per_doubling"], v.figures
+
+
 def test_memory_ceiling_ends_an_implementation_and_records_why():
     # 4 heads · 512² · 4 bytes = 4 MiB of scores at N = 512: a 2 MiB ceiling stops the reference at 256 or 512.
     s = AttentionCostSettings(

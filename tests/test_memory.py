@@ -211,6 +211,46 @@ def test_window_claim_needs_solving_within_and_chance_beyond():
     assert not leak.passed and not leak.checks["window_at_chance_beyond_field"]
 
 
+# One pair per sequence, 16 keys and 8 values in 24 tokens; a 2-layer window model of 4 keys per layer
+# (receptive field 7): enough distinct validation sequences for about 150 queries within its field.
+WINDOW_WORLD = dict(batch_size=32, param_budget=16000, pairs=[1], seq_len=24, n_keys=16, n_values=8, window=4,
+                    train_sequences=2048, val_per_pairs=1024, distance_buckets=[24], models=["window"], n_layer=2,
+                    n_head=1, workers=1)
+
+
+def test_window_trained_one_step_fails_within_its_field():
+    """Measured counterexample of `window_answers_within_field_only`: a real window model trained one step
+    learned nothing, so it does not solve the keys within its receptive field (it is at chance on both
+    sides, so the "beyond" check alone would pass it)."""
+    m = M.MemoryRecall(**recall_study(RecallSettings(steps=1, **WINDOW_WORLD)).manifest())
+    assert m.receptive_fields == {"window": 7}  # 2 · (4 − 1) + 1
+    v = claims.window_answers_within_field_only(m)
+    assert v.figures["window_within_queries"] >= 100 and v.figures["window_beyond_queries"] >= 100
+    assert not v.passed and not v.checks["window_solves_within_field"], v.figures
+    assert v.figures["window_above_chance_within_field"] is False
+
+
+def test_window_whose_mask_leaks_fails_beyond_its_field(monkeypatch):
+    """Measured counterexample of `window_answers_within_field_only`: a leaky mask. The window model's
+    config still says 4 keys per layer (receptive field 7), but its band mask is replaced by the plain
+    causal one, so every key is seen; trained for real, it answers the queries beyond its stated field
+    too, and the claim fails on `window_at_chance_beyond_field` (within it, it solves them)."""
+    import components.core.models.attention as attention
+
+    band = attention.window_mask
+
+    def leaky(n_query, n_key, window, n_global=0, device=None):
+        return band(n_query, n_key, n_key, n_global, device)  # a window as long as the sequence: causal
+
+    monkeypatch.setattr(attention, "window_mask", leaky)
+    m = M.MemoryRecall(**recall_study(RecallSettings(steps=300, **WINDOW_WORLD)).manifest())
+    assert m.receptive_fields == {"window": 7}  # what the claim is told the field is
+    v = claims.window_answers_within_field_only(m)
+    assert not v.passed and not v.checks["window_at_chance_beyond_field"], v.figures
+    assert v.figures["window_beyond_low"] > m.chance + 0.5  # far above chance where it should see nothing
+    assert v.checks["window_solves_within_field"], v.figures
+
+
 def test_attention_as_the_recurrent_model_does_not_run_out():
     """Counterexample: full attention that learned the task (one pair: copying answers it), judged as if
     it were the fixed state, is not below itself."""

@@ -12,6 +12,7 @@ import torch.nn as nn
 from stubs import stub_manifest
 from test_export import tiny  # noqa: F401  (the session's trained tiny-config models)
 
+from components.core import claims as C
 from components.core import manifests as M
 from components.core.errors import ConfigError
 from components.core.export import LinearRecurrence, is_quantized_layer, spec_of, to_precision, weight_bytes
@@ -231,6 +232,47 @@ def test_export_and_verify(study, tiny, tmp_path):  # noqa: F811
             eval_settings=QuantizationSettings(),
             settings=ExportSettings(variants=["int8"]),
         )
+
+
+OUTLIER_SCALE = 1e4
+
+
+def test_perplexity_claims_fail_on_a_model_whose_weights_have_outlier_columns(tiny):  # noqa: F811
+    """Measured counterexample of `int8_perplexity_cost` and `nf4_perplexity_cost`: weight outliers the
+    quantizers cannot represent, in a model that computes the same function in float32. Input column 0 of
+    every c_attn and c_fc weight is scaled by OUTLIER_SCALE and the LayerNorm feeding it (ln_1, ln_2) has
+    its weight[0] (and bias[0]) divided by it: the float32 logits do not move, but each row's INT8 absmax
+    scale, and each 64-weight NF4 block's (rows of 40 weights here: every block holds a column-0 weight),
+    is now set by an outlier, which rounds most of the other weights to zero. (The tied lm_head is left
+    alone: its column 0 is the embedding's, which feeds the residual stream, so scaling it would change
+    the function. At a scale of 200 the NF4 cost was about 5.4 % and the INT8 cost about zero on this
+    model: per-row INT8's 127 levels still resolve the rest of a row.)
+    The same tiny model unchanged, through the same settings, is within both limits
+    (test_study_on_trained_tiny_models)."""
+    from components.core.export.precision import logits_of
+
+    model = load_lm(tiny["transformer_lm"]).eval()
+    x = torch.from_numpy(tiny["val"].x[:4].astype("int64"))  # (4, T) real validation blocks
+    before = logits_of(model, x)[..., 1:]  # [PAD] (index 0) is never a prediction
+    with torch.no_grad():
+        for block in model.h:
+            for norm, linear in ((block.ln_1, block.attn.c_attn), (block.ln_2, block.mlp.c_fc)):
+                norm.weight[0] /= OUTLIER_SCALE
+                if norm.bias is not None:
+                    norm.bias[0] /= OUTLIER_SCALE
+                linear.weight[:, 0] *= OUTLIER_SCALE
+    torch.testing.assert_close(logits_of(model, x)[..., 1:], before, rtol=0, atol=1e-4)  # the same float function
+    result = quantize_and_measure(
+        {"transformer_lm": model}, tiny["val"], QuantizationSettings(**FAST, variants=["fp32", "int8", "nf4"])
+    )
+    manifest = M.QuantizedModels(
+        rows=result.rows, checks=check_figures(result.rows, "transformer_lm"), main_model="transformer_lm"
+    )
+    int8, nf4 = C.int8_perplexity_cost(manifest), C.nf4_perplexity_cost(manifest)
+    assert not int8.passed and not int8.checks["int8_within_limit"], int8.figures
+    assert not nf4.passed and not nf4.checks["nf4_within_limit"], nf4.figures
+    assert int8.figures["perplexity_increase_pct"] > 5 * int8.figures["limit_pct"]
+    assert nf4.figures["perplexity_increase_pct"] > 2 * nf4.figures["limit_pct"]
 
 
 def test_cuda_check_code_path_on_cpu():

@@ -313,6 +313,14 @@ def claims_html(judgements: list[Judgement], with_asset: bool = True, with_id: b
     return f'<table class="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
+def _counterexample(c) -> str:
+    """The test that builds a world where an evidence claim must fail, and what kind of world it is."""
+    if c.kind != "evidence" or not c.counterexample:
+        return ""
+    world = "measured" if c.counterexample_measured else "hand-written manifest"
+    return f'<br><small>counterexample ({world}): <code>{html.escape(c.counterexample)}</code></small>'
+
+
 def article_claims_html(judgements: list[Judgement]) -> str:
     """The article's claims in the article's order: section, statement in Chinese and English, what
     would fail it, the verdict and every measured figure (intervals included)."""
@@ -332,7 +340,8 @@ def article_claims_html(judgements: list[Judgement]) -> str:
                     f'href="#{anchor("asset", j.asset)}">{html.escape(j.asset)}</a></td>'
                     f'<td><span lang="zh" class="zh">{html.escape(c.statement_zh)}</span>'
                     f'<span class="en">{html.escape(c.statement)}</span></td>'
-                    f'<td>{html.escape(c.falsifier)}</td><td class="figures">{_measured(j, 40)}</td>'
+                    f'<td>{html.escape(c.falsifier)}{_counterexample(c)}</td>'
+                    f'<td class="figures">{_measured(j, 40)}</td>'
                 ),
                 before=section,
             )

@@ -65,6 +65,10 @@ class Claim:
     section: str = ""  # the article's section it tests (`SECTIONS`)
     statement_zh: str = ""  # the statement in Chinese
     falsifier: str = ""  # the result that fails it
+    # Evidence: the test that builds a world where it must fail and asserts it does ("tests/<file>.py::<test>"),
+    # and whether that world is measured (real code trained or run) or a hand-written manifest.
+    counterexample: str = ""
+    counterexample_measured: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

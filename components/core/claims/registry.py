@@ -151,6 +151,7 @@ OTHER_CLAIMS: list[Claim] = [
             "在同一延迟仍能答对。",
         falsifier='No delay where the RNN is at chance while the LSTM solves it (e.g. delays short enough for the RNN, '
             'or an LSTM at chance too).',
+        counterexample="tests/test_memory.py::test_rnn_that_bridges_every_short_delay_fails_the_delay_claims",
     ),
     Claim(
         "lstm_carries_gradient_further",
@@ -165,6 +166,7 @@ OTHER_CLAIMS: list[Claim] = [
             f"（相对查询位置本身），LSTM 至少是 RNN 的 {GRADIENT_RATIO:g} 倍。",
         falsifier="At the longest delay, the trained RNN's relative gradient above a tenth of the LSTM's (e.g. delays "
             "short enough that the gradient reaches the symbol in both).",
+        counterexample="tests/test_memory.py::test_rnn_that_bridges_every_short_delay_fails_the_delay_claims",
     ),
     Claim(
         "attention_bridges_every_delay",
@@ -178,6 +180,7 @@ OTHER_CLAIMS: list[Claim] = [
         statement_zh="注意力让任意两个位置只隔一步：Transformer 在每个测到的延迟上都能答对。",
         falsifier="A delay at which the Transformer's accuracy lower bound falls below the solved threshold (e.g. an "
             "untrained model).",
+        counterexample="tests/test_memory.py::test_untrained_models_fail_the_delay_claims",
     ),
     Claim(
         "attention_recall_ignores_distance",
@@ -192,6 +195,7 @@ OTHER_CLAIMS: list[Claim] = [
         statement_zh="注意力不遗忘：在多查询联想回忆上，最近的键能答对，最远的键准确率不明显更低。",
         falsifier='The nearest keys not solved, or the farthest keys lower by more than the allowed drop beyond the '
             'intervals.',
+        counterexample="tests/test_memory.py::test_window_asked_beyond_its_field_fails",
     ),
     Claim(
         "recurrent_state_runs_out",
@@ -205,6 +209,7 @@ OTHER_CLAIMS: list[Claim] = [
         statement_zh="固定大小的循环状态会被用完：键值对越多，RNN 和 LSTM 的回忆准确率越低，并低于 Transformer。",
         falsifier="A recurrent model that learned the task (above chance at the fewest pairs) whose accuracy at the "
             "most pairs is not below its accuracy at the fewest, or not below the Transformer's.",
+        counterexample="tests/test_memory.py::test_attention_as_the_recurrent_model_does_not_run_out",
     ),
     Claim(
         "window_answers_within_field_only",
@@ -217,6 +222,7 @@ OTHER_CLAIMS: list[Claim] = [
         statement_zh="滑动窗口模型能答对感受野内的键，超出感受野就是随机水平。",
         falsifier="A window model short of solving the keys within its field, or above chance beyond it (it "
                   "sees what its mask should hide).",
+        counterexample="tests/test_memory.py::test_window_trained_one_step_fails_within_its_field",
     ),
     Claim(
         "induction_head_copies",
@@ -236,6 +242,7 @@ OTHER_CLAIMS: list[Claim] = [
             "在重复的随机片段上靠归纳头复制，置零归纳头复制就崩溃，置零其他头则不会。",
         falsifier='No copying of the repeat, no induction head after a previous-token head, or zeroing the '
             'induction heads costs no more than zeroing as many other heads (e.g. a one-layer model).',
+        counterexample="tests/test_memory.py::test_one_layer_model_has_no_induction_head",
     ),
 ]
 

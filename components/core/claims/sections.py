@@ -48,6 +48,10 @@ SECTION_CLAIMS: list[Claim] = [
         falsifier="A Spearman interval that reaches 0, or related pairs no closer than unrelated ones beyond their "
             "interval "
         "(e.g. random or shuffled vectors).",
+        counterexample=(
+            "tests/test_claims.py::test_meaning_and_king_queen_hold_in_a_planted_world_and_fail_when_the_vectors_are_shuffled"
+        ),
+        counterexample_measured=False,
     ),
     Claim(
         "king_man_woman_queen",
@@ -64,6 +68,10 @@ SECTION_CLAIMS: list[Claim] = [
         falsifier="queen ranking no better than the 5th percentile of random words, an analogy accuracy interval "
             "reaching chance (e.g. vectors trained on a shuffled corpus), or gensim's accuracy on the same corpus "
             "above our interval.",
+        counterexample=(
+            "tests/test_claims.py::test_meaning_and_king_queen_hold_in_a_planted_world_and_fail_when_the_vectors_are_shuffled"
+        ),
+        counterexample_measured=False,
     ),
     # --- 2 recurrent networks
     Claim(
@@ -79,6 +87,9 @@ SECTION_CLAIMS: list[Claim] = [
             "阶数（1 到 8）在留出的训练数据上选定的修正 Kneser–Ney n 元模型，用同样的训练词元统计。",
         falsifier="A validation loss at or above the count model's on the same targets (e.g. an untrained or barely "
             "trained model, or too little compute), or a comparison on other targets, tokenizer or block size.",
+        counterexample=(
+            "tests/test_ngram.py::test_beating_the_count_model_passes_for_a_trained_model_and_fails_untrained_or_on_other_targets"
+        ),
     ),
     Claim(
         "transformer_overtakes_lstm_with_compute",
@@ -94,6 +105,9 @@ SECTION_CLAIMS: list[Claim] = [
             "种子噪声（1.96 σ）；两条曲线按 FLOP 和按训练秒数的交点一并报告。",
         falsifier="At the largest budget the Transformer is not ahead of the LSTM beyond seed noise (e.g. a "
             "Transformer whose attention sees only its own position, or budgets too small for it to catch up).",
+        counterexample=(
+            "tests/test_scaling.py::test_a_transformer_that_sees_only_its_own_position_does_not_overtake_the_lstm"
+        ),
     ),
     Claim(
         "gradients_vanish_and_explode",
@@ -120,6 +134,7 @@ SECTION_CLAIMS: list[Claim] = [
             "发散的学习率下，同一训练加上梯度裁剪就不发散且能学：裁剪确实起了作用（裁剪前的范数超过阈值）。",
         falsifier="The unclipped run does not diverge, the clipped one diverges or does not train, or the clip never "
             "engaged.",
+        counterexample="tests/test_gradients.py::test_clipping_claim_fails_on_a_measured_world_with_nothing_to_tame",
     ),
     # --- 3 the Transformer
     Claim(
@@ -167,6 +182,9 @@ SECTION_CLAIMS: list[Claim] = [
         falsifier="A model without residuals whose first layer keeps a tenth of the gradient or more at depth, or that "
             "trains "
         "no worse; or, with residuals, a deepest model worse than the shallowest by more than 0.02 nats.",
+        counterexample=(
+            "tests/test_ablations.py::test_residual_claim_fails_on_a_measured_depth_study_too_shallow_for_the_gradient_to_fade"
+        ),
     ),
     Claim(
         "soft_attention_trains_better_than_hard",
@@ -181,6 +199,9 @@ SECTION_CLAIMS: list[Claim] = [
             "（每个查询只取得分最高的那个键的值，前向是独热，梯度走 softmax）训练同样的步数，"
             f"验证损失比软注意力高出 {HARD_MARGIN} nats 以上。",
         falsifier=f"A hard-attention model that trains to within {HARD_MARGIN} nats of the soft one, or better.",
+        counterexample=(
+            "tests/test_claims.py::test_soft_trains_better_than_hard_where_blending_is_needed_and_not_where_one_key_answers"
+        ),
     ),
     Claim(
         "fact_neurons_matter",
@@ -202,6 +223,7 @@ SECTION_CLAIMS: list[Claim] = [
         falsifier="On some seed the knowledge interval reaches 0 (an untrained model, or one trained where the facts do"
             " not hold), or the chosen neurons take no more than the same selection takes in the untrained twin; not "
             "judged when the corpus names no fact often enough.",
+        counterexample="tests/test_facts.py::test_a_model_trained_where_the_capitals_are_swapped_fails",
     ),
     # --- 4 long context
     Claim(
@@ -215,6 +237,9 @@ SECTION_CLAIMS: list[Claim] = [
         statement_zh="长度翻倍，显存翻四倍：朴素注意力的峰值内存按 N² 增长；融合内核（FlashAttention 式）按 N 增长。",
         falsifier="A reference memory exponent outside 1.8–2.2 (or a last doubling outside ×3.6–4.4), or a fused "
             "kernel above N^1.1.",
+        counterexample=(
+            "tests/test_long_context.py::test_memory_claim_fails_when_the_reference_never_builds_the_score_matrix"
+        ),
     ),
     Claim(
         "attention_time_scales_as_claimed",
@@ -230,6 +255,10 @@ SECTION_CLAIMS: list[Claim] = [
         statement_zh="长度翻倍，时间约翻四倍：朴素注意力的时间按 N² 增长，滑动窗口注意力约按 N 增长。",
         falsifier="A reference time exponent outside 1.5–2.8, or a window exponent outside 0.6–1.5 or not 0.3 below "
             "the reference's.",
+        counterexample=(
+            "tests/test_claims.py::test_attention_cost_claims_fail_on_a_linear_reference_or_a_quadratic_kernel"
+        ),
+        counterexample_measured=False,
     ),
     Claim(
         "kv_cache_grows_recurrent_state_does_not",
@@ -256,6 +285,10 @@ SECTION_CLAIMS: list[Claim] = [
             "慢。",
         falsifier="A cached per-token time exponent above 1.1, or an uncached time growing no faster than the cached "
             "one.",
+        counterexample=(
+            "tests/test_claims.py::test_kv_cache_claims_fail_when_the_cache_is_flat_or_costs_as_much_as_rerunning"
+        ),
+        counterexample_measured=False,
     ),
     Claim(
         "arithmetic_matches_measurement",
@@ -291,6 +324,10 @@ SECTION_CLAIMS: list[Claim] = [
         falsifier="The Transformer costing more per token than a recurrent model at the longest length measured (as on "
             "a 2-core "
         "CPU, with no parallel width to use), or a critical path that does not grow with T for the recurrent models.",
+        counterexample=(
+            "tests/test_claims.py::test_serial_bottleneck_passes_where_attention_is_cheaper_per_token_and_fails_where_it_costs_more"
+        ),
+        counterexample_measured=False,
     ),
     Claim(
         "later_context_helps",
@@ -307,6 +344,9 @@ SECTION_CLAIMS: list[Claim] = [
         falsifier="A model whose loss does not fall with position, or a window model that keeps improving beyond its "
             "receptive "
         "field or beats full attention after its window.",
+        counterexample=(
+            "tests/test_long_context_cost.py::test_a_window_better_than_full_attention_beyond_its_field_fails_later_context_helps"
+        ),
     ),
     Claim(
         "heads_differ",
@@ -321,6 +361,9 @@ SECTION_CLAIMS: list[Claim] = [
             "比置零代价最小的头损失更大，在另一半验证块上超出 95% 区间。",
         falsifier="No layer whose costliest and cheapest heads part beyond the held-out interval (e.g. a model whose "
             "heads are copies of one head).",
+        counterexample=(
+            "tests/test_claims.py::test_heads_differ_on_a_model_trained_on_real_text_and_fail_when_its_heads_are_copies_of_one"
+        ),
     ),
     # --- 5 quantization
     Claim(
@@ -356,6 +399,9 @@ SECTION_CLAIMS: list[Claim] = [
         section="5.1",
         statement_zh="INT8 量化几乎不损失效果：验证困惑度最多上升 1%。",
         falsifier="A validation perplexity more than 1 % above FP32's.",
+        counterexample=(
+            "tests/test_quantization.py::test_perplexity_claims_fail_on_a_model_whose_weights_have_outlier_columns"
+        ),
     ),
     Claim(
         "nf4_perplexity_cost",
@@ -367,5 +413,8 @@ SECTION_CLAIMS: list[Claim] = [
         section="5.1",
         statement_zh="NF4 量化的代价很小：验证困惑度最多上升 5%。",
         falsifier="A validation perplexity more than 5 % above FP32's.",
+        counterexample=(
+            "tests/test_quantization.py::test_perplexity_claims_fail_on_a_model_whose_weights_have_outlier_columns"
+        ),
     ),
 ]
