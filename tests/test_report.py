@@ -97,6 +97,11 @@ def test_the_page_holds_every_stage_claim_and_plot_and_escapes_text(tmp_path):
         html.escape(C.claim("heads_differ").statement_zh) in page
         and html.escape(C.claim("heads_differ").falsifier) in page
     )
+    # Each evidence claim shows the test of its counterexample and what kind of world it is.
+    assert html.escape(C.claim("heads_differ").counterexample) in page and "counterexample (measured)" in page
+    # The statements measured nowhere, with why, after the evidence and before the demonstrations.
+    assert page.index('id="claims"') < page.index('id="not-measured"') < page.index('id="demonstrations"')
+    assert all(html.escape(n.reason) in page and html.escape(n.statement_zh) in page for n in C.NOT_MEASURED)
     assert "labels_are_shifted_inputs" in page
     # The plot is in the page itself; text is escaped; markdown tables are tables; long tables say so.
     assert "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode() in page

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from .claims import SECTIONS, Judgement
+from .claims import NOT_MEASURED, SECTIONS, Judgement
 from .manifests import LanguageModel, Manifest, ModelComparison
 from .rerun import Change
 
@@ -321,6 +321,19 @@ def _counterexample(c) -> str:
     return f'<br><small>counterexample ({world}): <code>{html.escape(c.counterexample)}</code></small>'
 
 
+def not_measured_html() -> str:
+    """The article's statements this pipeline does not measure, each with why."""
+    rows = "".join(
+        f'<tr><td>{html.escape(n.section)}</td><td><span lang="zh" class="zh">{html.escape(n.statement_zh)}</span>'
+        f'<span class="en">{html.escape(n.statement)}</span></td><td>{html.escape(n.reason)}</td></tr>'
+        for n in NOT_MEASURED
+    )
+    return (
+        '<h3 id="not-measured">Not measured here</h3><table class="claims"><thead><tr><th>§</th>'
+        f"<th>statement (中文 / English)</th><th>why not</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
 def article_claims_html(judgements: list[Judgement]) -> str:
     """The article's claims in the article's order: section, statement in Chinese and English, what
     would fail it, the verdict and every measured figure (intervals included)."""
@@ -430,6 +443,7 @@ def render_report(
         "The demonstrations and invariants below are not counted here.</p>",
         summary,
         article_claims_html(article),
+        not_measured_html(),
         '<h2 id="demonstrations">Demonstrations: the article\'s points where they hold by construction</h2>',
         '<p class="desc">Shown because the article explains them (a spectral radius set to 3.0, unit-variance q·k, '
         "attention without positions, a cache allocated by its formula, a size set by the format); true by "

@@ -85,7 +85,7 @@ from .registry import (
     invariants,
     judge_all,
 )
-from .sections import SECTION_CLAIMS
+from .sections import NOT_MEASURED, SECTION_CLAIMS, NotMeasured
 from .transformer import (
     DEPTH_LOSS_MARGIN,
     HARD_MARGIN,
@@ -168,6 +168,8 @@ __all__ = [
     "INDUCTION_COLLAPSE",
     "induction_head_copies",
     "SECTION_CLAIMS",
+    "NOT_MEASURED",
+    "NotMeasured",
     "OTHER_CLAIMS",
     "CLAIMS",
     "BY_NAME",
