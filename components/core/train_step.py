@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -23,9 +22,8 @@ from torch.profiler import record_function
 from .data import IGNORE_INDEX, Blocks
 from .device import autocast_context, synchronize
 from .errors import PipelineInputError
+from .train_settings import Parallel, TrainSettings
 
-if TYPE_CHECKING:
-    from .training import Parallel, TrainSettings
 
 def lr_at(step: int, s: TrainSettings) -> float:
     """Linear warmup to s.lr over warmup_steps, then cosine down to s.min_lr at lr_decay_steps."""

@@ -19,7 +19,7 @@ from ..errors import ConfigError, PipelineInputError
 from .vocab import N_SPECIAL, Vocab
 
 if TYPE_CHECKING:
-    from .word2vec import Word2VecSettings
+    from .word2vec_settings import Word2VecSettings
 
 # --- the corpus as flat arrays ------------------------------------------------------------------
 

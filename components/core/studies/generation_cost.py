@@ -31,6 +31,7 @@ from ..device import DeviceSetting, median_seconds, resolve_device
 from ..models.attention import KVCache
 from ..models.transformer import Transformer
 from .attention_cost import fit_exponent
+from .decode_timing import recurrent_prefill_decode
 
 
 class GenerationCostSettings(BaseModel):
@@ -128,18 +129,8 @@ def _recurrent_rows(
     rows = []
     for L in s.context_lens:
         x = torch.randint(1, m.vocab_size, (s.batch_size, L), generator=gen).to(device)  # (B, L)
-        with torch.no_grad():
-            prefill_s = median_seconds(lambda: m.forward_hidden(x), device, warmup=s.warmup, repeats=s.repeats)
-            out, state = m.forward_hidden(x)
-            first = m.head(out[:, -1]).argmax(-1)  # (B,)
-
-            def decode() -> None:
-                tok, st = first, state
-                for _ in range(s.gen_tokens):  # one token at a time, the state carried along
-                    logits, st = m.step(tok, st)  # (B, V)
-                    tok = logits.argmax(-1)
-
-            decode_s = median_seconds(decode, device, warmup=s.warmup, repeats=s.repeats)
+        prefill_s, decode_s, state = recurrent_prefill_decode(m, x, s.gen_tokens, device, warmup=s.warmup,
+                                                              repeats=s.repeats)
         rows.append(
             {
                 "model": name,

@@ -7,7 +7,7 @@ and the study that reports them: `studies.inside`, which re-exports all of it.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -16,9 +16,7 @@ import torch.nn.functional as F
 
 from ..data import IGNORE_INDEX, TokenBlocks
 from ..errors import ConfigError
-
-if TYPE_CHECKING:  # the thresholds only (settings live with the study)
-    from .inside import InsideSettings
+from .inside_settings import InsideSettings
 
 
 def head_statistics(weights: list[torch.Tensor]) -> list[dict]:

@@ -32,10 +32,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 from matplotlib.figure import Figure
-from pydantic import BaseModel, ConfigDict, Field
 
 from ..data import TokenBlocks
-from ..device import DeviceSetting, resolve_device
+from ..device import resolve_device
 from ..errors import ConfigError
 from ..plots import plot_head_maps
 from ..training import evaluate
@@ -49,6 +48,7 @@ from .heads import (
     heads_differ_test,
     heads_zeroed,
 )
+from .inside_settings import InsideSettings
 
 __all__ = [
     "Decode", "Encode", "HeadsResult", "InsideSettings", "attention_heads", "attention_over_blocks", "classify_heads",
@@ -58,37 +58,6 @@ __all__ = [
 
 Decode = Callable[[list[int]], str]
 Encode = Callable[[str], list[int]]
-
-
-class InsideSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    sentences: list[str] = Field(
-        [], description="Sentences whose attention maps are drawn (empty: the start of the first validation blocks)."
-    )
-    map_sentences: int = Field(2, ge=1, description="Validation excerpts drawn when `sentences` is empty.")
-    map_tokens: int = Field(20, ge=2, description="Tokens per attention map (readable at that size).")
-    stat_blocks: int = Field(
-        128,
-        ge=1,
-        description="Validation blocks for head statistics, head ablation and neuron activations.",
-    )
-    prev_threshold: float = Field(
-        0.4, gt=0, le=1, description="Previous-token head: at least this share of attention on t − 1."
-    )
-    first_threshold: float = Field(0.4, gt=0, le=1, description="Sink head: at least this share on the first position.")
-    self_threshold: float = Field(
-        0.4, gt=0, le=1, description="Self head: at least this share on the query's own position."
-    )
-    local_distance: float = Field(
-        4.0, gt=0, description="Local head: mean attention distance at most this many tokens."
-    )
-    top_neurons: int = Field(6, ge=1, description="Most selective FFN neurons shown with their keys and values.")
-    top_contexts: int = Field(4, ge=1, description="Top-activating contexts shown per neuron.")
-    context_tokens: int = Field(8, ge=1, description="Tokens of context shown before each activating token.")
-    value_tokens: int = Field(5, ge=1, description="Tokens each shown neuron's output promotes most.")
-    batch_size: int = Field(16, ge=1, description="Blocks per forward pass.")
-    device: DeviceSetting = Field("auto", description="Where to run: 'auto' = CUDA if present, else CPU.")
 
 
 # ----------------------------------------------------------------------------------------------

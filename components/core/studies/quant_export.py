@@ -24,7 +24,7 @@ from .quant_measure import _fmt_bytes, _max_abs_diff, check_variants, eval_block
 if TYPE_CHECKING:  # drawn only when plotted: matplotlib is imported by the plot functions
     from matplotlib.figure import Figure
 
-    from .quantization import QuantizationSettings
+    from .quant_settings import QuantizationSettings
 
 
 # --------------------------------------------------------------------------------------------------

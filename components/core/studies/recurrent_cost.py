@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..device import DeviceSetting, median_seconds, resolve_device, seed_everything
 from ..models.recurrent import RecurrentLM, RecurrentSettings
 from ..models.sizing import count_parameters
+from .decode_timing import recurrent_prefill_decode
 
 
 class RecurrentCostSettings(BaseModel):
@@ -112,18 +113,8 @@ def measure_recurrent_cost(
             step_s = train_step_seconds(m, opt, x, y, device, warmup=s.warmup, repeats=s.repeats)
 
             m.eval()
-            with torch.no_grad():
-                prefill_s = median_seconds(lambda: m.forward_hidden(x), device, warmup=s.warmup, repeats=s.repeats)
-                out, state = m.forward_hidden(x)
-                first = m.head(out[:, -1]).argmax(-1)  # (B,)
-
-                def decode() -> None:
-                    tok, st = first, state
-                    for _ in range(s.gen_tokens):  # one token at a time, the state carried along
-                        logits, st = m.step(tok, st)  # (B, V)
-                        tok = logits.argmax(-1)
-
-                decode_s = median_seconds(decode, device, warmup=s.warmup, repeats=s.repeats)
+            prefill_s, decode_s, _ = recurrent_prefill_decode(m, x, s.gen_tokens, device, warmup=s.warmup,
+                                                              repeats=s.repeats)
             rows.append({
                 "model": name,
                 "seq_len": T,
