@@ -72,8 +72,10 @@ def main(argv: list[str] | None = None) -> dict:
         threads=args.threads,
     )
     out: dict = {
-        "benchmark": "attention_sweep", "cpu": platform.processor() or platform.machine(),
-        "settings": settings.model_dump(), "loadavg_start": list(os.getloadavg()),
+        "benchmark": "attention_sweep",
+        "cpu": platform.processor() or platform.machine(),
+        "settings": settings.model_dump(),
+        "loadavg_start": list(os.getloadavg()),
     }
     result = attention_cost(settings)  # the attention_cost asset's code path
     out.update(result.info)

@@ -66,9 +66,16 @@ def main() -> None:
         results[name] = {"batch_size_trained": m["train_settings"]["batch_size"], **row}
         print(name, {k: v for k, v in row.items() if "vs_bs16" in k}, file=sys.stderr, flush=True)
     torch.set_num_threads(threads_before)
-    emit({"benchmark": "batch_step_cost", "state": str(args.state), "models": results,
-          "notes": "median of the timed steps; cost_per_token_vs_bs16 > 1 means that batch costs more wall time per "
-                   "token than 16, i.e. more wall time for the same FLOPs budget."}, args.out)
+    emit(
+        {
+            "benchmark": "batch_step_cost",
+            "state": str(args.state),
+            "models": results,
+            "notes": "median of the timed steps; cost_per_token_vs_bs16 > 1 means that batch costs more wall time per "
+            "token than 16, i.e. more wall time for the same FLOPs budget.",
+        },
+        args.out,
+    )
 
 
 if __name__ == "__main__":

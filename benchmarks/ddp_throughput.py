@@ -81,8 +81,12 @@ def wiki_labels(folder: Path, block_size: int, vocab_size: int = 2048) -> tuple[
     tok = train_tokenizer(texts[n_val:], TokenizerSettings(vocab_size=vocab_size))
     folder.mkdir(parents=True, exist_ok=True)
     tok.save(str(folder / "tokenizer.json"))
-    result = build_labels({"train": texts[n_val:], "validation": texts[:n_val]}, folder / "tokenizer.json",
-                          LabelSettings(block_size=block_size), folder / "labels")
+    result = build_labels(
+        {"train": texts[n_val:], "validation": texts[:n_val]},
+        folder / "tokenizer.json",
+        LabelSettings(block_size=block_size),
+        folder / "labels",
+    )
     return result.path, result.meta["tokenizer_sha256"]
 
 
@@ -196,8 +200,9 @@ def rank_main(spec_path: str, times_path: str, window: tuple[int, int], profile:
 # Cases as processes
 
 
-def measure(spec: WorkerSpec, nproc: int, threads: int, window: tuple[int, int], profile: bool = False,
-            timeout_s: float = 900) -> dict:
+def measure(
+    spec: WorkerSpec, nproc: int, threads: int, window: tuple[int, int], profile: bool = False, timeout_s: float = 900
+) -> dict:
     """Run one case in fresh processes (torchrun when nproc > 1) and return rank 0's timings."""
     spec_path = write_spec(spec, Path(spec.out_dir).with_suffix(".spec.json"))
     times = Path(spec.out_dir).with_suffix(".times.json")
@@ -326,8 +331,11 @@ def main(argv: list[str] | None = None) -> dict:
         reasons.append(f"a case got {min(utils):.2f} of the CPU time its threads asked for")
     out["machine_loaded"] = bool(reasons)
     if reasons:
-        out["warning"] = ("machine was loaded (other work shared the cores): " + "; ".join(reasons)
-                          + " — the figures may not hold on a quiet machine")
+        out["warning"] = (
+            "machine was loaded (other work shared the cores): "
+            + "; ".join(reasons)
+            + " — the figures may not hold on a quiet machine"
+        )
         print(f"[ddp_throughput] WARNING {out['warning']}", file=sys.stderr)
     return emit(out, args.out)
 

@@ -26,8 +26,10 @@ from benchmarks.result_file import emit  # noqa: E402
 
 
 def _summary(rows: list[dict]) -> dict:
-    return {f"{r['model']}_{r['delay']}": {k: round(r[k], 4) for k in ("accuracy", "low", "high")} | {"n": r["n"]}
-            for r in rows}
+    return {
+        f"{r['model']}_{r['delay']}": {k: round(r[k], 4) for k in ("accuracy", "low", "high")} | {"n": r["n"]}
+        for r in rows
+    }
 
 
 def one_run(training: str, seed: int, steps: int | None, extrapolate: int) -> dict:
@@ -48,10 +50,13 @@ def one_run(training: str, seed: int, steps: int | None, extrapolate: int) -> di
         "lstm_forget_bias": s.lstm_forget_bias,
         "wall_seconds": round(time.perf_counter() - t0, 1),
         "accuracy": _summary(r.rows),
-        "gradient_at_symbol_over_query": {f"{g['model']}_{g['delay']}": g["relative_to_last"]
-                                          for g in r.extra["gradients"]},
-        "models": [{k: m.get(k) for k in ("model", "delay", "seq_len", "train_steps", "solved_at", "train_seconds")}
-                   for m in r.models],
+        "gradient_at_symbol_over_query": {
+            f"{g['model']}_{g['delay']}": g["relative_to_last"] for g in r.extra["gradients"]
+        },
+        "models": [
+            {k: m.get(k) for k in ("model", "delay", "seq_len", "train_steps", "solved_at", "train_seconds")}
+            for m in r.models
+        ],
     }
     if training == "mixed" and extrapolate:
         # the same trained weights on longer sequences: delays doubling up to extrapolate - 2
@@ -83,16 +88,31 @@ def alone(kind: str, delay: int, lr: float, steps: int, forget_bias: float, seq_
     )
 
     torch.set_num_threads(1)
-    s = DelaySettings(delays=[delay], seq_len=seq_len, steps=steps, lrs={kind: lr}, models=[kind],
-                      lstm_forget_bias=forget_bias, workers=1)
+    s = DelaySettings(
+        delays=[delay],
+        seq_len=seq_len,
+        steps=steps,
+        lrs={kind: lr},
+        models=[kind],
+        lstm_forget_bias=forget_bias,
+        workers=1,
+    )
     train = delay_task(s, s.train_sequences, s.seed)
     val = disjoint_validation(train, delay_task(s, s.val_per_delay, s.seed + 1))
     torch.manual_seed(s.seed)
     model = build_model(kind, s.vocab_size, s.seq_len, s.train)
     info = train_model(model, train, s.train, lr)
-    return {"model": kind, "delay": delay, "lr": lr, "steps": steps, "seq_len": seq_len,
-            "forget_bias": forget_bias if kind == "lstm" else None, "trained_steps": info["steps"],
-            "solved_at": info["solved_at"], "accuracy": round(float(predictions(model, val)[:, -1].mean()), 4)}
+    return {
+        "model": kind,
+        "delay": delay,
+        "lr": lr,
+        "steps": steps,
+        "seq_len": seq_len,
+        "forget_bias": forget_bias if kind == "lstm" else None,
+        "trained_steps": info["steps"],
+        "solved_at": info["solved_at"],
+        "accuracy": round(float(predictions(model, val)[:, -1].mean()), 4),
+    }
 
 
 # the probes behind DelaySettings' lrs and lstm_forget_bias: (kind, delay, lr, steps, forget bias)
@@ -108,10 +128,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, action="append", help="seeds (repeat; default 0)")
     ap.add_argument("--mixed-steps", type=int, default=1500, help="steps of the mixed study (default 1500)")
-    ap.add_argument("--extrapolate", type=int, default=514,
-                    help="sequence length the mixed models are also scored at (0: not at all)")
-    ap.add_argument("--probes", action="store_true",
-                    help="instead: the settings probes (each model on one delay in 66-token sequences, seed 0)")
+    ap.add_argument(
+        "--extrapolate",
+        type=int,
+        default=514,
+        help="sequence length the mixed models are also scored at (0: not at all)",
+    )
+    ap.add_argument(
+        "--probes",
+        action="store_true",
+        help="instead: the settings probes (each model on one delay in 66-token sequences, seed 0)",
+    )
     ap.add_argument("--out")
     args = ap.parse_args()
     if args.probes:
@@ -127,11 +154,17 @@ def main() -> None:
         for training, steps in (("per_delay", None), ("mixed", args.mixed_steps)):
             run = one_run(training, seed, steps, args.extrapolate)
             acc = run["accuracy"]
-            print(f"{training} seed {seed} ({run['wall_seconds']} s): "
-                  + "; ".join(f"{k} {v['accuracy']:.2f}" for k, v in acc.items()), flush=True)
+            print(
+                f"{training} seed {seed} ({run['wall_seconds']} s): "
+                + "; ".join(f"{k} {v['accuracy']:.2f}" for k, v in acc.items()),
+                flush=True,
+            )
             if "extrapolated" in run:
-                print("  extrapolated: " + "; ".join(f"{k} {v['accuracy']:.2f}"
-                                                     for k, v in run["extrapolated"]["accuracy"].items()), flush=True)
+                print(
+                    "  extrapolated: "
+                    + "; ".join(f"{k} {v['accuracy']:.2f}" for k, v in run["extrapolated"]["accuracy"].items()),
+                    flush=True,
+                )
             runs.append(run)
     emit({"benchmark": "delay_training", "runs": runs}, args.out)
 

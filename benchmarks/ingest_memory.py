@@ -355,7 +355,7 @@ def main() -> None:
         "benchmark": "ingest_memory",
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "settings": "CorpusSettings(source='files'), TokenizerSettings() (byte-level BPE, 2048), LabelSettings() "
-            "(block 256)",
+        "(block 256)",
         "results": results,
     }
     emit(report, args.out)

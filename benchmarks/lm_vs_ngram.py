@@ -113,8 +113,17 @@ def main() -> None:
         steps, lr = int(kv.pop("steps", 500)), float(kv.pop("lr", 2e-3))
         model = dict(model, **{k[6:]: type(model.get(k[6:], 0.0))(v) for k, v in kv.items() if k.startswith("model.")})
         kv = {k: v for k, v in kv.items() if not k.startswith("model.")}
-        train = dict(max_steps=steps, batch_size=16, block_size=128, lr=lr, min_lr=lr / 10, warmup_steps=30,
-                     eval_interval=max(steps // 6, 1), eval_batches=None, threads=args.threads)
+        train = dict(
+            max_steps=steps,
+            batch_size=16,
+            block_size=128,
+            lr=lr,
+            min_lr=lr / 10,
+            warmup_steps=30,
+            eval_interval=max(steps // 6, 1),
+            eval_batches=None,
+            threads=args.threads,
+        )
         train.update({k: type(train.get(k, 0))(v) if k in train else v for k, v in kv.items()})
         t0 = time.perf_counter()
         res = train_lm(
@@ -148,11 +157,21 @@ def main() -> None:
         )
         print(trials[-1], file=sys.stderr, flush=True)
     per_char = (lambda loss: loss * meta["validation_targets"] / val_chars) if val_chars else (lambda loss: None)
-    emit({"benchmark": "lm_vs_ngram", "machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-          "load_avg_1m": os.getloadavg()[0], "labels": meta, "tokenizer": args.tokenizer, "validation_chars": val_chars,
-          "count_model": ngram.chosen.model,
-          "ngram": [dict(vars(r), val_nats_per_char=per_char(r.val_loss)) for r in ngram.rows], "trials": trials},
-         args.out)
+    emit(
+        {
+            "benchmark": "lm_vs_ngram",
+            "machine": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(),
+            "load_avg_1m": os.getloadavg()[0],
+            "labels": meta,
+            "tokenizer": args.tokenizer,
+            "validation_chars": val_chars,
+            "count_model": ngram.chosen.model,
+            "ngram": [dict(vars(r), val_nats_per_char=per_char(r.val_loss)) for r in ngram.rows],
+            "trials": trials,
+        },
+        args.out,
+    )
 
 
 if __name__ == "__main__":

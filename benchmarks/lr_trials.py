@@ -43,15 +43,32 @@ def main() -> None:
     warmup = base["warmup_steps"] if args.warmup is None else args.warmup
     rows = []
     with tempfile.TemporaryDirectory(prefix="w2t-lr-trials-") as tmp:
-        trial = lm_trial(m["family"], m["model_config"], base, train, val, int(meta["vocab_size"]), tmp,
-                         model_meta={"tokenizer_sha256": m["tokenizer_sha256"]})
+        trial = lm_trial(
+            m["family"],
+            m["model_config"],
+            base,
+            train,
+            val,
+            int(meta["vocab_size"]),
+            tmp,
+            model_meta={"tokenizer_sha256": m["tokenizer_sha256"]},
+        )
         for lr in args.lr:
             r = trial({"lr": lr, "min_lr": lr / 10, "warmup_steps": warmup, "max_steps": steps})
-            rows.append({"lr": lr, "warmup_steps": warmup, "steps": steps, "val_loss": r["val_loss"],
-                         "wall_s": r.get("wall_s")})
+            rows.append(
+                {"lr": lr, "warmup_steps": warmup, "steps": steps, "val_loss": r["val_loss"], "wall_s": r.get("wall_s")}
+            )
             print(f"{args.model} lr {lr:g}: val loss {r['val_loss']:.4f}", flush=True)
-    emit({"benchmark": "lr_trials", "model": args.model, "run_val_loss": m["metrics"].get("val/loss"),
-          "trained_lr": m["train_settings"]["lr"], "trials": rows}, args.out)
+    emit(
+        {
+            "benchmark": "lr_trials",
+            "model": args.model,
+            "run_val_loss": m["metrics"].get("val/loss"),
+            "trained_lr": m["train_settings"]["lr"],
+            "trials": rows,
+        },
+        args.out,
+    )
 
 
 if __name__ == "__main__":

@@ -87,8 +87,15 @@ def diagnose(model, val, s) -> list[dict]:
                 inctx.append(pred[i, t] in values)
                 copy_any.append(np.mean(values == val.y[i, t]))
         if acc:
-            rows.append({"pairs": p, "n": len(acc), "accuracy": float(np.mean(acc)),
-                         "in_context": float(np.mean(inctx)), "copy_any": float(np.mean(copy_any))})
+            rows.append(
+                {
+                    "pairs": p,
+                    "n": len(acc),
+                    "accuracy": float(np.mean(acc)),
+                    "in_context": float(np.mean(inctx)),
+                    "copy_any": float(np.mean(copy_any)),
+                }
+            )
     return rows
 
 
@@ -96,8 +103,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variant", action="append", help="base, or key=value,... of RecallSettings (lr= the model's)")
     ap.add_argument("--model", default="transformer", help="rnn, lstm, transformer or window")
-    ap.add_argument("--defaults", action="store_true", help="start every variant from the recall study's current "
-                    "defaults, not from FIRST_SETTINGS (the mix the committed diagnosis measured)")
+    ap.add_argument(
+        "--defaults",
+        action="store_true",
+        help="start every variant from the recall study's current "
+        "defaults, not from FIRST_SETTINGS (the mix the committed diagnosis measured)",
+    )
     ap.add_argument("--out")
     args = ap.parse_args()
 
@@ -124,12 +135,31 @@ def main() -> None:
         model = build_model(args.model, s.vocab_size, s.seq_len, s.train, s.window)
         t0 = time.perf_counter()
         info = train_model(model, train, s.train, lr)
-        row = {"variant": spec, "start": "defaults" if args.defaults else "first settings",
-               "settings": s.model_dump(include={"train_pairs", "pairs", "n_keys", "n_values", "batch_size", "steps",
-                                                 "seed", "train_sequences", "param_budget", "n_layer", "n_head"}),
-               "model": args.model, "lr": lr, "parameters": sum(p.numel() for p in model.parameters()),
-               "final_train_loss": info["final_loss"], "train_seconds": time.perf_counter() - t0,
-               "by_pairs": diagnose(model, val, s)}
+        row = {
+            "variant": spec,
+            "start": "defaults" if args.defaults else "first settings",
+            "settings": s.model_dump(
+                include={
+                    "train_pairs",
+                    "pairs",
+                    "n_keys",
+                    "n_values",
+                    "batch_size",
+                    "steps",
+                    "seed",
+                    "train_sequences",
+                    "param_budget",
+                    "n_layer",
+                    "n_head",
+                }
+            ),
+            "model": args.model,
+            "lr": lr,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "final_train_loss": info["final_loss"],
+            "train_seconds": time.perf_counter() - t0,
+            "by_pairs": diagnose(model, val, s),
+        }
         results.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     emit({"benchmark": "mqar_diagnosis", "results": results}, args.out)

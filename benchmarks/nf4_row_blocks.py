@@ -18,8 +18,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.result_file import emit  # noqa: E402
 
-SHAPES = [(432, 144), (576, 144), (144, 144), (260, 144), (10, 96), (10, 160), (256, 128), (10, 192), (144, 576),
-          (10, 200)]
+SHAPES = [
+    (432, 144),
+    (576, 144),
+    (144, 144),
+    (260, 144),
+    (10, 96),
+    (10, 160),
+    (256, 128),
+    (10, 192),
+    (144, 576),
+    (10, 200),
+]
 
 
 def main() -> None:
@@ -40,22 +50,44 @@ def main() -> None:
     rows = []
     for shape in SHAPES:
         w = torch.randn(*shape) * 0.05
-        p = lib.nn.Params4bit(w.clone(), requires_grad=False, blocksize=64, compress_statistics=False,
-                              quant_type=args.quant_type, quant_storage=torch.uint8)
+        p = lib.nn.Params4bit(
+            w.clone(),
+            requires_grad=False,
+            blocksize=64,
+            compress_statistics=False,
+            quant_type=args.quant_type,
+            quant_storage=torch.uint8,
+        )
         p = p.to("cpu")  # quantizes
         st = p.quant_state
         with eager():  # bitsandbytes compiles its generic path otherwise (one compile per shape)
             native = lib.functional.dequantize_4bit(p.data, st).float()
-            generic = _dequantize_4bit_compute(p.data.view(torch.uint8).reshape(-1), st.absmax,
-                                               _get_4bit_code(args.quant_type, p.device), 64, shape, torch.float32)
+            generic = _dequantize_4bit_compute(
+                p.data.view(torch.uint8).reshape(-1),
+                st.absmax,
+                _get_4bit_code(args.quant_type, p.device),
+                64,
+                shape,
+                torch.float32,
+            )
             ours = dequantize_4bit(p).float()
-        err = {k: float((a - w).norm() / w.norm()) for k, a in (("native", native), ("generic", generic),
-                                                                 ("project", ours))}
+        err = {
+            k: float((a - w).norm() / w.norm())
+            for k, a in (("native", native), ("generic", generic), ("project", ours))
+        }
         rows.append({"shape": list(shape), "rows_split_blocks": _rows_split_blocks(p), **err})
         print(f"{shape}: " + ", ".join(f"{k} {v:.3f}" for k, v in err.items()), flush=True)
-    emit({"benchmark": "nf4_row_blocks", "quant_type": args.quant_type, "blocksize": 64,
-          "bitsandbytes": bitsandbytes.__version__, "what": "relative Frobenius error of the dequantized matrix",
-          "rows": rows}, args.out)
+    emit(
+        {
+            "benchmark": "nf4_row_blocks",
+            "quant_type": args.quant_type,
+            "blocksize": 64,
+            "bitsandbytes": bitsandbytes.__version__,
+            "what": "relative Frobenius error of the dequantized matrix",
+            "rows": rows,
+        },
+        args.out,
+    )
 
 
 if __name__ == "__main__":

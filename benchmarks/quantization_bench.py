@@ -99,8 +99,12 @@ def train_models(work: Path, labels_dir: Path, steps: int | None) -> dict[str, d
             )
             weights = res.weights_path
             (work / name / "done.json").write_text(json.dumps({"max_steps": ts["max_steps"], "metrics": res.metrics}))
-        out[name] = {"weights": weights, "train": ts, "train_wall_s": time.perf_counter() - t0,
-                     "train_metrics": json.loads((work / name / "done.json").read_text())["metrics"]}
+        out[name] = {
+            "weights": weights,
+            "train": ts,
+            "train_wall_s": time.perf_counter() - t0,
+            "train_metrics": json.loads((work / name / "done.json").read_text())["metrics"],
+        }
     return out
 
 
@@ -167,7 +171,7 @@ def main() -> None:
     report = {
         "benchmark": "quantization_bench",
         "what": "default-sized Transformer and LSTM (defs.yaml, ~1 M parameters) at FP32/FP16/BF16 and bitsandbytes "
-            "INT8/NF4/FP4 on the CPU",
+        "INT8/NF4/FP4 on the CPU",
         "environment": {
             "python": platform.python_version(),
             "torch": torch.__version__,

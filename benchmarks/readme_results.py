@@ -103,7 +103,7 @@ def block(readme: str) -> tuple[str, str, int, int]:
     end = readme.find(END, m.end()) if m else -1
     if not m or end < 0:
         raise SystemExit("readme_results: README.md has no `<!-- results: … -->` … `<!-- results end -->` block")
-    return m.group(1), readme[m.end():end], m.end(), end
+    return m.group(1), readme[m.end() : end], m.end(), end
 
 
 def main() -> None:

@@ -78,8 +78,9 @@ class BareRun:
         torch.manual_seed(ts.seed)
         self.dtype = dtype
         self.model, self.ts = Bare(cell, V, E, H, L), ts
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=ts.lr, betas=(ts.beta1, ts.beta2),
-                                     weight_decay=ts.weight_decay, fused=True)
+        self.opt = torch.optim.AdamW(
+            self.model.parameters(), lr=ts.lr, betas=(ts.beta1, ts.beta2), weight_decay=ts.weight_decay, fused=True
+        )
         self.x = torch.from_numpy(data.x.astype(np.int64))
         self.y = torch.from_numpy(data.y.astype(np.int64))
         self.gen = torch.Generator().manual_seed(ts.seed)
@@ -123,8 +124,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--cells", default="rnn,lstm")
     ap.add_argument("--vocab-size", type=int, default=2048)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
-                    help="autocast of both loops ('auto' as the pipeline trains: bf16 on a CPU with AMX)")
+    ap.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "bfloat16"],
+        help="autocast of both loops ('auto' as the pipeline trains: bf16 on a CPU with AMX)",
+    )
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -133,8 +138,16 @@ def main(argv: list[str] | None = None) -> dict:
     n_val = max(1, blocks.n_blocks // 20)
     train_blocks = TokenBlocks(blocks.x[n_val:], blocks.y[n_val:])
     val_blocks = TokenBlocks(blocks.x[:n_val], blocks.y[:n_val])
-    ts = TrainSettings(**TRAIN, max_steps=args.steps, eval_interval=0, eval_batches=1, log_interval=args.interleave,
-                       threads=args.threads, device="cpu", dtype=args.dtype)
+    ts = TrainSettings(
+        **TRAIN,
+        max_steps=args.steps,
+        eval_interval=0,
+        eval_batches=1,
+        log_interval=args.interleave,
+        threads=args.threads,
+        device="cpu",
+        dtype=args.dtype,
+    )
     dtype = resolve_dtype(args.dtype, torch.device("cpu"))
     out: dict = {
         "benchmark": "recurrent_throughput",
@@ -173,8 +186,10 @@ def main(argv: list[str] | None = None) -> dict:
             "settings": settings.model_dump(),
             "params_ours": sum(p.numel() for p in model.parameters()),
             "params_bare": sum(p.numel() for p in bare.model.parameters()),
-            "ours_tokens_per_s": tokens / ours_s, "ours_step_ms": 1000 * ours_s,
-            "bare_tokens_per_s": tokens / bare_s, "bare_step_ms": 1000 * bare_s,
+            "ours_tokens_per_s": tokens / ours_s,
+            "ours_step_ms": 1000 * ours_s,
+            "bare_tokens_per_s": tokens / bare_s,
+            "bare_step_ms": 1000 * bare_s,
             "ratio_tokens_per_s": bare_s / ours_s,
             "loop_overhead_ms": 1000 * (ours_s - bare_s),
         }

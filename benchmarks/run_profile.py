@@ -53,15 +53,34 @@ def figures(state: Path, run_id: str) -> dict | None:
         "count_ladder": [{k: r[k] for k in ("order", "val_loss", "heldout_loss", "types")} for r in ngram["rows"]],
         "count_model": {k: ngram["chosen"][k] for k in ("model", "order", "val_loss", "heldout_loss", "types")},
         "val_targets": ngram["n_targets"],
-        "language_models": [{**{k: r[k] for k in ("model", "steps", "params_embedding", "params_head", "params_core",
-                                                  "val_loss", "train_time_s", "train_flops")},
-                             "on_the_ladder": ladder_position(r["val_loss"], ladder),
-                             "seeds": comp["seeds"].get(r["model"])} for r in comp["rows"]],
+        "language_models": [
+            {
+                **{
+                    k: r[k]
+                    for k in (
+                        "model",
+                        "steps",
+                        "params_embedding",
+                        "params_head",
+                        "params_core",
+                        "val_loss",
+                        "train_time_s",
+                        "train_flops",
+                    )
+                },
+                "on_the_ladder": ladder_position(r["val_loss"], ladder),
+                "seeds": comp["seeds"].get(r["model"]),
+            }
+            for r in comp["rows"]
+        ],
         "claims": report["counts"],  # the evidence alone
         "demonstrations": report.get("demonstration_counts", {}),
         "invariants": report["invariant_counts"],
-        "claims_not_passed": [{k: c.get(k, "") for k in ("claim", "asset", "status", "kind", "reason")}
-                              for c in report["claims"] if c["status"] != "passed"],
+        "claims_not_passed": [
+            {k: c.get(k, "") for k in ("claim", "asset", "status", "kind", "reason")}
+            for c in report["claims"]
+            if c["status"] != "passed"
+        ],
     }
 
 
@@ -92,8 +111,11 @@ def main() -> None:
         record = inst.get_run_record_by_id(run.run_id)
         stats = inst.get_run_step_stats(run.run_id)
     steps = sorted(
-        ({"step": s.step_key, "seconds": round(s.end_time - s.start_time, 2), "status": s.status.value}
-         for s in stats if s.start_time and s.end_time),
+        (
+            {"step": s.step_key, "seconds": round(s.end_time - s.start_time, 2), "status": s.status.value}
+            for s in stats
+            if s.start_time and s.end_time
+        ),
         key=lambda r: -r["seconds"],
     )
     run_s = (record.end_time - record.start_time) if record.start_time and record.end_time else None

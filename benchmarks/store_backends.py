@@ -75,13 +75,24 @@ def run_one() -> dict:
     init_s = time.perf_counter() - t0
     config = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
     t0 = time.perf_counter()
-    result = dg.materialize(list(defs.assets) + list(defs.asset_checks), resources=defs.resources, run_config=config,
-                            selection=DEFAULT_ROUTE, instance=instance, raise_on_error=False)  # what tiny_pipeline runs
+    result = dg.materialize(
+        list(defs.assets) + list(defs.asset_checks),
+        resources=defs.resources,
+        run_config=config,
+        selection=DEFAULT_ROUTE,
+        instance=instance,
+        raise_on_error=False,
+    )  # what tiny_pipeline runs
     graph_s = time.perf_counter() - t0
     n = len(result.get_asset_materialization_events())
     instance.dispose()
-    return {"success": result.success, "materializations": n, "init_s": round(init_s, 2), "graph_s": round(graph_s, 1),
-            "cpu_s": round(cpu() - cpu0, 1)}
+    return {
+        "success": result.success,
+        "materializations": n,
+        "init_s": round(init_s, 2),
+        "graph_s": round(graph_s, 1),
+        "cpu_s": round(cpu() - cpu0, 1),
+    }
 
 
 def main() -> None:
@@ -164,8 +175,10 @@ def main() -> None:
 
     for r in runs:
         r["total_cpu_s"] = round(r["cpu_s"] + (r["servers_cpu_s"] if r["backend"] == "postgres" else 0.0), 1)
-    summary = {b: {k + "_mean": mean(b, k) for k in ("graph_s", "process_s", "cpu_s", "servers_cpu_s", "total_cpu_s")}
-               for b in ("sqlite", "postgres")}
+    summary = {
+        b: {k + "_mean": mean(b, k) for k in ("graph_s", "process_s", "cpu_s", "servers_cpu_s", "total_cpu_s")}
+        for b in ("sqlite", "postgres")
+    }
     summary["postgres_over_sqlite_wall"] = round(
         summary["postgres"]["graph_s_mean"] / summary["sqlite"]["graph_s_mean"], 3
     )
@@ -176,7 +189,7 @@ def main() -> None:
         "benchmark": "store_backends",
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "settings": "configs/tiny.yaml, whole graph in process; postgres = configs/deploy/dagster.yaml + "
-            "scripts/mlflow_server_pg.sh "
+        "scripts/mlflow_server_pg.sh "
         "(1 worker) on one local PostgreSQL 15 server (default durability, fsync on); sqlite = the embedded defaults",
         "runs": runs,
         "summary": summary,

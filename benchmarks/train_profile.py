@@ -145,7 +145,8 @@ def main(argv: list[str] | None = None) -> dict:
     )
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument(
-        "--only", choices=["ours", "nanogpt"],
+        "--only",
+        choices=["ours", "nanogpt"],
         help="profile one side in this process (by default each side runs in a fresh process of its own: in one "
         "process the side profiled second ran its GELU and matmuls up to 3x slower under the profiler)",
     )
@@ -180,8 +181,12 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(0)
     model = Transformer(TransformerSettings(**preset["model"]), data.vocab_size).to(device).train()
     blocks = windows(data.train_ids, preset["model"]["block_size"], 8)
-    state = TrainState(model=model, optimizer=make_optimizer(model, ts, device),
-                       scaler=torch.amp.GradScaler("cpu", enabled=False), sampler=np.random.default_rng(0))
+    state = TrainState(
+        model=model,
+        optimizer=make_optimizer(model, ts, device),
+        scaler=torch.amp.GradScaler("cpu", enabled=False),
+        sampler=np.random.default_rng(0),
+    )
 
     fwd = model
     if ts.compile:  # each fused kernel named in the profile (a RECORD_FUNCTION in the generated code)
@@ -217,8 +222,12 @@ def _each_side_apart(argv: list[str], out_path: str | None) -> dict:
         if proc.returncode:
             raise SystemExit(f"train_profile --only {side} failed:\n{proc.stderr[-4000:]}")
         sides[side] = json.loads(proc.stdout)
-    out = {**sides["ours"], "nanogpt": sides["nanogpt"]["nanogpt"], "loadavg_end": sides["nanogpt"]["loadavg_end"],
-           "processes": "one per side"}
+    out = {
+        **sides["ours"],
+        "nanogpt": sides["nanogpt"]["nanogpt"],
+        "loadavg_end": sides["nanogpt"]["loadavg_end"],
+        "processes": "one per side",
+    }
     return emit(out, out_path)
 
 

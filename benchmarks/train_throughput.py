@@ -65,20 +65,43 @@ TINY_SHAKESPEARE_CHARS = 1_115_394
 PRESETS = {
     "baby_gpt": {
         "model": dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0, bias=False),
-        "train": dict(max_steps=2000, batch_size=12, lr=1e-3, min_lr=1e-4, warmup_steps=100, lr_decay_steps=2000,
-                      weight_decay=0.1, beta1=0.9, beta2=0.99, grad_clip=1.0),
+        "train": dict(
+            max_steps=2000,
+            batch_size=12,
+            lr=1e-3,
+            min_lr=1e-4,
+            warmup_steps=100,
+            lr_decay_steps=2000,
+            weight_decay=0.1,
+            beta1=0.9,
+            beta2=0.99,
+            grad_clip=1.0,
+        ),
         # The goal: ≥ 1.5× the tokens/s of nanoGPT's loop measured side by side in the same run where ours
         # trains under bf16 autocast (a CPU with AMX), ≥ 1.25× where it trains in float32 (a CPU without
         # AMX: there both loops run the same float32 kernels), at a validation loss ≤ 1.80 after 2000
         # iterations (nanoGPT's README: 1.88 on tiny-shakespeare).
-        "goal": {"ratio_tokens_per_s": {"bfloat16": 1.5, "float32": 1.25}, "val_loss": 1.80,
-                 "nanogpt_readme_val_loss": 1.88},
+        "goal": {
+            "ratio_tokens_per_s": {"bfloat16": 1.5, "float32": 1.25},
+            "val_loss": 1.80,
+            "nanogpt_readme_val_loss": 1.88,
+        },
     },
     # A smaller, quicker sanity run of the same recipe.
     "tiny": {
         "model": dict(n_layer=2, n_head=2, n_embd=64, block_size=32, dropout=0.0, bias=False),
-        "train": dict(max_steps=100, batch_size=8, lr=1e-3, min_lr=1e-4, warmup_steps=10, lr_decay_steps=100,
-                      weight_decay=0.1, beta1=0.9, beta2=0.99, grad_clip=1.0),
+        "train": dict(
+            max_steps=100,
+            batch_size=8,
+            lr=1e-3,
+            min_lr=1e-4,
+            warmup_steps=10,
+            lr_decay_steps=100,
+            weight_decay=0.1,
+            beta1=0.9,
+            beta2=0.99,
+            grad_clip=1.0,
+        ),
         "goal": None,
     },
 }
@@ -220,13 +243,15 @@ class NanoGPT(nn.Module):
     def __init__(self, c: NanoGPTConfig):
         super().__init__()
         self.config, self.vocab_size = c, c.vocab_size
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(c.vocab_size, c.n_embd),
-            wpe=nn.Embedding(c.block_size, c.n_embd),
-            drop=nn.Dropout(c.dropout),
-            h=nn.ModuleList([NanoBlock(c) for _ in range(c.n_layer)]),
-            ln_f=NanoLayerNorm(c.n_embd, bias=c.bias),
-        ))
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(c.vocab_size, c.n_embd),
+                wpe=nn.Embedding(c.block_size, c.n_embd),
+                drop=nn.Dropout(c.dropout),
+                h=nn.ModuleList([NanoBlock(c) for _ in range(c.n_layer)]),
+                ln_f=NanoLayerNorm(c.n_embd, bias=c.bias),
+            )
+        )
         self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight
         self.apply(self._init_weights)
@@ -272,8 +297,15 @@ class NanoGPTRun:
     """nanoGPT's train.py loop (single process, grad accumulation 1), run in chunks of iterations so it
     can alternate with ours; only the iterations are timed."""
 
-    def __init__(self, data: CharData, model_cfg: dict, train_cfg: TrainSettings, device: torch.device,
-                 dtype: torch.dtype, compile_model: bool):
+    def __init__(
+        self,
+        data: CharData,
+        model_cfg: dict,
+        train_cfg: TrainSettings,
+        device: torch.device,
+        dtype: torch.dtype,
+        compile_model: bool,
+    ):
         torch.manual_seed(train_cfg.seed)
         c = NanoGPTConfig(
             vocab_size=data.vocab_size,
@@ -418,8 +450,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--compile", action="store_true", help="torch.compile ours (nanoGPT's CPU recipe runs without)")
     ap.add_argument("--compile-nanogpt", action="store_true", help="torch.compile the nanoGPT reference too")
     ap.add_argument("--stride", type=int, default=8, help="offset between our training windows")
-    ap.add_argument("--interleave", type=int, default=100,
-                    help="alternate the two models every this many iterations (0: one after the other)")
+    ap.add_argument(
+        "--interleave",
+        type=int,
+        default=100,
+        help="alternate the two models every this many iterations (0: one after the other)",
+    )
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads (default: the core count)")
@@ -432,8 +468,16 @@ def main(argv: list[str] | None = None) -> dict:
     model_cfg = {**preset["model"], **model_over}
     iters = args.iters or preset["train"]["max_steps"]
     train_kw = {**preset["train"], "max_steps": iters, "lr_decay_steps": iters, **train_over}
-    ts = TrainSettings(**train_kw, eval_interval=0, eval_batches=1, log_interval=max(1, iters // 20),
-                       device=args.device, dtype=args.dtype, compile=args.compile, threads=args.threads)
+    ts = TrainSettings(
+        **train_kw,
+        eval_interval=0,
+        eval_batches=1,
+        log_interval=max(1, iters // 20),
+        device=args.device,
+        dtype=args.dtype,
+        compile=args.compile,
+        threads=args.threads,
+    )
     device, _ = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     nano_dtype = torch.float32 if device.type == "cpu" else dtype  # nanoGPT never autocasts on the CPU
@@ -487,8 +531,12 @@ def main(argv: list[str] | None = None) -> dict:
     if ours is not None:
         model, res = ours.model, ours.result
         val_loss = evaluate(model, val, batch_size=64, max_batches=None, device=device, dtype=dtype)
-        backend = detect_sdpa_backend(device, dtype, (ts.batch_size, cfg.n_head, T, cfg.head_dim),
-                                      cfg.sdpa_backend if device.type == "cuda" else "auto")
+        backend = detect_sdpa_backend(
+            device,
+            dtype,
+            (ts.batch_size, cfg.n_head, T, cfg.head_dim),
+            cfg.sdpa_backend if device.type == "cuda" else "auto",
+        )
         tokens_per_s = ts.batch_size * T * ours.timed_steps / ours.timed_s
         out["ours"] = {
             "tokens_per_s": tokens_per_s,
@@ -564,7 +612,7 @@ def main(argv: list[str] | None = None) -> dict:
             "ratio_met": out.get("ratio_tokens_per_s", 0.0) >= bar and not out["machine_loaded"],
             "val_loss_met": out["ours"]["val_loss"] <= goal["val_loss"],
             "note": "the ratio is against the nanoGPT loop run side by side on the same text (its CPU recipe: "
-                    "float32, no autocast); the val-loss goal assumes tiny-shakespeare (--text).",
+            "float32, no autocast); the val-loss goal assumes tiny-shakespeare (--text).",
         }
     return emit(out, args.out)
 

@@ -51,8 +51,9 @@ def one_run(steps: int, window: int) -> dict:
     ok = predictions(model, val)
     asked = val.y != IGNORE_INDEX
     rf = receptive_field(model)
-    by_distance = [{"distance": int(d), **accuracy_row(ok[asked & (val.distance == d)])}
-                   for d in np.unique(val.distance[asked])]
+    by_distance = [
+        {"distance": int(d), **accuracy_row(ok[asked & (val.distance == d)])} for d in np.unique(val.distance[asked])
+    ]
     asked_train = train.y != IGNORE_INDEX
     return {
         "steps": steps,
@@ -77,8 +78,11 @@ def main() -> None:
     runs = [one_run(n, args.window) for n in (args.steps or [2000])]
     for r in runs:
         w, b = r["within"], r["beyond"]
-        print(f"steps {r['steps']}: within field {r['receptive_field']} {w['accuracy']:.2f} "
-              f"[{w['low']:.2f}, {w['high']:.2f}], beyond {b['accuracy']:.2f}; {r['train_seconds']:.0f} s", flush=True)
+        print(
+            f"steps {r['steps']}: within field {r['receptive_field']} {w['accuracy']:.2f} "
+            f"[{w['low']:.2f}, {w['high']:.2f}], beyond {b['accuracy']:.2f}; {r['train_seconds']:.0f} s",
+            flush=True,
+        )
     emit({"benchmark": "window_field", "runs": runs}, args.out)
 
 

@@ -116,9 +116,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="seeds 1..N, each trains ours and gensim once")
     ap.add_argument("--sg", type=int, default=1, choices=(0, 1), help="1: skip-gram (default), 0: CBOW")
     ap.add_argument("--batch-size", type=int, default=None, help="our batch_size (default: Word2VecSettings')")
-    ap.add_argument(
-        "--negative-draws", type=int, default=None, help="our negative_draws (default: Word2VecSettings')"
-    )
+    ap.add_argument("--negative-draws", type=int, default=None, help="our negative_draws (default: Word2VecSettings')")
     ap.add_argument("--profile", action="store_true", help="print a torch.profiler table of ours to stderr")
     ap.add_argument("--out", help="also write the JSON here")
     args = ap.parse_args()

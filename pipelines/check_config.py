@@ -46,8 +46,9 @@ def problems(path: str | Path) -> list[str]:
     for op, section in ops.items():
         job = next((j for j in jobs if op in j.graph.node_dict), None)
         if job is None:
-            found.append(f"{path}: ops.{op}: no asset of that name in the default route or the "
-                         f"{' or '.join(OWN_JOBS)} job")
+            found.append(
+                f"{path}: ops.{op}: no asset of that name in the default route or the {' or '.join(OWN_JOBS)} job"
+            )
         else:
             parts[job.name][op] = section
     rest = {k: v for k, v in config.items() if k != "ops"}

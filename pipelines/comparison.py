@@ -2,7 +2,6 @@
 `LanguageModel` component), side by side. Built after the defs folder is loaded, so a new
 `defs.yaml` joins the comparison with no code change."""
 
-
 import shutil
 from pathlib import Path
 from typing import Any
@@ -62,9 +61,14 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
 
     # In the training pool: with extra seeds it trains, and it must not share the cores with another training.
     @dg.asset(name="model_comparison", group_name=GROUP, kinds={"pytorch"}, ins=ins, pool=TRAINING_POOL)
-    def model_comparison(context: dg.AssetExecutionContext, config: ModelComparisonConfig, mlflow: MlflowTracker,
-                         labels: Labels, ngram_baseline: NgramBaseline,
-                         **lms: LanguageModel) -> dg.Output[ModelComparison]:
+    def model_comparison(
+        context: dg.AssetExecutionContext,
+        config: ModelComparisonConfig,
+        mlflow: MlflowTracker,
+        labels: Labels,
+        ngram_baseline: NgramBaseline,
+        **lms: LanguageModel,
+    ) -> dg.Output[ModelComparison]:
         """Every language model of the graph on the same labels at matched parameter budgets and
         matched wall-clock: val loss, perplexity, tokens/s, parameters, with the seed-to-seed spread
         when `extra_seeds` is set; plus each Transformer's parameter accounting per component and its
@@ -74,8 +78,10 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
         with stage(context, mlflow, {"models": sorted(models), **config.model_dump()}) as s:
             seed_losses = _seed_losses(context, config, models, hashes, labels, s.tmp) if config.extra_seeds else None
             # The count ladder is rows and lines only where it was scored on the models' own targets.
-            same = all(m.val_targets == ngram_baseline.n_targets for m in models.values()) and \
-                ngram_baseline.tokenizer_sha256 in hashes
+            same = (
+                all(m.val_targets == ngram_baseline.n_targets for m in models.values())
+                and ngram_baseline.tokenizer_sha256 in hashes
+            )
             result = compare_models(models, seed_losses, ngram_baseline if same else None)
             if not same:
                 context.log.warning(
@@ -126,8 +132,14 @@ def _check_models(models: dict[str, LanguageModel], config: ModelComparisonConfi
     return hashes
 
 
-def _seed_losses(context: dg.AssetExecutionContext, config: ModelComparisonConfig, models: dict[str, LanguageModel],
-                 hashes: set[str], labels: Labels, tmp: Path) -> Any:
+def _seed_losses(
+    context: dg.AssetExecutionContext,
+    config: ModelComparisonConfig,
+    models: dict[str, LanguageModel],
+    hashes: set[str],
+    labels: Labels,
+    tmp: Path,
+) -> Any:
     """The `seed_models` trained again with each of `extra_seeds` (scratch under `tmp`, removed after):
     their final validation losses."""
     if labels.tokenizer_sha256 not in hashes:
@@ -155,19 +167,13 @@ def _seed_losses(context: dg.AssetExecutionContext, config: ModelComparisonConfi
 def _parameter_accounting(models: dict[str, LanguageModel], result: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Each Transformer's parameter accounting, and where each model's budget sits (embedding,
     output head, core: added to its row of `result`); with the comparison's metrics."""
-    accounting = {
-        n: parameter_accounting(load_lm(m.weights))
-        for n, m in models.items()
-        if m.family == "transformer"
-    }
+    accounting = {n: parameter_accounting(load_lm(m.weights)) for n, m in models.items() if m.family == "transformer"}
     split = {n: parameter_split(load_lm(m.weights)) for n, m in models.items()}
     for row in result.rows:  # where each model's budget sits: embedding, output head, core
         row.update({f"params_{k}": v for k, v in split[row["model"]].items() if k != "total"})
     metrics: dict[str, Any] = dict(result.metrics())
     metrics.update({f"{n}/ffn_share": a["ffn_share"] for n, a in accounting.items()})
-    metrics.update(
-        {f"{n}/params_{k}": float(v) for n, sp in split.items() for k, v in sp.items() if k != "total"}
-    )
+    metrics.update({f"{n}/params_{k}": float(v) for n, sp in split.items() for k, v in sp.items() if k != "total"})
     return accounting, metrics
 
 
@@ -187,8 +193,10 @@ def _log_model_runs(run: Any, models: dict[str, LanguageModel], result: Any) -> 
                 "val/loss_at_matched_time": row["val_loss_at_matched_time"],
                 "machine/loaded": float(m.metrics.get("machine/loaded", 0.0)),
             },
-            params={"family": m.family,
-                    **{f"resolved.{k}": v for k, v in effective_architecture(m.model_config).items()}},
+            params={
+                "family": m.family,
+                **{f"resolved.{k}": v for k, v in effective_architecture(m.model_config).items()},
+            },
             series={"val/loss": [(h["step"], h["val/loss"]) for h in m.history if "val/loss" in h]},
         )
 
@@ -203,8 +211,12 @@ def _ranking_values(st: dict[str, Any], models: dict[str, LanguageModel]) -> tup
         "ranking_settled": bool(st.get("ranking_settled")),
     }
     if "tiers_last_eval" in st:
-        values.update({"ranking_beyond_spread": tiers_text(st["tiers_last_eval"]),
-                       "ranking_settled_beyond_spread": bool(st["ranking_settled_beyond_spread"])})
+        values.update(
+            {
+                "ranking_beyond_spread": tiers_text(st["tiers_last_eval"]),
+                "ranking_settled_beyond_spread": bool(st["ranking_settled_beyond_spread"]),
+            }
+        )
     # Speeds measured on a loaded machine (the models record their load) are not comparable.
     loaded = sorted(n for n, m in models.items() if m.metrics.get("machine/loaded"))
     values["speeds_measured_loaded"] = ", ".join(loaded) or "none"

@@ -84,21 +84,25 @@ def config_jobs(with_execution: bool = True) -> list[dg.UnresolvedAssetJobDefini
         if not with_execution:
             config = {k: v for k, v in config.items() if k != "execution"}
         ops = config.get("ops") or {}
-        jobs.append(dg.define_asset_job(
-            name=f"{path.stem}_pipeline",
-            selection=DEFAULT_ROUTE,
-            config=route_config(config),
-            description=f"Materialize the whole graph with configs/{path.name}.",
-        ))
+        jobs.append(
+            dg.define_asset_job(
+                name=f"{path.stem}_pipeline",
+                selection=DEFAULT_ROUTE,
+                config=route_config(config),
+                description=f"Materialize the whole graph with configs/{path.name}.",
+            )
+        )
         for op, suffix in OWN_JOB_OPS.items():
             if op in ops:
-                jobs.append(dg.define_asset_job(
-                    name=f"{path.stem}_{suffix}",
-                    selection=dg.AssetSelection.assets(op),
-                    config=own_job_config(config, op),
-                    description=f"Materialize `{op}` with the grid of configs/{path.name} (after a run of "
-                    f"{path.stem}_pipeline trained its inputs).",
-                ))
+                jobs.append(
+                    dg.define_asset_job(
+                        name=f"{path.stem}_{suffix}",
+                        selection=dg.AssetSelection.assets(op),
+                        config=own_job_config(config, op),
+                        description=f"Materialize `{op}` with the grid of configs/{path.name} (after a run of "
+                        f"{path.stem}_pipeline trained its inputs).",
+                    )
+                )
     return jobs
 
 
@@ -123,8 +127,13 @@ def build_defs(executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
     """The code location; `executor` replaces Dagster's default (multiprocess, or in-process where a
     config file says so) for every job."""
     loaded = dg.load_from_defs_folder(path_within_project=Path(__file__).parent / "defs")
-    sharded = {spec.key for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition) for spec in a.specs
-               if spec.group_name in OFF_ROUTE}  # off the default route
+    sharded = {
+        spec.key
+        for a in loaded.assets or []
+        if isinstance(a, dg.AssetsDefinition)
+        for spec in a.specs
+        if spec.group_name in OFF_ROUTE
+    }  # off the default route
     lm_keys = [k for k in language_model_keys(loaded) if k not in sharded]
     comparison, ffn_check = model_comparison_asset(lm_keys)
     upstream = [a for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition) and not set(a.keys) & sharded] + [

@@ -43,18 +43,33 @@ def create_run(instance, job_name: str, tags: dict[str, str] | None = None):
         if not repo.has_job(job_name):
             jobs = sorted(j.name for j in repo.get_all_jobs() if not j.name.startswith("__"))
             raise KeyError(f"no job {job_name!r} in code location {LOCATION_NAME!r} (have: {', '.join(jobs)})")
-        remote_job = location.get_job(JobSubsetSelector(location_name=LOCATION_NAME, repository_name=repo.name,
-                                                         job_name=job_name, op_selection=None))
+        remote_job = location.get_job(
+            JobSubsetSelector(
+                location_name=LOCATION_NAME, repository_name=repo.name, job_name=job_name, op_selection=None
+            )
+        )
         run_config: dict = {}  # a config job's YAML is its default config (dg.config_from_files), as under `dg launch`
-        plan = location.get_execution_plan(remote_job, run_config, step_keys_to_execute=None, known_state=None,
-                                           instance=instance)
+        plan = location.get_execution_plan(
+            remote_job, run_config, step_keys_to_execute=None, known_state=None, instance=instance
+        )
         return instance.create_run(
-            job_name=job_name, run_id=None, run_config=run_config, resolved_op_selection=None,
-            step_keys_to_execute=plan.execution_plan_snapshot.step_keys_to_execute, op_selection=None,
-            status=None, root_run_id=None, parent_run_id=None, tags={**remote_job.tags, **(tags or {})},
-            job_snapshot=remote_job.job_snapshot, execution_plan_snapshot=plan.execution_plan_snapshot,
-            parent_job_snapshot=remote_job.parent_job_snapshot, remote_job_origin=remote_job.get_remote_origin(),
-            job_code_origin=remote_job.get_python_origin(), asset_selection=None, asset_check_selection=None,
+            job_name=job_name,
+            run_id=None,
+            run_config=run_config,
+            resolved_op_selection=None,
+            step_keys_to_execute=plan.execution_plan_snapshot.step_keys_to_execute,
+            op_selection=None,
+            status=None,
+            root_run_id=None,
+            parent_run_id=None,
+            tags={**remote_job.tags, **(tags or {})},
+            job_snapshot=remote_job.job_snapshot,
+            execution_plan_snapshot=plan.execution_plan_snapshot,
+            parent_job_snapshot=remote_job.parent_job_snapshot,
+            remote_job_origin=remote_job.get_remote_origin(),
+            job_code_origin=remote_job.get_python_origin(),
+            asset_selection=None,
+            asset_check_selection=None,
             asset_graph=repo.asset_graph,
         )
     finally:

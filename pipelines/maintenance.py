@@ -86,8 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     rec = sub.add_parser("recover", help="fail dead runs, end their MLflow runs, remove leftovers")
     rec.add_argument("--grace", type=float, default=0.0, help="skip runs started less than this many seconds ago")
     pr = sub.add_parser("prune", help="delete old run folders, dead leftovers and stale checkpoints")
-    pr.add_argument("--keep", type=int, default=int(os.environ.get("PIPELINE_KEEP_LAST", 3)),
-                    help="run folders kept per asset, newest first (default: $PIPELINE_KEEP_LAST or 3)")
+    pr.add_argument(
+        "--keep",
+        type=int,
+        default=int(os.environ.get("PIPELINE_KEEP_LAST", 3)),
+        help="run folders kept per asset, newest first (default: $PIPELINE_KEEP_LAST or 3)",
+    )
     pr.add_argument(
         "--checkpoint-days", type=float, default=7.0, help="remove checkpoint scratch untouched this long (default 7)"
     )
@@ -148,8 +152,13 @@ def main(argv: list[str] | None = None) -> int:
 
             instance = _instance(uri, setting)
             try:
-                report = prune(args.keep, instance, checkpoint_max_age_days=args.checkpoint_days, dry_run=args.dry_run,
-                               tracking_uri=uri)
+                report = prune(
+                    args.keep,
+                    instance,
+                    checkpoint_max_age_days=args.checkpoint_days,
+                    dry_run=args.dry_run,
+                    tracking_uri=uri,
+                )
             finally:
                 instance.dispose()
     except StoreUnreachable as e:

@@ -9,7 +9,6 @@ logged on the Dagster run's MLflow parent run, with the headline metrics as the 
 from Dagster (the file's path, and its view in the MLflow UI).
 """
 
-
 import dataclasses
 from typing import Any
 
@@ -62,8 +61,10 @@ def asset_specs(defs: list[dg.AssetsDefinition]) -> list[dg.AssetSpec]:
     return sorted((specs[k] for k in order), key=lambda s: rank[s.group_name])
 
 
-COMPARE_KEYS = {"mlflow_compare_url": "compare the models in MLflow",
-                "mlflow_models_by_val_loss_url": "the models by val/loss in MLflow"}
+COMPARE_KEYS = {
+    "mlflow_compare_url": "compare the models in MLflow",
+    "mlflow_models_by_val_loss_url": "the models by val/loss in MLflow",
+}
 
 
 def compare_links(run: Any, comparison: Any) -> dict[str, str]:
@@ -76,8 +77,10 @@ def compare_links(run: Any, comparison: Any) -> dict[str, str]:
     children = comp.children_by("val/loss")
     if not children:
         return {}
-    return {COMPARE_KEYS["mlflow_compare_url"]: comp.compare_url([r.info.run_id for r in children]),
-            COMPARE_KEYS["mlflow_models_by_val_loss_url"]: comp.ranked_children_url("val/loss")}
+    return {
+        COMPARE_KEYS["mlflow_compare_url"]: comp.compare_url([r.info.run_id for r in children]),
+        COMPARE_KEYS["mlflow_models_by_val_loss_url"]: comp.ranked_children_url("val/loss"),
+    }
 
 
 def recorded_checks(context: dg.AssetExecutionContext, skip: set[str]) -> list[dict[str, Any]]:
@@ -90,8 +93,14 @@ def recorded_checks(context: dg.AssetExecutionContext, skip: set[str]) -> list[d
     for r in records:
         ev = r.event_log_entry.dagster_event.event_specific_data
         if ev.check_name not in skip:
-            out.append({"name": ev.check_name, "asset": ev.asset_key.to_user_string(), "passed": bool(ev.passed),
-                        "severity": ev.severity.value if ev.severity else ""})
+            out.append(
+                {
+                    "name": ev.check_name,
+                    "asset": ev.asset_key.to_user_string(),
+                    "passed": bool(ev.passed),
+                    "severity": ev.severity.value if ev.severity else "",
+                }
+            )
     return out
 
 
@@ -109,15 +118,17 @@ def latest_scaling(instance: dg.DagsterInstance) -> tuple[Scaling | None, str]:
     return found, ""  # type: ignore[return-value]
 
 
-def at_scale(judgements: list[Judgement], scaling: Scaling | None, manifests: dict[str, Any],
-             why: str) -> list[Judgement]:
+def at_scale(
+    judgements: list[Judgement], scaling: Scaling | None, manifests: dict[str, Any], why: str
+) -> list[Judgement]:
     """The count-model claims with the compute where the scaling job saw each family pass the count
     model; the scaling claim not judged, with the reason, where there is no scaling run."""
     out = []
     for j in judgements:
         if j.claim.name == "language_models_beat_the_count_model" and j.verdict is not None:
-            j = dataclasses.replace(j, verdict=count_model_at_scale(j.verdict, j.asset, scaling,
-                                                                     manifests[j.asset].tokenizer_sha256))
+            j = dataclasses.replace(
+                j, verdict=count_model_at_scale(j.verdict, j.asset, scaling, manifests[j.asset].tokenizer_sha256)
+            )
         elif j.claim.asset == "scaling_laws" and scaling is None:
             j = dataclasses.replace(j, error=why)
         out.append(j)
@@ -138,8 +149,12 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
         with stage(context, mlflow, {"assets": names}) as s:
             sections = [section_from_manifest(n, group_of[n], manifests[n], description_of[n]) for n in names]
             scaling, why = latest_scaling(context.instance)
-            judgements = at_scale(judge_all({**manifests, **({"scaling_laws": scaling} if scaling else {})},
-                                            language_models), scaling, manifests, why)
+            judgements = at_scale(
+                judge_all({**manifests, **({"scaling_laws": scaling} if scaling else {})}, language_models),
+                scaling,
+                manifests,
+                why,
+            )
             parent = s.run.parent()
             run = context.run
             title = f"Run report: {job_label(run.job_name)} · {run.run_id[:8]}"
@@ -150,33 +165,56 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
             run_checks = [j for j in judgements if j.asset in manifests] + data_checks
             comparison = manifests.get("model_comparison")
             compare = compare_links(s.run, comparison)
-            info = {"Dagster run": run.run_id, "job": job_label(run.job_name), "MLflow parent run": parent.url,
-                    **compare, "assets in this run": len(sections) + 1, "checks in this run": len(run_checks)}
+            info = {
+                "Dagster run": run.run_id,
+                "job": job_label(run.job_name),
+                "MLflow parent run": parent.url,
+                **compare,
+                "assets in this run": len(sections) + 1,
+                "checks in this run": len(run_checks),
+            }
             headline = headline_metrics(sections)  # this run's alone
-            shown = sections + ([section_from_manifest(
-                SCALING.to_user_string(), "scaling", scaling,
-                f"From the scaling job's latest run (Dagster run {scaling.dagster_run_id[:8]}), not this one: each "
-                "family at growing training budgets, where it passes the count model and where the Transformer "
-                "passes the LSTM.")] if scaling else [])
+            shown = sections + (
+                [
+                    section_from_manifest(
+                        SCALING.to_user_string(),
+                        "scaling",
+                        scaling,
+                        f"From the scaling job's latest run (Dagster run {scaling.dagster_run_id[:8]}), not this "
+                        "one: each family at growing training budgets, where it passes the count model and where the "
+                        "Transformer passes the LSTM.",
+                    )
+                ]
+                if scaling
+                else []
+            )
             counts, inv = claim_counts(judgements), invariant_counts(judgements)
             demo = demonstration_counts(judgements)
-            count_metrics = {**{f"claims/{k.replace(' ', '_')}": float(v) for k, v in counts.items()},
-                             **{f"demonstrations/{k.replace(' ', '_')}": float(v) for k, v in demo.items()},
-                             **{f"invariants/{k.replace(' ', '_')}": float(v) for k, v in inv.items()}}
+            count_metrics = {
+                **{f"claims/{k.replace(' ', '_')}": float(v) for k, v in counts.items()},
+                **{f"demonstrations/{k.replace(' ', '_')}": float(v) for k, v in demo.items()},
+                **{f"invariants/{k.replace(' ', '_')}": float(v) for k, v in inv.items()},
+            }
             lms = {n: manifests[n] for n in language_models if isinstance(manifests.get(n), LanguageModel)}
             rows = result_rows(lms, comparison if isinstance(comparison, ModelComparison) else None)
             ngram = manifests.get("ngram_baseline")
             count_model = (ngram.chosen.model, ngram.val_loss) if isinstance(ngram, NgramBaseline) else None
             since = since_previous(context, count_metrics, None)  # read once: the page and the metadata
             count_changes = since[1]
-            result = result_html(rows, count_model, {"claims": counts, "demonstrations": demo, "invariants": inv},
-                                 count_changes)
+            result = result_html(
+                rows, count_model, {"claims": counts, "demonstrations": demo, "invariants": inv}, count_changes
+            )
             page = render_report(title, info, shown, judgements, data_checks, result=result)
             path = s.tmp / REPORT_FILE
             path.write_text(page, encoding="utf-8")
             links = " · ".join(f"[{k}]({v})" for k, v in compare.items())
-            summary = summary_markdown(title, judgements, headline, REPORT_FILE,
-                                       result=result_markdown(rows, count_model) + (f"\n\n{links}" if links else ""))
+            summary = summary_markdown(
+                title,
+                judgements,
+                headline,
+                REPORT_FILE,
+                result=result_markdown(rows, count_model) + (f"\n\n{links}" if links else ""),
+            )
             # The run's summary on its parent run: the page, the headline metrics, the description.
             parent.log_artifact(path)
             parent.log_metrics({**headline, **count_metrics})
@@ -219,8 +257,11 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
                 values={
                     "report_url": dg.MetadataValue.url(parent.artifact_url(REPORT_FILE)),
                     "mlflow_parent_url": dg.MetadataValue.url(parent.url),
-                    **{key: dg.MetadataValue.url(compare[label]) for key, label in COMPARE_KEYS.items()
-                       if label in compare},
+                    **{
+                        key: dg.MetadataValue.url(compare[label])
+                        for key, label in COMPARE_KEYS.items()
+                        if label in compare
+                    },
                     "result": dg.MetadataValue.md(result_markdown(rows, count_model)),
                     "claims": dg.MetadataValue.md(
                         "\n".join(

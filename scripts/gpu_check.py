@@ -375,8 +375,12 @@ def preflight(device: torch.device) -> dict:
     """Versions, the project's imports, and one tiny compiled kernel on CUDA (Triton and the compiler work)."""
     t0 = time.perf_counter()
     info: dict = {
-        "python": platform.python_version(), "executable": sys.executable, "torch": torch.__version__,
-        "cuda_version": torch.version.cuda, "cuda_available": torch.cuda.is_available(), "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "torch": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "cpu_count": os.cpu_count(),
     }
     for mod in ("numpy", "triton", "safetensors", "tokenizers"):
         info[mod] = _version(mod)
@@ -397,8 +401,10 @@ def preflight(device: torch.device) -> dict:
         info["bitsandbytes"] = bitsandbytes.__version__
         info["bitsandbytes_from"] = str(Path(bitsandbytes.__file__).parent)
     except Exception as e:  # noqa: BLE001
-        info["bitsandbytes"] = (f"unavailable ({type(e).__name__}: {e}); carry it: bash scripts/gpu_carry.sh, "
-                                "then run with .gpu_carry carried")
+        info["bitsandbytes"] = (
+            f"unavailable ({type(e).__name__}: {e}); carry it: bash scripts/gpu_carry.sh, "
+            "then run with .gpu_carry carried"
+        )
     say(
         " ".join(
             f"{k}={info[k]}" for k in ("python", "torch", "cuda_version", "triton", "numpy", "pydantic", "bitsandbytes")
@@ -647,23 +653,48 @@ def train_check(ck: Check, cfg: dict, device: torch.device, dtype: torch.dtype, 
     data = TokenBlocks(np.ascontiguousarray(x[:, :-1]), np.ascontiguousarray(x[:, 1:].astype(np.int32)))
     use_compile = cfg["compile"] and compile_ok
     ts = TrainSettings(
-        max_steps=cfg["steps"], batch_size=B, lr=6e-4, min_lr=6e-5, warmup_steps=5, weight_decay=0.1, beta2=0.95,
-        grad_clip=1.0, eval_interval=0, eval_batches=1, log_interval=cfg["log_interval"],
-        device=cfg["device"], dtype=cfg["dtype"], compile=use_compile, seed=0,
+        max_steps=cfg["steps"],
+        batch_size=B,
+        lr=6e-4,
+        min_lr=6e-5,
+        warmup_steps=5,
+        weight_decay=0.1,
+        beta2=0.95,
+        grad_clip=1.0,
+        eval_interval=0,
+        eval_batches=1,
+        log_interval=cfg["log_interval"],
+        device=cfg["device"],
+        dtype=cfg["dtype"],
+        compile=use_compile,
+        seed=0,
     )
     model.to(device).train()
     # The loop's own pieces (optimizer, state, step), without its evaluation and checkpoints: this
     # measures throughput; a final validation would recompile and a GPT-2 checkpoint is ~1.5 GB.
-    state = TrainState(model=model, optimizer=make_optimizer(model, ts, device),
-                       scaler=torch.amp.GradScaler(device.type, enabled=False), sampler=np.random.default_rng(0))
+    state = TrainState(
+        model=model,
+        optimizer=make_optimizer(model, ts, device),
+        scaler=torch.amp.GradScaler(device.type, enabled=False),
+        sampler=np.random.default_rng(0),
+    )
     run_model = torch.compile(model) if use_compile else model
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    res: dict = {"params": count_parameters(model), "params_non_embedding": count_parameters(model, non_embedding=True),
-                 "config": settings.model_dump(), "vocab_size": cfg["vocab_size"], "batch_size": B, "block_size": T,
-                 "tokens_per_step": B * T, "device": str(device), "dtype": str(dtype).removeprefix("torch."),
-                 "compile": use_compile, "fused_adamw": device.type == "cuda"}
+    res: dict = {
+        "params": count_parameters(model),
+        "params_non_embedding": count_parameters(model, non_embedding=True),
+        "config": settings.model_dump(),
+        "vocab_size": cfg["vocab_size"],
+        "batch_size": B,
+        "block_size": T,
+        "tokens_per_step": B * T,
+        "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."),
+        "compile": use_compile,
+        "fused_adamw": device.type == "cuda",
+    }
     if cfg["compile"] and not compile_ok:
         res["compile_note"] = "the preflight's compile check failed: trained without torch.compile"
     ck.summary["train"].update(res)
@@ -687,8 +718,12 @@ def train_check(ck: Check, cfg: dict, device: torch.device, dtype: torch.dtype, 
         losses.append(st.loss)
         if state.step % ts.log_interval == 0 or state.step == ts.max_steps:
             secs = sum(interval)
-            row = {"step": state.step, "train_loss": statistics.fmean(losses), "step_ms": 1000 * secs / len(interval),
-                   "tokens_per_s": len(interval) * B * T / secs}
+            row = {
+                "step": state.step,
+                "train_loss": statistics.fmean(losses),
+                "step_ms": 1000 * secs / len(interval),
+                "tokens_per_s": len(interval) * B * T / secs,
+            }
             ck.add(("train", "rows"), row)
             say(f"train: {row}")
             interval, losses = [], []
@@ -767,8 +802,17 @@ def _point(ck: Check, section: str, impl: str, n: int, sw: dict, device: torch.d
     return r
 
 
-def _sweep_impl(ck: Check, section: str, impl: str, ns: list[int], sw: dict, device, dtype,
-                min_point_s: float = 2.0, growth: float = 4.0) -> None:
+def _sweep_impl(
+    ck: Check,
+    section: str,
+    impl: str,
+    ns: list[int],
+    sw: dict,
+    device,
+    dtype,
+    min_point_s: float = 2.0,
+    growth: float = 4.0,
+) -> None:
     """Points in increasing N, each saved as measured; stops at a failure, the time cap, or when the
     next point (about `growth` × the last one's wall time) no longer fits the section's budget."""
     last_wall, stopped = 0.0, f"the last N ({ns[-1]}) reached"
@@ -793,12 +837,20 @@ def _sweep_impl(ck: Check, section: str, impl: str, ns: list[int], sw: dict, dev
 
 def sweep_check(ck: Check, cfg: dict, device: torch.device, dtype: torch.dtype) -> dict:
     sw = cfg["sweep"]
-    ck.summary["sweep"].update({
-        "heads": sw["heads"], "head_dim": sw["head_dim"], "batch": 1, "dtype": str(dtype).removeprefix("torch."),
-        "pass": "forward+backward", "fused_backend": "flash (pinned)" if device.type == "cuda" else "auto (cpu)",
-        "window_tokens": sw["window"], "n_global": sw["n_global"], "peak_memory": memory_accounting(device),
-        "matmul_tflops_measured": ck.summary.get("matmul_peak", {}).get("tflops"),
-    })
+    ck.summary["sweep"].update(
+        {
+            "heads": sw["heads"],
+            "head_dim": sw["head_dim"],
+            "batch": 1,
+            "dtype": str(dtype).removeprefix("torch."),
+            "pass": "forward+backward",
+            "fused_backend": "flash (pinned)" if device.type == "cuda" else "auto (cpu)",
+            "window_tokens": sw["window"],
+            "n_global": sw["n_global"],
+            "peak_memory": memory_accounting(device),
+            "matmul_tflops_measured": ck.summary.get("matmul_peak", {}).get("tflops"),
+        }
+    )
     ns = doubling(sw["n_start"], sw["n_max"])
     impls = ("fused", "reference", "window")  # the fused kernel first: it goes furthest and is the headline
     for impl in impls:
@@ -958,8 +1010,14 @@ def main(argv: list[str] | None = None) -> dict:
     out.parent.mkdir(parents=True, exist_ok=True)
     log = open(out.with_suffix(".log"), "w", buffering=1, encoding="utf-8")
     sys.stdout, sys.stderr = Tee(sys.__stdout__, log), Tee(sys.__stderr__, log)
-    summary: dict = {"check": "gpu_check", "dry_run": args.dry_run, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                     "deadline_s": args.deadline_s, "argv": sys.argv[1:] if argv is None else argv, "settings": cfg}
+    summary: dict = {
+        "check": "gpu_check",
+        "dry_run": args.dry_run,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "deadline_s": args.deadline_s,
+        "argv": sys.argv[1:] if argv is None else argv,
+        "settings": cfg,
+    }
     ck = Check(out, args.deadline_s, summary)
     signal.signal(signal.SIGTERM, ck.on_term)
     signal.signal(signal.SIGINT, ck.on_term)

@@ -33,8 +33,20 @@ class PydanticUndefinedType:
 
 
 class FieldInfo:
-    def __init__(self, default: Any = _MISSING, *, default_factory=None, description: str | None = None,
-                 ge=None, gt=None, le=None, lt=None, allow_inf_nan: bool = True, annotation: Any = None, **_: Any):
+    def __init__(
+        self,
+        default: Any = _MISSING,
+        *,
+        default_factory=None,
+        description: str | None = None,
+        ge=None,
+        gt=None,
+        le=None,
+        lt=None,
+        allow_inf_nan: bool = True,
+        annotation: Any = None,
+        **_: Any,
+    ):
         self.default, self.default_factory, self.description = default, default_factory, description
         self.ge, self.gt, self.le, self.lt, self.allow_inf_nan = ge, gt, le, lt, allow_inf_nan
         self.annotation = annotation
@@ -117,8 +129,12 @@ def _check_constraints(name: str, f: FieldInfo, value: Any) -> None:
         return
     if isinstance(value, float) and not f.allow_inf_nan and not math.isfinite(value):
         raise ValidationError(f"{name}: {value!r} is not finite")
-    for bound, ok, word in ((f.ge, lambda v, b: v >= b, ">="), (f.gt, lambda v, b: v > b, ">"),
-                            (f.le, lambda v, b: v <= b, "<="), (f.lt, lambda v, b: v < b, "<")):
+    for bound, ok, word in (
+        (f.ge, lambda v, b: v >= b, ">="),
+        (f.gt, lambda v, b: v > b, ">"),
+        (f.le, lambda v, b: v <= b, "<="),
+        (f.lt, lambda v, b: v < b, "<"),
+    ):
         if bound is not None and not ok(value, bound):
             raise ValidationError(f"{name}: {value!r} must be {word} {bound}")
 

@@ -9,5 +9,6 @@ VENV=${VENV:-.venv}
 [ -d .gpu_carry/site/bitsandbytes ] || PYTHON="$VENV/bin/python" bash scripts/gpu_carry.sh
 # Lint first (rules in pyproject.toml's [tool.ruff]): a lint error fails the test command before pytest runs.
 "$VENV/bin/ruff" check .
+"$VENV/bin/ruff" format --check .
 # pytest exits 5 when it collects no test: that is a failure here, like any non-zero code.
 exec "$VENV/bin/python" -m pytest -q "$@"

@@ -18,8 +18,10 @@ BIN = Path(sys.executable).parent
 TINY_FILE = yaml.safe_load((ROOT / "configs" / "tiny.yaml").read_text())
 # What tiny_pipeline runs (the file without the sections of jobs of their own), and what tiny_scaling runs.
 TINY = {**TINY_FILE, "ops": {k: v for k, v in TINY_FILE["ops"].items() if k != "scaling_laws"}}
-TINY_SCALING = {**{k: v for k, v in TINY_FILE.items() if k != "ops"},
-                "ops": {"scaling_laws": TINY_FILE["ops"]["scaling_laws"]}}
+TINY_SCALING = {
+    **{k: v for k, v in TINY_FILE.items() if k != "ops"},
+    "ops": {"scaling_laws": TINY_FILE["ops"]["scaling_laws"]},
+}
 
 
 def env_for(state: Path) -> dict[str, str]:

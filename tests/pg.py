@@ -59,13 +59,23 @@ class Postgres:
 
     def dagster_env(self, db: str, port: int | None = None) -> dict[str, str]:
         """The settings configs/deploy/dagster.yaml reads."""
-        return {"DAGSTER_PG_HOST": self.host, "DAGSTER_PG_PORT": str(port or self.port), "DAGSTER_PG_DB": db,
-                "DAGSTER_PG_USERNAME": self.user, "DAGSTER_PG_PASSWORD": self.password}
+        return {
+            "DAGSTER_PG_HOST": self.host,
+            "DAGSTER_PG_PORT": str(port or self.port),
+            "DAGSTER_PG_DB": db,
+            "DAGSTER_PG_USERNAME": self.user,
+            "DAGSTER_PG_PASSWORD": self.password,
+        }
 
     def mlflow_env(self, db: str, port: int | None = None) -> dict[str, str]:
         """The settings scripts/mlflow_server_pg.sh reads."""
-        return {"MLFLOW_PG_HOST": self.host, "MLFLOW_PG_PORT": str(port or self.port), "MLFLOW_PG_DB": db,
-                "MLFLOW_PG_USER": self.user, "MLFLOW_PG_PASSWORD": self.password}
+        return {
+            "MLFLOW_PG_HOST": self.host,
+            "MLFLOW_PG_PORT": str(port or self.port),
+            "MLFLOW_PG_DB": db,
+            "MLFLOW_PG_USER": self.user,
+            "MLFLOW_PG_PASSWORD": self.password,
+        }
 
     def sql(self, db: str, query: str, *args) -> list[tuple]:
         import psycopg2
@@ -132,8 +142,25 @@ def postgres(databases: tuple[str, ...] = (), durable: bool = False) -> Iterator
             opts = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1" + (
                 "" if durable else " -c fsync=off -c full_page_writes=off"
             )
-            started = subprocess.run([*as_user, str(bin_ / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60",
-                                      "-o", opts, "start"], capture_output=True, text=True, timeout=90)
+            started = subprocess.run(
+                [
+                    *as_user,
+                    str(bin_ / "pg_ctl"),
+                    "-D",
+                    str(data),
+                    "-l",
+                    str(log),
+                    "-w",
+                    "-t",
+                    "60",
+                    "-o",
+                    opts,
+                    "start",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=90,
+            )
             if started.returncode == 0:
                 server = Postgres(port=port, password=password, folder=folder)
                 break
@@ -144,8 +171,11 @@ def postgres(databases: tuple[str, ...] = (), durable: bool = False) -> Iterator
         yield server
     finally:
         if server is not None or (data / "postmaster.pid").exists():
-            subprocess.run([*as_user, str(bin_ / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
-                           capture_output=True, timeout=60)
+            subprocess.run(
+                [*as_user, str(bin_ / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"],
+                capture_output=True,
+                timeout=60,
+            )
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -190,8 +220,13 @@ def mlflow_server(pg: Postgres, db: str, folder: Path) -> Iterator[str]:
     worker, on a free port; yields its URL."""
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    env = script_env(**pg.mlflow_env(db), MLFLOW_ARTIFACTS_DESTINATION=str(folder / "artifacts"), MLFLOW_PORT=str(port),
-                     MLFLOW_WORKERS="1", PIPELINE_STATE_DIR=str(folder / "server-state"))
+    env = script_env(
+        **pg.mlflow_env(db),
+        MLFLOW_ARTIFACTS_DESTINATION=str(folder / "artifacts"),
+        MLFLOW_PORT=str(port),
+        MLFLOW_WORKERS="1",
+        PIPELINE_STATE_DIR=str(folder / "server-state"),
+    )
     env.pop("MLFLOW_TRACKING_URI", None)
     log = folder / "mlflow-server.log"
     with open(log, "w") as out:

@@ -46,8 +46,12 @@ def corpus():
 @pytest.mark.parametrize("tie", [True, False])
 def test_parameter_accounting_counts_every_tensor_once(bias, tie):
     L, C, V, T = 3, 64, 100, 32
-    model = Transformer(TransformerSettings(n_layer=L, n_head=4, n_embd=C, block_size=T, bias=bias, tie_weights=tie,
-                                            pos_encoding="learned"), V)
+    model = Transformer(
+        TransformerSettings(
+            n_layer=L, n_head=4, n_embd=C, block_size=T, bias=bias, tie_weights=tie, pos_encoding="learned"
+        ),
+        V,
+    )
     acc = parameter_accounting(model)
     comp = acc["components"]
     assert acc["total"] == sum(comp.values()) == sum(p.numel() for p in model.parameters())
@@ -227,11 +231,29 @@ def test_ablations_side_by_side_equal_one_after_another(corpus, tmp_path):
         logged = []
         res = run_ablations(
             TransformerSettings(n_layer=2, n_head=2, n_embd=16, block_size=16, pos_encoding="rope"),
-            TrainSettings(max_steps=20, batch_size=8, lr=3e-3, warmup_steps=2, eval_interval=0, eval_batches=4,
-                          log_interval=5, threads=1),
-            AblationSettings(ablations=["no_pos"], permutation_len=8, depths=[1, 2], depth_steps=5, depth_n_embd=16,
-                             depth_block_size=16, workers=w),
-            train_data, val_data, vocab, tmp_path / str(w),
+            TrainSettings(
+                max_steps=20,
+                batch_size=8,
+                lr=3e-3,
+                warmup_steps=2,
+                eval_interval=0,
+                eval_batches=4,
+                log_interval=5,
+                threads=1,
+            ),
+            AblationSettings(
+                ablations=["no_pos"],
+                permutation_len=8,
+                depths=[1, 2],
+                depth_steps=5,
+                depth_n_embd=16,
+                depth_block_size=16,
+                workers=w,
+            ),
+            train_data,
+            val_data,
+            vocab,
+            tmp_path / str(w),
             log_metrics=lambda m, step, _l=logged: _l.append((step, m)),
         )
         out[w] = ([(r["run"], r["val_loss"], r["train_loss"]) for r in res.table], res.depth, logged)

@@ -334,8 +334,9 @@ def test_cpu_peak_memory_counts_known_allocations():
 
 def test_attention_sweep_measures_time_and_memory_per_implementation():
     B, H, D = 1, 2, 16
-    rows = attention_sweep([64, 256], ("reference", "fused", "window"), batch=B, n_head=H, head_dim=D, repeats=1,
-                           warmup=0, window=32)
+    rows = attention_sweep(
+        [64, 256], ("reference", "fused", "window"), batch=B, n_head=H, head_dim=D, repeats=1, warmup=0, window=32
+    )
     assert [(r["impl"], r["n"]) for r in rows] == [(i, n) for i in ("reference", "fused", "window") for n in (64, 256)]
     assert all(r["ms"] > 0 and r["peak_mib"] == r["peak_bytes"] / 2**20 for r in rows)
     peak = {(r["impl"], r["n"]): r["peak_bytes"] for r in rows}

@@ -30,10 +30,21 @@ def test_a_failed_check_says_which_part_failed_in_one_line():
 
 
 def test_launch_names_the_jobs_when_one_is_unknown(tmp_path):
-    env = {"PIPELINE_STATE_DIR": str(tmp_path / "state"), "DAGSTER_HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
-           "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-m", "pipelines.launch", "no_such_job"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
+    env = {
+        "PIPELINE_STATE_DIR": str(tmp_path / "state"),
+        "DAGSTER_HOME": str(tmp_path),
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(ROOT),
+        "HOME": str(tmp_path),
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "pipelines.launch", "no_such_job"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 2, out.stderr[-2000:]
     assert (
         "no job 'no_such_job' in code location 'wordvec_to_transformer'" in out.stderr and "tiny_pipeline" in out.stderr

@@ -161,12 +161,14 @@ def test_chinese_corpus_through_the_graph(chinese_corpus, tmp_path, monkeypatch)
 
     folder, _ = chinese_corpus
     monkeypatch.setenv("PIPELINE_STATE_DIR", str(tmp_path / "state"))
-    cfg = {"ops": {
-        "corpus": {"config": {"source": "files", "path": str(folder / "docs"), "validation_fraction": 0.2}},
-        "tokenizer": {"config": {"kind": "word", "vocab_size": 500, "min_count": 2}},
-        "labels": {"config": {"block_size": 16}},
-        "word_embeddings": {"config": {"vector_size": 16, "epochs": 1, "min_count": 2}},
-    }}
+    cfg = {
+        "ops": {
+            "corpus": {"config": {"source": "files", "path": str(folder / "docs"), "validation_fraction": 0.2}},
+            "tokenizer": {"config": {"kind": "word", "vocab_size": 500, "min_count": 2}},
+            "labels": {"config": {"block_size": 16}},
+            "word_embeddings": {"config": {"vector_size": 16, "epochs": 1, "min_count": 2}},
+        }
+    }
     inst = dg.DagsterInstance.ephemeral()
     result = materialize(cfg, selection=["corpus", "tokenizer", "labels", "word_embeddings"], inst=inst)
     assert result.success, "\n".join(step_errors(inst, result.run_id))

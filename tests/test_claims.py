@@ -89,9 +89,11 @@ def test_onehot_against_learned_distances_are_figures_beside_the_similarity_verd
     rand[0] = 0
     assert C.distance_figures(embedding_eval_manifest(words, rand))["learned_spread_over_random"] < 1.5
     assert "onehot_equidistant_learned_not" not in C.BY_NAME  # a proxy is a figure, not a second verdict
-    assert set(f) <= set(C.word_vectors_carry_similarity(
-        M.EmbeddingEval(metrics={**embedding_eval_manifest(words, vectors).metrics, "wordsim353/spearman_lo": 0.1})
-    ).figures)
+    assert set(f) <= set(
+        C.word_vectors_carry_similarity(
+            M.EmbeddingEval(metrics={**embedding_eval_manifest(words, vectors).metrics, "wordsim353/spearman_lo": 0.1})
+        ).figures
+    )
 
 
 # --- a Transformer trained on a task that needs blending ------------------------------------------
@@ -158,8 +160,17 @@ def _train_attention(blocks, val, hard: bool, tmp, pos: str = "none"):
     torch.set_num_threads(1)
     seed_everything(0)
     cfg = TransformerSettings(n_layer=1, n_head=2, n_embd=32, block_size=T, pos_encoding=pos, hard_attention=hard)
-    s = TrainSettings(max_steps=150, batch_size=32, lr=3e-3, min_lr=3e-4, warmup_steps=10, eval_interval=0,
-                      log_interval=5, grad_clip=0.5, seed=0)
+    s = TrainSettings(
+        max_steps=150,
+        batch_size=32,
+        lr=3e-3,
+        min_lr=3e-4,
+        warmup_steps=10,
+        eval_interval=0,
+        log_interval=5,
+        grad_clip=0.5,
+        seed=0,
+    )
     result = train(Transformer(cfg, V), blocks, val, s, tmp)
     torch.set_num_threads(threads)
     return result
@@ -170,8 +181,9 @@ def test_hard_attention_is_one_hot_forward_and_learns_through_the_softmax():
     model = Transformer(TransformerSettings(n_layer=1, n_head=2, n_embd=32, block_size=T, hard_attention=True), V)
     x = torch.from_numpy(frequency_blocks(4, 5).x.astype(np.int64))
     w = model.attention_weights(x)[0]  # (B, nh, T, T)
-    assert torch.equal(w.amax(-1), torch.ones_like(w.amax(-1))) and torch.equal((w > 0).sum(-1), torch.ones_like(
-        (w > 0).sum(-1)))
+    assert torch.equal(w.amax(-1), torch.ones_like(w.amax(-1))) and torch.equal(
+        (w > 0).sum(-1), torch.ones_like((w > 0).sum(-1))
+    )
     _, loss = model(x, torch.from_numpy(frequency_blocks(4, 5).y.astype(np.int64)))
     loss.backward()
     q_and_k_grad = model.h[0].attn.c_attn.weight.grad[: 2 * 32]  # the rows that make q and k
@@ -186,8 +198,11 @@ def test_soft_trains_better_than_hard_where_blending_is_needed_and_not_where_one
     learn it, the gap is within the margin, and the claim fails."""
     _, soft, _ = blender
     hard = _train_attention(frequency_blocks(2048, 0), frequency_blocks(64, 1), True, tmp_path / "hard")
-    v = C.soft_attention_trains_better_than_hard(M.TransformerAblations(table=[
-        {"run": "full", "val_loss": soft.val_loss}, {"run": "hard_attention", "val_loss": hard.val_loss}]))
+    v = C.soft_attention_trains_better_than_hard(
+        M.TransformerAblations(
+            table=[{"run": "full", "val_loss": soft.val_loss}, {"run": "hard_attention", "val_loss": hard.val_loss}]
+        )
+    )
     assert v.passed, v
 
     def itself(n: int, seed: int) -> TokenBlocks:
@@ -195,11 +210,18 @@ def test_soft_trains_better_than_hard_where_blending_is_needed_and_not_where_one
         return TokenBlocks(x.astype(np.uint16), x.astype(np.int32))
 
     runs = {h: _train_attention(itself(2048, 0), itself(64, 1), h, tmp_path / f"itself{h}") for h in (False, True)}
-    v = C.soft_attention_trains_better_than_hard(M.TransformerAblations(table=[
-        {"run": "full", "val_loss": runs[False].val_loss}, {"run": "hard_attention", "val_loss": runs[True].val_loss}]))
+    v = C.soft_attention_trains_better_than_hard(
+        M.TransformerAblations(
+            table=[
+                {"run": "full", "val_loss": runs[False].val_loss},
+                {"run": "hard_attention", "val_loss": runs[True].val_loss},
+            ]
+        )
+    )
     assert not v.passed and abs(v.figures["hard_minus_soft"]) < C.HARD_MARGIN, v
-    assert not C.soft_attention_trains_better_than_hard(M.TransformerAblations(table=[{"run": "full",
-                                                                                      "val_loss": 1.0}])).judged
+    assert not C.soft_attention_trains_better_than_hard(
+        M.TransformerAblations(table=[{"run": "full", "val_loss": 1.0}])
+    ).judged
 
 
 def test_attention_rows_sum_to_one_on_the_trained_model_and_not_when_cut_without_renormalising(blender):
@@ -255,8 +277,7 @@ def test_every_claim_is_judged_once_per_asset_and_a_missing_or_broken_input_is_n
     js = C.judge_all(
         manifests,
         ["rnn_lm"],
-        [C.claim("language_models_beat_the_count_model"), C.claim("heads_differ"),
-         C.claim("fact_neurons_matter")],
+        [C.claim("language_models_beat_the_count_model"), C.claim("heads_differ"), C.claim("fact_neurons_matter")],
     )
     by = {(j.claim.name, j.asset): j for j in js}
     assert by[("language_models_beat_the_count_model", "rnn_lm")].status == "passed"
@@ -279,8 +300,16 @@ def test_every_check_has_a_kind_and_every_article_claim_its_section_statements_a
         assert c.section in C.SECTIONS and c.statement and c.statement_zh and c.falsifier, c.name
     # The invariants the design names are not counted as the article's claims.
     kinds = {c.name: c.kind for c in C.CLAIMS}
-    for name in ("pad_row_is_zero", "pad_excluded_from_similarity", "attention_rows_sum_to_one", "ffn_holds_two_thirds",
-                 "reload_reproduces_logits", "int8_weights_size", "nf4_weights_size", "clipping_bounds_gradient"):
+    for name in (
+        "pad_row_is_zero",
+        "pad_excluded_from_similarity",
+        "attention_rows_sum_to_one",
+        "ffn_holds_two_thirds",
+        "reload_reproduces_logits",
+        "int8_weights_size",
+        "nf4_weights_size",
+        "clipping_bounds_gradient",
+    ):
         assert kinds[name] == "invariant", name
     assert all(c.blocking for c in C.invariants() if not c.warn)
     # The article's points that hold by construction or by mathematics are demonstrations: shown, never
@@ -312,8 +341,7 @@ def test_the_headline_counts_evidence_alone():
         c = C.claim(name)
         return C.Judgement(c, c.asset, C.verdict({"x": passed}))
 
-    js = [j(n) for n in DEMONSTRATIONS] + [j("pad_row_is_zero"), j("heads_differ", False),
-                                           j("later_context_helps")]
+    js = [j(n) for n in DEMONSTRATIONS] + [j("pad_row_is_zero"), j("heads_differ", False), j("later_context_helps")]
     assert claim_counts(js) == {"failed": 0, "warning": 1, "not judged": 0, "passed": 1}
     assert demonstration_counts(js)["passed"] == len(DEMONSTRATIONS) and invariant_counts(js)["passed"] == 1
     text = summary_markdown("t", js, {}, "report.html")
@@ -418,10 +446,24 @@ def test_clipping_tames_explosion_fails_when_nothing_explodes_or_the_clip_never_
 
 def fact_seed(seed=0, knowledge_lo=0.2, over_lo=0.05) -> M.FactSeed:
     return M.FactSeed(
-        seed=seed, val_loss=4.6, steps=600, facts=30, known_share=0.7, knowledge_mean=0.5, knowledge_lo=knowledge_lo,
-        knowledge_hi=0.8, extra_drop_mean=0.2, extra_drop_lo=0.1, extra_drop_hi=0.3, control_knowledge_mean=0.0,
-        control_extra_drop_mean=0.05, control_extra_drop_lo=0.04, control_extra_drop_hi=0.06,
-        extra_drop_over_control_mean=0.15, extra_drop_over_control_lo=over_lo, extra_drop_over_control_hi=0.25,
+        seed=seed,
+        val_loss=4.6,
+        steps=600,
+        facts=30,
+        known_share=0.7,
+        knowledge_mean=0.5,
+        knowledge_lo=knowledge_lo,
+        knowledge_hi=0.8,
+        extra_drop_mean=0.2,
+        extra_drop_lo=0.1,
+        extra_drop_hi=0.3,
+        control_knowledge_mean=0.0,
+        control_extra_drop_mean=0.05,
+        control_extra_drop_lo=0.04,
+        control_extra_drop_hi=0.06,
+        extra_drop_over_control_mean=0.15,
+        extra_drop_over_control_lo=over_lo,
+        extra_drop_over_control_hi=0.25,
     )
 
 
@@ -513,8 +555,11 @@ def test_kv_cache_claims_fail_when_the_cache_is_flat_or_costs_as_much_as_rerunni
 def test_arithmetic_fails_when_the_cache_differs_from_the_formula_or_memory_drifts_from_n_squared():
     good = M.LongContextCost(
         kv_check=[{"measured_over_predicted": 1.0}] * 3,
-        summary={"reference_forward_peak_over_scores_min": 3.0, "reference_forward_peak_over_scores_max": 3.2,
-                 "reference_forward_memory_ratio_last_doubling": 3.99},
+        summary={
+            "reference_forward_peak_over_scores_min": 3.0,
+            "reference_forward_peak_over_scores_max": 3.2,
+            "reference_forward_memory_ratio_last_doubling": 3.99,
+        },
     )
     assert C.arithmetic_matches_measurement(good).passed
     off = dataclasses.replace(good, kv_check=[{"measured_over_predicted": 1.5}])
@@ -774,8 +819,14 @@ def depth_rows(nores_grad_12=0.001, nores_loss_12=3.5, res_loss_12=1.9, res_loss
                 "first_layer_grad_norm_init": 1.0,
             }
         )
-        rows.append({"n_layer": d, "residual": False, "val_loss": nores_loss_12 if d == 12 else 2.2,
-                     "first_layer_grad_norm_init": nores_grad_12 if d == 12 else 0.5})
+        rows.append(
+            {
+                "n_layer": d,
+                "residual": False,
+                "val_loss": nores_loss_12 if d == 12 else 2.2,
+                "first_layer_grad_norm_init": nores_grad_12 if d == 12 else 0.5,
+            }
+        )
     return rows
 
 
@@ -835,9 +886,9 @@ def test_heads_differ_on_a_model_trained_on_real_text_and_fail_when_its_heads_ar
     with torch.no_grad():
         for part in range(3):  # q, k, v rows of head 0 into head 1
             rows = slice(part * C_, part * C_ + hd)
-            attn.c_attn.weight[part * C_ + hd: part * C_ + 2 * hd] = attn.c_attn.weight[rows]
+            attn.c_attn.weight[part * C_ + hd : part * C_ + 2 * hd] = attn.c_attn.weight[rows]
             if attn.c_attn.bias is not None:
-                attn.c_attn.bias[part * C_ + hd: part * C_ + 2 * hd] = attn.c_attn.bias[rows]
-        attn.c_proj.weight[:, hd:2 * hd] = attn.c_proj.weight[:, :hd]
+                attn.c_attn.bias[part * C_ + hd : part * C_ + 2 * hd] = attn.c_attn.bias[rows]
+        attn.c_proj.weight[:, hd : 2 * hd] = attn.c_proj.weight[:, :hd]
     v = C.heads_differ(_heads_manifest(twin, val))
     assert not v.passed and v.figures["layer0_costliest_minus_cheapest"] == pytest.approx(0.0, abs=1e-6), v

@@ -119,12 +119,16 @@ def test_other_seeds_retrain_the_recorded_settings(tmp_path, one_thread):
     )
     model = {"cell": "lstm", "n_embd": 8, "hidden_size": 8}
     own = train_lm("recurrent", model, ts, train, val, V, tmp_path / "own")
-    manifest = lms({"lstm": {
-        "family": "recurrent",
-        "model_config": own.config.model_dump(),
-        "train_settings": ts.model_dump(),
-        "metrics": own.metrics,
-    }})["lstm"]
+    manifest = lms(
+        {
+            "lstm": {
+                "family": "recurrent",
+                "model_config": own.config.model_dump(),
+                "train_settings": ts.model_dump(),
+                "metrics": own.metrics,
+            }
+        }
+    )["lstm"]
     lines = []
     losses = train_other_seeds({"lstm": manifest}, [1, 2], train, val, V, tmp_path / "seeds", log=lines.append)
     assert len(losses["lstm"]) == 2 and losses["lstm"][0] == own.metrics["val/loss"]  # seed 1 is its own: skipped
@@ -203,10 +207,21 @@ def test_the_ngram_is_a_row_and_a_line_and_each_model_is_measured_against_it():
     }
     # The count model is the rung chosen on held-out data (the trigram here), not the ladder's lowest
     # validation loss (the 4-gram's).
-    rungs = [M.NgramRung(order=k, model=f"kn_{k}gram", heldout_loss=h, val_loss=v, val_ppl=math.exp(v))
-             for k, h, v in [(2, 4.7, 4.6), (3, 4.3, 4.2), (4, 4.35, 4.15)]]
-    ladder = M.NgramBaseline(rows=rungs, chosen=rungs[1], val_loss=4.2, block_size=32, n_targets=100,
-                             n_heldout_targets=50, n_train_tokens=1000, vocab_size=10, tokenizer_sha256="t")
+    rungs = [
+        M.NgramRung(order=k, model=f"kn_{k}gram", heldout_loss=h, val_loss=v, val_ppl=math.exp(v))
+        for k, h, v in [(2, 4.7, 4.6), (3, 4.3, 4.2), (4, 4.35, 4.15)]
+    ]
+    ladder = M.NgramBaseline(
+        rows=rungs,
+        chosen=rungs[1],
+        val_loss=4.2,
+        block_size=32,
+        n_targets=100,
+        n_heldout_targets=50,
+        n_train_tokens=1000,
+        vocab_size=10,
+        tokenizer_sha256="t",
+    )
     result = compare_models(lms(models), baseline=ladder)
     text = result.markdown()
     assert "| kn_3gram |" in text and result.count_model["model"] == "kn_3gram"
@@ -255,10 +270,18 @@ def test_flops_axis_is_tokens_times_flops_per_token():
 def test_the_table_states_each_models_steps_and_training_flops():
     """An equal FLOPs budget buys the cheaper model more steps; the table shows both, so the equality
     is read off the run, not assumed from the config (and a model trained longer shows it)."""
+
     def model(steps: int, per_token: float) -> dict:
         return {
-            "metrics": {"params": 1000, "val/loss": 2.0, "val/ppl": math.exp(2.0), "train/tokens_per_s_mean": 100.0,
-                        "steps": steps, "flops_per_token": per_token, "context_length": 128},
+            "metrics": {
+                "params": 1000,
+                "val/loss": 2.0,
+                "val/ppl": math.exp(2.0),
+                "train/tokens_per_s_mean": 100.0,
+                "steps": steps,
+                "flops_per_token": per_token,
+                "context_length": 128,
+            },
             "history": _history(100.0, [3.0, 2.0]),
             "train_settings": {"batch_size": 16},
         }

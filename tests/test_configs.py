@@ -108,8 +108,9 @@ def test_whole_run_check_lists_every_problem():
         p.startswith("ops.transformer_lm.config.train.block_size=48 exceeds labels.block_size=32: ") for p in problems
     ), problems
     assert any(
-        p.startswith("ops.transformer_lm.config.train.block_size=48 exceeds "
-                     "ops.transformer_lm.config.model.block_size=32")
+        p.startswith(
+            "ops.transformer_lm.config.train.block_size=48 exceeds ops.transformer_lm.config.model.block_size=32"
+        )
         for p in problems
     ), problems
     assert any("ops.gradient_study.config.seq_len=33 exceeds labels.block_size=32" in p for p in problems)
@@ -148,8 +149,14 @@ def test_an_unknown_key_is_one_line_naming_it_without_a_traceback(tmp_path):
     cfg["ops"]["corpus"]["config"]["max_docs"] = 3
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run([sys.executable, "-m", "pipelines.check_config", str(bad)], cwd=root, capture_output=True,
-                          text=True, timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.check_config", str(bad)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "PYTHONPATH": str(root)},
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "max_docs" in lines[0] and "bad.yaml" in lines[0], proc.stderr
@@ -161,11 +168,21 @@ def test_an_unknown_key_is_one_line_naming_it_without_a_traceback(tmp_path):
     from pipelines import launch
 
     state = tmp_path / "state"
-    env = {**__import__("os").environ, "PYTHONPATH": str(root), "PIPELINE_STATE_DIR": str(state),
-           "DAGSTER_HOME": str(state / "dagster")}
+    env = {
+        **__import__("os").environ,
+        "PYTHONPATH": str(root),
+        "PIPELINE_STATE_DIR": str(state),
+        "DAGSTER_HOME": str(state / "dagster"),
+    }
     (state / "dagster").mkdir(parents=True)
-    proc = subprocess.run([sys.executable, "-m", "pipelines.launch", "--check-config", str(bad), "tiny_pipeline"],
-                          cwd=root, capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.launch", "--check-config", str(bad), "tiny_pipeline"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert [line for line in proc.stderr.splitlines() if line.startswith("error:")] == lines
     assert not any((state / "dagster").iterdir()) and "Run " not in proc.stdout
@@ -181,10 +198,15 @@ def test_run_job_names_the_jobs_there_are_for_one_that_is_not(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     state = tmp_path / "state"
-    env = {**os.environ, "VENV": str(Path(sys.executable).parents[1]), "PIPELINE_STATE_DIR": str(state),
-           "DAGSTER_HOME": str(state / "dagster")}
-    proc = subprocess.run(["bash", "scripts/run_job.sh", "scaling_law"], cwd=root, capture_output=True, text=True,
-                          timeout=300, env=env)
+    env = {
+        **os.environ,
+        "VENV": str(Path(sys.executable).parents[1]),
+        "PIPELINE_STATE_DIR": str(state),
+        "DAGSTER_HOME": str(state / "dagster"),
+    }
+    proc = subprocess.run(
+        ["bash", "scripts/run_job.sh", "scaling_law"], cwd=root, capture_output=True, text=True, timeout=300, env=env
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "no job 'scaling_law'" in proc.stderr and "scaling" in proc.stderr.split("have:")[1], proc.stderr
     assert "Run " not in proc.stdout

@@ -31,8 +31,12 @@ def materialize(inst, selection: list[str], lm_train: dict | None = None):
     cfg = copy.deepcopy(TINY)
     cfg["ops"][LM]["config"]["train"].update(lm_train or {})
     return dg.materialize(
-        list(defs.assets) + list(defs.asset_checks), resources=defs.resources, selection=selection, instance=inst,
-        run_config={"ops": {k: v for k, v in cfg["ops"].items() if k in selection}}, raise_on_error=False,
+        list(defs.assets) + list(defs.asset_checks),
+        resources=defs.resources,
+        selection=selection,
+        instance=inst,
+        run_config={"ops": {k: v for k, v in cfg["ops"].items() if k in selection}},
+        raise_on_error=False,
     )
 
 

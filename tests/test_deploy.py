@@ -16,8 +16,13 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "configs" / "deploy"
-PG_ENV = {"DAGSTER_PG_HOST": "db.internal", "DAGSTER_PG_PORT": "6543", "DAGSTER_PG_DB": "dagster",
-          "DAGSTER_PG_USERNAME": "pipeline", "DAGSTER_PG_PASSWORD": "s3cret"}
+PG_ENV = {
+    "DAGSTER_PG_HOST": "db.internal",
+    "DAGSTER_PG_PORT": "6543",
+    "DAGSTER_PG_DB": "dagster",
+    "DAGSTER_PG_USERNAME": "pipeline",
+    "DAGSTER_PG_PASSWORD": "s3cret",
+}
 
 
 @pytest.fixture
@@ -43,8 +48,12 @@ def test_postgres_dagster_yaml_is_valid_and_keeps_the_embedded_settings(pg_home)
     # Credentials only from the environment: every connection field is an `env:` value.
     db = yaml.safe_load((pg_home / "dagster.yaml").read_text())["storage"]["postgres"]["postgres_db"]
     assert {k: v for k, v in db.items() if isinstance(v, dict) and "env" in v} == {
-        "hostname": {"env": "DAGSTER_PG_HOST"}, "port": {"env": "DAGSTER_PG_PORT"}, "db_name": {"env": "DAGSTER_PG_DB"},
-        "username": {"env": "DAGSTER_PG_USERNAME"}, "password": {"env": "DAGSTER_PG_PASSWORD"}}
+        "hostname": {"env": "DAGSTER_PG_HOST"},
+        "port": {"env": "DAGSTER_PG_PORT"},
+        "db_name": {"env": "DAGSTER_PG_DB"},
+        "username": {"env": "DAGSTER_PG_USERNAME"},
+        "password": {"env": "DAGSTER_PG_PASSWORD"},
+    }
     assert "s3cret" not in (pg_home / "dagster.yaml").read_text()
     assert postgres_url(pg_home) == "postgresql+psycopg2://pipeline:s3cret@db.internal:6543/dagster?connect_timeout=10"
     # The same run monitoring, pool and run limits and retention as the embedded instance.
@@ -112,13 +121,18 @@ def test_k8s_executor_example_makes_a_job_per_step_with_a_gpu_where_gpu_yaml_use
         """The Kubernetes Job of one step, merged as K8sStepHandler merges it (executor settings,
         step_k8s_config, then the step's own), built by dagster-k8s into kubernetes client models."""
         ctx = K8sContainerContext(
-            image_pull_policy=cfg.get("image_pull_policy"), service_account_name=cfg.get("service_account_name"),
-            env_config_maps=cfg.get("env_config_maps"), env_secrets=cfg.get("env_secrets"),
-            volume_mounts=cfg.get("volume_mounts"), volumes=cfg.get("volumes"), namespace=cfg.get("job_namespace"),
+            image_pull_policy=cfg.get("image_pull_policy"),
+            service_account_name=cfg.get("service_account_name"),
+            env_config_maps=cfg.get("env_config_maps"),
+            env_secrets=cfg.get("env_secrets"),
+            volume_mounts=cfg.get("volume_mounts"),
+            volumes=cfg.get("volumes"),
+            namespace=cfg.get("job_namespace"),
             run_k8s_config=UserDefinedDagsterK8sConfig.from_dict(cfg.get("step_k8s_config", {})),
         ).merge(K8sContainerContext(run_k8s_config=UserDefinedDagsterK8sConfig.from_dict(per_step.get(step, {}))))
-        job_config = DagsterK8sJobConfig(job_image=cfg["job_image"], dagster_home="/opt/dagster/dagster_home",
-                                         instance_config_map="dagster-instance")
+        job_config = DagsterK8sJobConfig(
+            job_image=cfg["job_image"], dagster_home="/opt/dagster/dagster_home", instance_config_map="dagster-instance"
+        )
         return construct_dagster_k8s_job(
             job_config,
             args=["dagster", "api", "execute_step"],
@@ -156,7 +170,10 @@ def test_registering_leaves_the_tracking_uri_setting_as_it_was(monkeypatch, tmp_
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
     with default_tracking_uri(store):
         assert mlflow.get_tracking_uri() == store
-    assert os.environ["MLFLOW_TRACKING_URI"] == "http://127.0.0.1:5999" and mlflow.get_tracking_uri() == "http://127.0.0.1:5999"
+    assert (
+        os.environ["MLFLOW_TRACKING_URI"] == "http://127.0.0.1:5999"
+        and mlflow.get_tracking_uri() == "http://127.0.0.1:5999"
+    )
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     with default_tracking_uri(store):
         pass

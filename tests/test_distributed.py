@@ -53,8 +53,12 @@ def labels(tmp_path_factory, wiki_texts):
     d = tmp_path_factory.mktemp("labels")
     tok = train_tokenizer(wiki_texts[:12], TokenizerSettings(vocab_size=512))
     tok.save(str(d / "tokenizer.json"))
-    result = build_labels({"train": wiki_texts[:8], "validation": wiki_texts[20:22]}, d / "tokenizer.json",
-                          LabelSettings(block_size=32), d / "labels")
+    result = build_labels(
+        {"train": wiki_texts[:8], "validation": wiki_texts[20:22]},
+        d / "tokenizer.json",
+        LabelSettings(block_size=32),
+        d / "labels",
+    )
     x, y = np.load(result.path / "train_x.npy"), np.load(result.path / "train_y.npy")
     assert (y[-1] == IGNORE_INDEX).any() and not (y[:-1] == IGNORE_INDEX).any()
     np.save(result.path / "train_x.npy", x[:-1])
@@ -65,18 +69,33 @@ def labels(tmp_path_factory, wiki_texts):
 
 def settings(**kw) -> TrainSettings:
     # lr_decay_steps fixed: a 20-step leg follows the schedule of the 40-step run it is part of.
-    base = dict(max_steps=40, lr_decay_steps=40, batch_size=8, lr=1e-2, min_lr=1e-3, warmup_steps=3,
-                eval_interval=10, eval_batches=2, log_interval=5, device="cpu", seed=7,
-                dtype="float32")  # the resume comparisons hold at float32 rounding ('auto' is bf16 on a CPU with AMX)
+    base = dict(
+        max_steps=40,
+        lr_decay_steps=40,
+        batch_size=8,
+        lr=1e-2,
+        min_lr=1e-3,
+        warmup_steps=3,
+        eval_interval=10,
+        eval_batches=2,
+        log_interval=5,
+        device="cpu",
+        seed=7,
+        dtype="float32",
+    )  # the resume comparisons hold at float32 rounding ('auto' is bf16 on a CPU with AMX)
     return TrainSettings(**{**base, **kw})
 
 
 def make_spec(labels, out_dir: Path, **train) -> WorkerSpec:
     folder, tok_sha = labels
     return WorkerSpec(
-        family="transformer", model=MODEL, train=settings(**train), labels=str(folder),
+        family="transformer",
+        model=MODEL,
+        train=settings(**train),
+        labels=str(folder),
         labels_sha256={p.name: sha256_file(p) for p in sorted(Path(folder).iterdir())},
-        tokenizer_sha256=tok_sha, out_dir=str(out_dir),
+        tokenizer_sha256=tok_sha,
+        out_dir=str(out_dir),
     )
 
 
@@ -84,7 +103,10 @@ def torchrun(spec: WorkerSpec, nproc: int = 2) -> subprocess.CompletedProcess:
     path = write_spec(spec, Path(spec.out_dir).parent / f"{Path(spec.out_dir).name}.spec.json")
     return subprocess.run(
         [sys.executable, "-m", "components.core.distributed", "launch", f"--nproc-per-node={nproc}", str(path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -295,7 +317,10 @@ def test_a_torchrun_launch_listens_on_loopback_only(labels, tmp_path):
     path = write_spec(spec, tmp_path / "run.spec.json")
     proc = subprocess.Popen(
         [sys.executable, "-m", "components.core.distributed", "launch", "--nproc-per-node=2", str(path)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     seen: dict[str, set[int]] = {}
     try:

@@ -81,7 +81,14 @@ def build_tiny(root: Path) -> dict:
         ("lstm_lm", "recurrent", {"cell": "lstm", "param_budget": 60000}),
     ):
         res = train_lm(
-            family, settings, ts, train, val, out["vocab_size"], root / name, sampling=SamplingSettings(num_samples=0),
+            family,
+            settings,
+            ts,
+            train,
+            val,
+            out["vocab_size"],
+            root / name,
+            sampling=SamplingSettings(num_samples=0),
             model_meta={"tokenizer_sha256": meta["tokenizer_sha256"]},
         )
         out[name] = res.weights_path
@@ -157,8 +164,15 @@ def test_lstm_round_trip(tiny, tmp_path):
     idx = torch.from_numpy(tiny["val"].x[:2].astype(np.int64))
     for variant in ("bf16", "nf4"):
         q = to_precision(model, variant)
-        export_model(q, variant, tmp_path / variant, tokenizer_path=tiny["tokenizer"], config=tiny["lstm_lm_config"],
-                     train_settings={}, provenance={"tokenizer_sha256": tiny["tokenizer_sha256"]})
+        export_model(
+            q,
+            variant,
+            tmp_path / variant,
+            tokenizer_path=tiny["tokenizer"],
+            config=tiny["lstm_lm_config"],
+            train_settings={},
+            provenance={"tokenizer_sha256": tiny["tokenizer_sha256"]},
+        )
         reloaded, _, cfg = load_export(tmp_path / variant)
         assert torch.equal(logits_of(q, idx), logits_of(reloaded, idx))
         assert cfg["family"] == "recurrent"

@@ -25,28 +25,54 @@ from components.core.studies.facts import (
 from components.core.tokenizer import TokenizerSettings, train_tokenizer
 from components.core.training import TrainSettings, train
 
-PAIRS = [("Norway", "Oslo"), ("Peru", "Lima"), ("Kenya", "Nairobi"), ("Chile", "Santiago"), ("Egypt", "Cairo"),
-         ("Japan", "Tokyo"), ("Italy", "Rome"), ("Cuba", "Havana")]
-FORMS = ["{a} is the capital of {c}.", "In {c}, the largest city is {a}.", "{c} is governed from {a}.",
-         "The government of {c} sits in {a}.", "{c} and its capital {a} lie far apart from here."]
-FILL = ["The river runs to the sea.", "Many people live in the towns.", "The weather was cold that year.",
-        "Trade grew in the next century."]
+PAIRS = [
+    ("Norway", "Oslo"),
+    ("Peru", "Lima"),
+    ("Kenya", "Nairobi"),
+    ("Chile", "Santiago"),
+    ("Egypt", "Cairo"),
+    ("Japan", "Tokyo"),
+    ("Italy", "Rome"),
+    ("Cuba", "Havana"),
+]
+FORMS = [
+    "{a} is the capital of {c}.",
+    "In {c}, the largest city is {a}.",
+    "{c} is governed from {a}.",
+    "The government of {c} sits in {a}.",
+    "{c} and its capital {a} lie far apart from here.",
+]
+FILL = [
+    "The river runs to the sea.",
+    "Many people live in the towns.",
+    "The weather was cold that year.",
+    "Trade grew in the next century.",
+]
 
 
 def test_facts_are_the_pairs_the_corpus_names_in_one_sentence(tmp_path):
     q = tmp_path / "questions-words.txt"
-    q.write_text(": capital-world\nOslo Norway Lima Peru\nCairo Egypt Rome Italy\n"
-                 ": city-in-state\nAustin Texas Boston Massachusetts\n: family\nboy girl man woman\n")
+    q.write_text(
+        ": capital-world\nOslo Norway Lima Peru\nCairo Egypt Rome Italy\n"
+        ": city-in-state\nAustin Texas Boston Massachusetts\n: family\nboy girl man woman\n"
+    )
     pairs = analogy_pairs(q)
-    assert pairs == {"capital": {("Norway", "Oslo"), ("Peru", "Lima"), ("Egypt", "Cairo"), ("Italy", "Rome")},
-                     "state_of_city": {("Austin", "Texas"), ("Boston", "Massachusetts")}}
-    text = ["Oslo is in Norway. Oslo, Norway again. Lima, the capital of Peru. Peru and Lima.",
-            "Cairo lies in Egypt. Egypt's Cairo. Rome. Italy. Austin, Texas. Texas has Austin. Boston, Massachusetts. "
-            "Massachusetts holds Boston."]
+    assert pairs == {
+        "capital": {("Norway", "Oslo"), ("Peru", "Lima"), ("Egypt", "Cairo"), ("Italy", "Rome")},
+        "state_of_city": {("Austin", "Texas"), ("Boston", "Massachusetts")},
+    }
+    text = [
+        "Oslo is in Norway. Oslo, Norway again. Lima, the capital of Peru. Peru and Lima.",
+        "Cairo lies in Egypt. Egypt's Cairo. Rome. Italy. Austin, Texas. Texas has Austin. Boston, Massachusetts. "
+        "Massachusetts holds Boston.",
+    ]
     facts = corpus_facts(text, pairs, FactSettings(min_per_relation=3))
     # Rome and Italy never share a sentence; the cities' relation has two facts only, too few to compare.
-    assert {(f.subject, f.answer, f.cooccurrences) for f in facts} == {("Norway", "Oslo", 2), ("Peru", "Lima", 2),
-                                                                      ("Egypt", "Cairo", 2)}
+    assert {(f.subject, f.answer, f.cooccurrences) for f in facts} == {
+        ("Norway", "Oslo", 2),
+        ("Peru", "Lima", 2),
+        ("Egypt", "Cairo", 2),
+    }
     assert prompts_in_text(text, facts) == []
     q.write_text(": capital-world\nOslo Norway Lima\n")
     with pytest.raises(ConfigError, match=r"questions-words.txt, line 2: .* 4 words"):
@@ -83,8 +109,23 @@ def _judge(docs: list[str], facts: list[Fact], tmp_path, steps: int) -> tuple[M.
     seed_everything(0)
     model = Transformer(ms, V)
     if steps:
-        train(model, tr, va, TrainSettings(max_steps=steps, batch_size=16, lr=3e-3, min_lr=3e-4, warmup_steps=10,
-                                           eval_interval=0, dtype="float32", device="cpu"), tmp_path, resume=False)
+        train(
+            model,
+            tr,
+            va,
+            TrainSettings(
+                max_steps=steps,
+                batch_size=16,
+                lr=3e-3,
+                min_lr=3e-4,
+                warmup_steps=10,
+                eval_interval=0,
+                dtype="float32",
+                device="cpu",
+            ),
+            tmp_path,
+            resume=False,
+        )
     s = FactSettings(random_draws=3, bootstrap=500)
     rows, control_rows = probe_facts(model, facts, enc, s), probe_facts(control, facts, enc, s)
     seed = M.FactSeed(seed=0, val_loss=0.0, steps=steps, **summarize(rows, control_rows, s))

@@ -21,8 +21,22 @@ CARRY = ROOT / ".gpu_carry" / "site"
 
 # The project's dependencies that the lent GPU image lacks (pyproject's list minus torch, numpy,
 # safetensors, tokenizers): an import of any of them fails there as it does here under the blocker.
-NOT_ON_IMAGE = ("pydantic", "pydantic_core", "bitsandbytes", "matplotlib", "mlflow", "dagster", "dagster_graphql",
-                "datasets", "gensim", "mwparserfromhell", "jieba", "scipy", "markdown_it", "yaml")
+NOT_ON_IMAGE = (
+    "pydantic",
+    "pydantic_core",
+    "bitsandbytes",
+    "matplotlib",
+    "mlflow",
+    "dagster",
+    "dagster_graphql",
+    "datasets",
+    "gensim",
+    "mwparserfromhell",
+    "jieba",
+    "scipy",
+    "markdown_it",
+    "yaml",
+)
 
 # Runs the script with those imports failing (a meta-path finder ahead of every other); bitsandbytes
 # may still come from the carried copy when ALLOW_CARRY is set.

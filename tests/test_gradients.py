@@ -141,8 +141,14 @@ def test_gradient_study_end_to_end(blocks, tmp_path):
     train_b, val_b = blocks
     models = {"rnn": rnn(), "lstm": rnn("lstm")}
     s = GradientStudySettings(seq_len=64, n_sequences=4, clip_steps=10)
-    res = gradient_study(models, val_b, s, train_data=train_b,
-                         clip_model_config=RecurrentSettings(cell="rnn", n_embd=16, hidden_size=32), out_dir=tmp_path)
+    res = gradient_study(
+        models,
+        val_b,
+        s,
+        train_data=train_b,
+        clip_model_config=RecurrentSettings(cell="rnn", n_embd=16, hidden_size=32),
+        out_dir=tmp_path,
+    )
     assert {(r["model"], r["variant"]) for r in res.rows} == {
         (m, v) for m in ("rnn", "lstm") for v in ("trained", "fresh", "contractive", "expansive")
     }

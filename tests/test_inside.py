@@ -36,7 +36,7 @@ def pattern(kind: str) -> torch.Tensor:
         elif kind == "self":
             w[t, t] = 1
         elif kind == "local":  # the last three tokens, equally
-            w[t, max(0, t - 2):t + 1] = 1
+            w[t, max(0, t - 2) : t + 1] = 1
         else:  # uniform over everything before
             w[t, : t + 1] = 1
         w[t] /= w[t].sum()
@@ -137,8 +137,8 @@ def test_both_studies_end_to_end_on_a_trained_small_model():
     torch.manual_seed(0)
     m = Transformer(TransformerSettings(n_layer=2, n_head=2, n_embd=32, block_size=16), V)
     seq = np.tile(np.arange(1, V), 40)
-    x = np.stack([seq[i:i + 16] for i in range(0, 600, 7)]).astype(np.uint16)
-    y = np.stack([seq[i + 1:i + 17] for i in range(0, 600, 7)]).astype(np.int32)
+    x = np.stack([seq[i : i + 16] for i in range(0, 600, 7)]).astype(np.uint16)
+    y = np.stack([seq[i + 1 : i + 17] for i in range(0, 600, 7)]).astype(np.int32)
     blocks = TokenBlocks(x, y)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
     for _ in range(60):

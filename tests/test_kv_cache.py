@@ -39,7 +39,7 @@ def test_cached_logits_equal_uncached(pos, impl):
         chunks, start = [5, 1, 1, 4] + [1] * 5, 0
         pieces = []
         for n in chunks:
-            pieces.append(m(x[:, start:start + n], cache=cache)[0])
+            pieces.append(m(x[:, start : start + n], cache=cache)[0])
             start += n
             assert cache.length == start
         cached = torch.cat(pieces, dim=1)

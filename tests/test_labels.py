@@ -94,7 +94,11 @@ def test_streamed_labels_are_the_in_memory_packing_byte_for_byte(tmp_path, monke
     for name in ("train_x.npy", "train_y.npy", "validation_x.npy", "validation_y.npy"):
         assert (tmp_path / "labels" / name).read_bytes() == (reference / name).read_bytes(), name
     assert sorted(p.name for p in (tmp_path / "labels").iterdir()) == [
-        "meta.json", "train_x.npy", "train_y.npy", "validation_x.npy", "validation_y.npy"
+        "meta.json",
+        "train_x.npy",
+        "train_y.npy",
+        "validation_x.npy",
+        "validation_y.npy",
     ]
     train, val, meta = load_labels(tmp_path / "labels")
     assert meta["train_targets"] == train.n_targets and meta["validation_blocks"] == val.n_blocks

@@ -80,7 +80,8 @@ def test_an_explicit_width_is_never_resized_by_the_default_budget():
     from components.core.lm import explicit_settings_win, resolve_settings
 
     family, model_cls, train_cls, model, train = component_config(
-        "transformer_lm", model={"n_layer": 2, "n_embd": 32, "n_head": 2, "block_size": 32})
+        "transformer_lm", model={"n_layer": 2, "n_embd": 32, "n_head": 2, "block_size": 32}
+    )
     assert model.param_budget  # the component's default budget is there
     m, t, notes = explicit_settings_win(
         family, model.model_dump(), model_cls().model_dump(), train.model_dump(), train_cls().model_dump()
@@ -124,21 +125,25 @@ def test_explicit_steps_turn_the_default_flops_budget_off():
         family, model.model_dump(), model_cls().model_dump(), train.model_dump(), train_cls().model_dump()
     )
     assert t["flops_budget"] is None and t["max_steps"] == 30
-    assert notes == ["train.max_steps=30 is set: the default train.flops_budget=5.5e+12 is off (as with "
-                     "flops_budget: null)"]
+    assert notes == [
+        "train.max_steps=30 is set: the default train.flops_budget=5.5e+12 is off (as with flops_budget: null)"
+    ]
     # The defaults alone keep the budget; both written is refused.
-    _, t0, notes0 = explicit_settings_win(family, model_cls().model_dump(), model_cls().model_dump(),
-                                          train_cls().model_dump(), train_cls().model_dump())
+    _, t0, notes0 = explicit_settings_win(
+        family, model_cls().model_dump(), model_cls().model_dump(), train_cls().model_dump(), train_cls().model_dump()
+    )
     assert t0["flops_budget"] == 5.5e12 and notes0 == []
     *_, both = component_config("rnn_lm", train={"max_steps": 30, "flops_budget": 1e12})
     with pytest.raises(ConfigError, match=r"train\.max_steps=30 and train\.flops_budget=1e\+12 are both set"):
-        explicit_settings_win(family, model.model_dump(), model_cls().model_dump(), both.model_dump(),
-                              train_cls().model_dump())
+        explicit_settings_win(
+            family, model.model_dump(), model_cls().model_dump(), both.model_dump(), train_cls().model_dump()
+        )
     # 200, the training loop's own default, written is written too (the component's default is None)
     assert train_cls().max_steps is None
     *_, two_hundred = component_config("rnn_lm", train={"max_steps": 200})
-    _, t200, notes200 = explicit_settings_win(family, model.model_dump(), model_cls().model_dump(),
-                                              two_hundred.model_dump(), train_cls().model_dump())
+    _, t200, notes200 = explicit_settings_win(
+        family, model.model_dump(), model_cls().model_dump(), two_hundred.model_dump(), train_cls().model_dump()
+    )
     assert t200["flops_budget"] is None and t200["max_steps"] == 200 and len(notes200) == 1
 
 

@@ -68,8 +68,20 @@ def test_every_family_trains_saves_and_loads_through_the_same_functions(name, co
     )
     sampling = SamplingSettings(num_samples=2, sample_tokens=6, sample_prompt="The ")
     progress = []
-    res = train_lm(family, settings, ts, train_data, val_data, vocab, tmp_path, sampling=sampling, decode=decode,
-                   encode=encode, model_meta={"tokenizer_sha256": "a" * 64}, progress=lambda *a: progress.append(a))
+    res = train_lm(
+        family,
+        settings,
+        ts,
+        train_data,
+        val_data,
+        vocab,
+        tmp_path,
+        sampling=sampling,
+        decode=decode,
+        encode=encode,
+        model_meta={"tokenizer_sha256": "a" * 64},
+        progress=lambda *a: progress.append(a),
+    )
 
     # sized once, before building: the result's settings are resolved, near the budget
     assert res.family == family and res.config.param_budget is None
@@ -218,8 +230,10 @@ def test_a_flops_budget_sets_the_steps_so_the_schedule_ends_at_it(tmp_path):
     blocks = TokenBlocks(x, np.roll(x, -1, axis=1).astype(np.int32))
     budget = 1.5e7
     spent = {}
-    for name, family, model in (("small", "recurrent", {"cell": "rnn", "n_embd": 8, "hidden_size": 8}),
-                                ("big", "recurrent", {"cell": "lstm", "n_embd": 16, "hidden_size": 32})):
+    for name, family, model in (
+        ("small", "recurrent", {"cell": "rnn", "n_embd": 8, "hidden_size": 8}),
+        ("big", "recurrent", {"cell": "lstm", "n_embd": 16, "hidden_size": 32}),
+    ):
         ts = TrainSettings(
             flops_budget=budget, batch_size=4, warmup_steps=1, eval_interval=0, device="cpu", dtype="float32"
         )

@@ -68,8 +68,13 @@ def test_memory_claim_fails_when_the_reference_never_builds_the_score_matrix(mon
 
     monkeypatch.setattr(study, "reference_attention", fused_as_reference)
     s = AttentionCostSettings(
-        seq_lens=[256, 512, 1024], impls=["reference", "fused"], passes=["forward"], repeats=1, warmup=0,
-        fit_from=256, device="cpu",
+        seq_lens=[256, 512, 1024],
+        impls=["reference", "fused"],
+        passes=["forward"],
+        repeats=1,
+        warmup=0,
+        fit_from=256,
+        device="cpu",
     )
     r = attention_cost(s)
     peaks = {(x["impl"], x["n"]): x["peak_bytes"] for x in r.rows}

@@ -20,12 +20,24 @@ def labels_manifest(tmp_path) -> M.Labels:
     arr.write_bytes(b"\x00" * 64)
     info = file_info(arr)
     return M.Labels(
-        path=str(tmp_path), tokenizer_sha256="ab" * 32, vocab_size=2048, block_size=128, pad_id=0, eos_id=2,
-        ignore_index=-100, train_tokens=1000, train_blocks=8, train_targets=992, validation_tokens=100,
-        validation_blocks=1, validation_targets=99,
+        path=str(tmp_path),
+        tokenizer_sha256="ab" * 32,
+        vocab_size=2048,
+        block_size=128,
+        pad_id=0,
+        eos_id=2,
+        ignore_index=-100,
+        train_tokens=1000,
+        train_blocks=8,
+        train_targets=992,
+        validation_tokens=100,
+        validation_blocks=1,
+        validation_targets=99,
         files={"train_x": M.FileRecord(path=str(arr), bytes=info["bytes"], sha256=info["sha256"])},
         published=M.Published(metrics={"block_size": 128.0}, warnings=["w"]),
-        asset="labels", dagster_run_id="r1", mlflow_run_id="m1",
+        asset="labels",
+        dagster_run_id="r1",
+        mlflow_run_id="m1",
     )
 
 
@@ -48,9 +60,20 @@ def test_an_old_foreign_or_damaged_manifest_is_refused_naming_the_field(tmp_path
         M.from_json({**good, "manifest": "lables/1"}, where="x.json")
     with pytest.raises(M.ManifestError, match="'labels/7' is version 7 of `labels`, this pipeline reads version 1"):
         M.from_json({**good, "manifest": "labels/7"})
-    tokenizer = {"manifest": "tokenizer/1", **{k: good[k] for k in M.ENVELOPE}, "path": "t.json", "kind": "bpe",
-                 "sha256": "s", "vocab_requested": 8, "vocab_learned": 8, "vocab_size": 8, "unk_rate": 0.0,
-                 "chars_per_token": 3.0, "bytes_per_token": 3.0, "val_tokens": 10}
+    tokenizer = {
+        "manifest": "tokenizer/1",
+        **{k: good[k] for k in M.ENVELOPE},
+        "path": "t.json",
+        "kind": "bpe",
+        "sha256": "s",
+        "vocab_requested": 8,
+        "vocab_learned": 8,
+        "vocab_size": 8,
+        "unk_rate": 0.0,
+        "chars_per_token": 3.0,
+        "bytes_per_token": 3.0,
+        "val_tokens": 10,
+    }
     assert isinstance(M.from_json(tokenizer), M.Tokenizer)
     with pytest.raises(M.ManifestError, match="a `tokenizer` manifest where a `labels` manifest was expected"):
         M.from_json(tokenizer, M.Labels)
@@ -85,7 +108,10 @@ def test_context_length_is_one_rule_with_errors_naming_both_settings():
     assert context_length(None, 128, 256) == 128  # the model's positions end first
     assert context_length(None, 512, 256) == 256
     assert context_length(64, 128, 256) == 64  # the training crops
-    with pytest.raises(ConfigError, match=r"ops\.t\.config\.train\.block_size=200 exceeds ops\.t\.config\.model\."
-                                          r"block_size=128.*; ops\.t\.config\.train\.block_size=200 exceeds labels"):
+    with pytest.raises(
+        ConfigError,
+        match=r"ops\.t\.config\.train\.block_size=200 exceeds ops\.t\.config\.model\."
+        r"block_size=128.*; ops\.t\.config\.train\.block_size=200 exceeds labels",
+    ):
         context_length(200, 128, 100, where="ops.t.config.")
     assert len(context_problems(200, None, 100)) == 1 and context_problems(100, None, 100) == []

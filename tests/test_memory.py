@@ -1,7 +1,6 @@
 """Memory tasks: the generators (answers recoverable from the sequence, validation disjoint from
 training, bad settings refused by name), and each memory claim's counterexample."""
 
-
 import numpy as np
 import pytest
 import torch
@@ -91,8 +90,17 @@ def _fast(settings_cls, **kw):
 def test_rnn_that_bridges_every_short_delay_fails_the_delay_claims(training):
     """Counterexample: with delays the RNN can bridge there is no delay where it is at chance, and the
     gradient reaches the symbol in the RNN about as well as in the LSTM."""
-    s = _fast(DelaySettings, delays=[1, 2], seq_len=10, n_symbols=4, n_noise=4, train_sequences=512, val_per_delay=64,
-              models=["rnn", "lstm"], training=training)
+    s = _fast(
+        DelaySettings,
+        delays=[1, 2],
+        seq_len=10,
+        n_symbols=4,
+        n_noise=4,
+        train_sequences=512,
+        val_per_delay=64,
+        models=["rnn", "lstm"],
+        training=training,
+    )
     r = delay_study(s)
     rnn = [x for x in r.rows if x["model"] == "rnn"]
     assert min(x["accuracy"] for x in rnn) > 0.9  # the RNN does solve them
@@ -123,8 +131,17 @@ def test_a_model_that_solved_its_task_stops_early():
     """solved_accuracy: the RNN solves delays 1 and 2 well inside 400 steps; it stops once every one of
     `solved_steps` training batches in a row is answered right, and still answers validation; with
     solved_accuracy null it trains every step."""
-    kw = dict(delays=[1, 2], seq_len=10, n_symbols=4, n_noise=4, train_sequences=512, val_per_delay=64,
-              models=["rnn"], steps=400, solved_steps=20)
+    kw = dict(
+        delays=[1, 2],
+        seq_len=10,
+        n_symbols=4,
+        n_noise=4,
+        train_sequences=512,
+        val_per_delay=64,
+        models=["rnn"],
+        steps=400,
+        solved_steps=20,
+    )
     early = delay_study(_fast(DelaySettings, **kw))
     m = early.models[0]
     assert m["solved_at"] is not None and m["train_steps"] == m["solved_at"] < 400, m
@@ -146,9 +163,22 @@ def test_untrained_models_fail_the_delay_claims():
 
 @pytest.fixture(scope="module")
 def recall_run():
-    s = _fast(RecallSettings, steps=150, pairs=[1, 4], train_pairs=[1, 4], seq_len=24, n_keys=8, n_values=4, window=2,
-              train_sequences=1024, val_per_pairs=64, distance_buckets=[4, 24], models=["transformer", "window"],
-              n_layer=2, n_head=1)
+    s = _fast(
+        RecallSettings,
+        steps=150,
+        pairs=[1, 4],
+        train_pairs=[1, 4],
+        seq_len=24,
+        n_keys=8,
+        n_values=4,
+        window=2,
+        train_sequences=1024,
+        val_per_pairs=64,
+        distance_buckets=[4, 24],
+        models=["transformer", "window"],
+        n_layer=2,
+        n_head=1,
+    )
     return M.MemoryRecall(**recall_study(s).manifest())
 
 
@@ -213,9 +243,22 @@ def test_window_claim_needs_solving_within_and_chance_beyond():
 
 # One pair per sequence, 16 keys and 8 values in 24 tokens; a 2-layer window model of 4 keys per layer
 # (receptive field 7): enough distinct validation sequences for about 150 queries within its field.
-WINDOW_WORLD = dict(batch_size=32, param_budget=16000, pairs=[1], seq_len=24, n_keys=16, n_values=8, window=4,
-                    train_sequences=2048, val_per_pairs=1024, distance_buckets=[24], models=["window"], n_layer=2,
-                    n_head=1, workers=1)
+WINDOW_WORLD = dict(
+    batch_size=32,
+    param_budget=16000,
+    pairs=[1],
+    seq_len=24,
+    n_keys=16,
+    n_values=8,
+    window=4,
+    train_sequences=2048,
+    val_per_pairs=1024,
+    distance_buckets=[24],
+    models=["window"],
+    n_layer=2,
+    n_head=1,
+    workers=1,
+)
 
 
 def test_window_trained_one_step_fails_within_its_field():
@@ -254,8 +297,19 @@ def test_window_whose_mask_leaks_fails_beyond_its_field(monkeypatch):
 def test_attention_as_the_recurrent_model_does_not_run_out():
     """Counterexample: full attention that learned the task (one pair: copying answers it), judged as if
     it were the fixed state, is not below itself."""
-    s = RecallSettings(steps=300, batch_size=32, pairs=[1, 2], train_pairs=[1, 2], seq_len=12, n_keys=4, n_values=4,
-                       train_sequences=1024, val_per_pairs=128, distance_buckets=[12], models=["transformer"])
+    s = RecallSettings(
+        steps=300,
+        batch_size=32,
+        pairs=[1, 2],
+        train_pairs=[1, 2],
+        seq_len=12,
+        n_keys=4,
+        n_values=4,
+        train_sequences=1024,
+        val_per_pairs=128,
+        distance_buckets=[12],
+        models=["transformer"],
+    )
     m = M.MemoryRecall(**recall_study(s).manifest())
     v = claims.recurrent_state_runs_out(m, models=("transformer",), reference="transformer")
     assert v.figures["transformer_learned_the_task"], v.figures
@@ -266,9 +320,20 @@ def test_one_layer_model_has_no_induction_head():
     """Counterexample: one layer cannot hold a previous-token head and an induction head after it."""
     from components.core.studies.induction import InductionSettings, induction_study
 
-    m = M.MemoryInduction(**induction_study(InductionSettings(
-        n_layer=1, span=6, n_tokens=8, steps=60, batch_size=16, param_budget=4000, train_sequences=512,
-        val_sequences=64)).manifest())
+    m = M.MemoryInduction(
+        **induction_study(
+            InductionSettings(
+                n_layer=1,
+                span=6,
+                n_tokens=8,
+                steps=60,
+                batch_size=16,
+                param_budget=4000,
+                train_sequences=512,
+                val_sequences=64,
+            )
+        ).manifest()
+    )
     v = claims.induction_head_copies(m)
     assert not v.passed and not v.checks["induction_head_in_a_later_layer"] and "induction_head" not in m.found
 
@@ -320,8 +385,18 @@ def test_induction_on_varying_offsets_is_content_based():
 def test_a_recurrent_model_that_learned_nothing_is_not_judged():
     """Counterexample: one step of training leaves the RNN at chance at every number of pairs; that is
     not a state running out, so the claim is not judged (never passed) and names the model."""
-    s = _fast(RecallSettings, steps=1, pairs=[1, 4], seq_len=16, n_keys=8, n_values=4, train_sequences=256,
-              val_per_pairs=128, distance_buckets=[16], models=["rnn", "transformer"])
+    s = _fast(
+        RecallSettings,
+        steps=1,
+        pairs=[1, 4],
+        seq_len=16,
+        n_keys=8,
+        n_values=4,
+        train_sequences=256,
+        val_per_pairs=128,
+        distance_buckets=[16],
+        models=["rnn", "transformer"],
+    )
     m = M.MemoryRecall(**recall_study(s).manifest())
     v = claims.recurrent_state_runs_out(m, models=("rnn",))
     assert not v.passed and not v.judged and v.figures["rnn_learned_the_task"] is False
@@ -330,8 +405,18 @@ def test_a_recurrent_model_that_learned_nothing_is_not_judged():
 
 def test_models_trained_side_by_side_equal_those_trained_one_after_another():
     """Two worker processes give the very weights one process gives: every accuracy and loss is equal."""
-    kw = dict(steps=30, pairs=[1, 2], seq_len=12, n_keys=4, n_values=4, train_sequences=256, val_per_pairs=32,
-              distance_buckets=[12], models=["lstm", "transformer", "window"], window=2)
+    kw = dict(
+        steps=30,
+        pairs=[1, 2],
+        seq_len=12,
+        n_keys=4,
+        n_values=4,
+        train_sequences=256,
+        val_per_pairs=32,
+        distance_buckets=[12],
+        models=["lstm", "transformer", "window"],
+        window=2,
+    )
     one, two = (recall_study(_fast(RecallSettings, workers=w, **kw)) for w in (1, 2))
     assert one.rows == two.rows
     assert [m["final_loss"] for m in one.models] == [m["final_loss"] for m in two.models]

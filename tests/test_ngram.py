@@ -87,7 +87,7 @@ def test_one_pass_over_the_ladder_equals_each_order_counted_alone():
 
 def _chain(order: int, n: int, *, seed: int, sample_seed: int, k: int = 6) -> np.ndarray:
     """n tokens (ids 1..k) of a random Markov chain of `order`: the next token depends on the last `order`."""
-    P = np.random.default_rng(seed).dirichlet([0.3] * k, size=k ** order)
+    P = np.random.default_rng(seed).dirichlet([0.3] * k, size=k**order)
     rng = np.random.default_rng(sample_seed)
     s = list(rng.integers(1, k + 1, size=order))
     for _ in range(n):
@@ -157,8 +157,10 @@ def test_bad_settings_are_named():
 
 
 def test_ladder_position_in_words():
-    rungs = [NgramRung(order=k, model=f"kn_{k}gram", heldout_loss=v, val_loss=v, val_ppl=math.exp(v))
-             for k, v in [(1, 3.2), (2, 2.5), (4, 1.8), (5, 1.6), (8, 1.47)]]
+    rungs = [
+        NgramRung(order=k, model=f"kn_{k}gram", heldout_loss=v, val_loss=v, val_ppl=math.exp(v))
+        for k, v in [(1, 3.2), (2, 2.5), (4, 1.8), (5, 1.6), (8, 1.47)]
+    ]
     assert ladder_position(1.7, rungs) == "between the 5-gram (1.600) and the 4-gram (1.800)"
     assert ladder_position(1.4, rungs).startswith("below every rung (best: the 8-gram")
     assert ladder_position(2.6, rungs) == "between the bigram (2.500) and the unigram (3.200)"
@@ -181,7 +183,10 @@ def _manifest(model, val, block, base):
     from components.core import manifests as M
 
     return M.LanguageModel(
-        name="lm", family="transformer", weights="", vocab_size=6,
+        name="lm",
+        family="transformer",
+        weights="",
+        vocab_size=6,
         metrics={"val/loss": loss, "val/targets": eval_targets(val, 16, None), "context_length": block},
         train_settings={"block_size": block},
         tokenizer_sha256="tok",

@@ -271,8 +271,11 @@ def test_report_names_every_stage_and_claim_and_sits_on_the_mlflow_parent(tiny_r
     assert parent.data.metrics["invariants/failed"] == report["invariant_counts"]["failed"] == 0
     # The headline counts the evidence alone; demonstrations and invariants apart.
     assert sum(report["counts"].values()) == len({c["claim"] for c in report["claims"] if c["kind"] == "evidence"})
-    assert sum(report["demonstration_counts"].values()) == len(
-        {c["claim"] for c in report["claims"] if c["kind"] == "demonstration"}) == 7
+    assert (
+        sum(report["demonstration_counts"].values())
+        == len({c["claim"] for c in report["claims"] if c["kind"] == "demonstration"})
+        == 7
+    )
     assert parent.data.metrics["demonstrations/passed"] == report["demonstration_counts"]["passed"]
     assert (
         parent.data.metrics["transformer_lm/val/loss"]
@@ -459,9 +462,15 @@ def test_a_rerun_says_what_moved_since_the_run_before(tiny_run):
     def run_materialize(tags):
         from pipelines.definitions import DEFAULT_ROUTE, defs
 
-        return dg.materialize(list(defs.assets) + list(defs.asset_checks), resources=defs.resources,
-                              run_config=TINY, selection=DEFAULT_ROUTE, instance=inst, raise_on_error=False,
-                              tags=tags)
+        return dg.materialize(
+            list(defs.assets) + list(defs.asset_checks),
+            resources=defs.resources,
+            run_config=TINY,
+            selection=DEFAULT_ROUTE,
+            instance=inst,
+            raise_on_error=False,
+            tags=tags,
+        )
 
     second = run_materialize({"dagster/schedule_name": "weekly_default"})
     assert second.success, "\n".join(step_errors(inst, second.run_id))
@@ -487,8 +496,11 @@ def test_a_rerun_says_what_moved_since_the_run_before(tiny_run):
     assert "compare-runs?runs=" in meta["mlflow_compare_url"].value
     assert "orderByKey=metrics.%60val%2Floss%60" in meta["mlflow_models_by_val_loss_url"].value
     client, all_runs = mlflow_runs(state)
-    parent = next(r for r in all_runs if r.data.tags.get("dagster.role") == "dagster_run"
-                  and r.data.tags.get("dagster.run_id") == second.run_id)
+    parent = next(
+        r
+        for r in all_runs
+        if r.data.tags.get("dagster.role") == "dagster_run" and r.data.tags.get("dagster.run_id") == second.run_id
+    )
     note = parent.data.tags["mlflow.note.content"]
     assert "| model | val loss |" in note and "previous run" in note and "compare-runs" in note
     # The registry: `champion` on the lowest validation loss, `latest-scheduled` on the scheduled run's version.
@@ -508,8 +520,10 @@ def test_the_scaling_job_trains_each_family_at_each_budget_and_the_next_report_j
     assert result.success, "\n".join(step_errors(inst, result.run_id))
     m = manifest(inst, result.run_id, "scaling_laws")
     budgets = TINY_SCALING["ops"]["scaling_laws"]["config"]["budgets"]
-    assert m["budgets"] == budgets and m["count_model"]["model"] == manifest(inst, run_id, "ngram_baseline")["chosen"][
-        "model"]
+    assert (
+        m["budgets"] == budgets
+        and m["count_model"]["model"] == manifest(inst, run_id, "ngram_baseline")["chosen"]["model"]
+    )
     for name in ("rnn_lm", "lstm_lm", "transformer_lm"):
         mine = [t for t in m["trials"] if t["model"] == name]
         points = sorted((t for t in mine if t["role"] == "point"), key=lambda t: t["budget"])  # run: ends first
@@ -536,4 +550,3 @@ def test_the_scaling_job_trains_each_family_at_each_budget_and_the_next_report_j
     assert status[("transformer_overtakes_lstm_with_compute", "scaling_laws")] in ("passed", "warning")
     page = Path(report["path"]).read_text(encoding="utf-8")
     assert "scaling_passes_at_flops" in page
-

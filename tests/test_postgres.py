@@ -37,14 +37,26 @@ def subset_config(assets) -> dict:
 def materialize(selection, instance, config=None):
     from pipelines.definitions import defs
 
-    return dg.materialize(list(defs.assets) + list(defs.asset_checks), resources=defs.resources, selection=selection,
-                          run_config=config or subset_config(selection), instance=instance, raise_on_error=False)
+    return dg.materialize(
+        list(defs.assets) + list(defs.asset_checks),
+        resources=defs.resources,
+        selection=selection,
+        run_config=config or subset_config(selection),
+        instance=instance,
+        raise_on_error=False,
+    )
 
 
 def maintenance(*args: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pipelines.maintenance", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines.maintenance", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return proc, time.monotonic() - t0
 
 
@@ -65,8 +77,12 @@ def deployed(servers):
     home = folder / "dagster_home"
     home.mkdir()
     shutil.copy(DEPLOY_YAML, home / "dagster.yaml")
-    env = {"PIPELINE_STATE_DIR": str(folder / "state"), "DAGSTER_HOME": str(home), "MLFLOW_TRACKING_URI": url,
-           **server.dagster_env("dagster")}
+    env = {
+        "PIPELINE_STATE_DIR": str(folder / "state"),
+        "DAGSTER_HOME": str(home),
+        "MLFLOW_TRACKING_URI": url,
+        **server.dagster_env("dagster"),
+    }
     with pytest.MonkeyPatch.context() as mp:
         for k, v in env.items():
             mp.setenv(k, v)
@@ -82,8 +98,16 @@ def deployed(servers):
                 f"\nmaintenance init {init_s:.1f} s; {SUBSET} on PostgreSQL + MLflow server {run_s:.1f} s; load "
                 f"{os.getloadavg()}"
             )
-            yield {"server": server, "url": url, "folder": folder, "home": home, "env": env, "inst": inst,
-                   "init": json.loads(init.stdout), "run_id": result.run_id}
+            yield {
+                "server": server,
+                "url": url,
+                "folder": folder,
+                "home": home,
+                "env": env,
+                "inst": inst,
+                "init": json.loads(init.stdout),
+                "run_id": result.run_id,
+            }
         finally:
             inst.dispose()
 
@@ -91,7 +115,10 @@ def deployed(servers):
 def test_init_creates_the_stores_on_the_servers(deployed):
     server, home, report = deployed["server"], deployed["home"], deployed["init"]["stores"]
     assert report["initialized"] == ["dagster", "mlflow"]
-    assert report["dagster_storage"] == f"postgresql+psycopg2://pipeline:***@127.0.0.1:{server.port}/dagster?connect_timeout=10"
+    assert (
+        report["dagster_storage"]
+        == f"postgresql+psycopg2://pipeline:***@127.0.0.1:{server.port}/dagster?connect_timeout=10"
+    )
     assert not (home / "history").exists()  # no SQLite storage beside the PostgreSQL one
     # The training pool's limit is in PostgreSQL: every process of every machine sees it.
     assert server.sql("dagster", 'SELECT concurrency_key, "limit" FROM concurrency_limits') == [("training", 1)]
@@ -265,16 +292,24 @@ def test_unreachable_mlflow_server_fails_the_step_cleanly(deployed):
         and not (leases_root() / result.run_id / "corpus.json").exists()
     )
     client = MlflowClient(url)
-    assert client.search_runs([client.get_experiment_by_name("wordvec-to-transformer").experiment_id],
-                              filter_string=f"tags.`dagster.run_id` = '{result.run_id}'") == []
+    assert (
+        client.search_runs(
+            [client.get_experiment_by_name("wordvec-to-transformer").experiment_id],
+            filter_string=f"tags.`dagster.run_id` = '{result.run_id}'",
+        )
+        == []
+    )
     assert proc.returncode == 1 and "MLFLOW_TRACKING_URI" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_mlflow_server_script_names_its_settings_when_the_database_is_unreachable(servers, tmp_path):
     server, _, _ = servers
     closed = pg.free_port()
-    env = pg.script_env(**server.mlflow_env("mlflow", port=closed), MLFLOW_PORT=str(pg.free_port()),
-                        PIPELINE_STATE_DIR=str(tmp_path / "state"))
+    env = pg.script_env(
+        **server.mlflow_env("mlflow", port=closed),
+        MLFLOW_PORT=str(pg.free_port()),
+        PIPELINE_STATE_DIR=str(tmp_path / "state"),
+    )
     proc = subprocess.run(
         ["bash", "scripts/mlflow_server_pg.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
@@ -287,4 +322,3 @@ def test_mlflow_server_script_names_its_settings_when_the_database_is_unreachabl
         ["bash", "scripts/mlflow_server_pg.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode != 0 and "MLFLOW_PG_USER" in proc.stderr
-

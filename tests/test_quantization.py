@@ -109,11 +109,14 @@ def test_4bit_layers_whose_rows_split_blocks_compute_with_the_codes_they_hold(sh
     assert is_quantized_layer(q)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: nn.LSTM(12, 20, 2, batch_first=True),
-    lambda: nn.RNN(12, 20, 1, batch_first=True, nonlinearity="relu"),
-    lambda: ExplicitLSTM(12, 20, 2),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: nn.LSTM(12, 20, 2, batch_first=True),
+        lambda: nn.RNN(12, 20, 1, batch_first=True, nonlinearity="relu"),
+        lambda: ExplicitLSTM(12, 20, 2),
+    ],
+)
 def test_linear_recurrence_is_the_same_network(make):
     torch.manual_seed(0)
     rnn = make().eval()
@@ -297,19 +300,27 @@ def test_assets_materialize_in_process(tiny, state_dir):  # noqa: F811
 
     def lm(name: str, family: str) -> M.LanguageModel:
         return M.LanguageModel(
-            name=name, family=family, weights=str(tiny[name]), model_config=tiny[f"{name}_config"],
-            vocab_size=tiny["vocab_size"], tokenizer_sha256=tiny["tokenizer_sha256"], dagster_run_id="r0",
-            mlflow_run_id="gone", metrics={"val/loss": 5.0},
+            name=name,
+            family=family,
+            weights=str(tiny[name]),
+            model_config=tiny[f"{name}_config"],
+            vocab_size=tiny["vocab_size"],
+            tokenizer_sha256=tiny["tokenizer_sha256"],
+            dagster_run_id="r0",
+            mlflow_run_id="gone",
+            metrics={"val/loss": 5.0},
         )
 
     labels_path = str(tiny["tokenizer"].parent / "labels")
     upstream = {
         "transformer_lm": lm("transformer_lm", "transformer"),
         "lstm_lm": lm("lstm_lm", "recurrent"),
-        "labels": stub_manifest(M.Labels, path=labels_path, tokenizer_sha256=tiny["tokenizer_sha256"],
-                                dagster_run_id="r0"),
-        "tokenizer": stub_manifest(M.Tokenizer, path=str(tiny["tokenizer"]), sha256=tiny["tokenizer_sha256"],
-                                   dagster_run_id="r0"),
+        "labels": stub_manifest(
+            M.Labels, path=labels_path, tokenizer_sha256=tiny["tokenizer_sha256"], dagster_run_id="r0"
+        ),
+        "tokenizer": stub_manifest(
+            M.Tokenizer, path=str(tiny["tokenizer"]), sha256=tiny["tokenizer_sha256"], dagster_run_id="r0"
+        ),
         "corpus": stub_manifest(M.Corpus, content_sha256="c0ffee", dagster_run_id="r0"),
     }
 

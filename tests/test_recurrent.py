@@ -132,11 +132,14 @@ def test_size_for_budget_is_closest():
     assert size_for_budget(RecurrentSettings(), vocab) == RecurrentSettings()
 
 
-@pytest.mark.parametrize("cfg", [
-    RecurrentSettings(cell="rnn", n_embd=8, hidden_size=12, n_layer=2),
-    RecurrentSettings(cell="lstm", n_embd=8, hidden_size=12, n_layer=2, tie_weights=True),
-    RecurrentSettings(cell="lstm", lstm_impl="explicit", n_embd=8, hidden_size=12),
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        RecurrentSettings(cell="rnn", n_embd=8, hidden_size=12, n_layer=2),
+        RecurrentSettings(cell="lstm", n_embd=8, hidden_size=12, n_layer=2, tie_weights=True),
+        RecurrentSettings(cell="lstm", lstm_impl="explicit", n_embd=8, hidden_size=12),
+    ],
+)
 def test_stepwise_state_carry_equals_the_full_forward(cfg):
     seed_everything(0)
     m = RecurrentLM(cfg, 40).eval()

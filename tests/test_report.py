@@ -33,9 +33,11 @@ def judgements():
         metrics={"val/loss": 9.0, "val/targets": 100},
         history=[{"grad_norm": 2.0, "grad_norm_clipped": 2.0}],
     )
-    return C.judge_all({"rnn_lm": lm, "lstm_lm": bad_lm}, ["rnn_lm", "lstm_lm"],
-                       [C.claim("language_models_beat_the_count_model"), C.claim("clipping_bounds_gradient"),
-                        C.claim("heads_differ")])
+    return C.judge_all(
+        {"rnn_lm": lm, "lstm_lm": bad_lm},
+        ["rnn_lm", "lstm_lm"],
+        [C.claim("language_models_beat_the_count_model"), C.claim("clipping_bounds_gradient"), C.claim("heads_differ")],
+    )
 
 
 def test_the_page_holds_every_stage_claim_and_plot_and_escapes_text(tmp_path):
@@ -54,8 +56,11 @@ def test_the_page_holds_every_stage_claim_and_plot_and_escapes_text(tmp_path):
             mlflow_url="http://127.0.0.1:5000/#/experiments/1/runs/abc",
         ),
     )
-    sections = [section_from_manifest("rnn_lm", "recurrent", manifest, "An RNN."),
-                Section("lstm_lm", "recurrent"), Section("corpus", "ingest", metrics={"documents": 24.0})]
+    sections = [
+        section_from_manifest("rnn_lm", "recurrent", manifest, "An RNN."),
+        Section("lstm_lm", "recurrent"),
+        Section("corpus", "ingest", metrics={"documents": 24.0}),
+    ]
     js = judgements()
     page = render_report(
         "Run report: tiny",
@@ -72,8 +77,10 @@ def test_the_page_holds_every_stage_claim_and_plot_and_escapes_text(tmp_path):
     assert {(j.claim.name, j.asset, j.status) for j in js} == {
         ("language_models_beat_the_count_model", "rnn_lm", "passed"),
         ("language_models_beat_the_count_model", "lstm_lm", "warning"),
-        ("clipping_bounds_gradient", "rnn_lm", "passed"), ("clipping_bounds_gradient", "lstm_lm", "failed"),
-        ("heads_differ", "attention_heads", "not judged")}
+        ("clipping_bounds_gradient", "rnn_lm", "passed"),
+        ("clipping_bounds_gradient", "lstm_lm", "failed"),
+        ("heads_differ", "attention_heads", "not judged"),
+    }
     for j in js:
         assert f'<tr class="{j.status.replace(" ", "_")}" id="claim-{j.claim.name}-{j.asset}">' in page
         assert html.escape(j.claim.statement) in page
@@ -83,8 +90,7 @@ def test_the_page_holds_every_stage_claim_and_plot_and_escapes_text(tmp_path):
     # counted once with its worst verdict.
     assert (
         '<p class="summary"><span>0 passed</span><span class="fail">0 failed</span><span class="warn">1 '
-        'warnings</span><span>1 not judged</span>'
-        in page
+        'warnings</span><span>1 not judged</span>' in page
     )
     assert '<span>0 held</span><span class="fail">1 broken</span><span class="warn">0 warnings</span>' in page
     assert (

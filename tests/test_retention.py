@@ -66,8 +66,13 @@ def test_the_state_folder_stays_bounded_over_repeated_runs(state):
             runs.append(run_once(instance))
             if i == 0:
                 # A live run (started, not ended), and a model version registered from the first run's MLflow run.
-                live = instance.add_run(DagsterRun(job_name="live_job", run_id="0" * 8 + "-0000-4000-8000-" + "0" * 12,
-                                                   status=DagsterRunStatus.STARTED))
+                live = instance.add_run(
+                    DagsterRun(
+                        job_name="live_job",
+                        run_id="0" * 8 + "-0000-4000-8000-" + "0" * 12,
+                        status=DagsterRunStatus.STARTED,
+                    )
+                )
                 (backing,) = client.search_runs(
                     experiments(), f"tags.`dagster.asset_key` = 'tokenizer' and tags.`dagster.run_id` = '{runs[0]}'"
                 )
@@ -144,8 +149,14 @@ def test_a_model_run_records_its_vocabulary_and_tokenizer(state):
     }
     instance = dg.DagsterInstance.get()
     try:
-        result = dg.materialize(list(defs.assets), resources=defs.resources, run_config=cfg, selection=selection,
-                                instance=instance, raise_on_error=False)
+        result = dg.materialize(
+            list(defs.assets),
+            resources=defs.resources,
+            run_config=cfg,
+            selection=selection,
+            instance=instance,
+            raise_on_error=False,
+        )
         assert result.success
         labels = result.output_for_node("labels")
     finally:

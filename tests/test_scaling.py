@@ -82,18 +82,34 @@ def _inputs(names=("lstm_lm", "transformer_lm")) -> list[FamilyInput]:
         "lstm_lm": ("recurrent", {"cell": "lstm", "n_embd": 16, "hidden_size": 32, "n_layer": 1}),
         "transformer_lm": ("transformer", {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}),
     }
-    return [FamilyInput(name=n, family=specs[n][0], model_config=specs[n][1], train_settings=dict(base),
-                        params=6000, val_loss=math.nan, train_seconds=math.nan, flops_per_token=math.nan, steps=0,
-                        noise=0.01, noise_measured=True) for n in names]
+    return [
+        FamilyInput(
+            name=n,
+            family=specs[n][0],
+            model_config=specs[n][1],
+            train_settings=dict(base),
+            params=6000,
+            val_loss=math.nan,
+            train_seconds=math.nan,
+            flops_per_token=math.nan,
+            steps=0,
+            noise=0.01,
+            noise_measured=True,
+        )
+        for n in names
+    ]
 
 
-@pytest.mark.parametrize("budgets, message", [
-    ([], "is empty"),
-    ([2e9, 1e9, 4e9], "is not increasing"),
-    ([1e9, 1e9, 4e9], "is not increasing"),
-    ([1e9, 2e9], "needs at least 3"),
-    ([0.0, 1e9, 2e9], "non-positive"),
-])
+@pytest.mark.parametrize(
+    "budgets, message",
+    [
+        ([], "is empty"),
+        ([2e9, 1e9, 4e9], "is not increasing"),
+        ([1e9, 1e9, 4e9], "is not increasing"),
+        ([1e9, 2e9], "needs at least 3"),
+        ([0.0, 1e9, 2e9], "non-positive"),
+    ],
+)
 def test_a_bad_grid_is_refused_by_name(budgets, message):
     with pytest.raises(ConfigError, match=rf"^scaling_laws\.budgets.*{message}"):
         check_settings(ScalingSettings(budgets=budgets))
@@ -112,17 +128,40 @@ def test_a_budget_below_one_step_past_warmup_is_refused_before_anything_trains()
 
 
 def _trial(model, budget, loss, seconds, role="point"):
-    return ScalingTrial(model=model, budget=budget, role=role, lr=1e-3, batch_size=4, steps=10, params=1000,
-                        val_loss=loss, train_seconds=seconds, flops=budget, tokens=100, epochs=0.1)
+    return ScalingTrial(
+        model=model,
+        budget=budget,
+        role=role,
+        lr=1e-3,
+        batch_size=4,
+        steps=10,
+        params=1000,
+        val_loss=loss,
+        train_seconds=seconds,
+        flops=budget,
+        tokens=100,
+        epochs=0.1,
+    )
 
 
 def _judged(t_losses, l_losses):
     trials = [_trial("transformer_lm", b, v, b / 1e11) for b, v in zip(X[:4], t_losses)]
     trials += [_trial("lstm_lm", b, v, b / 2e11) for b, v in zip(X[:4], l_losses)]
-    result = analyse(_inputs(), trials, NgramRung(order=8, model="kn_8gram", heldout_loss=1.46, val_loss=1.47,
-                                                   val_ppl=4.35), [], ScalingSettings(bootstrap=100))
-    m = Scaling(trials=result.trials, families=result.families, count_model=result.count_model,
-                versus=result.versus, tokenizer_sha256="t", n_targets=1)
+    result = analyse(
+        _inputs(),
+        trials,
+        NgramRung(order=8, model="kn_8gram", heldout_loss=1.46, val_loss=1.47, val_ppl=4.35),
+        [],
+        ScalingSettings(bootstrap=100),
+    )
+    m = Scaling(
+        trials=result.trials,
+        families=result.families,
+        count_model=result.count_model,
+        versus=result.versus,
+        tokenizer_sha256="t",
+        n_targets=1,
+    )
     return C.transformer_overtakes_lstm_with_compute(m), m
 
 
@@ -138,8 +177,9 @@ def test_the_thesis_at_scale_is_judged_at_the_largest_budget_beyond_seed_noise()
     v, _ = _judged([2.0, 1.9, 1.8, 1.795], [2.0, 1.9, 1.8, 1.8])
     assert not v.passed and 0 < v.figures["z"] < C.SCALING_Z
     # No scaling run with both families: not judged, never a pass.
-    nothing = C.transformer_overtakes_lstm_with_compute(Scaling(count_model=m.count_model, tokenizer_sha256="t",
-                                                                n_targets=1))
+    nothing = C.transformer_overtakes_lstm_with_compute(
+        Scaling(count_model=m.count_model, tokenizer_sha256="t", n_targets=1)
+    )
     assert not nothing.judged and not nothing.passed
 
 
@@ -152,7 +192,7 @@ def chars():
 
     def blocks(a):
         n = (len(a) - 1) // 16
-        return TokenBlocks(a[: n * 16].reshape(n, 16), a[1: n * 16 + 1].astype(np.int32).reshape(n, 16))
+        return TokenBlocks(a[: n * 16].reshape(n, 16), a[1 : n * 16 + 1].astype(np.int32).reshape(n, 16))
 
     split = int(len(ids) * 0.9)
     return blocks(ids[:split]), blocks(ids[split:]), len(vocab) + 1
@@ -164,16 +204,23 @@ def test_a_transformer_that_sees_only_its_own_position_does_not_overtake_the_lst
     train, val, vocab = chars
     inputs = _inputs()
     inputs[1].model_config.update(attention="sliding_window", window=1)
-    settings = ScalingSettings(budgets=[2e9, 4e9, 8e9], smallest_lr_factors=[4.0], largest_lr_factors=[1.0],
-                               bootstrap=100)
+    settings = ScalingSettings(
+        budgets=[2e9, 4e9, 8e9], smallest_lr_factors=[4.0], largest_lr_factors=[1.0], bootstrap=100
+    )
     for inp in inputs:
         inp.train_settings["lr"] = 4e-3 if inp.family == "recurrent" else 2e-3
         inp.train_settings["eval_batch_size"] = 64
     torch.manual_seed(0)
     ladder = [NgramRung(order=1, model="kn_1gram", heldout_loss=3.0, val_loss=3.0, val_ppl=20.0)]
     result = run_scaling(inputs, train, val, vocab, ladder[0], ladder, settings, tmp_path)
-    m = Scaling(trials=result.trials, families=result.families, count_model=result.count_model, versus=result.versus,
-                tokenizer_sha256="t", n_targets=1)
+    m = Scaling(
+        trials=result.trials,
+        families=result.families,
+        count_model=result.count_model,
+        versus=result.versus,
+        tokenizer_sha256="t",
+        n_targets=1,
+    )
     v = C.transformer_overtakes_lstm_with_compute(m)
     assert not v.passed and v.judged
     assert m.versus.lstm_minus_transformer < 0  # the LSTM, which uses context, is ahead at the largest budget

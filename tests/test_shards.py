@@ -132,8 +132,13 @@ class Route:
 
     def materialize(self, selection, partition_key=None, ops=None, raise_on_error=True) -> dg.ExecuteInProcessResult:
         result = dg.materialize(
-            list(self.defs.assets) + list(self.defs.asset_checks), selection=selection, partition_key=partition_key,
-            resources=self.resources, instance=self.inst, run_config={"ops": ops or {}}, raise_on_error=False,
+            list(self.defs.assets) + list(self.defs.asset_checks),
+            selection=selection,
+            partition_key=partition_key,
+            resources=self.resources,
+            instance=self.inst,
+            run_config={"ops": ops or {}},
+            raise_on_error=False,
         )
         if raise_on_error:
             assert result.success, "\n".join(step_errors(self.inst, result.run_id))
@@ -208,7 +213,7 @@ def test_sharded_blocks_equal_the_unsharded_route(route):
     start, real_x, real_y, n_tokens = 0, [], [], []
     for i, shard in enumerate(meta["shards"]):
         k, n = shard["key"], shard["train_blocks"]
-        got_x, got_y = train.x[start:start + n], train.y[start:start + n]
+        got_x, got_y = train.x[start : start + n], train.y[start : start + n]
         if i in (0, 1, 2, N_SHARDS - 1):  # a few shards (tokenizing costs): each exactly as packed alone
             expected = pack_blocks(token_stream(tok, texts[k]), BLOCK, meta["vocab_size"])
             assert np.array_equal(got_x, expected.x) and np.array_equal(got_y, expected.y), k
@@ -219,8 +224,12 @@ def test_sharded_blocks_equal_the_unsharded_route(route):
         start += n
     assert start == train.n_blocks and train.n_targets == meta["train_targets"] == sum(n_tokens) - N_SHARDS
     # The default route's labels (build_labels, streamed) over the same documents in the same order.
-    whole = build_labels({"train": [t for k in keys for t in texts[k]], "validation": texts[keys[0]][:1]}, tok_path,
-                         LabelSettings(block_size=BLOCK), route.state.parent / "unsharded")
+    whole = build_labels(
+        {"train": [t for k in keys for t in texts[k]], "validation": texts[keys[0]][:1]},
+        tok_path,
+        LabelSettings(block_size=BLOCK),
+        route.state.parent / "unsharded",
+    )
     ref_train, _, ref_meta = load_labels(whole.path)
     assert ref_meta["train_tokens"] == sum(n_tokens)
     crossing = np.cumsum(n_tokens)[:-1] - 1  # the pair (last [EOS] of a shard, first token of the next)
@@ -363,7 +372,7 @@ def _bad_shards(folder: Path) -> dict[str, str]:
     at = re.escape(str(folder))
     return {
         "truncated.xml.bz2": rf"{at}/truncated.xml.bz2: the dump is truncated or corrupted \(stopped after reading \d+ "
-            rf"of its \d+ bytes\)",
+        rf"of its \d+ bytes\)",
         "rows.jsonl": rf"{at}/rows.jsonl:3: invalid JSON",
         "latin1.txt": rf"{at}/latin1.txt: not valid UTF-8 at byte offset 27 \(line 3",
     }

@@ -170,8 +170,9 @@ def _started_run(instance, pid_event: int | None = None) -> str:
         DagsterEvent(DagsterEventType.RUN_START.value, job_name=run.job_name), run_id=run.run_id
     )
     if pid_event is not None:
-        instance.report_engine_event(f"Executing steps in process (pid: {pid_event})", run,
-                                     EngineEventData.in_process(pid_event))
+        instance.report_engine_event(
+            f"Executing steps in process (pid: {pid_event})", run, EngineEventData.in_process(pid_event)
+        )
     return run.run_id
 
 
@@ -373,7 +374,9 @@ def test_ui_addresses_are_recorded_on_first_use_and_move_only_when_asked(tmp_pat
     assert MlflowTracker().resolved_ui_url() == "http://127.0.0.1:5000"
     assert MlflowTracker(ui_url="http://h:1/").resolved_ui_url() == "http://h:1"  # the resource's field wins
     record_ui_addresses(mlflow="http://127.0.0.1:5511")
-    assert MlflowTracker().resolved_ui_url() == "http://127.0.0.1:5511" and dagster_run_url("r").startswith("http://127.0.0.1:3311/")
+    assert MlflowTracker().resolved_ui_url() == "http://127.0.0.1:5511" and dagster_run_url("r").startswith(
+        "http://127.0.0.1:3311/"
+    )
     with pytest.raises(ValueError, match="MLFLOW_UI_URL.*with a port"):
         monkeypatch.setenv("PIPELINE_STATE_DIR", str(tmp_path / "other"))
         monkeypatch.setenv("MLFLOW_UI_URL", "http://127.0.0.1")

@@ -105,10 +105,15 @@ def test_the_tune_job_refuses_a_model_it_does_not_sweep(field):
     LrSweepConfig(**{field: known[field]})  # a model it sweeps is taken
 
 
-@pytest.mark.parametrize("given, field", [({"lrs": []}, "lrs"), ({"batch_sizes": []}, "batch_sizes"),
-                                          ({"lrs_by_model": {"rnn_lm": []}}, r"lrs_by_model\[rnn_lm\]"),
-                                          ({"batch_sizes_by_model": {"lstm_lm": []}},
-                                           r"batch_sizes_by_model\[lstm_lm\]")])
+@pytest.mark.parametrize(
+    "given, field",
+    [
+        ({"lrs": []}, "lrs"),
+        ({"batch_sizes": []}, "batch_sizes"),
+        ({"lrs_by_model": {"rnn_lm": []}}, r"lrs_by_model\[rnn_lm\]"),
+        ({"batch_sizes_by_model": {"lstm_lm": []}}, r"batch_sizes_by_model\[lstm_lm\]"),
+    ],
+)
 def test_the_tune_job_refuses_an_empty_grid_instead_of_replacing_it(given, field):
     from pydantic import ValidationError
 
@@ -136,13 +141,17 @@ def test_check_config_checks_the_tune_and_scaling_sections_of_a_file(tmp_path):
     from pipelines.check_config import problems
 
     good = tmp_path / "good.yaml"
-    good.write_text("ops:\n  lr_sweep:\n    config: {lrs: [0.001, 0.002]}\n"
-                    "  scaling_laws:\n    config: {budgets: [1.0e+12, 2.0e+12, 4.0e+12]}\n")
+    good.write_text(
+        "ops:\n  lr_sweep:\n    config: {lrs: [0.001, 0.002]}\n"
+        "  scaling_laws:\n    config: {budgets: [1.0e+12, 2.0e+12, 4.0e+12]}\n"
+    )
     assert problems(good) == []
     bad = tmp_path / "bad.yaml"
-    bad.write_text("ops:\n  lr_sweep:\n    config: {lrs: []}\n"
-                   "  scaling_laws:\n    config: {budgets: [4.0e+12, 2.0e+12, 8.0e+12]}\n"
-                   "  no_such_asset:\n    config: {}\n")
+    bad.write_text(
+        "ops:\n  lr_sweep:\n    config: {lrs: []}\n"
+        "  scaling_laws:\n    config: {budgets: [4.0e+12, 2.0e+12, 8.0e+12]}\n"
+        "  no_such_asset:\n    config: {}\n"
+    )
     found = "\n".join(problems(bad))
     assert "ops.lr_sweep.config" in found and "lr_sweep.lrs is empty" in found
     assert "ops.scaling_laws.config" in found and "is not increasing" in found

@@ -57,8 +57,18 @@ def tiny_model(cell="rnn", seed=0, **kw) -> RecurrentLM:
 
 
 def quick(**kw) -> TrainSettings:
-    base = dict(max_steps=12, batch_size=8, lr=1e-2, min_lr=1e-3, warmup_steps=3, eval_interval=6, eval_batches=2,
-                log_interval=1, device="cpu", seed=7)
+    base = dict(
+        max_steps=12,
+        batch_size=8,
+        lr=1e-2,
+        min_lr=1e-3,
+        warmup_steps=3,
+        eval_interval=6,
+        eval_batches=2,
+        log_interval=1,
+        device="cpu",
+        seed=7,
+    )
     base.update(kw)
     return TrainSettings(**base)
 
@@ -112,8 +122,10 @@ def test_compiled_training_with_the_cpp_wrapper_follows_eager(tmp_path, blocks):
     runs = {}
     # float32 on every CPU kind (with AMX, `auto` would train under bf16 autocast, where compiled and eager
     # kernels round differently).
-    for name, kw in (("eager", {"dtype": "float32"}),
-                     ("cpp", {"dtype": "float32", "compile": True, "compile_options": {"cpp_wrapper": True}})):
+    for name, kw in (
+        ("eager", {"dtype": "float32"}),
+        ("cpp", {"dtype": "float32", "compile": True, "compile_options": {"cpp_wrapper": True}}),
+    ):
         seed_everything(0)
         model = Transformer(cfg, V)
         res = train(model, train_b, val_b, quick(max_steps=6, eval_interval=0, **kw), tmp_path / name)
@@ -129,9 +141,15 @@ def test_training_reduces_loss_and_logs_shared_names(tmp_path, blocks):
     train_b, val_b = blocks
     model = tiny_model("lstm")
     logged, progress = [], []
-    r = train(model, train_b, val_b, quick(max_steps=30, lr=3e-2, eval_interval=10, log_interval=5), tmp_path,
-              log_metrics=lambda m, step: logged.append((step, m)),
-              progress=lambda point, step, max_steps, eta: progress.append((point, step, max_steps, eta)))
+    r = train(
+        model,
+        train_b,
+        val_b,
+        quick(max_steps=30, lr=3e-2, eval_interval=10, log_interval=5),
+        tmp_path,
+        log_metrics=lambda m, step: logged.append((step, m)),
+        progress=lambda point, step, max_steps, eta: progress.append((point, step, max_steps, eta)),
+    )
     losses = train_losses(r.history)
     assert losses[-1] < math.log(V) - 0.8, losses  # from chance, ln(512) = 6.24, down clearly
     assert r.val_loss < math.log(V) - 0.7 and r.val_ppl == pytest.approx(math.exp(r.val_loss))
@@ -172,15 +190,25 @@ def test_the_validation_batch_is_apart_from_the_training_batch(tmp_path, blocks)
     the whole split at any size, and a capped evaluation counts its batches in that size."""
     train_b, val_b = blocks
     runs = {
-        e: train(tiny_model(), train_b, val_b, quick(batch_size=2, eval_batch_size=e, eval_batches=None, max_steps=4),
-                 tmp_path / f"e{e}")
+        e: train(
+            tiny_model(),
+            train_b,
+            val_b,
+            quick(batch_size=2, eval_batch_size=e, eval_batches=None, max_steps=4),
+            tmp_path / f"e{e}",
+        )
         for e in (None, 7)
     }
     full = int((np.asarray(val_b.y) != IGNORE_INDEX).sum())
     assert runs[None].metrics()["val/targets"] == runs[7].metrics()["val/targets"] == full
     assert runs[7].metrics()["val/loss"] == pytest.approx(runs[None].metrics()["val/loss"], rel=1e-6)
-    capped = train(tiny_model(), train_b, val_b, quick(batch_size=2, eval_batch_size=3, eval_batches=1, max_steps=2),
-                   tmp_path / "capped")
+    capped = train(
+        tiny_model(),
+        train_b,
+        val_b,
+        quick(batch_size=2, eval_batch_size=3, eval_batches=1, max_steps=2),
+        tmp_path / "capped",
+    )
     assert capped.metrics()["val/targets"] == int((np.asarray(val_b.y[:3]) != IGNORE_INDEX).sum()) < full
 
 
@@ -390,8 +418,8 @@ def flip_tensor_bits(path, mask: int) -> None:
     raw = bytearray(path.read_bytes())
     header = 8 + struct.unpack("<Q", raw[:8])[0]
     at = header + (len(raw) - header) // 2 // 4 * 4
-    (value,) = struct.unpack("<I", raw[at:at + 4])
-    raw[at:at + 4] = struct.pack("<I", value ^ mask)
+    (value,) = struct.unpack("<I", raw[at : at + 4])
+    raw[at : at + 4] = struct.pack("<I", value ^ mask)
     path.write_bytes(bytes(raw))
 
 

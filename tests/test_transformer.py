@@ -94,7 +94,7 @@ def test_weight_tying_shares_one_matrix():
 @pytest.mark.parametrize("norm", ["pre", "post"])
 @pytest.mark.parametrize("residual", [True, False])
 def test_norm_and_residual_variants_learn(corpus, norm, residual):
-    train_data, *_ , vocab, _, _ = corpus
+    train_data, *_, vocab, _, _ = corpus
     torch.manual_seed(0)
     model = Transformer(TransformerSettings(**TINY, norm=norm, residual=residual, dropout=0.1), vocab)
     assert isinstance(model.ln_f, torch.nn.LayerNorm) == (norm == "pre")
@@ -161,8 +161,16 @@ def test_gpu_settings_on_a_machine_without_cuda(corpus, tmp_path):
     train_data, val_data, vocab, *_ = corpus
     no_samples = SamplingSettings(num_samples=0)
     with pytest.raises(ConfigError, match="device='cuda' but no CUDA GPU"):
-        train_lm("transformer", TransformerSettings(**TINY), TrainSettings(max_steps=1, device="cuda"),
-                 train_data, val_data, vocab, tmp_path / "a", sampling=no_samples)
+        train_lm(
+            "transformer",
+            TransformerSettings(**TINY),
+            TrainSettings(max_steps=1, device="cuda"),
+            train_data,
+            val_data,
+            vocab,
+            tmp_path / "a",
+            sampling=no_samples,
+        )
     res = train_lm(
         "transformer",
         TransformerSettings(**TINY, sdpa_backend="flash"),
@@ -359,9 +367,24 @@ def test_training_profile_runs_each_side_in_its_own_process(tmp_path):
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "profile.json"
     proc = subprocess.run(
-        [sys.executable, "benchmarks/train_profile.py", "--text", datapath("lee_background.cor"), "--steps", "2",
-         "--warmup", "1", "--threads", "1", "--out", str(out)],
-        cwd=root, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "benchmarks/train_profile.py",
+            "--text",
+            datapath("lee_background.cor"),
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(out.read_text())

@@ -30,8 +30,15 @@ from conftest import SCREENSHOTS
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 # Headless and quiet: no GPU, no network beyond the two servers, no first-run pages.
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 VIEWPORT = {"width": 1600, "height": 1000}
 LANGUAGE_MODELS = ["rnn_lm", "lstm_lm", "transformer_lm"]
 LOCATION = "wordvec_to_transformer"  # the code location's fixed name (workspace.yaml, [tool.dg.project])
@@ -207,8 +214,14 @@ def servers(readme_run):
         wait_until_up(procs[0], f"{dagster_url}/server_info", logs["ui"], deadline)
         wait_until_up(procs[1], f"{mlflow_url}/health", logs["mlflow_ui"], deadline)
         dg_group = dg_dev_group(int(dagster_url.rsplit(":", 1)[1]))
-        yield {"state": state, "dagster": dagster_url, "mlflow": mlflow_url, "requested": requested,
-               "procs": dict(zip(logs, procs)), "logs": logs}
+        yield {
+            "state": state,
+            "dagster": dagster_url,
+            "mlflow": mlflow_url,
+            "requested": requested,
+            "procs": dict(zip(logs, procs)),
+            "logs": logs,
+        }
     finally:
         stop(procs)
     # SIGTERM to ui.sh stops dg dev (webserver, daemon, code server) too: its group empties within
@@ -506,8 +519,11 @@ def test_mlflow_compare_view_of_the_three_language_models(servers, tiny_run, new
     """Select rnn_lm, lstm_lm, transformer_lm under the run's parent, then "Compare"."""
     run_id = tiny_run["run_id"]
     client, all_runs = mlflow_runs(servers["state"])
-    ids = {r.data.tags.get("dagster.asset_key"): r.info.run_id for r in all_runs
-           if r.data.tags.get("dagster.run_id") == run_id and r.data.tags.get("dagster.role") != "dagster_run"}
+    ids = {
+        r.data.tags.get("dagster.asset_key"): r.info.run_id
+        for r in all_runs
+        if r.data.tags.get("dagster.run_id") == run_id and r.data.tags.get("dagster.role") != "dagster_run"
+    }
     page = new_page()
     open_experiment_runs(page, servers["mlflow"])
     expand_parent(page, run_id)
@@ -583,8 +599,12 @@ def test_the_ui_scripts_serve_where_the_recorded_links_point_and_say_so(servers)
 def test_readme_command_run_is_listed_under_its_job_and_location(servers, readme_run, new_page, screenshots):
     run_id = readme_run["run_id"]
     assert readme_run["location"] == LOCATION
-    data = graphql(servers["dagster"], """query($id: ID!) { runOrError(runId: $id) { ... on Run {
-        jobName status repositoryOrigin { repositoryLocationName repositoryName } } } }""", id=run_id)["runOrError"]
+    data = graphql(
+        servers["dagster"],
+        """query($id: ID!) { runOrError(runId: $id) { ... on Run {
+        jobName status repositoryOrigin { repositoryLocationName repositoryName } } } }""",
+        id=run_id,
+    )["runOrError"]
     assert data["jobName"] == "tiny_pipeline" and data["status"] == "SUCCESS", data
     assert data["repositoryOrigin"] == {"repositoryLocationName": LOCATION, "repositoryName": "__repository__"}, data
     page = new_page()
@@ -673,7 +693,9 @@ def test_mlflow_params_give_the_trained_architecture(servers, readme_run, new_pa
     assert children and all(c.startswith("model_comparison/") for c in children), children
     (rnn,) = [r for r in mine if r.info.run_name == "rnn_lm"]
     page = new_page()
-    page.goto(f"{servers['mlflow']}/#/experiments/{rnn.info.experiment_id}/runs/{rnn.info.run_id}?workflowType=machine_learning")
+    page.goto(
+        f"{servers['mlflow']}/#/experiments/{rnn.info.experiment_id}/runs/{rnn.info.run_id}?workflowType=machine_learning"
+    )
     close_mlflow_assistant(page)
     width = next(k for k in ("hidden_size", "n_embd") if f"resolved.{k}" in rnn.data.params)
     row = page.get_by_role("row").filter(has=page.get_by_text(f"resolved.{width}", exact=True))
@@ -719,7 +741,8 @@ def test_a_wide_figure_fits_the_asset_page_and_links_its_full_size(servers, read
     expect(img).to_be_visible()
     page.wait_for_function("e => e.complete && e.naturalWidth > 0", arg=img.element_handle())
     natural, shown, column = img.evaluate(
-        "e => [e.naturalWidth, e.getBoundingClientRect().width, e.closest('td').getBoundingClientRect().width]")
+        "e => [e.naturalWidth, e.getBoundingClientRect().width, e.closest('td').getBoundingClientRect().width]"
+    )
     assert 0 < natural <= shown + 1 and shown <= column, (natural, shown, column)  # whole, at its pixel size
     img.scroll_into_view_if_needed()
     page.screenshot(path=screenshots / "dagster_figure.png")
@@ -758,8 +781,9 @@ def test_the_rerun_report_opens_on_the_result_in_one_language_and_its_chinese_re
     expect(result).to_be_in_viewport()
     expect(result).to_contain_text("count model (")
     verdicts = result.locator("tbody tr td:nth-child(8)").all_inner_texts()
-    assert verdicts and all(v in ("unchanged", "within noise", "better", "worse", "changed") for v in verdicts[1:]), \
-        verdicts  # the first row is the count model's
+    assert verdicts and all(v in ("unchanged", "within noise", "better", "worse", "changed") for v in verdicts[1:]), (
+        verdicts
+    )  # the first row is the count model's
     expect(page.get_by_text(re.compile(r"evidence \(the headline\)"))).to_be_in_viewport()
     page.screenshot(path=screenshots / "report_first_screen.png")
     english = page.locator("span.en").first
@@ -779,8 +803,9 @@ def test_the_rerun_report_opens_on_the_result_in_one_language_and_its_chinese_re
     root = cdp.send("DOM.getDocument")["root"]["nodeId"]
     node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": "#probe"})["nodeId"]
     fonts = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
-    assert fonts == [{"familyName": "Report CJK", "postScriptName": "ReportCJK", "isCustomFont": True,
-                      "glyphCount": 3}], fonts
+    assert fonts == [
+        {"familyName": "Report CJK", "postScriptName": "ReportCJK", "isCustomFont": True, "glyphCount": 3}
+    ], fonts
     page.screenshot(path=screenshots / "report_zh.png")
 
 

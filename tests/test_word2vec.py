@@ -205,9 +205,7 @@ def test_row_update_cap_scales_a_frequent_rows_change():
     rng = np.random.default_rng(0)
     sentence = np.where(rng.random(60) < 0.5, 4, rng.integers(5, 8, 60))  # "the" every other word
     corpus = w2v._flatten([sentence], vocab, s.window)
-    ch = next(
-        w2v._epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, torch.device("cpu"), 1)
-    )
+    ch = next(w2v._epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, torch.device("cpu"), 1))
     W0 = torch.randn(len(vocab), 16, generator=torch.Generator().manual_seed(1)) * 0.3
     W0[0] = 0
     capped, free = W0.clone(), W0.clone()
@@ -269,9 +267,7 @@ def test_cap_binds_exactly_where_a_rows_sum_in_its_chunk_passes_the_cap(cap):
     B, L = 40, 30
     rows = np.where(rng.random((B, L)) < 0.3, rng.integers(0, 3, (B, L)), rng.integers(3, 500, (B, L)))
     terms = (rng.random((B, L)) * 3, np.where(rng.random((B, L)) < 0.5, 0.0, rng.random((B, L)) * 2))
-    expected = np.array(
-        [any(np.bincount(rows[b], weights=t[b]).max() > cap for t in terms) for b in range(B)]
-    )
+    expected = np.array([any(np.bincount(rows[b], weights=t[b]).max() > cap for t in terms) for b in range(B)])
     got = _cap_binds(rows, terms, cap)
     np.testing.assert_array_equal(got, expected)
     assert cap > 100 or cap < 1 or (expected.any() and not expected.all())  # both kinds at the middle caps
@@ -286,9 +282,7 @@ def test_every_pair_is_trained_once_within_its_sentence():
     rng = np.random.default_rng(0)
     sentences = [rng.integers(4, 10, size=n) for n in rng.integers(1, 30, size=40)]
     corpus = w2v._flatten(sentences, vocab, W)
-    chunks = list(
-        w2v._epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, torch.device("cpu"), 1)
-    )
+    chunks = list(w2v._epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, torch.device("cpu"), 1))
     pairs: list[tuple[int, int]] = []  # (centre, context) in corpus positions (sample=0 keeps every token)
     for ch in chunks:
         m = ch.masks.numpy()  # (C, W, 2)

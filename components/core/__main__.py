@@ -27,8 +27,12 @@ def _generate_args(p: argparse.ArgumentParser) -> None:
         help="export folder (model.safetensors, config.json, tokenizer.json, generation_config.json)",
     )
     p.add_argument("--prompt", default="", help="text to continue (empty: start a new document)")
-    p.add_argument("--max-new-tokens", type=int, default=None,
-                   help=f"new tokens, at most {MAX_NEW_TOKENS} (default: generation_config.json)")
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help=f"new tokens, at most {MAX_NEW_TOKENS} (default: generation_config.json)",
+    )
     p.add_argument(
         "--temperature",
         type=float,
@@ -52,8 +56,13 @@ def _run_generate(args: argparse.Namespace) -> int:
 
     try:
         out = generate(
-            args.model, args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-            top_k=args.top_k, seed=args.seed, device=args.device,
+            args.model,
+            args.prompt,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            seed=args.seed,
+            device=args.device,
         )
     except (ConfigError, PipelineInputError) as e:
         print(f"error: {e}", file=sys.stderr)

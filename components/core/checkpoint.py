@@ -45,8 +45,6 @@ class CheckpointCorruptError(PipelineInputError):
     with the checkpoint), or no SHA-256 was recorded: it is never resumed from."""
 
 
-
-
 def model_metadata(model: nn.Module, model_meta: dict | None = None) -> dict[str, str]:
     """The identity of a model, as safetensors metadata (strings only)."""
     config = getattr(model, "config", None)

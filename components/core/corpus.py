@@ -494,7 +494,8 @@ def build_corpus(settings: CorpusSettings, out_dir: str | Path, cache_dir: Optio
             raise PipelineInputError(f"the corpus at {where} is empty (no document with text left after cleaning)")
         if n < 2:
             fix = (
-                "for .txt files set corpus.txt_documents to 'paragraph'" if settings.txt_documents == "file"
+                "for .txt files set corpus.txt_documents to 'paragraph'"
+                if settings.txt_documents == "file"
                 else "add documents, or separate a .txt file's documents with a blank line"
             )
             raise PipelineInputError(

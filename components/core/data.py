@@ -200,8 +200,12 @@ class ShardedBlocks:
     for it: a piece holds a target exactly when it starts before the shard's last real target.
     """
 
-    def __init__(self, shards: Sequence[tuple[np.ndarray, np.ndarray, int | None]], cols: Sequence[int] | None = None,
-                 width: int | None = None) -> None:
+    def __init__(
+        self,
+        shards: Sequence[tuple[np.ndarray, np.ndarray, int | None]],
+        cols: Sequence[int] | None = None,
+        width: int | None = None,
+    ) -> None:
         if not shards:
             raise ValueError("ShardedBlocks needs at least one shard")
         full = int(shards[0][0].shape[1])
@@ -230,8 +234,10 @@ class ShardedBlocks:
             self._shards.append((x, y, int(real)))
         self._starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
         self._targets = targets
-        self._dtypes = (np.result_type(*[s[0].dtype for s in self._shards] or [np.uint16]),
-                        np.result_type(*[s[1].dtype for s in self._shards] or [np.int32]))
+        self._dtypes = (
+            np.result_type(*[s[0].dtype for s in self._shards] or [np.uint16]),
+            np.result_type(*[s[1].dtype for s in self._shards] or [np.int32]),
+        )
         self.x, self.y = _Column(self, 0), _Column(self, 1)
 
     @property
@@ -302,7 +308,7 @@ def _scan_max(a: np.ndarray) -> int:
                     raise ValueError(f"{a.filename} is shorter than its header says")
                 top, left = max(top, int(chunk.max())), left - len(chunk)
         return top
-    return max((int(a[i:i + SCAN_ROWS].max()) for i in range(0, a.shape[0], SCAN_ROWS)), default=-1)
+    return max((int(a[i : i + SCAN_ROWS].max()) for i in range(0, a.shape[0], SCAN_ROWS)), default=-1)
 
 
 Blocks = Union[TokenBlocks, ShardedBlocks]

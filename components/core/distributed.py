@@ -84,7 +84,7 @@ class LaunchSettings(BaseModel):
         2,
         ge=1,
         description="Processes of a torchrun launch: at most the CPU cores (on the CPU) or the GPUs; must divide "
-            "batch_size.",
+        "batch_size.",
     )
     strategy: Strategy = Field(
         "ddp",
@@ -104,7 +104,7 @@ class WorkerSpec(BaseModel):
     labels: str = Field(description="The labels folder (train_x.npy ..., meta.json).")
     labels_sha256: dict[str, str] = Field(
         description="Labels file (a path relative to the labels folder, or absolute: the shards' files of sharded "
-            "labels) -> "
+        "labels) -> "
         "its SHA-256; every one is checked."
     )
     tokenizer_sha256: str = Field(description="The tokenizer the labels were built with; recorded in the checkpoint.")
@@ -279,7 +279,11 @@ def run_worker(
     if resolve_device(spec.train.device)[0].type == "cuda":
         torch.cuda.set_device(local_rank)  # "cuda" is this rank's GPU from here on
     prep = prepare_lm(
-        spec.family, spec.model, spec.train, train_data, int(meta["vocab_size"]),
+        spec.family,
+        spec.model,
+        spec.train,
+        train_data,
+        int(meta["vocab_size"]),
         model_meta={"tokenizer_sha256": spec.tokenizer_sha256},
     )
     device = prep.device
@@ -305,14 +309,25 @@ def run_worker(
             )
     try:
         result = train(
-            model, train_data, val_data, steps_for_budget(prep, spec.train), spec.out_dir,
-            log_metrics=log_metrics, progress=progress, model_meta=prep.header,
-            step_callback=prep.step_callback, parallel=parallel,
+            model,
+            train_data,
+            val_data,
+            steps_for_budget(prep, spec.train),
+            spec.out_dir,
+            log_metrics=log_metrics,
+            progress=progress,
+            model_meta=prep.header,
+            step_callback=prep.step_callback,
+            parallel=parallel,
         )
         if parallel.is_main:
             write_train_result(
-                result, Path(spec.out_dir) / RESULT_FILE, world_size=world, backend=backend,
-                strategy=spec.strategy if world > 1 else "single", rank0_params=local_parameters(model),
+                result,
+                Path(spec.out_dir) / RESULT_FILE,
+                world_size=world,
+                backend=backend,
+                strategy=spec.strategy if world > 1 else "single",
+                rank0_params=local_parameters(model),
             )
     finally:
         if world > 1:
@@ -415,8 +430,13 @@ def _loopback_rendezvous_class():
                 listener.listen(128)
                 self.master_addr, self.master_port = listener.getsockname()
                 self._store = TCPStore(
-                    self.master_addr, self.master_port, self.world_size, True, self.timeout,
-                    multi_tenant=True, master_listen_fd=listener.fileno(),
+                    self.master_addr,
+                    self.master_port,
+                    self.world_size,
+                    True,
+                    self.timeout,
+                    multi_tenant=True,
+                    master_listen_fd=listener.fileno(),
                 )
                 self._listener = listener  # open as long as the store serves on it
             return super().next_rendezvous()
@@ -444,8 +464,15 @@ def torchrun_args(spec_path: str | Path, nproc_per_node: int, worker_module: str
     import uuid
 
     return [
-        "--nnodes=1", f"--rdzv-backend={LOOPBACK_RDZV}", "--rdzv-endpoint=127.0.0.1:0", f"--rdzv-id={uuid.uuid4()}",
-        f"--nproc-per-node={nproc_per_node}", "--max-restarts=0", "-m", worker_module, str(spec_path),
+        "--nnodes=1",
+        f"--rdzv-backend={LOOPBACK_RDZV}",
+        "--rdzv-endpoint=127.0.0.1:0",
+        f"--rdzv-id={uuid.uuid4()}",
+        f"--nproc-per-node={nproc_per_node}",
+        "--max-restarts=0",
+        "-m",
+        worker_module,
+        str(spec_path),
     ]
 
 
@@ -476,11 +503,13 @@ def failure_report(error: Any, out_dir: str | Path) -> dict[str, Any]:
     parts = [f"rank {cause['rank']} (pid {cause['pid']}) {cause['how']}"]
     parts += [
         f"rank {r['rank']} was stopped by the launcher" if r["signal"] == "SIGTERM" else f"rank {r['rank']} {r['how']}"
-        for r in ranks if r is not cause
+        for r in ranks
+        if r is not cause
     ]
     resume = (
         f"The last checkpoint (step {step}) is kept in {ckpt}; a rerun resumes from it."
-        if step is not None else "No checkpoint was written yet; a rerun starts fresh."
+        if step is not None
+        else "No checkpoint was written yet; a rerun starts fresh."
     )
     message = f"data-parallel training failed: {'; then '.join(parts)}. {resume}"
     return {

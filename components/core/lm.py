@@ -130,7 +130,11 @@ WIDTH_FIELDS = {"transformer": ("n_embd",), "recurrent": ("n_embd", "hidden_size
 
 
 def explicit_settings_win(
-    family: str, model: dict, model_defaults: dict, train: dict | None = None, train_defaults: dict | None = None,
+    family: str,
+    model: dict,
+    model_defaults: dict,
+    train: dict | None = None,
+    train_defaults: dict | None = None,
 ) -> tuple[dict, dict, list[str]]:
     """A setting the user changed is never silently overridden by one derived from a default.
 
@@ -327,8 +331,10 @@ def steps_for_budget(prep: PreparedLM, s: TrainSettings) -> TrainSettings:
     per_step = prep.model.flops_per_token(prep.block_size) * tokens
     steps = int(s.flops_budget // per_step)
     if steps < 1:
-        raise ConfigError(f"train.flops_budget={s.flops_budget:.3g} is smaller than one step ({per_step:.3g} FLOPs for "
-                          f"{s.batch_size} × {prep.block_size} tokens of this model)")
+        raise ConfigError(
+            f"train.flops_budget={s.flops_budget:.3g} is smaller than one step ({per_step:.3g} FLOPs for "
+            f"{s.batch_size} × {prep.block_size} tokens of this model)"
+        )
     if steps <= s.warmup_steps:
         raise ConfigError(
             f"train.flops_budget={s.flops_budget:.3g} buys {steps} steps, not more than warmup_steps={s.warmup_steps}"
@@ -363,8 +369,15 @@ def train_lm(
     prep = prepare_lm(family, model_settings, train_settings, train_data, vocab_size, model_meta=model_meta)
     train_settings = steps_for_budget(prep, train_settings)
     result = train(
-        prep.model, train_data, val_data, train_settings, out_dir,
-        log_metrics=log_metrics, progress=progress, resume=resume, model_meta=prep.header,
+        prep.model,
+        train_data,
+        val_data,
+        train_settings,
+        out_dir,
+        log_metrics=log_metrics,
+        progress=progress,
+        resume=resume,
+        model_meta=prep.header,
         step_callback=prep.step_callback,
     )
     return finish_lm(prep, result, val_data, sampling=sampling, decode=decode, encode=encode)

@@ -67,7 +67,11 @@ def plot_head_maps(weights: list[torch.Tensor], labels: list[str], title: str) -
 
 @torch.no_grad()
 def plot_attention_maps(
-    model: nn.Module, idx: torch.Tensor, *, decode: Callable[[list[int]], str] | None = None, max_heads: int = 4,
+    model: nn.Module,
+    idx: torch.Tensor,
+    *,
+    decode: Callable[[list[int]], str] | None = None,
+    max_heads: int = 4,
     max_tokens: int = 16,
 ) -> Figure:
     """Attention weights of every layer (rows) and the first heads (columns) of a Transformer on the
@@ -90,5 +94,13 @@ def draw_count_ladder(ax, rungs: list[tuple[str, float, bool]]) -> None:
             ax.axhline(loss, color="black", lw=1.4, label=f"count model ({name})")
         else:
             ax.axhline(loss, color="grey", ls=":", lw=0.8)
-        ax.text(1.0, loss, f" {name.removeprefix('kn_')}", transform=edge, fontsize=6, va="center",
-                color="black" if chosen else "grey", clip_on=False)
+        ax.text(
+            1.0,
+            loss,
+            f" {name.removeprefix('kn_')}",
+            transform=edge,
+            fontsize=6,
+            va="center",
+            color="black" if chosen else "grey",
+            clip_on=False,
+        )

@@ -114,16 +114,18 @@ def result_rows(lms: dict[str, LanguageModel], comparison: ModelComparison | Non
         base = lm.baseline
         change = next((c for c in lm.published.changes if c["name"] == "val/loss"), None)
         s = seeds.get(model) or {}
-        rows.append({
-            "model": model,
-            "val_loss": lm.val_loss,
-            "seeds": f"{s['min']:.3f}–{s['max']:.3f} ({int(s['seeds'])} seeds)" if s.get("seeds", 0) > 1 else "",
-            "minus_count_model": lm.val_loss - base.val_loss if base else None,
-            "on_the_count_ladder": ladder_position(lm.val_loss, base.ladder) if base else "",
-            "previous": change["previous"] if change else None,
-            "change": change["delta"] if change else None,
-            "since_previous_run": change["verdict"] if change else "new",
-        })
+        rows.append(
+            {
+                "model": model,
+                "val_loss": lm.val_loss,
+                "seeds": f"{s['min']:.3f}–{s['max']:.3f} ({int(s['seeds'])} seeds)" if s.get("seeds", 0) > 1 else "",
+                "minus_count_model": lm.val_loss - base.val_loss if base else None,
+                "on_the_count_ladder": ladder_position(lm.val_loss, base.ladder) if base else "",
+                "previous": change["previous"] if change else None,
+                "change": change["delta"] if change else None,
+                "since_previous_run": change["verdict"] if change else "new",
+            }
+        )
     return sorted(rows, key=lambda r: r["val_loss"])
 
 
@@ -131,16 +133,24 @@ def _signed(v: Any) -> str:
     return "" if v is None else f"{v:+.3f}"
 
 
-def result_html(rows: list[dict[str, Any]], count_model: tuple[str, float] | None,
-                counts: dict[str, dict[str, int]], count_changes: list[Change]) -> str:
+def result_html(
+    rows: list[dict[str, Any]],
+    count_model: tuple[str, float] | None,
+    counts: dict[str, dict[str, int]],
+    count_changes: list[Change],
+) -> str:
     """The page's first screen: the models against the count model, their change since the previous
     run, and the claims' counts by kind with their change."""
-    head = ("<th>model</th><th>val loss</th><th>seeds</th><th>− count model</th><th>on the count ladder</th>"
-            "<th>previous run</th><th>change</th><th>since the previous run</th>")
+    head = (
+        "<th>model</th><th>val loss</th><th>seeds</th><th>− count model</th><th>on the count ladder</th>"
+        "<th>previous run</th><th>change</th><th>since the previous run</th>"
+    )
     body = []
     if count_model:
-        body.append(f"<tr><td><strong>count model ({html.escape(count_model[0])})</strong></td>"
-                    f"<td><strong>{count_model[1]:.3f}</strong></td>" + "<td></td>" * 6 + "</tr>")
+        body.append(
+            f"<tr><td><strong>count model ({html.escape(count_model[0])})</strong></td>"
+            f"<td><strong>{count_model[1]:.3f}</strong></td>" + "<td></td>" * 6 + "</tr>"
+        )
     for r in rows:
         prev = "" if r["previous"] is None else f"{r['previous']:.3f}"
         body.append(
@@ -164,8 +174,11 @@ def result_html(rows: list[dict[str, Any]], count_model: tuple[str, float] | Non
         f'<table class="data result"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
         "<ul>"
         + line("claims", "evidence (the headline)", ("passed", "warnings", "failed", "not judged"))
-        + line("demonstrations", "demonstrations (by construction, not counted)",
-               ("shown", "warnings", "broken", "not judged"))
+        + line(
+            "demonstrations",
+            "demonstrations (by construction, not counted)",
+            ("shown", "warnings", "broken", "not judged"),
+        )
         + line("invariants", "invariants", ("held", "warnings", "broken", "not judged"))
         + "</ul><p class=\"desc\">Change: against each model's previous materialization; a verdict beyond noise "
         "compares it with the seed spread model_comparison measured. Counts in brackets: the change since the "
@@ -175,14 +188,18 @@ def result_html(rows: list[dict[str, Any]], count_model: tuple[str, float] | Non
 
 def result_markdown(rows: list[dict[str, Any]], count_model: tuple[str, float] | None) -> str:
     """The result table as markdown (the MLflow parent run's description)."""
-    lines = ["| model | val loss | − count model | on the count ladder | previous run | change | since then |",
-             "|---|---:|---:|---|---:|---:|---|"]
+    lines = [
+        "| model | val loss | − count model | on the count ladder | previous run | change | since then |",
+        "|---|---:|---:|---|---:|---:|---|",
+    ]
     if count_model:
         lines.append(f"| **count model ({count_model[0]})** | **{count_model[1]:.3f}** | | | | | |")
     for r in rows:
         prev = "" if r["previous"] is None else f"{r['previous']:.3f}"
-        lines.append(f"| {r['model']} | {r['val_loss']:.3f} | {_signed(r['minus_count_model'])} | "
-                     f"{r['on_the_count_ladder']} | {prev} | {_signed(r['change'])} | {r['since_previous_run']} |")
+        lines.append(
+            f"| {r['model']} | {r['val_loss']:.3f} | {_signed(r['minus_count_model'])} | "
+            f"{r['on_the_count_ladder']} | {prev} | {_signed(r['change'])} | {r['since_previous_run']} |"
+        )
     return "\n".join(lines)
 
 
@@ -488,7 +505,11 @@ def font_face(text: str) -> str:
 
 
 def summary_markdown(
-    title: str, judgements: list[Judgement], headline: dict[str, float], report_name: str, limit: int = 7000,
+    title: str,
+    judgements: list[Judgement],
+    headline: dict[str, float],
+    report_name: str,
+    limit: int = 7000,
     result: str = "",
 ) -> str:
     """The run's summary as markdown (MLflow's run description): claim counts, each claim's verdict,

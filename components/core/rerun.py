@@ -94,8 +94,10 @@ def changes_markdown(changes: list[Change], previous_label: str = "previous run"
         return ""
     order = {"worse": 0, "better": 1, "changed": 2, "within noise": 3, "unchanged": 4, "new": 5}
     rows = sorted(changes, key=lambda c: order.get(c.verdict, 9))[:limit]
-    lines = [f"| figure | {previous_label} | now | change | noise (seed spread) | verdict |",
-             "| --- | ---: | ---: | ---: | ---: | --- |"]
+    lines = [
+        f"| figure | {previous_label} | now | change | noise (seed spread) | verdict |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
     for c in rows:
         prev = "" if c.previous is None else f"{c.previous:.4g}"
         spread = "" if c.spread is None else f"{c.spread:.3g}"

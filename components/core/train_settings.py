@@ -21,7 +21,7 @@ class TrainSettings(BaseModel):
         16,
         ge=1,
         description="Blocks per micro-batch over all data-parallel ranks (each trains batch_size / world_size of "
-            "them).",
+        "them).",
     )
     block_size: Optional[int] = Field(
         None,
@@ -75,8 +75,9 @@ class TrainSettings(BaseModel):
         "auto", description="'cuda' demands a GPU; 'auto' uses one if present, else the CPU (with a warning)."
     )
     dtype: DtypeSetting = Field(
-        "auto", description="Autocast dtype; 'auto' = bfloat16 where the hardware multiplies it natively (a GPU that "
-        "supports it, a CPU with AMX-BF16), else float32. Weights and optimizer state stay float32."
+        "auto",
+        description="Autocast dtype; 'auto' = bfloat16 where the hardware multiplies it natively (a GPU that "
+        "supports it, a CPU with AMX-BF16), else float32. Weights and optimizer state stay float32.",
     )
     compile: bool = Field(False, description="torch.compile the model.")
     # dict[str, Any], checked below: dagster's run config (TrainConfig) takes no union value type

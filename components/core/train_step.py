@@ -63,7 +63,6 @@ def _grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
     return torch.nn.utils.get_total_norm(grads) if grads else torch.zeros(())
 
 
-
 def eval_targets(data: Blocks, batch_size: int, max_batches: int | None) -> int:
     """The number of targets `evaluate` averages over (the first max_batches * batch_size blocks; None = all)."""
     n = data.n_blocks if max_batches is None else min(data.n_blocks, batch_size * max_batches)

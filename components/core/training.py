@@ -115,8 +115,20 @@ from .train_step import (  # noqa: F401
 # Training settings that change the trajectory: a resume with different values is allowed (e.g. to
 # fine-tune at a lower lr) but no longer reproduces an uninterrupted run, so it is warned about.
 _TRAJECTORY_FIELDS = (
-    "batch_size", "block_size", "lr", "min_lr", "warmup_steps", "lr_decay_steps", "weight_decay",
-    "beta1", "beta2", "grad_clip", "grad_accum", "seed", "dtype", "optimizer",
+    "batch_size",
+    "block_size",
+    "lr",
+    "min_lr",
+    "warmup_steps",
+    "lr_decay_steps",
+    "weight_decay",
+    "beta1",
+    "beta2",
+    "grad_clip",
+    "grad_accum",
+    "seed",
+    "dtype",
+    "optimizer",
 )
 
 
@@ -220,7 +232,11 @@ class _Run:
     def validate(self) -> float:
         s = self.s
         return evaluate(
-            self.model, self.val_data, batch_size=s.eval_batch, max_batches=s.eval_batches, device=self.device,
+            self.model,
+            self.val_data,
+            batch_size=s.eval_batch,
+            max_batches=s.eval_batches,
+            device=self.device,
             dtype=self.dtype,
         )
 
@@ -302,9 +318,19 @@ def _setup(
     if s.compile:
         model = torch.compile(model, options=dict(s.compile_options) or None)
     return _Run(
-        s=s, model=model, raw_model=raw_model, state=state, train_data=train_data, val_data=val_data,
-        device=device, dtype=dtype, out_dir=out_dir, ckpt_dir=ckpt_dir,
-        tokens_per_step=tokens_per_step(s.batch_size, block_size, s.grad_accum), notes=notes, resumed_from=resumed_from,
+        s=s,
+        model=model,
+        raw_model=raw_model,
+        state=state,
+        train_data=train_data,
+        val_data=val_data,
+        device=device,
+        dtype=dtype,
+        out_dir=out_dir,
+        ckpt_dir=ckpt_dir,
+        tokens_per_step=tokens_per_step(s.batch_size, block_size, s.grad_accum),
+        notes=notes,
+        resumed_from=resumed_from,
         last_good=state.step if resumed_from else None,
     )
 
@@ -337,7 +363,13 @@ def _run_loop(
     while state.step < stop_at:
         will_log = (state.step + 1) % s.log_interval == 0 or state.step + 1 == s.max_steps
         st = optimizer_step(
-            state, run.model, run.train_data, s, device=device, dtype=run.dtype, parallel=parallel,
+            state,
+            run.model,
+            run.train_data,
+            s,
+            device=device,
+            dtype=run.dtype,
+            parallel=parallel,
             measure_clipped=will_log,
         )
         if parallel.world_size > 1:
@@ -378,8 +410,12 @@ def _run_loop(
         )
         if checkpoint_due and (parallel.is_main or parallel.sharded):
             (parallel.sharded or _Unsharded).save_checkpoint(
-                run.ckpt_dir, run.raw_model, step=state.step, optimizer=state.optimizer,
-                train_state=state.snapshot(s, device), model_meta=model_meta,
+                run.ckpt_dir,
+                run.raw_model,
+                step=state.step,
+                optimizer=state.optimizer,
+                train_state=state.snapshot(s, device),
+                model_meta=model_meta,
             )
             run.last_good = state.step
     return None, st
@@ -454,21 +490,27 @@ def train(
     """
     t_start = time.perf_counter()
     s = settings
-    run = _setup(
-        model, train_data, val_data, s, Path(out_dir), resume=resume, model_meta=model_meta, parallel=parallel
-    )
+    run = _setup(model, train_data, val_data, s, Path(out_dir), resume=resume, model_meta=model_meta, parallel=parallel)
     state = run.state
     stop_at = s.max_steps if stop_after_steps is None else min(s.max_steps, state.step + stop_after_steps)
     run.model.train()
     diverged, st = _run_loop(
-        run, stop_at=stop_at, log_metrics=log_metrics, progress=progress, model_meta=model_meta,
-        step_callback=step_callback, parallel=parallel,
+        run,
+        stop_at=stop_at,
+        log_metrics=log_metrics,
+        progress=progress,
+        model_meta=model_meta,
+        step_callback=step_callback,
+        parallel=parallel,
     )
     if diverged:
         if raise_on_divergence:
             raise TrainingDivergedError(
-                diverged, step=state.step + 1, loss=st.loss,
-                checkpoint_dir=run.ckpt_dir if run.last_good is not None else None, history=state.history,
+                diverged,
+                step=state.step + 1,
+                loss=st.loss,
+                checkpoint_dir=run.ckpt_dir if run.last_good is not None else None,
+                history=state.history,
             )
         run.notes.append(diverged)
     return _result(run, parallel, t_start)

@@ -26,7 +26,6 @@ dies fails the step with the launcher's report (which rank, which signal or exce
 checkpoint for the rerun.
 """
 
-
 import fcntl
 import os
 import shutil
@@ -97,8 +96,10 @@ class LanguageModelTrainConfig(LaunchSettings, TrainConfig):
     # None, not a number, by default: any max_steps a config writes, 200 included, is the user's and
     # turns a default flops_budget off (lm.explicit_settings_win compares a setting with its default).
     max_steps: Optional[int] = Field(
-        None, ge=1, description=f"Optimizer steps to train for (a resume continues up to this). None = the steps "
-        f"flops_budget buys, or {DEFAULT_MAX_STEPS} without a budget. Written, it turns a default flops_budget off."
+        None,
+        ge=1,
+        description=f"Optimizer steps to train for (a resume continues up to this). None = the steps "
+        f"flops_budget buys, or {DEFAULT_MAX_STEPS} without a budget. Written, it turns a default flops_budget off.",
     )
 
 
@@ -242,13 +243,24 @@ def language_model_asset(
         kinds={"pytorch", "safetensors"},
         tags={LM_TAG: family},
         pool=TRAINING_POOL,
-        check_specs=[*(claim_spec(c, name) for c in LM_CLAIMS),
-                     dg.AssetCheckSpec(REGRESSION_CHECK, asset=name, description=REGRESSION_DESCRIPTION)],
-        ins={"labels": dg.AssetIn(dg.AssetKey(labels)), "tokenizer": dg.AssetIn(dg.AssetKey(tokenizer)),
-             **({"baseline": dg.AssetIn(dg.AssetKey(baseline))} if baseline else {})},
+        check_specs=[
+            *(claim_spec(c, name) for c in LM_CLAIMS),
+            dg.AssetCheckSpec(REGRESSION_CHECK, asset=name, description=REGRESSION_DESCRIPTION),
+        ],
+        ins={
+            "labels": dg.AssetIn(dg.AssetKey(labels)),
+            "tokenizer": dg.AssetIn(dg.AssetKey(tokenizer)),
+            **({"baseline": dg.AssetIn(dg.AssetKey(baseline))} if baseline else {}),
+        },
     )
-    def _lm(context: dg.AssetExecutionContext, config: config_cls, labels: M.Labels, tokenizer: M.Tokenizer,
-            mlflow: MlflowTracker, **baseline_in: M.NgramBaseline):
+    def _lm(
+        context: dg.AssetExecutionContext,
+        config: config_cls,
+        labels: M.Labels,
+        tokenizer: M.Tokenizer,
+        mlflow: MlflowTracker,
+        **baseline_in: M.NgramBaseline,
+    ):
         check_same_tokenizer(labels, tokenizer)
         # A width or block size the run config sets is never resized by a default (explicit_settings_win).
         model_settings, train_settings, notes = explicit_settings_win(
@@ -271,8 +283,16 @@ def language_model_asset(
         scratch = scratch_dir(name, training_identity(name, family, config.model_dump(), labels, tokenizer))
         with exclusive(scratch):
             output = _train_and_publish(
-                context, mlflow, config, labels, tokenizer, scratch, baseline_in.get("baseline"),
-                name=name, family=family, description=description,
+                context,
+                mlflow,
+                config,
+                labels,
+                tokenizer,
+                scratch,
+                baseline_in.get("baseline"),
+                name=name,
+                family=family,
+                description=description,
             )
             shutil.rmtree(scratch, ignore_errors=True)  # under the lock: a waiting run starts clean
         yield output
@@ -284,7 +304,16 @@ def language_model_asset(
 
 
 def _train_and_publish(
-    context, mlflow, config, labels, tokenizer, scratch, ngram: M.NgramBaseline | None, *, name: str, family: str,
+    context,
+    mlflow,
+    config,
+    labels,
+    tokenizer,
+    scratch,
+    ngram: M.NgramBaseline | None,
+    *,
+    name: str,
+    family: str,
     description: str,
 ) -> dg.Output[M.LanguageModel]:
     """The language model's step inside its stage: train (in process or under torchrun), register the
@@ -325,8 +354,12 @@ def _train_and_publish(
         # The architecture that trained, beside the requested one (`model.*`): a parameter
         # budget resizes widths, so `model.hidden_size` 256 may have trained 286 wide. And what the
         # training did: the steps it took (a FLOPs budget decides them), the launcher and world size.
-        s.run.log_params({"resolved": effective_architecture(result.config.model_dump()),
-                          "train": effective_training(result.metrics, launched)})
+        s.run.log_params(
+            {
+                "resolved": effective_architecture(result.config.model_dump()),
+                "train": effective_training(result.metrics, launched),
+            }
+        )
         weights = s.tmp / WEIGHTS_FILE
         shutil.copy2(result.weights_path, weights)  # weights and config only: no optimizer state
         (s.tmp / "samples.txt").write_text("\n\n----------\n\n".join(result.samples) + "\n", encoding="utf-8")
@@ -351,8 +384,11 @@ def _train_and_publish(
                 registered_model=registered,
                 # The count model to beat, on the same validation targets (the claim checks that they are).
                 baseline=M.NgramReference(
-                    model=ngram.chosen.model, val_loss=ngram.val_loss, block_size=ngram.block_size,
-                    n_targets=ngram.n_targets, tokenizer_sha256=ngram.tokenizer_sha256,
+                    model=ngram.chosen.model,
+                    val_loss=ngram.val_loss,
+                    block_size=ngram.block_size,
+                    n_targets=ngram.n_targets,
+                    tokenizer_sha256=ngram.tokenizer_sha256,
                     ladder=list(ngram.rows),
                 )
                 if ngram
@@ -360,9 +396,7 @@ def _train_and_publish(
             ),
             metrics=metrics,
             figures=result.figures,
-            texts={"samples": "\n\n".join(f"```\n{t[:600]}\n```" for t in result.samples)}
-            if result.samples
-            else None,
+            texts={"samples": "\n\n".join(f"```\n{t[:600]}\n```" for t in result.samples)} if result.samples else None,
             files={"weights": weights, "samples": s.tmp / "samples.txt"},
             artifacts=[s.tmp / "samples.txt"],
             values={
@@ -406,18 +440,27 @@ def regression_result(lm: M.LanguageModel) -> dg.AssetCheckResult:
     """The run-over-run check of a language model's validation loss (`REGRESSION_CHECK`)."""
     change = next((c for c in lm.published.changes if c["name"] == "val/loss"), None)
     if change is None or change["previous"] is None:
-        return dg.AssetCheckResult(check_name=REGRESSION_CHECK, passed=True, severity=dg.AssetCheckSeverity.WARN,
-                                   metadata={"reason": "first materialization: nothing to compare with"},
-                                   description="first materialization: nothing to compare with")
-    line = (f"{change['verdict']}: val/loss {change['previous']:.4f} → {change['current']:.4f} "
-            f"({change['delta']:+.4f}; seed spread "
-            f"{'unknown' if change['spread'] is None else format(change['spread'], '.4f')})")
+        return dg.AssetCheckResult(
+            check_name=REGRESSION_CHECK,
+            passed=True,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={"reason": "first materialization: nothing to compare with"},
+            description="first materialization: nothing to compare with",
+        )
+    line = (
+        f"{change['verdict']}: val/loss {change['previous']:.4f} → {change['current']:.4f} "
+        f"({change['delta']:+.4f}; seed spread "
+        f"{'unknown' if change['spread'] is None else format(change['spread'], '.4f')})"
+    )
     return dg.AssetCheckResult(
         check_name=REGRESSION_CHECK,
         passed=change["verdict"] != "worse",
         severity=dg.AssetCheckSeverity.WARN,
-        metadata={"reason": line, "previous_run_id": lm.published.previous_run_id,
-                  **{k: v for k, v in change.items() if v is not None and k != "name"}},
+        metadata={
+            "reason": line,
+            "previous_run_id": lm.published.previous_run_id,
+            **{k: v for k, v in change.items() if v is not None and k != "name"},
+        },
         description=line,
     )
 
@@ -448,16 +491,29 @@ def effective_architecture(model: dict[str, Any]) -> dict[str, Any]:
 def effective_training(metrics: dict[str, Any], launched: dict[str, Any]) -> dict[str, Any]:
     """What the training did: the steps it took, the launcher and world size (and the torchrun
     strategy where torchrun ran it)."""
-    out = {"max_steps": int(metrics["steps"]), "launcher": launched.get("launcher", "inprocess"),
-           "world_size": int(launched.get("world_size", 1))}
+    out = {
+        "max_steps": int(metrics["steps"]),
+        "launcher": launched.get("launcher", "inprocess"),
+        "world_size": int(launched.get("world_size", 1)),
+    }
     if "strategy" in launched:
         out["strategy"] = launched["strategy"]
     return out
 
 
 def _train_torchrun(
-    context, s: Stage, mlflow: MlflowTracker, config, launch: LaunchSettings, train_settings: TrainSettings,
-    labels: dict, scratch: Path, common: dict, *, name: str, family: str,
+    context,
+    s: Stage,
+    mlflow: MlflowTracker,
+    config,
+    launch: LaunchSettings,
+    train_settings: TrainSettings,
+    labels: dict,
+    scratch: Path,
+    common: dict,
+    *,
+    name: str,
+    family: str,
 ) -> tuple[LMResult, dict]:
     """Train under torchrun through Pipes (module doc); then finish in this process from the checkpoint."""
     check_world_size(launch, train_settings)  # (the run config's validation has said so already)
@@ -476,8 +532,14 @@ def _train_torchrun(
     for stale in (RESULT_FILE, FAILURE_FILE):  # never read an earlier launch's result or failure
         (scratch / stale).unlink(missing_ok=True)
     command = [
-        sys.executable, "-m", "components.core.distributed", "launch",
-        f"--nproc-per-node={launch.nproc_per_node}", "--worker", DDP_WORKER, str(spec_path),
+        sys.executable,
+        "-m",
+        "components.core.distributed",
+        "launch",
+        f"--nproc-per-node={launch.nproc_per_node}",
+        "--worker",
+        DDP_WORKER,
+        str(spec_path),
     ]
     extras = {MLFLOW_RUN_ID: s.run.run_id, MLFLOW_TRACKING_URI: mlflow.resolved_uri()}
     context.log.info(
@@ -505,8 +567,12 @@ def _train_torchrun(
     trained, _ = read_train_result(result_file)
     train_data, val_data, meta = load_labels(labels.path)
     prep = prepare_lm(
-        family, FAMILY_SETTINGS[family](**config.model.model_dump()), train_settings, train_data,
-        int(meta["vocab_size"]), model_meta={"tokenizer_sha256": labels.tokenizer_sha256},
+        family,
+        FAMILY_SETTINGS[family](**config.model.model_dump()),
+        train_settings,
+        train_data,
+        int(meta["vocab_size"]),
+        model_meta={"tokenizer_sha256": labels.tokenizer_sha256},
     )
     load_weights_into(prep.model, trained.checkpoint_dir, expected_meta=model_metadata(prep.model, prep.header))
     prep.model.to(prep.device)
@@ -518,9 +584,11 @@ def _train_torchrun(
 # The training speed (train/tokens_per_s_mean) is only comparable between runs on a quiet machine:
 # the 1-minute load average before and after training, beside the threads training used. Above
 # those threads (+0.75, as the benchmarks judge it), something else competed for the cores.
-LOADED_WARNING = ("machine loaded while training (1-min load average {machine/load_1m_before:.2f} before, "
-                  "{machine/load_1m_after:.2f} after, for {machine/threads:.0f} training threads): "
-                  "train/tokens_per_s_mean is not comparable with a quiet run's")
+LOADED_WARNING = (
+    "machine loaded while training (1-min load average {machine/load_1m_before:.2f} before, "
+    "{machine/load_1m_after:.2f} after, for {machine/threads:.0f} training threads): "
+    "train/tokens_per_s_mean is not comparable with a quiet run's"
+)
 
 
 def machine_load() -> float:
@@ -533,12 +601,23 @@ def load_figures(before: float, after: float, processes: int = 1) -> dict[str, f
     import torch
 
     threads = torch.get_num_threads() * max(1, int(processes))
-    return {"machine/load_1m_before": before, "machine/load_1m_after": after, "machine/threads": float(threads),
-            "machine/loaded": float(max(before, after) > threads + 0.75)}
+    return {
+        "machine/load_1m_before": before,
+        "machine/load_1m_after": after,
+        "machine/threads": float(threads),
+        "machine/loaded": float(max(before, after) > threads + 0.75),
+    }
 
 
-def register_model(context: dg.AssetExecutionContext, s: Any, weights: Path, tokenizer: dict, result: Any, config: Any,
-                   description: str) -> dict[str, str]:
+def register_model(
+    context: dg.AssetExecutionContext,
+    s: Any,
+    weights: Path,
+    tokenizer: dict,
+    result: Any,
+    config: Any,
+    description: str,
+) -> dict[str, str]:
     """The trained model as an MLflow model (an FP32 export folder: weights, config, tokenizer) of the
     asset's run, registered as a new version of the model named after the asset."""
     import tempfile
@@ -590,9 +669,12 @@ def register_model(context: dg.AssetExecutionContext, s: Any, weights: Path, tok
                 **{f"resolved.{k}": v for k, v in effective_architecture(result.config.model_dump()).items()},
             },
         )
-    registered["aliases"] = ", ".join(f"{k}={v}" for k, v in move_aliases(
-        s.run.client, registered["name"], registered["version"],
-        scheduled=bool(context.run.tags.get(SCHEDULE_TAG))).items())
+    registered["aliases"] = ", ".join(
+        f"{k}={v}"
+        for k, v in move_aliases(
+            s.run.client, registered["name"], registered["version"], scheduled=bool(context.run.tags.get(SCHEDULE_TAG))
+        ).items()
+    )
     return registered
 
 

@@ -77,8 +77,14 @@ def _mlflow_runs(tracking_uri: str, where: str, role: str | None = None) -> list
     for r in client.search_runs([exp.experiment_id], filter_string=filt, max_results=5000):
         tags = r.data.tags
         if "dagster.run_id" in tags:
-            out.append({"run_id": r.info.run_id, "status": r.info.status, "dagster_run_id": tags["dagster.run_id"],
-                        "role": tags.get("dagster.role", "")})
+            out.append(
+                {
+                    "run_id": r.info.run_id,
+                    "status": r.info.status,
+                    "dagster_run_id": tags["dagster.run_id"],
+                    "role": tags.get("dagster.role", ""),
+                }
+            )
     return out
 
 

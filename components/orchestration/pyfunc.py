@@ -39,8 +39,14 @@ class ExportedLanguageModel:
         else:
             prompts = [str(p) for p in model_input]
         return [
-            generate(self.folder, p, max_new_tokens=params.get("max_new_tokens"), temperature=params.get("temperature"),
-                     seed=params.get("seed"), loaded=self.loaded).text
+            generate(
+                self.folder,
+                p,
+                max_new_tokens=params.get("max_new_tokens"),
+                temperature=params.get("temperature"),
+                seed=params.get("seed"),
+                loaded=self.loaded,
+            ).text
             for p in prompts
         ]
 

@@ -134,8 +134,16 @@ def recover_dead_runs(
 
     t0 = time.perf_counter()
     uri = tracking_uri or default_tracking_uri()
-    report: dict[str, Any] = {"runs_failed": [], "unknown": [], "young": [], "mlflow_killed": [], "mlflow_parents": [],
-                              "leftovers_removed": [], "leases_removed": [], "errors": []}
+    report: dict[str, Any] = {
+        "runs_failed": [],
+        "unknown": [],
+        "young": [],
+        "mlflow_killed": [],
+        "mlflow_parents": [],
+        "leftovers_removed": [],
+        "leases_removed": [],
+        "errors": [],
+    }
     active_statuses = [DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
     active: dict[str, Any] = {}
     dead: dict[str, str] = {}
@@ -199,7 +207,7 @@ def recovery_sensor(
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Marks runs whose processes are gone as failed (leases in <state>/leases); mirrors ended runs in "
-            "MLflow.",
+        "MLflow.",
     )
     def _sensor(context):  # (no annotation: this module has postponed annotations, `dg` is local)
         report = recover_dead_runs(context.instance, tracking_uri)

@@ -55,11 +55,13 @@ def signature():
     return ModelSignature(
         inputs=Schema([ColSpec("string", "prompt")]),
         outputs=Schema([ColSpec("string", "text")]),
-        params=ParamSchema([
-            ParamSpec("max_new_tokens", "long", DEFAULT_GENERATION["max_new_tokens"]),
-            ParamSpec("temperature", "double", DEFAULT_GENERATION["temperature"]),
-            ParamSpec("seed", "long", 0),
-        ]),
+        params=ParamSchema(
+            [
+                ParamSpec("max_new_tokens", "long", DEFAULT_GENERATION["max_new_tokens"]),
+                ParamSpec("temperature", "double", DEFAULT_GENERATION["temperature"]),
+                ParamSpec("seed", "long", 0),
+            ]
+        ),
     )
 
 
@@ -95,8 +97,15 @@ def log_and_register(
         return _log_and_register(run, staged, registered_name, description, model_description, tags, params)
 
 
-def _log_and_register(run: AssetRun, folder: Path, registered_name: str, description: str, model_description: str,
-                      tags: dict[str, Any], params: dict[str, Any] | None) -> dict[str, str]:
+def _log_and_register(
+    run: AssetRun,
+    folder: Path,
+    registered_name: str,
+    description: str,
+    model_description: str,
+    tags: dict[str, Any],
+    params: dict[str, Any] | None,
+) -> dict[str, str]:
     from mlflow.entities import LoggedModelOutput
     from mlflow.models import Model
     from mlflow.pyfunc import add_to_model
@@ -104,12 +113,21 @@ def _log_and_register(run: AssetRun, folder: Path, registered_name: str, descrip
     client = run.client
     tags = {k: str(v) for k, v in tags.items()}
     logged = client.create_logged_model(
-        run.experiment_id, name=registered_name, source_run_id=run.run_id, tags=tags,
-        params={k: str(v)[:6000] for k, v in (params or {}).items()}, model_type=MODEL_TYPE,
+        run.experiment_id,
+        name=registered_name,
+        source_run_id=run.run_id,
+        tags=tags,
+        params={k: str(v)[:6000] for k, v in (params or {}).items()},
+        model_type=MODEL_TYPE,
     )
     try:
-        mlmodel = Model(artifact_path=logged.artifact_location, run_id=run.run_id, model_id=logged.model_id,
-                        model_uuid=logged.model_id, signature=signature())
+        mlmodel = Model(
+            artifact_path=logged.artifact_location,
+            run_id=run.run_id,
+            model_id=logged.model_id,
+            model_uuid=logged.model_id,
+            signature=signature(),
+        )
         add_to_model(mlmodel, loader_module=LOADER_MODULE, data=".")
         mlmodel.save(str(folder / "MLmodel"))
         client.log_model_artifacts(logged.model_id, str(folder))
@@ -124,12 +142,19 @@ def _log_and_register(run: AssetRun, folder: Path, registered_name: str, descrip
     # so it is pointed at this client's store for the call (and restored after).
     with default_tracking_uri(client.tracking_uri):
         mv = client.create_model_version(
-            registered_name, source=f"models:/{logged.model_id}", run_id=run.run_id, tags=tags,
-            description=model_description, model_id=logged.model_id,
+            registered_name,
+            source=f"models:/{logged.model_id}",
+            run_id=run.run_id,
+            tags=tags,
+            description=model_description,
+            model_id=logged.model_id,
         )
     return {
-        "name": mv.name, "version": str(mv.version), "model_id": logged.model_id,
-        "source": mv.source, "uri": f"models:/{mv.name}/{mv.version}",
+        "name": mv.name,
+        "version": str(mv.version),
+        "model_id": logged.model_id,
+        "source": mv.source,
+        "uri": f"models:/{mv.name}/{mv.version}",
     }
 
 
@@ -144,8 +169,11 @@ def move_aliases(client: Any, name: str, version: str, *, scheduled: bool) -> di
     version as set."""
     new = client.get_model_version(name, version)
     tok = new.tags.get("tokenizer_sha256")
-    same = [v for v in client.search_model_versions(f"name = '{name}'", max_results=10_000)
-            if v.tags.get("tokenizer_sha256") == tok and _loss(v) is not None]
+    same = [
+        v
+        for v in client.search_model_versions(f"name = '{name}'", max_results=10_000)
+        if v.tags.get("tokenizer_sha256") == tok and _loss(v) is not None
+    ]
     out = {}
     if same:
         best = min(same, key=lambda v: (_loss(v), -int(v.version)))
@@ -162,4 +190,3 @@ def _loss(v: Any) -> float | None:
         return float(v.tags["val_loss"])
     except (KeyError, ValueError):
         return None
-

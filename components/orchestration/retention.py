@@ -71,10 +71,21 @@ def prune(
         raise ValueError("keep_last must be at least 1")
     t0 = time.perf_counter()
     root = artifacts_root()
-    report: dict[str, Any] = {"deleted": [], "kept": 0, "bytes_freed": 0, "leftovers_removed": [],
-                              "checkpoints_removed": [], "leases_removed": [], "skipped_partitioned": [],
-                              "locks_removed": [], "dagster_runs_deleted": [], "mlflow_runs_deleted": [],
-                              "bytes_freed_by": {}, "errors": [], "dry_run": dry_run}
+    report: dict[str, Any] = {
+        "deleted": [],
+        "kept": 0,
+        "bytes_freed": 0,
+        "leftovers_removed": [],
+        "checkpoints_removed": [],
+        "leases_removed": [],
+        "skipped_partitioned": [],
+        "locks_removed": [],
+        "dagster_runs_deleted": [],
+        "mlflow_runs_deleted": [],
+        "bytes_freed_by": {},
+        "errors": [],
+        "dry_run": dry_run,
+    }
     with file_lock(state_root() / ".prune.lock", blocking=False) as got:
         if not got:
             report["skipped"] = "another prune is running"
@@ -105,8 +116,15 @@ def _default_instance() -> Any:
     return open_instance(home)
 
 
-def _prune_locked(keep_last: int, instance: Any, assets: Iterable[str] | None, max_age_days: float | None,
-                  dry_run: bool, root: Path, report: dict[str, Any]) -> None:
+def _prune_locked(
+    keep_last: int,
+    instance: Any,
+    assets: Iterable[str] | None,
+    max_age_days: float | None,
+    dry_run: bool,
+    root: Path,
+    report: dict[str, Any],
+) -> None:
     # run folders, grouped by asset folder
     groups: dict[Path, list[Path]] = {}
     for folder, is_run in walk_artifacts(root):
@@ -225,7 +243,7 @@ def _referenced_runs(instance: Any, keep_last: int, registered: set[str]) -> set
                 instance.get_latest_storage_id_by_partition(key, DagsterEventType.ASSET_MATERIALIZATION).values()
             )
             for start in range(0, len(ids), 500):
-                chunk = ids[start:start + 500]
+                chunk = ids[start : start + 500]
                 result = instance.fetch_materializations(
                     AssetRecordsFilter(asset_key=key, storage_ids=chunk), limit=len(chunk)
                 )
@@ -284,8 +302,11 @@ def prune_history(instance: Any, tracking_uri: str, keep_last: int, dry_run: boo
         client = MlflowClient(tracking_uri=tracking_uri)
         registered_mlflow, registered_dagster = _registered_model_runs(client)
         keep = _referenced_runs(instance, keep_last, registered_dagster)
-        doomed = [r.dagster_run.run_id for r in instance.get_run_records()
-                  if r.dagster_run.is_finished and r.dagster_run.run_id not in keep]
+        doomed = [
+            r.dagster_run.run_id
+            for r in instance.get_run_records()
+            if r.dagster_run.is_finished and r.dagster_run.run_id not in keep
+        ]
         if not doomed:
             return
         mlflow_doomed = []
@@ -309,7 +330,7 @@ def prune_history(instance: Any, tracking_uri: str, keep_last: int, dry_run: boo
             remove_tree(home / "storage" / run_id)  # the local compute log manager's stdout/stderr files
             for suffix in (".db", ".db-wal", ".db-shm"):  # SQLite storage: the run's own event log file
                 (home / "history" / "runs" / f"{run_id}{suffix}").unlink(missing_ok=True)
-        for sqlite_db in [home / "history" / "runs.db", home / "history" / "runs" / "index.db", *( [db] if db else [])]:
+        for sqlite_db in [home / "history" / "runs.db", home / "history" / "runs" / "index.db", *([db] if db else [])]:
             _vacuum(sqlite_db)
     except Exception as e:  # housekeeping never fails the caller
         report["errors"].append(f"history: {type(e).__name__}: {e}")
@@ -332,7 +353,20 @@ def _mlflow_gc(tracking_uri: str, run_ids: list[str]) -> None:
     ):
         return  # a server's backend store is the server's to collect (`mlflow gc` where it runs)
     subprocess.run(
-        [sys.executable, "-m", "mlflow", "gc", "--backend-store-uri", tracking_uri, "--tracking-uri", tracking_uri,
-         "--run-ids", ",".join(run_ids)],
-        check=True, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "gc",
+            "--backend-store-uri",
+            tracking_uri,
+            "--tracking-uri",
+            tracking_uri,
+            "--run-ids",
+            ",".join(run_ids),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )

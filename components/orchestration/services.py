@@ -154,8 +154,10 @@ def dagster_storage(home: Path) -> dict[str, Any] | None:
 
 
 def _settings(storage: dict[str, Any]) -> str:
-    shown = [f"{n}=" + ("(set)" if "PASSWORD" in n.upper() and os.environ.get(n) else os.environ.get(n, "(not set)"))
-             for n in dict.fromkeys(storage["env"])]
+    shown = [
+        f"{n}=" + ("(set)" if "PASSWORD" in n.upper() and os.environ.get(n) else os.environ.get(n, "(not set)"))
+        for n in dict.fromkeys(storage["env"])
+    ]
     return ", ".join(shown) or "no environment variables"
 
 
@@ -175,8 +177,9 @@ def postgres_url(home: Path, storage: dict[str, Any] | None = None) -> str:
     try:
         from dagster_postgres.utils import pg_url_from_config
     except ImportError as e:
-        raise StoreUnreachable(f"{storage['path']} configures PostgreSQL storage, which needs dagster-postgres: "
-                               "pip install -e '.[deploy]'") from e
+        raise StoreUnreachable(
+            f"{storage['path']} configures PostgreSQL storage, which needs dagster-postgres: pip install -e '.[deploy]'"
+        ) from e
     from dagster._config import process_config
     from dagster._core.storage.config import pg_config
 
@@ -196,8 +199,11 @@ def check_dagster_storage(home: Path) -> dict[str, Any] | None:
     storage = dagster_storage(home)
     if storage and storage["kind"] == "postgres":
         url = postgres_url(home, storage)
-        check_database(url, "Dagster's instance storage (PostgreSQL)",
-                       f"{storage['path']} → storage.postgres, from {_settings(storage)}")
+        check_database(
+            url,
+            "Dagster's instance storage (PostgreSQL)",
+            f"{storage['path']} → storage.postgres, from {_settings(storage)}",
+        )
         storage["target"] = redact(url)
     return storage
 

@@ -37,6 +37,8 @@ from .validation import validate_run_config
 RETENTION_ENV = "PIPELINE_KEEP_LAST"
 DEFAULT_KEEP_LAST = 3
 REPORT_TABLE_ROWS = 50  # rows of each table kept in the manifest for the report (MLflow has them all)
+
+
 def metric_key(name: str) -> str:
     """MLflow names (`val/loss`) as Dagster metadata keys (`val_loss`)."""
     return name.replace("/", "_")

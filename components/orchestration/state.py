@@ -142,7 +142,7 @@ def sqlite_path(uri: str) -> Path | None:
     """The database file of a `sqlite:///...` URI, None for any other URI."""
     if not uri.startswith("sqlite:///"):
         return None
-    rest = uri[len("sqlite:///"):].split("?", 1)[0]
+    rest = uri[len("sqlite:///") :].split("?", 1)[0]
     return Path(rest).expanduser().resolve()
 
 

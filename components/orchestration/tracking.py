@@ -222,8 +222,13 @@ class AssetRun:
             self.run_id, data={c: [r.get(c) for r in rows] for c in cols}, artifact_file=f"tables/{name}.json"
         )
 
-    def child(self, name: str, metrics: dict[str, Any], params: dict[str, Any] | None = None,
-              series: dict[str, list[tuple[int, float]]] | None = None) -> "AssetRun":
+    def child(
+        self,
+        name: str,
+        metrics: dict[str, Any],
+        params: dict[str, Any] | None = None,
+        series: dict[str, list[tuple[int, float]]] | None = None,
+    ) -> "AssetRun":
         """A finished run nested under this one (e.g. one per model in a comparison), so MLflow's
         compare view lines the children up by metric name."""
         parent = self.client.get_run(self.run_id).data.tags
@@ -246,8 +251,9 @@ class AssetRun:
 
     def children_by(self, metric: str) -> list[Any]:
         """This run's child runs (a comparison's, one per model), best first by `metric` (lower is better)."""
-        runs = self.client.search_runs([self.experiment_id], f"tags.`mlflow.parentRunId` = '{self.run_id}'",
-                                       max_results=200)
+        runs = self.client.search_runs(
+            [self.experiment_id], f"tags.`mlflow.parentRunId` = '{self.run_id}'", max_results=200
+        )
         return sorted(runs, key=lambda r: r.data.metrics.get(metric, math.inf))
 
     def compare_url(self, run_ids: list[str]) -> str:
@@ -264,8 +270,10 @@ class AssetRun:
 
         search = quote(f"tags.`mlflow.parentRunId` = '{self.run_id}'", safe="")
         order = quote(f"metrics.`{metric}`", safe="")
-        return (f"{self.ui_base}/#/experiments/{self.experiment_id}?searchFilter={search}&orderByKey={order}"
-                f"&orderByAsc=true&{ML_VIEW}")
+        return (
+            f"{self.ui_base}/#/experiments/{self.experiment_id}?searchFilter={search}&orderByKey={order}"
+            f"&orderByAsc=true&{ML_VIEW}"
+        )
 
     def artifact_url(self, path: str) -> str:
         """The MLflow UI's view of one of this run's artifacts."""
@@ -353,8 +361,15 @@ class MlflowTracker(dg.ConfigurableResource):
                         raise
         return exp.experiment_id
 
-    def parent_run(self, client: Any, experiment_id: str, dagster_run_id: str, job_name: str,
-                   asset_selection: Any = None, created: _dt.datetime | None = None) -> str:
+    def parent_run(
+        self,
+        client: Any,
+        experiment_id: str,
+        dagster_run_id: str,
+        job_name: str,
+        asset_selection: Any = None,
+        created: _dt.datetime | None = None,
+    ) -> str:
         """The one parent run of this Dagster run (create, then converge; see the module docstring).
 
         Named after the job (`tiny_pipeline:1a2b3c4d`), or for a run of an asset selection launched
@@ -374,7 +389,7 @@ class MlflowTracker(dg.ConfigurableResource):
                     "dagster.job": job_name,
                     "dagster.run_url": run_url,
                     "mlflow.note.content": f"Dagster run [{dagster_run_id[:8]}]({run_url}) of "
-                        f"{run_subject(job_name, asset_selection)}.",
+                    f"{run_subject(job_name, asset_selection)}.",
                     **source_tags(f"pipelines.definitions:{job_label(job_name)}"),
                 },
             )
@@ -404,8 +419,9 @@ class MlflowTracker(dg.ConfigurableResource):
         experiment_id = self.experiment_id(client)
         record = context.instance.get_run_record_by_id(run_id)
         selection = context.run.asset_selection or context.job_def.asset_layer.selected_asset_keys
-        parent = self.parent_run(client, experiment_id, run_id, context.run.job_name, selection,
-                                 record.create_timestamp if record else None)
+        parent = self.parent_run(
+            client, experiment_id, run_id, context.run.job_name, selection, record.create_timestamp if record else None
+        )
         client.update_run(parent, "RUNNING")
         self.tag_dagster_run(context, experiment_id, parent)
         asset_key = context.asset_key.to_user_string()
@@ -484,6 +500,7 @@ def figure_png(fig: Any, dpi: int = FIGURE_DPI) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     return buf.getvalue()
+
 
 # Dagster shows an image at its pixel size and cuts off what does not fit its metadata table (about
 # 800 px of a 1600 px window, 640 px of a 1280 px one, for the value column): a wider figure is

@@ -79,8 +79,13 @@ def check_run_config(
             family = "recurrent" if hasattr(model, "hidden_size") else "transformer"
             defaults = classes[op]()
             try:
-                m, t, _ = explicit_settings_win(family, model.model_dump(), defaults.model.model_dump(),
-                                                train.model_dump(), defaults.train.model_dump())
+                m, t, _ = explicit_settings_win(
+                    family,
+                    model.model_dump(),
+                    defaults.model.model_dump(),
+                    train.model_dump(),
+                    defaults.train.model_dump(),
+                )
                 resolved = {"recurrent": RecurrentSettings, "transformer": TransformerSettings}[family](**m)
             except ConfigError as e:  # names its fields (model.…, train.…)
                 problems.append(f"ops.{op}.config: {e}")

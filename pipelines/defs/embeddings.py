@@ -64,8 +64,12 @@ def word_embeddings(
             metrics["gensim/train_seconds"] = time.perf_counter() - t0
             reference = s.final_path(save_reference(model, s.tmp / "embeddings"))
         return s.publish(
-            WordEmbeddings(path=s.final_path(s.tmp / "embeddings"), vocab_size=len(vocab), metrics=metrics,
-                           reference_path=reference),
+            WordEmbeddings(
+                path=s.final_path(s.tmp / "embeddings"),
+                vocab_size=len(vocab),
+                metrics=metrics,
+                reference_path=reference,
+            ),
             metrics=metrics,
             files={"embeddings": s.tmp / "embeddings"},
             artifacts=[files["vocab"]],
@@ -84,7 +88,9 @@ pad_excluded_from_similarity = claim_check("pad_excluded_from_similarity", word_
 
 @dg.asset(group_name=GROUP, kinds={"python"})
 def embedding_eval(
-    context: dg.AssetExecutionContext, config: EmbeddingEvalConfig, word_embeddings: WordEmbeddings,
+    context: dg.AssetExecutionContext,
+    config: EmbeddingEvalConfig,
+    word_embeddings: WordEmbeddings,
     mlflow: MlflowTracker,
 ) -> dg.Output[EmbeddingEval]:
     """Analogies (3CosAdd, top 30k words), WordSim353 and SimLex-999 Spearman, nearest neighbours,

@@ -77,7 +77,11 @@ def tokenizer_healthy_spec(asset: str) -> dg.AssetCheckSpec:
 
 
 def publish_tokenizer(
-    s: Stage, tok: Any, report: TokenizerReport, kind: str, extra: dict[str, Any] | None = None,
+    s: Stage,
+    tok: Any,
+    report: TokenizerReport,
+    kind: str,
+    extra: dict[str, Any] | None = None,
     manifest: type[Tokenizer] = Tokenizer,
 ) -> tuple[dg.Output, dg.AssetCheckResult]:
     """Save `tok` as `tokenizer.json`, probe its round trip, publish it with `report`'s figures as a

@@ -85,8 +85,14 @@ def attention_heads(
     with stage(context, mlflow, config.model_dump()) as s:
         _, val, _ = load_labels(labels.path)
         decode, encode = _codec(tokenizer)
-        r = run_attention_heads(load_lm(transformer_lm.weights), val, config, decode=decode, encode=encode,
-                                one_head=load_lm(transformer_1head_lm.weights))
+        r = run_attention_heads(
+            load_lm(transformer_lm.weights),
+            val,
+            config,
+            decode=decode,
+            encode=encode,
+            one_head=load_lm(transformer_1head_lm.weights),
+        )
         metrics = r.metrics()
         thresholds = {
             k: getattr(config, k) for k in ("prev_threshold", "first_threshold", "self_threshold", "local_distance")
@@ -167,8 +173,12 @@ def ffn_memories(
         texts = {split: list(dd[split]["text"]) for split in ("train", "validation")}
         neurons = run_ffn_memories(load_lm(transformer_lm.weights), val, config.neurons, decode=decode)
         r = fact_memories(
-            texts["train"], texts["validation"], TransformerSettings(**config.model.model_dump()),
-            TrainSettings(**config.train.model_dump()), FactSettings(**config.facts.model_dump()), s.tmp / "facts",
+            texts["train"],
+            texts["validation"],
+            TransformerSettings(**config.model.model_dump()),
+            TrainSettings(**config.train.model_dump()),
+            FactSettings(**config.facts.model_dump()),
+            s.tmp / "facts",
             known=known_words(texts["train"] + texts["validation"]),
         )
         metrics = r.metrics()
@@ -179,8 +189,9 @@ def ffn_memories(
             FfnMemories(
                 neurons=neurons,
                 facts_found=len(r.facts),
-                seeds=[FactSeed(seed=x.seed, val_loss=x.val_loss, steps=x.steps, **x.summary) for x in r.seeds
-                       if x.summary],
+                seeds=[
+                    FactSeed(seed=x.seed, val_loss=x.val_loss, steps=x.steps, **x.summary) for x in r.seeds if x.summary
+                ],
                 fact_rows=fact_rows,
                 made_up=r.made_up,
                 prompts_in_training_text=r.prompts_in_training_text,
@@ -189,12 +200,22 @@ def ffn_memories(
             metrics=metrics,
             tables={
                 "neurons": [
-                    {**n, "key_contexts": " | ".join(n["key_contexts"]),
-                     "value_tokens": " ".join(repr(t) for t in n["value_tokens"])}
+                    {
+                        **n,
+                        "key_contexts": " | ".join(n["key_contexts"]),
+                        "value_tokens": " ".join(repr(t) for t in n["value_tokens"]),
+                    }
                     for n in neurons
                 ],
-                "facts": [{"relation": f.relation, "subject": f.subject, "answer": f.answer,
-                           "training_sentences": f.cooccurrences} for f in r.facts],
+                "facts": [
+                    {
+                        "relation": f.relation,
+                        "subject": f.subject,
+                        "answer": f.answer,
+                        "training_sentences": f.cooccurrences,
+                    }
+                    for f in r.facts
+                ],
                 "fact_probe": fact_rows,
                 "fact_probe_untrained": control_rows,
                 "made_up": r.made_up,
@@ -230,8 +251,6 @@ def attention_topk(
         )
 
 
-
-
 @dg.asset(group_name=GROUP, kinds={"pytorch"})
 def article_examples(
     context: dg.AssetExecutionContext,
@@ -247,9 +266,7 @@ def article_examples(
     trained LSTM's gates token by token."""
     with stage(context, mlflow, config.model_dump()) as s:
         decode, encode = _codec(tokenizer)
-        r = run_article_examples(
-            load_lm(transformer_lm.weights), load_lm(lstm_lm.weights), encode, decode, config
-        )
+        r = run_article_examples(load_lm(transformer_lm.weights), load_lm(lstm_lm.weights), encode, decode, config)
         return s.publish(
             ArticleExamples(
                 word_order={k: v for k, v in r.word_order.items() if k not in ("without_position", "with_position")},

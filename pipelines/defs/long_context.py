@@ -197,8 +197,14 @@ def context_usage(
     context helps each, and where the window's limit shows."""
     with stage(context, mlflow, config.model_dump()) as s:
         _, val, _ = load_labels(labels.path)
-        models = {name: load_lm(m.weights) for name, m in
-                  (("transformer", transformer_lm), ("transformer_window", transformer_window_lm), ("lstm", lstm_lm))}
+        models = {
+            name: load_lm(m.weights)
+            for name, m in (
+                ("transformer", transformer_lm),
+                ("transformer_window", transformer_window_lm),
+                ("lstm", lstm_lm),
+            )
+        }
         result = run_context_usage(models, val, config)
         metrics = result.metrics()
         return s.publish(

@@ -32,16 +32,39 @@ def ngram_baseline(
         result = run_ngram_baseline(train, val, int(meta["vocab_size"]), NgramSettings(**config.model_dump()))
         chosen = result.chosen
         return s.publish(
-            NgramBaseline(rows=result.rows, chosen=chosen, val_loss=chosen.val_loss, block_size=result.block_size,
-                          n_targets=result.n_targets, n_heldout_targets=result.n_heldout_targets,
-                          n_train_tokens=result.n_train_tokens, vocab_size=result.vocab_size,
-                          tokenizer_sha256=labels.tokenizer_sha256),
+            NgramBaseline(
+                rows=result.rows,
+                chosen=chosen,
+                val_loss=chosen.val_loss,
+                block_size=result.block_size,
+                n_targets=result.n_targets,
+                n_heldout_targets=result.n_heldout_targets,
+                n_train_tokens=result.n_train_tokens,
+                vocab_size=result.vocab_size,
+                tokenizer_sha256=labels.tokenizer_sha256,
+            ),
             metrics=result.metrics(),
-            tables={"ladder": [{"order": r.order, "model": r.model, "heldout_loss": r.heldout_loss,
-                                "val_loss": r.val_loss, "val_ppl": r.val_ppl, "types": r.types,
-                                "chosen": r.order == chosen.order} for r in result.rows]},
+            tables={
+                "ladder": [
+                    {
+                        "order": r.order,
+                        "model": r.model,
+                        "heldout_loss": r.heldout_loss,
+                        "val_loss": r.val_loss,
+                        "val_ppl": r.val_ppl,
+                        "types": r.types,
+                        "chosen": r.order == chosen.order,
+                    }
+                    for r in result.rows
+                ]
+            },
             texts={"summary": result.markdown()},
-            values={"count_model": chosen.model, "chosen_order": chosen.order, "val_loss": chosen.val_loss,
-                    "heldout_loss": chosen.heldout_loss, "block_size": result.block_size,
-                    "n_targets": result.n_targets},
+            values={
+                "count_model": chosen.model,
+                "chosen_order": chosen.order,
+                "val_loss": chosen.val_loss,
+                "heldout_loss": chosen.heldout_loss,
+                "block_size": result.block_size,
+                "n_targets": result.n_targets,
+            },
         )

@@ -178,9 +178,9 @@ def _train_settings(source: dict, client: Any) -> dict:
         for k, v in params.items():
             if k.startswith("train."):
                 try:
-                    settings[k[len("train."):]] = json.loads(v)
+                    settings[k[len("train.") :]] = json.loads(v)
                 except ValueError:
-                    settings[k[len("train."):]] = None if v == "None" else v
+                    settings[k[len("train.") :]] = None if v == "None" else v
     except Exception as e:  # the training run is gone from this MLflow store: say so in config.json
         settings = {"unavailable": f"{type(e).__name__}: {e}"}
     return {"settings": settings, "metrics": source.get("metrics") or {}}
@@ -251,7 +251,7 @@ def model_export(
                 report.exports[config.register_variant].path,
                 config.registered_model_name,
                 description=f"The trained {MAIN_MODEL}, exported at {config.register_variant} (safetensors, "
-                    f"config.json, tokenizer.json).",
+                f"config.json, tokenizer.json).",
                 model_description=(
                     f"{MAIN_MODEL} at {config.register_variant}, Dagster run [{run_id[:8]}]({dagster_run_url(run_id)}) "
                     f"(asset [{context.asset_key.to_user_string()}]({dagster_asset_url(context.asset_key)}))."
@@ -309,9 +309,7 @@ def weights_arithmetic(
     to 70B ("70B ≈ 140 GB in FP16"), next to the measured bytes of the exported files, scales, code
     books and headers included."""
     with stage(context, mlflow, config.model_dump()) as s:
-        files = {
-            model_export.model: {v: f"{e['path']}/model.safetensors" for v, e in model_export.exports.items()}
-        }
+        files = {model_export.model: {v: f"{e['path']}/model.safetensors" for v, e in model_export.exports.items()}}
         params = {r["model"]: int(r["params"]) for r in quantized_models.rows if r["variant"] == "fp32"}
         reference = {_size_name(n): n for n in config.reference_params}
         result = arithmetic_of(files, params, reference)
@@ -332,4 +330,3 @@ def weights_arithmetic(
 
 def _size_name(n: float) -> str:
     return f"{n / 1e9:g}B" if n >= 1e9 else f"{n / 1e6:g}M"
-

@@ -71,7 +71,10 @@ clipping_tames_exploding_gradients = claim_check("clipping_tames_exploding_gradi
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
 def recurrent_cost(
-    context: dg.AssetExecutionContext, config: RecurrentCostConfig, rnn_lm: LanguageModel, lstm_lm: LanguageModel,
+    context: dg.AssetExecutionContext,
+    config: RecurrentCostConfig,
+    rnn_lm: LanguageModel,
+    lstm_lm: LanguageModel,
     mlflow: MlflowTracker,
 ) -> dg.Output[RecurrentCost]:
     """Time per training step and per generated token vs sequence length for the trained

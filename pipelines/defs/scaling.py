@@ -50,19 +50,31 @@ def family_input(name: str, lm: LanguageModel, comparison: ModelComparison, defa
     noise = spreads.get(short) or max(spreads.values(), default=default_noise)
     m = lm.metrics
     return FamilyInput(
-        name=name, family=lm.family, model_config=dict(lm.model_config), train_settings=dict(lm.train_settings),
-        params=lm.params, val_loss=lm.val_loss,
+        name=name,
+        family=lm.family,
+        model_config=dict(lm.model_config),
+        train_settings=dict(lm.train_settings),
+        params=lm.params,
+        val_loss=lm.val_loss,
         train_seconds=float(m.get("train/seconds", m["steps"] * m["train/step_ms_mean"] / 1000)),
-        flops_per_token=float(m["flops_per_token"]), steps=int(m["steps"]), noise=float(noise),
+        flops_per_token=float(m["flops_per_token"]),
+        steps=int(m["steps"]),
+        noise=float(noise),
         noise_measured=short in spreads,
     )
 
 
-@dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL,
-          ins={m: dg.AssetIn(dg.AssetKey(m)) for m in FAMILIES})
+@dg.asset(
+    group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL, ins={m: dg.AssetIn(dg.AssetKey(m)) for m in FAMILIES}
+)
 def scaling_laws(
-    context: dg.AssetExecutionContext, config: ScalingConfig, labels: Labels, ngram_baseline: NgramBaseline,
-    model_comparison: ModelComparison, mlflow: MlflowTracker, **lms: LanguageModel,
+    context: dg.AssetExecutionContext,
+    config: ScalingConfig,
+    labels: Labels,
+    ngram_baseline: NgramBaseline,
+    model_comparison: ModelComparison,
+    mlflow: MlflowTracker,
+    **lms: LanguageModel,
 ) -> dg.Output[Scaling]:
     """Each family trained at every budget with its size growing by the rule, learning rate and batch
     swept at the smallest and the largest budget; loss against FLOPs and against training seconds
@@ -71,8 +83,10 @@ def scaling_laws(
     models = {n: lms[n] for n in config.models}
     hashes = {m.tokenizer_sha256 for m in models.values()} | {ngram_baseline.tokenizer_sha256, labels.tokenizer_sha256}
     if len(hashes) != 1:
-        raise dg.Failure("the language models, the count ladder and the labels come from different tokenizers: "
-                         "re-materialize them together (a default run) before the scaling job")
+        raise dg.Failure(
+            "the language models, the count ladder and the labels come from different tokenizers: "
+            "re-materialize them together (a default run) before the scaling job"
+        )
     off = [n for n, m in models.items() if m.val_targets != ngram_baseline.n_targets]
     if off:
         raise dg.Failure(f"{off} were scored on other validation targets than the count model: re-materialize them")
@@ -82,25 +96,54 @@ def scaling_laws(
         inputs = [family_input(n, m, model_comparison, settings.default_noise) for n, m in models.items()]
 
         def log(row: dict) -> None:
-            context.log.info(f"{row['model']} at {row['budget']:.3g} FLOPs ({row['role']}): batch {row['batch_size']}, "
-                             f"lr {row['lr']:.3g}, {row['steps']} steps, {row['train_seconds']:.0f} s of training: "
-                             f"val loss {row['val_loss']:.4f}")
+            context.log.info(
+                f"{row['model']} at {row['budget']:.3g} FLOPs ({row['role']}): batch {row['batch_size']}, "
+                f"lr {row['lr']:.3g}, {row['steps']} steps, {row['train_seconds']:.0f} s of training: "
+                f"val loss {row['val_loss']:.4f}"
+            )
             s.run.child(
                 f"{row['model']} {row['budget']:.3g} FLOPs lr={row['lr']:.3g} batch={row['batch_size']}",
-                {"val/loss": row["val_loss"], "train/seconds": row["train_seconds"], "train/flops": row["flops"],
-                 "params": row["params"], "steps": row["steps"], "epochs": row["epochs"]},
-                params={"model": row["model"], "budget": row["budget"], "lr": row["lr"],
-                        "batch_size": row["batch_size"], "reused": row["reused"]},
+                {
+                    "val/loss": row["val_loss"],
+                    "train/seconds": row["train_seconds"],
+                    "train/flops": row["flops"],
+                    "params": row["params"],
+                    "steps": row["steps"],
+                    "epochs": row["epochs"],
+                },
+                params={
+                    "model": row["model"],
+                    "budget": row["budget"],
+                    "lr": row["lr"],
+                    "batch_size": row["batch_size"],
+                    "reused": row["reused"],
+                },
             )
 
-        result = core.run_scaling(inputs, train, val, int(meta["vocab_size"]), ngram_baseline.chosen,
-                                  ngram_baseline.rows, settings, s.tmp / "trials",
-                                  model_meta={"tokenizer_sha256": labels.tokenizer_sha256}, log=log)
+        result = core.run_scaling(
+            inputs,
+            train,
+            val,
+            int(meta["vocab_size"]),
+            ngram_baseline.chosen,
+            ngram_baseline.rows,
+            settings,
+            s.tmp / "trials",
+            model_meta={"tokenizer_sha256": labels.tokenizer_sha256},
+            log=log,
+        )
         shutil.rmtree(s.tmp / "trials", ignore_errors=True)  # trial checkpoints: only the losses are kept
-        manifest = Scaling(budgets=result.budgets, trials=result.trials, families=result.families,
-                           count_model=result.count_model, versus=result.versus,
-                           tokenizer_sha256=labels.tokenizer_sha256, n_targets=ngram_baseline.n_targets,
-                           settings=result.settings, machine=cpu_identity())
+        manifest = Scaling(
+            budgets=result.budgets,
+            trials=result.trials,
+            families=result.families,
+            count_model=result.count_model,
+            versus=result.versus,
+            tokenizer_sha256=labels.tokenizer_sha256,
+            n_targets=ngram_baseline.n_targets,
+            settings=result.settings,
+            machine=cpu_identity(),
+        )
         return s.publish(
             manifest,
             metrics=scaling_metrics(manifest),

@@ -69,12 +69,21 @@ def corpus_shards(
         result = build_corpus_shard(path, read, s.tmp / "dataset", cache_dir=state_root() / "cache" / "datasets")
         stats = numbers(result.stats)
         return s.publish(
-            CorpusShard(path=s.final_path(s.tmp / "dataset"), shard=key, source=source, **stats,
-                        content_sha256=result.stats["content_sha256"]),
+            CorpusShard(
+                path=s.final_path(s.tmp / "dataset"),
+                shard=key,
+                source=source,
+                **stats,
+                content_sha256=result.stats["content_sha256"],
+            ),
             metrics=stats,
             files={"dataset": s.tmp / "dataset"},
-            values={"shard_file": dg.MetadataValue.path(source["path"]), "shard_sha256": source["sha256"],
-                    "shard_bytes": source["bytes"], "content_sha256": result.stats["content_sha256"]},
+            values={
+                "shard_file": dg.MetadataValue.path(source["path"]),
+                "shard_sha256": source["sha256"],
+                "shard_bytes": source["bytes"],
+                "content_sha256": result.stats["content_sha256"],
+            },
             warnings=result.stats.get("warnings"),
         )
 
@@ -131,7 +140,9 @@ def label_shards(
     ins={"label_shards": dg.AssetIn(partition_mapping=dg.AllPartitionMapping())},
 )
 def sharded_labels(
-    context: dg.AssetExecutionContext, label_shards: dict[str, LabelShard], shard_tokenizer: ShardTokenizer,
+    context: dg.AssetExecutionContext,
+    label_shards: dict[str, LabelShard],
+    shard_tokenizer: ShardTokenizer,
     mlflow: MlflowTracker,
 ) -> dg.Output[ShardedLabels]:
     """Every shard's token files listed in one `meta.json` (nothing copied), in key order:
@@ -146,13 +157,15 @@ def sharded_labels(
         )
     with stage(context, mlflow, {"shards": len(label_shards)}) as s:
         result = combine_label_shards({k: m.path for k, m in label_shards.items()}, s.tmp)
-        recorded = {
-            f"{k}/{name}": m.files[name] for k, m in label_shards.items() for name in m.files if name != "meta"
-        }
+        recorded = {f"{k}/{name}": m.files[name] for k, m in label_shards.items() for name in m.files if name != "meta"}
         totals = numbers(result.meta)
         return s.publish(
-            ShardedLabels(path=str(s.final), **totals, tokenizer_sha256=result.meta["tokenizer_sha256"],
-                          shards={k: m.dagster_run_id for k, m in sorted(label_shards.items())}),
+            ShardedLabels(
+                path=str(s.final),
+                **totals,
+                tokenizer_sha256=result.meta["tokenizer_sha256"],
+                shards={k: m.dagster_run_id for k, m in sorted(label_shards.items())},
+            ),
             metrics=totals,
             files={"meta": s.tmp / "meta.json"},
             recorded_files=recorded,
@@ -231,8 +244,12 @@ def shard_sensor(context: dg.SensorEvaluationContext, shards: ShardFolder) -> dg
     prints = {k: fingerprint(p) for k, p in files.items()}
 
     def result(runs: list[dg.RunRequest], why: str | None = None) -> dg.SensorResult:
-        return dg.SensorResult(run_requests=runs, dynamic_partitions_requests=adds, skip_reason=None if runs else why,
-                               cursor=json.dumps({**cursor, "requested": requested}))
+        return dg.SensorResult(
+            run_requests=runs,
+            dynamic_partitions_requests=adds,
+            skip_reason=None if runs else why,
+            cursor=json.dumps({**cursor, "requested": requested}),
+        )
 
     if not files:
         return result([], f"no shard files in {shards.folder()}")
@@ -262,8 +279,11 @@ def shard_sensor(context: dg.SensorEvaluationContext, shards: ShardFolder) -> dg
     done = instance.get_materialized_partitions(dg.AssetKey("label_shards"))
     if not set(partitions) <= done or _runs(instance, "ingest", IN_FLIGHT):
         return result([], f"{len(set(partitions) - done)} of {len(partitions)} shards not ingested yet")
-    latest = max(instance.get_latest_storage_id_by_partition(
-        dg.AssetKey("label_shards"), dg.DagsterEventType.ASSET_MATERIALIZATION, set(partitions)).values())
+    latest = max(
+        instance.get_latest_storage_id_by_partition(
+            dg.AssetKey("label_shards"), dg.DagsterEventType.ASSET_MATERIALIZATION, set(partitions)
+        ).values()
+    )
     combined = instance.fetch_materializations(dg.AssetKey("sharded_labels"), limit=1).records
     if combined and combined[0].storage_id > latest:
         return result([], f"sharded_labels is up to date with all {len(partitions)} shards")

@@ -50,7 +50,9 @@ class LrSweepConfig(dg.Config, SweepSettings):
 
     models: list[str] = Field(list(SWEPT), description=f"Language models to sweep (of {list(SWEPT)}).")
     heldout_fraction: float = Field(
-        0.1, gt=0, lt=0.5,
+        0.1,
+        gt=0,
+        lt=0.5,
         description="The last fraction of the training blocks the trials are scored on (and do not train on): the "
         "choices are made on data no claim judges, never on the validation split.",
     )
@@ -77,16 +79,22 @@ class LrSweepConfig(dg.Config, SweepSettings):
     @model_validator(mode="after")
     def _known_models(self) -> "LrSweepConfig":
         # Refused when the run's config is read, before any input is loaded or any trial trains.
-        for field_name, names in (("models", self.models), ("lrs_by_model", self.lrs_by_model),
-                                  ("batch_sizes_by_model", self.batch_sizes_by_model)):
+        for field_name, names in (
+            ("models", self.models),
+            ("lrs_by_model", self.lrs_by_model),
+            ("batch_sizes_by_model", self.batch_sizes_by_model),
+        ):
             unknown = sorted(set(names) - set(SWEPT))
             if unknown:
                 raise ValueError(f"lr_sweep.{field_name} names {unknown}; valid: {list(SWEPT)}")
         if not self.models:
             raise ValueError(f"lr_sweep.models is empty: name at least one of {list(SWEPT)}")
-        for field_name, value in (("lrs", self.lrs), ("batch_sizes", self.batch_sizes),
-                                  *((f"lrs_by_model[{n}]", v) for n, v in self.lrs_by_model.items()),
-                                  *((f"batch_sizes_by_model[{n}]", v) for n, v in self.batch_sizes_by_model.items())):
+        for field_name, value in (
+            ("lrs", self.lrs),
+            ("batch_sizes", self.batch_sizes),
+            *((f"lrs_by_model[{n}]", v) for n, v in self.lrs_by_model.items()),
+            *((f"batch_sizes_by_model[{n}]", v) for n, v in self.batch_sizes_by_model.items()),
+        ):
             if value is not None and not value:
                 raise ValueError(f"lr_sweep.{field_name} is empty: give at least one value, or leave it out")
         for name in self.models:
@@ -104,7 +112,10 @@ class LrSweepConfig(dg.Config, SweepSettings):
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL, ins={m: dg.AssetIn(dg.AssetKey(m)) for m in SWEPT})
 def lr_sweep(
-    context: dg.AssetExecutionContext, config: LrSweepConfig, labels: Labels, mlflow: MlflowTracker,
+    context: dg.AssetExecutionContext,
+    config: LrSweepConfig,
+    labels: Labels,
+    mlflow: MlflowTracker,
     **lms: LanguageModel,
 ) -> dg.Output[LrSweep]:
     """For each model: its architecture and training settings as trained, retrained at every (batch
@@ -114,20 +125,34 @@ def lr_sweep(
     The chosen values, and the `defs.yaml` lines that set them, are published."""
     grids = {name: config.for_model(name) for name in config.models}
     for name, g in grids.items():  # every grid checked before any trial trains
-        check_grid(g, where=f"lr_sweep[{name}]", tokens_per_step=max(g.batch_sizes) * (config.block_size or 1),
-                   budget_tokens=g.max_steps * g.batch_sizes[0] * (config.block_size or 1))
+        check_grid(
+            g,
+            where=f"lr_sweep[{name}]",
+            tokens_per_step=max(g.batch_sizes) * (config.block_size or 1),
+            budget_tokens=g.max_steps * g.batch_sizes[0] * (config.block_size or 1),
+        )
     with stage(context, mlflow, config.model_dump()) as s:
         train_all, _, meta = load_labels(labels.path)
         train, heldout = split_tail(train_all, config.heldout_fraction)
-        context.log.info(f"trials train on {train.n_blocks} blocks and are scored on the held-out last "
-                         f"{heldout.n_blocks} ({config.heldout_fraction:.0%}) of the training split")
+        context.log.info(
+            f"trials train on {train.n_blocks} blocks and are scored on the held-out last "
+            f"{heldout.n_blocks} ({config.heldout_fraction:.0%}) of the training split"
+        )
         chosen, rows, figures, texts, budgets = {}, [], {}, {}, {}
         for name in config.models:
             m = lms[name]
             base = {k: v for k, v in m.train_settings.items() if k not in ("launcher", "nproc_per_node", "strategy")}
             base["block_size"] = config.block_size
-            trial = lm_trial(m.family, m.model_config, base, train, heldout, int(meta["vocab_size"]), s.tmp / name,
-                             model_meta={"tokenizer_sha256": labels.tokenizer_sha256})
+            trial = lm_trial(
+                m.family,
+                m.model_config,
+                base,
+                train,
+                heldout,
+                int(meta["vocab_size"]),
+                s.tmp / name,
+                model_meta={"tokenizer_sha256": labels.tokenizer_sha256},
+            )
 
             def log(row: dict, name: str = name, budget: float | None = base.get("flops_budget")) -> None:
                 context.log.info(
@@ -166,11 +191,16 @@ def lr_sweep(
                 "steps": float(b.get("steps", settings.max_steps)),
             }
             flops = base.get("flops_budget")
-            budgets[name] = f"{flops:.3g} FLOPs ({int(chosen[name]['steps'])} steps)" if flops else \
-                f"{settings.max_steps} steps"
+            budgets[name] = (
+                f"{flops:.3g} FLOPs ({int(chosen[name]['steps'])} steps)" if flops else f"{settings.max_steps} steps"
+            )
             rows += [
-                {"model": name, **{k: t[k] for k in ("batch_size", "lr", "warmup_steps", "val_loss")},
-                 "steps": t.get("steps", t["max_steps"]), "chosen": t is b}
+                {
+                    "model": name,
+                    **{k: t[k] for k in ("batch_size", "lr", "warmup_steps", "val_loss")},
+                    "steps": t.get("steps", t["max_steps"]),
+                    "chosen": t is b,
+                }
                 for t in result.trials
             ]
             figures[f"sweep_{name}"] = result.figures["sweep"]
@@ -179,7 +209,9 @@ def lr_sweep(
         texts["defs_yaml"] = "\n\n".join(
             f"`pipelines/defs/{n}/defs.yaml`, under `training:`\n```yaml\n    batch_size: {c['batch_size']}\n"
             f"    lr: {c['lr']:g}  # lr_sweep {day}, {budgets[n]}: {url}\n"
-            f"    min_lr: {c['min_lr']:g}\n    warmup_steps: {c['warmup_steps']}\n```" for n, c in chosen.items())
+            f"    min_lr: {c['min_lr']:g}\n    warmup_steps: {c['warmup_steps']}\n```"
+            for n, c in chosen.items()
+        )
         return s.publish(
             LrSweep(chosen=chosen, trials=rows, budget_steps=config.max_steps, mlflow_url=url),
             metrics={f"{n}/chosen_lr": c["lr"] for n, c in chosen.items()}
@@ -195,5 +227,5 @@ tune_job = dg.define_asset_job(
     "tune",
     selection=dg.AssetSelection.groups(GROUP),
     description="Sweep each language-model family's learning rate, warmup and batch size at a fixed budget (after "
-        "a default run trained the models).",
+    "a default run trained the models).",
 )

@@ -39,10 +39,18 @@ def language_models_beat_the_count_model(lm: LanguageModel) -> Verdict:
         "same_block_size": block is None or block == base.block_size,
         "same_targets": lm.val_targets == base.n_targets,
     }
-    return verdict({**same, "below_count_model": val < base.val_loss},
-                   {"on_the_ladder": ladder_position(val, base.ladder), "val_loss": val, "count_model": base.model,
-                    "count_model_loss": base.val_loss, "margin": base.val_loss - val, "val_targets": lm.val_targets,
-                    "count_model_targets": base.n_targets})
+    return verdict(
+        {**same, "below_count_model": val < base.val_loss},
+        {
+            "on_the_ladder": ladder_position(val, base.ladder),
+            "val_loss": val,
+            "count_model": base.model,
+            "count_model_loss": base.val_loss,
+            "margin": base.val_loss - val,
+            "val_targets": lm.val_targets,
+            "count_model_targets": base.n_targets,
+        },
+    )
 
 
 def clipping_bounds_gradient(lm: LanguageModel) -> Verdict:
@@ -134,12 +142,20 @@ def transformer_overtakes_lstm_with_compute(scaling: Scaling) -> Verdict:
     z = v.lstm_minus_transformer / v.noise if v.noise > 0 else math.inf
     return verdict(
         {"transformer_ahead_at_largest_budget": z > SCALING_Z},
-        {"largest_budget_flops": v.largest_budget, "lstm_minus_transformer": v.lstm_minus_transformer,
-         "noise": v.noise, "z": z, "passes_lstm_per_flop": v.per_flop.median,
-         "passes_lstm_per_flop_lo": v.per_flop.lo, "passes_lstm_per_flop_hi": v.per_flop.hi,
-         "passes_lstm_per_second": v.per_second.median, "passes_lstm_per_second_lo": v.per_second.lo,
-         "passes_lstm_per_second_hi": v.per_second.hi, "transformer_gain": v.transformer_drop,
-         "lstm_gain": v.lstm_drop},
+        {
+            "largest_budget_flops": v.largest_budget,
+            "lstm_minus_transformer": v.lstm_minus_transformer,
+            "noise": v.noise,
+            "z": z,
+            "passes_lstm_per_flop": v.per_flop.median,
+            "passes_lstm_per_flop_lo": v.per_flop.lo,
+            "passes_lstm_per_flop_hi": v.per_flop.hi,
+            "passes_lstm_per_second": v.per_second.median,
+            "passes_lstm_per_second_lo": v.per_second.lo,
+            "passes_lstm_per_second_hi": v.per_second.hi,
+            "transformer_gain": v.transformer_drop,
+            "lstm_gain": v.lstm_drop,
+        },
     )
 
 

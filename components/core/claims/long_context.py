@@ -87,8 +87,10 @@ def kv_cache_pays(generation_cost: GenerationCost) -> Verdict:
 
 def arithmetic_matches_measurement(long_context_cost: LongContextCost) -> Verdict:
     s = long_context_cost.summary
-    checks = {"kv_cache_equals_formula": bool(long_context_cost.kv_check) and all(
-        abs(r["measured_over_predicted"] - 1) < 1e-9 for r in long_context_cost.kv_check)}
+    checks = {
+        "kv_cache_equals_formula": bool(long_context_cost.kv_check)
+        and all(abs(r["measured_over_predicted"] - 1) < 1e-9 for r in long_context_cost.kv_check)
+    }
     for p in ("forward", "forward_backward"):
         lo, hi = s.get(f"reference_{p}_peak_over_scores_min"), s.get(f"reference_{p}_peak_over_scores_max")
         if lo is not None:

@@ -40,9 +40,12 @@ def rnn_forgets_where_lstm_remembers(memory_delay: MemoryDelay) -> Verdict:
         for d in sorted(rnn)
         if d in lstm and rnn[d]["high"] <= chance + MEMORY_NEAR_CHANCE and lstm[d]["low"] >= MEMORY_SOLVED
     ]
-    figures = {"chance": chance, **{f"rnn_delay{d}_accuracy": r["accuracy"] for d, r in rnn.items()},
-               **{f"lstm_delay{d}_accuracy": r["accuracy"] for d, r in lstm.items()},
-               "delays_where_they_part": ", ".join(map(str, parting)) or "none"}
+    figures = {
+        "chance": chance,
+        **{f"rnn_delay{d}_accuracy": r["accuracy"] for d, r in rnn.items()},
+        **{f"lstm_delay{d}_accuracy": r["accuracy"] for d, r in lstm.items()},
+        "delays_where_they_part": ", ".join(map(str, parting)) or "none",
+    }
     figures["training"] = memory_delay.training
     for g in memory_delay.gradients:
         if g["model"] in ("rnn", "lstm") and g["delay"] == max(memory_delay.delays):
@@ -62,8 +65,11 @@ def lstm_carries_gradient_further(memory_delay: MemoryDelay) -> Verdict:
     longest = max(memory_delay.delays) if memory_delay.delays else None
     g = {(r["model"], r["delay"]): r["relative_to_last"] for r in memory_delay.gradients}
     measured = ("rnn", longest) in g and ("lstm", longest) in g
-    figures = {"training": memory_delay.training, "longest_delay": longest,
-               **{f"{m}_delay{d}_gradient_over_query": x for (m, d), x in sorted(g.items()) if m in ("rnn", "lstm")}}
+    figures = {
+        "training": memory_delay.training,
+        "longest_delay": longest,
+        **{f"{m}_delay{d}_gradient_over_query": x for (m, d), x in sorted(g.items()) if m in ("rnn", "lstm")},
+    }
     checks = {"rnn_and_lstm_measured": measured}
     if measured:
         rnn, lstm = g[("rnn", longest)], g[("lstm", longest)]
@@ -95,8 +101,10 @@ def attention_recall_ignores_distance(memory_recall: MemoryRecall, model: str = 
         return verdict({f"{model}_two_distance_buckets_measured": False})
     near, far = rows[0], rows[-1]
     return verdict(
-        {f"{model}_solves_nearest": near["low"] >= MEMORY_SOLVED,
-         f"{model}_farthest_not_below_nearest": far["high"] >= near["low"] - MEMORY_DISTANCE_DROP},
+        {
+            f"{model}_solves_nearest": near["low"] >= MEMORY_SOLVED,
+            f"{model}_farthest_not_below_nearest": far["high"] >= near["low"] - MEMORY_DISTANCE_DROP,
+        },
         {**{f"{model}_distance_to{r['at']}_accuracy": r["accuracy"] for r in rows}, "chance": memory_recall.chance},
     )
 
@@ -135,8 +143,14 @@ def recurrent_state_runs_out(
     figures.update({f"{reference}_pairs{r['at']}_accuracy": r["accuracy"] for r in ref})
     figures["chance"] = chance
     skipped = [m for m in models if figures.get(f"{m}_learned_the_task") is False]
-    note = (f"{', '.join(skipped)} at chance even with {_rows(memory_recall, 'pairs', skipped[0])[0]['at']} pair(s): "
-            "learned nothing to run out of, not judged") if skipped else ""
+    note = (
+        (
+            f"{', '.join(skipped)} at chance even with {_rows(memory_recall, 'pairs', skipped[0])[0]['at']} pair(s): "
+            "learned nothing to run out of, not judged"
+        )
+        if skipped
+        else ""
+    )
     if not learned and not checks:
         return not_judged(note or "no recurrent model measured", figures)
     return verdict(checks, figures, note=note)
@@ -212,7 +226,9 @@ def induction_head_copies(memory_induction: MemoryInduction) -> Verdict:
             "induction_head": "L{}H{}".format(*ind) if ind else "none",
             "prefix_matching_score": heads[ind]["prefix_matching_score"] if ind else None,
             **{f"repeat_accuracy_{k.replace(' ', '_')}_zeroed": a["repeat_accuracy"] for k, a in abl.items()},
-            **{f"{k.replace(' ', '_')}_zeroed": ", ".join("L{}H{}".format(*h) for h in a.get("heads", []))
-               for k, a in abl.items()},
+            **{
+                f"{k.replace(' ', '_')}_zeroed": ", ".join("L{}H{}".format(*h) for h in a.get("heads", []))
+                for k, a in abl.items()
+            },
         },
     )

@@ -15,9 +15,15 @@ def _size(quantized_models: QuantizedModels, key: str, what: str) -> Verdict:
     c = quantized_models.checks[key]
     if c["value"] is None:
         return not_measured(f"{what} was not among quantized_models' variants: nothing to check")
-    return verdict({f"{what}_within_limit": c["value"] <= c["limit"]},
-                   {"ratio_codes_and_scales": c["value"], "limit": c["limit"], "ratio_with_code_books": c["all_in"],
-                    "model": quantized_models.main_model})
+    return verdict(
+        {f"{what}_within_limit": c["value"] <= c["limit"]},
+        {
+            "ratio_codes_and_scales": c["value"],
+            "limit": c["limit"],
+            "ratio_with_code_books": c["all_in"],
+            "model": quantized_models.main_model,
+        },
+    )
 
 
 def _perplexity(quantized_models: QuantizedModels, key: str, what: str) -> Verdict:
@@ -83,10 +89,8 @@ def reload_reproduces_logits(model_export: ModelExport) -> Verdict:
     return verdict(
         {f"{r['variant']}_reloads": r["reload_ok"] for r in rows} or {"some_export": False},
         {
-            r[
-                "variant"
-            ]: f"{'ok' if r['reload_ok'] else 'FAILED'} ({r['criterion']}): max abs Δlogit "
-                f"{r['reload_logits_max_abs_diff']:.3g}, "
+            r["variant"]: f"{'ok' if r['reload_ok'] else 'FAILED'} ({r['criterion']}): max abs Δlogit "
+            f"{r['reload_logits_max_abs_diff']:.3g}, "
             f"val loss {r['exported_val_loss']:.6f} → {r['reloaded_val_loss']:.6f}"
             for r in rows
         },

@@ -148,9 +148,9 @@ OTHER_CLAIMS: list[Claim] = [
         warn=True,
         section="2.3",
         statement_zh="门控让 LSTM 记得更久：在延迟回忆任务上，RNN 在某个延迟处掉到随机水平，而 LSTM "
-            "在同一延迟仍能答对。",
+        "在同一延迟仍能答对。",
         falsifier='No delay where the RNN is at chance while the LSTM solves it (e.g. delays short enough for the RNN, '
-            'or an LSTM at chance too).',
+        'or an LSTM at chance too).',
         counterexample="tests/test_memory.py::test_rnn_that_bridges_every_short_delay_fails_the_delay_claims",
     ),
     Claim(
@@ -163,9 +163,9 @@ OTHER_CLAIMS: list[Claim] = [
         warn=True,
         section="2.3",
         statement_zh="LSTM 忘得更慢（在训练好的模型上测）：在最长的延迟处，查询位置的损失传回到符号位置的梯度"
-            f"（相对查询位置本身），LSTM 至少是 RNN 的 {GRADIENT_RATIO:g} 倍。",
+        f"（相对查询位置本身），LSTM 至少是 RNN 的 {GRADIENT_RATIO:g} 倍。",
         falsifier="At the longest delay, the trained RNN's relative gradient above a tenth of the LSTM's (e.g. delays "
-            "short enough that the gradient reaches the symbol in both).",
+        "short enough that the gradient reaches the symbol in both).",
         counterexample="tests/test_memory.py::test_rnn_that_bridges_every_short_delay_fails_the_delay_claims",
     ),
     Claim(
@@ -179,7 +179,7 @@ OTHER_CLAIMS: list[Claim] = [
         section="3.1",
         statement_zh="注意力让任意两个位置只隔一步：Transformer 在每个测到的延迟上都能答对。",
         falsifier="A delay at which the Transformer's accuracy lower bound falls below the solved threshold (e.g. an "
-            "untrained model).",
+        "untrained model).",
         counterexample="tests/test_memory.py::test_untrained_models_fail_the_delay_claims",
     ),
     Claim(
@@ -194,7 +194,7 @@ OTHER_CLAIMS: list[Claim] = [
         section="3.1",
         statement_zh="注意力不遗忘：在多查询联想回忆上，最近的键能答对，最远的键准确率不明显更低。",
         falsifier='The nearest keys not solved, or the farthest keys lower by more than the allowed drop beyond the '
-            'intervals.',
+        'intervals.',
         counterexample="tests/test_memory.py::test_window_asked_beyond_its_field_fails",
     ),
     Claim(
@@ -208,7 +208,7 @@ OTHER_CLAIMS: list[Claim] = [
         section="2.3",
         statement_zh="固定大小的循环状态会被用完：键值对越多，RNN 和 LSTM 的回忆准确率越低，并低于 Transformer。",
         falsifier="A recurrent model that learned the task (above chance at the fewest pairs) whose accuracy at the "
-            "most pairs is not below its accuracy at the fewest, or not below the Transformer's.",
+        "most pairs is not below its accuracy at the fewest, or not below the Transformer's.",
         counterexample="tests/test_memory.py::test_attention_as_the_recurrent_model_does_not_run_out",
     ),
     Claim(
@@ -221,7 +221,7 @@ OTHER_CLAIMS: list[Claim] = [
         section="4.1",
         statement_zh="滑动窗口模型能答对感受野内的键，超出感受野就是随机水平。",
         falsifier="A window model short of solving the keys within its field, or above chance beyond it (it "
-                  "sees what its mask should hide).",
+        "sees what its mask should hide).",
         counterexample="tests/test_memory.py::test_window_trained_one_step_fails_within_its_field",
     ),
     Claim(
@@ -239,9 +239,9 @@ OTHER_CLAIMS: list[Claim] = [
         warn=True,
         section="3.3",
         statement_zh="多头分工有名有实：两层 Transformer "
-            "在重复的随机片段上靠归纳头复制，置零归纳头复制就崩溃，置零其他头则不会。",
+        "在重复的随机片段上靠归纳头复制，置零归纳头复制就崩溃，置零其他头则不会。",
         falsifier='No copying of the repeat, no induction head after a previous-token head, or zeroing the '
-            'induction heads costs no more than zeroing as many other heads (e.g. a one-layer model).',
+        'induction heads costs no more than zeroing as many other heads (e.g. a one-layer model).',
         counterexample="tests/test_memory.py::test_one_layer_model_has_no_induction_head",
     ),
 ]
@@ -296,7 +296,7 @@ def judge_all(
     language model. A claim whose asset is missing, or whose judge raises, is reported as not judged."""
     out = []
     for c in claims if claims is not None else CLAIMS:
-        for asset in (language_models if c.asset == LANGUAGE_MODELS else [c.asset]):
+        for asset in language_models if c.asset == LANGUAGE_MODELS else [c.asset]:
             if asset not in manifests:
                 out.append(Judgement(c, asset, None, f"`{asset}` is not among the report's inputs"))
                 continue

@@ -46,9 +46,9 @@ SECTION_CLAIMS: list[Claim] = [
         warn=True,
         section="1.2",
         statement_zh="学到的词向量带有语义：余弦相似度与人工打分（WordSim353）正相关（Spearman 的 95% 区间在 0 "
-            "以上），相关词对比无关词对更近。",
+        "以上），相关词对比无关词对更近。",
         falsifier="A Spearman interval that reaches 0, or related pairs no closer than unrelated ones beyond their "
-            "interval "
+        "interval "
         "(e.g. random or shuffled vectors).",
         counterexample=(
             "tests/test_claims.py::test_meaning_and_king_queen_hold_in_a_planted_world_and_fail_when_the_vectors_are_shuffled"
@@ -66,10 +66,10 @@ SECTION_CLAIMS: list[Claim] = [
         warn=True,
         section="1.2",
         statement_zh="国王 − 男人 + 女人 ≈ 女王：queen 的排名明显好于随机词，类比准确率的 95% "
-            "区间高于随机猜测，且同一语料、同一设置下 gensim 的准确率不高于该区间（语料规模限制了准确率）。",
+        "区间高于随机猜测，且同一语料、同一设置下 gensim 的准确率不高于该区间（语料规模限制了准确率）。",
         falsifier="queen ranking no better than the 5th percentile of random words, an analogy accuracy interval "
-            "reaching chance (e.g. vectors trained on a shuffled corpus), or gensim's accuracy on the same corpus "
-            "above our interval.",
+        "reaching chance (e.g. vectors trained on a shuffled corpus), or gensim's accuracy on the same corpus "
+        "above our interval.",
         counterexample=(
             "tests/test_claims.py::test_meaning_and_king_queen_hold_in_a_planted_world_and_fail_when_the_vectors_are_shuffled"
         ),
@@ -86,9 +86,9 @@ SECTION_CLAIMS: list[Claim] = [
         warn=True,
         section="2.1",
         statement_zh="语言模型学到的不止是计数：在同一组验证目标上，它的验证损失低于计数模型——"
-            "阶数（1 到 8）在留出的训练数据上选定的修正 Kneser–Ney n 元模型，用同样的训练词元统计。",
+        "阶数（1 到 8）在留出的训练数据上选定的修正 Kneser–Ney n 元模型，用同样的训练词元统计。",
         falsifier="A validation loss at or above the count model's on the same targets (e.g. an untrained or barely "
-            "trained model, or too little compute), or a comparison on other targets, tokenizer or block size.",
+        "trained model, or too little compute), or a comparison on other targets, tokenizer or block size.",
         counterexample=(
             "tests/test_ngram.py::test_beating_the_count_model_passes_for_a_trained_model_and_fails_untrained_or_on_other_targets"
         ),
@@ -104,9 +104,9 @@ SECTION_CLAIMS: list[Claim] = [
         warn=True,
         section="3.1",
         statement_zh="算力增长时 Transformer 超过 LSTM：在扩展实验最大的算力预算上，它的验证损失比 LSTM 低，且超出两者"
-            "种子噪声（1.96 σ）；两条曲线按 FLOP 和按训练秒数的交点一并报告。",
+        "种子噪声（1.96 σ）；两条曲线按 FLOP 和按训练秒数的交点一并报告。",
         falsifier="At the largest budget the Transformer is not ahead of the LSTM beyond seed noise (e.g. a "
-            "Transformer whose attention sees only its own position, or budgets too small for it to catch up).",
+        "Transformer whose attention sees only its own position, or budgets too small for it to catch up).",
         counterexample=(
             "tests/test_scaling.py::test_a_transformer_that_sees_only_its_own_position_does_not_overtake_the_lstm"
         ),
@@ -121,7 +121,7 @@ SECTION_CLAIMS: list[Claim] = [
         kind="demonstration",
         section="2.2",
         statement_zh="梯度沿时间回传会消失也会爆炸：收缩的 RNN 每步衰减（< 1），扩张的 RNN 每步增长（> 1）。"
-            "LSTM 忘得更慢，在训练好的模型上判（lstm_carries_gradient_further）。",
+        "LSTM 忘得更慢，在训练好的模型上判（lstm_carries_gradient_further）。",
         falsifier="A per-step gradient factor ≥ 1 for the contractive RNN, or ≤ 1 for the expansive one.",
     ),
     Claim(
@@ -133,9 +133,9 @@ SECTION_CLAIMS: list[Claim] = [
         clipping_tames_exploding_gradients,
         section="2.2",
         statement_zh="在让普通 SGD 训练 RNN "
-            "发散的学习率下，同一训练加上梯度裁剪就不发散且能学：裁剪确实起了作用（裁剪前的范数超过阈值）。",
+        "发散的学习率下，同一训练加上梯度裁剪就不发散且能学：裁剪确实起了作用（裁剪前的范数超过阈值）。",
         falsifier="The unclipped run does not diverge, the clipped one diverges or does not train, or the clip never "
-            "engaged.",
+        "engaged.",
         counterexample="tests/test_gradients.py::test_clipping_claim_fails_on_a_measured_world_with_nothing_to_tame",
     ),
     # --- 3 the Transformer
@@ -149,7 +149,7 @@ SECTION_CLAIMS: list[Claim] = [
         section="3.2",
         statement_zh="没有位置编码，注意力对词序是置换等变的（“我爱你”和“你爱我”只是同一组数换了行）；加上位置编码就不是了。",
         falsifier="The model with positional encoding permutes its outputs with its inputs (relative error no larger "
-            "than float "
+        "than float "
         "noise), or the model without it does not.",
     ),
     Claim(
@@ -164,9 +164,9 @@ SECTION_CLAIMS: list[Claim] = [
         kind="demonstration",
         section="3.1",
         statement_zh="除以 √d 防止 softmax 饱和：不缩放时，注意力行的熵随头维度 d "
-            "增大而下降（趋向独热），梯度变小；缩放后熵基本不变。",
+        "增大而下降（趋向独热），梯度变小；缩放后熵基本不变。",
         falsifier="An unscaled entropy that does not fall with d, a scaled entropy that moves by more than 30 % across "
-            "d, or "
+        "d, or "
         "scaled scores passing no more gradient than unscaled ones at the largest d.",
     ),
     Claim(
@@ -182,7 +182,7 @@ SECTION_CLAIMS: list[Claim] = [
         section="3.3",
         statement_zh="残差连接让深层网络能训练：没有残差时，最深模型第一层收到的梯度不到有残差时的十分之一，且结果更差；有残差时加深不再变差。",
         falsifier="A model without residuals whose first layer keeps a tenth of the gradient or more at depth, or that "
-            "trains "
+        "trains "
         "no worse; or, with residuals, a deepest model worse than the shallowest by more than 0.02 nats.",
         counterexample=(
             "tests/test_ablations.py::test_residual_claim_fails_on_a_measured_depth_study_too_shallow_for_the_gradient_to_fade"
@@ -198,8 +198,8 @@ SECTION_CLAIMS: list[Claim] = [
         warn=True,
         section="3.1",
         statement_zh="软注意力比只挑一个词训练得更好：同一个小 Transformer 用硬注意力"
-            "（每个查询只取得分最高的那个键的值，前向是独热，梯度走 softmax）训练同样的步数，"
-            f"验证损失比软注意力高出 {HARD_MARGIN} nats 以上。",
+        "（每个查询只取得分最高的那个键的值，前向是独热，梯度走 softmax）训练同样的步数，"
+        f"验证损失比软注意力高出 {HARD_MARGIN} nats 以上。",
         falsifier=f"A hard-attention model that trains to within {HARD_MARGIN} nats of the soft one, or better.",
         counterexample=(
             "tests/test_claims.py::test_soft_trains_better_than_hard_where_blending_is_needed_and_not_where_one_key_answers"
@@ -218,13 +218,13 @@ SECTION_CLAIMS: list[Claim] = [
         warn=True,
         section="3.3",
         statement_zh="FFN 里存着“事实”：在语料上训练的词级（BPE）小模型，对语料里出现过的事实"
-            "（国家的首都、城市所在的州、国家的形容词），两个种子上都在留出的提示上“知道”事实"
-            "（答案跟在它自己的主语后面比跟在同类其他主语后面更可能），"
-            "并且在其他提示上选出的少数神经元置零后，拿走的这部分知识（超出激活相当的神经元）"
-            "比同样的选法在未训练的同形模型上拿走的更多。",
+        "（国家的首都、城市所在的州、国家的形容词），两个种子上都在留出的提示上“知道”事实"
+        "（答案跟在它自己的主语后面比跟在同类其他主语后面更可能），"
+        "并且在其他提示上选出的少数神经元置零后，拿走的这部分知识（超出激活相当的神经元）"
+        "比同样的选法在未训练的同形模型上拿走的更多。",
         falsifier="On some seed the knowledge interval reaches 0 (an untrained model, or one trained where the facts do"
-            " not hold), or the chosen neurons take no more than the same selection takes in the untrained twin; not "
-            "judged when the corpus names no fact often enough.",
+        " not hold), or the chosen neurons take no more than the same selection takes in the untrained twin; not "
+        "judged when the corpus names no fact often enough.",
         counterexample="tests/test_facts.py::test_a_model_trained_where_the_capitals_are_swapped_fails",
     ),
     # --- 4 long context
@@ -238,7 +238,7 @@ SECTION_CLAIMS: list[Claim] = [
         section="4.1",
         statement_zh="长度翻倍，显存翻四倍：朴素注意力的峰值内存按 N² 增长；融合内核（FlashAttention 式）按 N 增长。",
         falsifier="A reference memory exponent outside 1.8–2.2 (or a last doubling outside ×3.6–4.4), or a fused "
-            "kernel above N^1.1.",
+        "kernel above N^1.1.",
         counterexample=(
             "tests/test_long_context.py::test_memory_claim_fails_when_the_reference_never_builds_the_score_matrix"
         ),
@@ -256,7 +256,7 @@ SECTION_CLAIMS: list[Claim] = [
         section="4.1",
         statement_zh="长度翻倍，时间约翻四倍：朴素注意力的时间按 N² 增长，滑动窗口注意力约按 N 增长。",
         falsifier="A reference time exponent outside 1.5–2.8, or a window exponent outside 0.6–1.5 or not 0.3 below "
-            "the reference's.",
+        "the reference's.",
         counterexample=(
             "tests/test_claims.py::test_attention_cost_claims_fail_on_a_linear_reference_or_a_quadratic_kernel"
         ),
@@ -284,9 +284,9 @@ SECTION_CLAIMS: list[Claim] = [
         warn=True,
         section="4.2",
         statement_zh="有了 KV 缓存，每生成一个词的时间随上下文至多线性增长，并且比不用缓存（每次重算整个上下文）增长得"
-            "慢。",
+        "慢。",
         falsifier="A cached per-token time exponent above 1.1, or an uncached time growing no faster than the cached "
-            "one.",
+        "one.",
         counterexample=(
             "tests/test_claims.py::test_kv_cache_claims_fail_when_the_cache_is_flat_or_costs_as_much_as_rerunning"
         ),
@@ -304,9 +304,9 @@ SECTION_CLAIMS: list[Claim] = [
         kind="demonstration",
         section="4.1",
         statement_zh="文章的算术在我们自己的运行上成立：实测 KV 缓存等于 2·层数·头数·头维·L·4 "
-            "字节；朴素注意力的峰值内存是 N×N 分数矩阵的固定倍数。",
+        "字节；朴素注意力的峰值内存是 N×N 分数矩阵的固定倍数。",
         falsifier="A measured cache that differs from the formula, or a peak memory whose ratio to N² drifts by more "
-            "than 1.25× "
+        "than 1.25× "
         "over N.",
     ),
     Claim(
@@ -322,9 +322,9 @@ SECTION_CLAIMS: list[Claim] = [
         warn=True,
         section="2.1",
         statement_zh="循环网络是串行的瓶颈：第 100 个词要等前 99 个算完（关键路径 T·层数步），Transformer "
-            "的关键路径只有 2·层数步；实测在最长序列上 Transformer 每个词的训练时间更短。",
+        "的关键路径只有 2·层数步；实测在最长序列上 Transformer 每个词的训练时间更短。",
         falsifier="The Transformer costing more per token than a recurrent model at the longest length measured (as on "
-            "a 2-core "
+        "a 2-core "
         "CPU, with no parallel width to use), or a critical path that does not grow with T for the recurrent models.",
         counterexample=(
             "tests/test_claims.py::test_serial_bottleneck_passes_where_attention_is_cheaper_per_token_and_fails_where_it_costs_more"
@@ -344,7 +344,7 @@ SECTION_CLAIMS: list[Claim] = [
         section="4.1",
         statement_zh="更长的上下文有用：每个模型在靠后位置的损失低于开头；滑动窗口模型在感受野内就饱和，窗口之后不比全注意力好。",
         falsifier="A model whose loss does not fall with position, or a window model that keeps improving beyond its "
-            "receptive "
+        "receptive "
         "field or beats full attention after its window.",
         counterexample=(
             "tests/test_long_context_cost.py::test_a_window_better_than_full_attention_beyond_its_field_fails_later_context_helps"
@@ -360,9 +360,9 @@ SECTION_CLAIMS: list[Claim] = [
         warn=True,
         section="3.3",
         statement_zh="多头注意力的各个头分工不同：在验证文本上，同一层里置零代价最大的头（在一半验证块上选出）"
-            "比置零代价最小的头损失更大，在另一半验证块上超出 95% 区间。",
+        "比置零代价最小的头损失更大，在另一半验证块上超出 95% 区间。",
         falsifier="No layer whose costliest and cheapest heads part beyond the held-out interval (e.g. a model whose "
-            "heads are copies of one head).",
+        "heads are copies of one head).",
         counterexample=(
             "tests/test_claims.py::test_heads_differ_on_a_model_trained_on_real_text_and_fail_when_its_heads_are_copies_of_one"
         ),
@@ -379,7 +379,7 @@ SECTION_CLAIMS: list[Claim] = [
         section="5.1",
         statement_zh="INT8 让整个模型的内存约为 FP16 的一半（整模型 ≤ 0.60×，含未量化的部分）。",
         falsifier="The whole INT8 model above 0.60× the FP16 model's bytes (e.g. when the embedding and head stay in "
-            "float32).",
+        "float32).",
     ),
     Claim(
         "nf4_model_size",

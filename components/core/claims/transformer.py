@@ -35,9 +35,7 @@ def sqrt_d_keeps_softmax_unsaturated(transformer_ablations: TransformerAblations
     gradient through it dies; scaled, the entropy stays put. Fails when the unscaled entropy does not
     fall as d grows (to below half the scaled one at the largest d), when the scaled entropy moves by
     more than 30 % across d, or when the scaled scores do not pass more gradient at the largest d."""
-    probes = sorted(
-        (transformer_ablations.scaling or {}).get("unit_variance") or [], key=lambda r: r["head_dim"]
-    )
+    probes = sorted((transformer_ablations.scaling or {}).get("unit_variance") or [], key=lambda r: r["head_dim"])
     if len(probes) < 2:
         return not_judged("the ablations measured no softmax entropy over head sizes")
     unscaled = [r["entropy_unscaled"] for r in probes]
@@ -73,8 +71,12 @@ def residuals_let_depth_train(transformer_ablations: TransformerAblations) -> Ve
     if len(depths) < 2 or any((d, f) not in by for d in depths for f in (True, False)):
         return not_judged("the ablations ran no depth study with and without residuals")
     lo, hi = depths[0], depths[-1]
-    figures = {f"{'res' if f else 'nores'}_{d}_{k}": by[(d, f)][k] for d in depths for f in (True, False)
-               for k in ("val_loss", "first_layer_grad_norm_init")}
+    figures = {
+        f"{'res' if f else 'nores'}_{d}_{k}": by[(d, f)][k]
+        for d in depths
+        for f in (True, False)
+        for k in ("val_loss", "first_layer_grad_norm_init")
+    }
     return verdict(
         {
             "without_residuals_gradient_fades_with_depth": by[(hi, False)]["first_layer_grad_norm_init"]
@@ -108,8 +110,10 @@ def ffn_holds_two_thirds(model_comparison: ModelComparison) -> Verdict:
 def attention_rows_sum_to_one(attention_heads: AttentionHeads) -> Verdict:
     m = attention_heads.metrics
     err = m["heads/max_row_sum_error"]
-    return verdict({"rows_sum_to_one": err <= ROW_SUM_TOLERANCE},
-                   {"max_row_sum_error": err, "tolerance": ROW_SUM_TOLERANCE, "heads": len(attention_heads.heads)})
+    return verdict(
+        {"rows_sum_to_one": err <= ROW_SUM_TOLERANCE},
+        {"max_row_sum_error": err, "tolerance": ROW_SUM_TOLERANCE, "heads": len(attention_heads.heads)},
+    )
 
 
 def heads_differ(attention_heads: AttentionHeads) -> Verdict:
@@ -129,8 +133,9 @@ def heads_differ(attention_heads: AttentionHeads) -> Verdict:
     figures["heldout_blocks"] = attention_heads.differ[0]["heldout_blocks"]
     if math.isfinite(attention_heads.one_head_loss):
         figures["one_head_minus_multi_head"] = attention_heads.one_head_loss - attention_heads.base_loss
-    return verdict({"some_layer_heads_differ_beyond_interval": any(r["low"] > 0 for r in attention_heads.differ)},
-                   figures)
+    return verdict(
+        {"some_layer_heads_differ_beyond_interval": any(r["low"] > 0 for r in attention_heads.differ)}, figures
+    )
 
 
 def fact_neurons_matter(ffn_memories: FfnMemories) -> Verdict:
@@ -144,7 +149,8 @@ def fact_neurons_matter(ffn_memories: FfnMemories) -> Verdict:
     if not ffn_memories.seeds:
         return not_judged(
             f"the corpus names {ffn_memories.facts_found} facts of the analogy relations often enough: nothing to "
-            "probe", {"facts_found": ffn_memories.facts_found},
+            "probe",
+            {"facts_found": ffn_memories.facts_found},
         )
     checks, figures = {}, {"facts": ffn_memories.facts_found}
     for r in ffn_memories.seeds:

@@ -99,8 +99,10 @@ def king_man_woman_queen(embedding_eval: EmbeddingEval) -> Verdict:
     reference = {}
     if "gensim/analogy/accuracy" in m:
         checks["analogy_not_below_gensim"] = m["analogy/accuracy_hi"] >= m["gensim/analogy/accuracy"]
-        reference = {"gensim_analogy_accuracy": m["gensim/analogy/accuracy"],
-                     "gensim_queen_rank": m.get("gensim/king/target_rank", float("nan"))}
+        reference = {
+            "gensim_analogy_accuracy": m["gensim/analogy/accuracy"],
+            "gensim_queen_rank": m.get("gensim/king/target_rank", float("nan")),
+        }
     return verdict(
         checks,
         {

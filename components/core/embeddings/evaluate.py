@@ -44,9 +44,36 @@ from .word_tasks import (  # noqa: F401
 )
 
 DEFAULT_PROBE_WORDS = [
-    "king", "queen", "man", "woman", "france", "paris", "germany", "berlin", "london", "war", "peace",
-    "army", "music", "art", "science", "physics", "mathematics", "water", "river", "city", "country",
-    "god", "church", "one", "two", "three", "january", "dog", "horse", "computer",
+    "king",
+    "queen",
+    "man",
+    "woman",
+    "france",
+    "paris",
+    "germany",
+    "berlin",
+    "london",
+    "war",
+    "peace",
+    "army",
+    "music",
+    "art",
+    "science",
+    "physics",
+    "mathematics",
+    "water",
+    "river",
+    "city",
+    "country",
+    "god",
+    "church",
+    "one",
+    "two",
+    "three",
+    "january",
+    "dog",
+    "horse",
+    "computer",
 ]
 # anchor, a related word, an unrelated word: one-hot vectors cannot tell them apart, learned ones should
 DEFAULT_PROBE_TRIPLES = [
@@ -76,7 +103,7 @@ class EmbeddingEvalSettings(BaseModel):
     analogy_path: Optional[str] = Field(
         None,
         description="Analogy questions (': section' headers, then 'a b c d' lines); None: gensim's "
-            "questions-words.txt.",
+        "questions-words.txt.",
     )
     wordsim_path: Optional[str] = Field(
         None, description="WordSim353 pairs 'w1<TAB>w2<TAB>score'; None: gensim's wordsim353.tsv."

@@ -114,8 +114,14 @@ def _shards(corpus: _Corpus, n: int) -> list[_Corpus]:
 
 
 def _train_shard(
-    index: int, shard: _Corpus, Wt: torch.Tensor, s: Word2VecSettings, keep_p: np.ndarray, sampler: _UnigramSampler,
-    report: Callable[[tuple], None], report_every: int = 16,
+    index: int,
+    shard: _Corpus,
+    Wt: torch.Tensor,
+    s: Word2VecSettings,
+    keep_p: np.ndarray,
+    sampler: _UnigramSampler,
+    report: Callable[[tuple], None],
+    report_every: int = 16,
 ) -> None:
     """One worker: all epochs over its shard, updating the shared `Wt` in place (Hogwild).
 
@@ -171,14 +177,18 @@ def _start_workers(shards, Wt, s, keep_p, sampler) -> tuple[list, "queue.Queue"]
         ctx = mp.get_context("fork")
         messages = ctx.Queue()
         Wt.share_memory_()
-        procs = [ctx.Process(target=_run_in_process, args=(i, sh, Wt, s, keep_p, sampler, messages), daemon=True)
-                 for i, sh in enumerate(shards)]
+        procs = [
+            ctx.Process(target=_run_in_process, args=(i, sh, Wt, s, keep_p, sampler, messages), daemon=True)
+            for i, sh in enumerate(shards)
+        ]
         for p in procs:
             p.start()
         return procs, messages
     messages = queue.Queue()
-    threads = [threading.Thread(target=_run_in_process, args=(i, sh, Wt, s, keep_p, sampler, messages), daemon=True)
-               for i, sh in enumerate(shards)]
+    threads = [
+        threading.Thread(target=_run_in_process, args=(i, sh, Wt, s, keep_p, sampler, messages), daemon=True)
+        for i, sh in enumerate(shards)
+    ]
     for t in threads:
         t.start()
     return threads, messages

@@ -204,8 +204,15 @@ def _cbow_windows(W: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _epoch_chunks(
-    corpus: _Corpus, keep_p: np.ndarray, negatives: _UnigramSampler, s: Word2VecSettings, epoch: int,
-    rng: np.random.Generator, device: torch.device, loss_every: int, block_tokens: int = 1 << 15,
+    corpus: _Corpus,
+    keep_p: np.ndarray,
+    negatives: _UnigramSampler,
+    s: Word2VecSettings,
+    epoch: int,
+    rng: np.random.Generator,
+    device: torch.device,
+    loss_every: int,
+    block_tokens: int = 1 << 15,
 ) -> Iterator[_Chunk]:
     """Subsample the corpus, draw the windows, cut the kept tokens into chunks and draw their
     negatives, a block of about `block_tokens` tokens at a time (vectorised, bounded memory)."""
@@ -432,8 +439,18 @@ class _SkipGramWorker(_Worker):
         s_l = [torch.empty(C - o, device=dev) for o in range(1, W + 1)]
         # offset o: the pair right of centre i (context i+o) and the pair left of centre i+o (context i)
         self.offsets = [
-            (inp[o:], out[:-o], out[o:], inp[:-o], self.m_right[: C - o, o - 1], self.m_left[: C - o, o - 1],
-             s_r[o - 1], s_l[o - 1], s_r[o - 1].unsqueeze(1), s_l[o - 1].unsqueeze(1))
+            (
+                inp[o:],
+                out[:-o],
+                out[o:],
+                inp[:-o],
+                self.m_right[: C - o, o - 1],
+                self.m_left[: C - o, o - 1],
+                s_r[o - 1],
+                s_l[o - 1],
+                s_r[o - 1].unsqueeze(1),
+                s_l[o - 1].unsqueeze(1),
+            )
             for o in range(1, W + 1)
         ]
         self.src_b = self._blocks(self.inp)  # token j is the input word of its pairs

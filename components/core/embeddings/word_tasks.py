@@ -268,8 +268,14 @@ def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def similarity_meaning(
-    words: Sequence[str], vectors: np.ndarray, path: str | Path, *, related: float = 7.0, unrelated: float = 3.0,
-    n_boot: int = 1000, seed: int = 0,
+    words: Sequence[str],
+    vectors: np.ndarray,
+    path: str | Path,
+    *,
+    related: float = 7.0,
+    unrelated: float = 3.0,
+    n_boot: int = 1000,
+    seed: int = 0,
 ) -> dict:
     """Do related words sit closer? On a human-scored pair file (WordSim353: 0–10): the Spearman
     correlation of cosine with the human score with a bootstrap interval over pairs, and the mean
@@ -290,9 +296,14 @@ def similarity_meaning(
         if np.ptp(cos[i]) > 0 and np.ptp(gold[i]) > 0:
             boots.append(stats.spearmanr(gold[i], cos[i])[0])
     rel, unrel = cos[gold >= related], cos[gold <= unrelated]
-    out = {"pairs": len(gold), "spearman": float(stats.spearmanr(gold, cos)[0]),
-           "spearman_lo": float(np.percentile(boots, 2.5)), "spearman_hi": float(np.percentile(boots, 97.5)),
-           "related_pairs": len(rel), "unrelated_pairs": len(unrel)}
+    out = {
+        "pairs": len(gold),
+        "spearman": float(stats.spearmanr(gold, cos)[0]),
+        "spearman_lo": float(np.percentile(boots, 2.5)),
+        "spearman_hi": float(np.percentile(boots, 97.5)),
+        "related_pairs": len(rel),
+        "unrelated_pairs": len(unrel),
+    }
     if len(rel) >= 3 and len(unrel) >= 3:
         diffs = [rng.choice(rel, len(rel)).mean() - rng.choice(unrel, len(unrel)).mean() for _ in range(n_boot)]
         out.update(
@@ -306,8 +317,16 @@ def similarity_meaning(
 
 
 def analogy_rank(
-    words: Sequence[str], vectors: np.ndarray, a: str = "man", b: str = "king", c: str = "woman", target: str = "queen",
-    *, restrict_vocab: int = 30000, n_random: int = 200, seed: int = 0,
+    words: Sequence[str],
+    vectors: np.ndarray,
+    a: str = "man",
+    b: str = "king",
+    c: str = "woman",
+    target: str = "queen",
+    *,
+    restrict_vocab: int = 30000,
+    n_random: int = 200,
+    seed: int = 0,
 ) -> dict:
     """Where `target` ranks for b − a + c (3CosAdd, the inputs excluded) among the `restrict_vocab`
     most frequent words, against where `n_random` random words rank for the same query: the article's

@@ -78,8 +78,13 @@ class ExportInfo:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "path": str(self.path), "variant": self.variant, "scheme": self.scheme, "weights_bytes": self.weights_bytes,
-            "header_bytes": self.header_bytes, "tensor_bytes": self.tensor_bytes, "files": self.files,
+            "path": str(self.path),
+            "variant": self.variant,
+            "scheme": self.scheme,
+            "weights_bytes": self.weights_bytes,
+            "header_bytes": self.header_bytes,
+            "tensor_bytes": self.tensor_bytes,
+            "files": self.files,
         }
 
 
@@ -205,8 +210,16 @@ def _spec_from(q: dict, where: str) -> PrecisionSpec:
     return PrecisionSpec(**{k: v for k, v in q.items() if k in PrecisionSpec.model_fields})
 
 
-def _rebuild(family: str, model_config: dict, vocab_size: int, spec: PrecisionSpec, weights: Path, header: dict,
-             device: str | torch.device, config_note: str) -> nn.Module:
+def _rebuild(
+    family: str,
+    model_config: dict,
+    vocab_size: int,
+    spec: PrecisionSpec,
+    weights: Path,
+    header: dict,
+    device: str | torch.device,
+    config_note: str,
+) -> nn.Module:
     skeleton = build_float(family, model_config, vocab_size)
     check_layout(header.get("__metadata__", {}) or {}, skeleton, weights)
     if spec.quantized:
@@ -324,8 +337,14 @@ def export_model(
         (tmp / CARD).write_text(_model_card(cfg, out_dir.name), encoding="utf-8")
         files = {p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in sorted(tmp.iterdir())}
     return ExportInfo(
-        path=out_dir, variant=variant, scheme=spec.scheme, weights_bytes=weights["bytes"], header_bytes=header_bytes,
-        tensor_bytes=weights["bytes"] - header_bytes, files=files, spec=spec_json,
+        path=out_dir,
+        variant=variant,
+        scheme=spec.scheme,
+        weights_bytes=weights["bytes"],
+        header_bytes=header_bytes,
+        tensor_bytes=weights["bytes"] - header_bytes,
+        files=files,
+        spec=spec_json,
     )
 
 
@@ -523,13 +542,17 @@ def generate(
     dev = next(model.parameters()).device
     idx = torch.tensor([ids], dtype=torch.long, device=dev)
     t0 = time.perf_counter()
-    out = generate_tokens(model, idx, n, temperature=t, top_k=k, seed=seed)[0, len(ids):].tolist()
+    out = generate_tokens(model, idx, n, temperature=t, top_k=k, seed=seed)[0, len(ids) :].tolist()
     seconds = time.perf_counter() - t0
     if EOS in out:
         out = out[: out.index(EOS)]
     return Generation(
-        text=decode(tokenizer, out, skip_special_tokens=True), prompt_tokens=len(ids), new_tokens=len(out),
-        seconds=seconds, variant=cfg["quantization"]["variant"], prompt_tokens_dropped=dropped,
+        text=decode(tokenizer, out, skip_special_tokens=True),
+        prompt_tokens=len(ids),
+        new_tokens=len(out),
+        seconds=seconds,
+        variant=cfg["quantization"]["variant"],
+        prompt_tokens_dropped=dropped,
     )
 
 
@@ -586,4 +609,3 @@ def load_benchmark(
             )
     out["speedup_mmap_vs_torch_load"] = out["torch_load_s"] / max(out["safetensors_mmap_s"], 1e-12)
     return out
-

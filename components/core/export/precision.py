@@ -76,10 +76,34 @@ from .precision_spec import (
 )
 
 __all__ = [
-    "BITS", "DTYPES", "DtypeName", "FLOAT_VARIANTS", "HeadTiedEmbedding", "LinearRecurrence", "PRECISION_ATTR",
-    "PrecisionSpec", "QUANT_VARIANTS", "SCHEMES", "VARIANTS", "VARIANT_OF_SCHEME", "Variant", "apply_precision", "bnb",
-    "check_backend", "check_shapes", "cross_entropy_sum", "describe", "eager", "expected_shapes", "is_quantized_layer",
-    "logits_of", "precision_state_dict", "rewrite_recurrent", "scheme_variant", "spec_of", "to_precision",
+    "BITS",
+    "DTYPES",
+    "DtypeName",
+    "FLOAT_VARIANTS",
+    "HeadTiedEmbedding",
+    "LinearRecurrence",
+    "PRECISION_ATTR",
+    "PrecisionSpec",
+    "QUANT_VARIANTS",
+    "SCHEMES",
+    "VARIANTS",
+    "VARIANT_OF_SCHEME",
+    "Variant",
+    "apply_precision",
+    "bnb",
+    "check_backend",
+    "check_shapes",
+    "cross_entropy_sum",
+    "describe",
+    "eager",
+    "expected_shapes",
+    "is_quantized_layer",
+    "logits_of",
+    "precision_state_dict",
+    "rewrite_recurrent",
+    "scheme_variant",
+    "spec_of",
+    "to_precision",
     "weight_bytes",
 ]
 
@@ -225,16 +249,26 @@ def _quantized_linear(
             layer.weight = lib.nn.Int8Params(cb, requires_grad=False, has_fp16_weights=False, CB=cb, SCB=tensors["SCB"])
     else:
         layer = linear4bit_class()(
-            in_f, out_f, bias=has_bias, compute_dtype=DTYPES[spec.compute_dtype],
-            compress_statistics=spec.double_quant, quant_type=variant, quant_storage=torch.uint8,
+            in_f,
+            out_f,
+            bias=has_bias,
+            compute_dtype=DTYPES[spec.compute_dtype],
+            compress_statistics=spec.double_quant,
+            quant_type=variant,
+            quant_storage=torch.uint8,
         )
         if tensors is None:
             layer.weight = lib.nn.Params4bit(
-                linear.weight.detach().float().clone(), requires_grad=False, blocksize=spec.blocksize,
-                compress_statistics=spec.double_quant, quant_type=variant, quant_storage=torch.uint8, module=layer,
+                linear.weight.detach().float().clone(),
+                requires_grad=False,
+                blocksize=spec.blocksize,
+                compress_statistics=spec.double_quant,
+                quant_type=variant,
+                quant_storage=torch.uint8,
+                module=layer,
             )
         else:
-            stats = {k[len("weight."):]: v for k, v in tensors.items() if k.startswith("weight.")}
+            stats = {k[len("weight.") :]: v for k, v in tensors.items() if k.startswith("weight.")}
             layer.weight = lib.nn.Params4bit.from_prequantized(
                 data=tensors["weight"], quantized_stats=stats, requires_grad=False, device="cpu", module=layer
             )
@@ -344,8 +378,13 @@ def to_precision(
 
     check_backend(variant, device)
     spec = PrecisionSpec(
-        variant=variant, scheme=SCHEMES[variant], keep_dtype=keep_dtype, compute_dtype=compute_dtype,
-        int8_threshold=int8_threshold, blocksize=blocksize, double_quant=double_quant,
+        variant=variant,
+        scheme=SCHEMES[variant],
+        keep_dtype=keep_dtype,
+        compute_dtype=compute_dtype,
+        int8_threshold=int8_threshold,
+        blocksize=blocksize,
+        double_quant=double_quant,
     )
     spec.recurrent_as_linear = rewrite_recurrent(m)
     tied = _tied_linears(m)
@@ -506,7 +545,7 @@ def apply_precision(
             lin = None
         if not isinstance(lin, nn.Linear):
             raise PipelineInputError(f"{where}: quantized layer {name!r} is not a Linear layer of this architecture")
-        own = {k[len(name) + 1:]: v for k, v in full.items() if k.startswith(name + ".")}
+        own = {k[len(name) + 1 :]: v for k, v in full.items() if k.startswith(name + ".")}
         layer = _quantized_linear(
             spec.variant,
             None,
@@ -573,8 +612,16 @@ def weight_bytes(model: nn.Module) -> dict[str, int]:
     biases) and what those layers would take in FP16; their codes, scales and code books apart;
     parameters quantized and kept float."""
     seen: set[tuple[int, int, torch.dtype]] = set()
-    out = {"total": 0, "quantized_layers": 0, "quantized_layers_fp16": 0, "quantized_params": 0, "float_params": 0,
-           "codes": 0, "scales": 0, "codebooks": 0}
+    out = {
+        "total": 0,
+        "quantized_layers": 0,
+        "quantized_layers_fp16": 0,
+        "quantized_params": 0,
+        "float_params": 0,
+        "codes": 0,
+        "scales": 0,
+        "codebooks": 0,
+    }
     for module in model.modules():
         q = is_quantized_layer(module)
         if q:

@@ -151,12 +151,16 @@ def _build(cls: type, data: dict[str, Any], where: str) -> Any:
     names = [f.name for f in dataclasses.fields(cls)]
     missing = [n for n in names if n not in data]
     if missing:
-        raise ManifestError(f"{where}: missing field{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))} "
-                            f"of a `{getattr(cls, 'KIND', '') or cls.__name__}` manifest")
+        raise ManifestError(
+            f"{where}: missing field{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))} "
+            f"of a `{getattr(cls, 'KIND', '') or cls.__name__}` manifest"
+        )
     extra = sorted(set(data) - set(names))
     if extra:
-        raise ManifestError(f"{where}: unexpected field{'s' if len(extra) > 1 else ''} {', '.join(map(repr, extra))} "
-                            f"(not a field of `{getattr(cls, 'KIND', '') or cls.__name__}`)")
+        raise ManifestError(
+            f"{where}: unexpected field{'s' if len(extra) > 1 else ''} {', '.join(map(repr, extra))} "
+            f"(not a field of `{getattr(cls, 'KIND', '') or cls.__name__}`)"
+        )
     return cls(**{n: _check(data[n], hints[n], f"{where}: field `{n}`") for n in names})
 
 
@@ -217,4 +221,3 @@ def _shown(value: Any) -> str:
 
 def _name(hint: Any) -> str:
     return " | ".join(getattr(a, "__name__", str(a)) for a in typing.get_args(hint))
-

@@ -54,11 +54,13 @@ AttentionImpl = Literal["fused", "reference", "sliding_window"]
 ATTENTION_IMPLS = get_args(AttentionImpl)
 SdpaKernel = Literal["flash", "efficient", "cudnn", "math"]
 SdpaBackend = Literal["auto", SdpaKernel]  # "auto" lets torch's dispatcher choose
-SDPA_BACKENDS: dict[str, SDPBackend] = dict(zip(
-    get_args(SdpaKernel),
-    (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH),
-    strict=True,
-))
+SDPA_BACKENDS: dict[str, SDPBackend] = dict(
+    zip(
+        get_args(SdpaKernel),
+        (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.MATH),
+        strict=True,
+    )
+)
 
 
 def window_mask(n_query: int, n_key: int, window: int, n_global: int = 0, device=None) -> torch.Tensor:
@@ -338,8 +340,15 @@ class KVCache:
 
 @float32_on_cpu
 def cached_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, impl: str, backend: str = "auto",
-    window: int | None = None, n_global: int = 0,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float,
+    impl: str,
+    backend: str = "auto",
+    window: int | None = None,
+    n_global: int = 0,
 ) -> torch.Tensor:
     """T new queries (B, nh, T, hs) against t ≥ T keys whose last T are the queries' own positions:
     query i sees keys 0 … t-T+i (within the window and the global positions when `window` is set).
@@ -451,17 +460,30 @@ class CausalSelfAttention(nn.Module):
             y = sliding_window_attention(
                 q, k, v, self.window, self.scale, self.n_global, dropout_p=self.dropout if self.training else 0.0
             )  # (B, nh, T, hs)
-        elif (self.impl == "reference" or need_weights or self.window is not None or self.top_k is not None
-              or self.hard):
+        elif self.impl == "reference" or need_weights or self.window is not None or self.top_k is not None or self.hard:
             y, weights = reference_attention(
-                q, k, v, scale=self.scale, causal=causal, key_padding_mask=key_padding_mask,
-                dropout=self.attn_dropout if self.training else None, window=self.window, n_global=self.n_global,
-                top_k=self.top_k, hard=self.hard,
+                q,
+                k,
+                v,
+                scale=self.scale,
+                causal=causal,
+                key_padding_mask=key_padding_mask,
+                dropout=self.attn_dropout if self.training else None,
+                window=self.window,
+                n_global=self.n_global,
+                top_k=self.top_k,
+                hard=self.hard,
             )  # (B, nh, T, hs)
         else:
             y = fused_attention(
-                q, k, v, scale=self.scale, causal=causal, key_padding_mask=key_padding_mask,
-                dropout_p=self.dropout if self.training else 0.0, backend=self.sdpa_backend,
+                q,
+                k,
+                v,
+                scale=self.scale,
+                causal=causal,
+                key_padding_mask=key_padding_mask,
+                dropout_p=self.dropout if self.training else 0.0,
+                backend=self.sdpa_backend,
             )  # (B, nh, T, hs)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C) heads side by side
         return self.resid_dropout(self.c_proj(y)), weights  # (B, T, C)

@@ -171,8 +171,11 @@ def _rotate_into(out: torch.Tensor, x: torch.Tensor, rot) -> None:
     exists), x may have any strides (copied first where its pairs cannot be viewed as complex)."""
     if isinstance(rot, torch.Tensor):  # (a + ib)(cos + i sin): the whole rotation in one pass
         xc = _complex_view(x)
-        torch.mul(xc if xc is not None else torch.view_as_complex(_pairs(x.contiguous())), rot,
-                  out=torch.view_as_complex(_pairs(out)))
+        torch.mul(
+            xc if xc is not None else torch.view_as_complex(_pairs(x.contiguous())),
+            rot,
+            out=torch.view_as_complex(_pairs(out)),
+        )
         return
     cos, sin = rot  # bfloat16 / float16 have no complex type: the same rotation in four passes
     (x0, x1), (o0, o1) = _pairs(x).unbind(-1), _pairs(out).unbind(-1)

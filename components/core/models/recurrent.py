@@ -319,6 +319,10 @@ def size_for_budget(config: RecurrentSettings, vocab_size: int) -> RecurrentSett
         return config
     ratio = config.hidden_size / config.n_embd
     return _size_for_budget(
-        config, vocab_size, RecurrentLM, lambda h: {"hidden_size": h, "n_embd": max(1, round(h / ratio))},
-        budget=config.param_budget, what=f"{config.cell} model",
+        config,
+        vocab_size,
+        RecurrentLM,
+        lambda h: {"hidden_size": h, "n_embd": max(1, round(h / ratio))},
+        budget=config.param_budget,
+        what=f"{config.cell} model",
     )

@@ -45,7 +45,7 @@ class TransformerSettings(BaseModel):
     bias: bool = Field(
         False,
         description="Biases in Linear and LayerNorm layers (GPT-2: True; nanoGPT's default False is a bit faster and "
-            "no worse).",
+        "no worse).",
     )
     pos_encoding: PositionalEncoding = Field(
         "rope",
@@ -64,34 +64,34 @@ class TransformerSettings(BaseModel):
         0,
         ge=0,
         description="Leading positions every query sees under attention: sliding_window (global tokens; fewer than "
-            "block_size).",
+        "block_size).",
     )
     norm: Norm = Field(
         "pre",
         description="LayerNorm before each sublayer (pre, GPT-2) or after the residual add (post, original "
-            "Transformer).",
+        "Transformer).",
     )
     residual: bool = Field(True, description="Residual connections around attention and FFN (False is the ablation).")
     scale_scores: bool = Field(True, description="Scale attention scores by 1/sqrt(d_head) (False is the ablation).")
     hard_attention: bool = Field(
         False,
         description="Each query takes the value of its single top-scoring key (one-hot weights, \"ordering one "
-            "dish\"), trained straight-through: the forward pass is hard, the gradient the softmax's (True is the "
-            "ablation against soft attention; explicit attention, no fused kernel, no KV cache).",
+        "dish\"), trained straight-through: the forward pass is hard, the gradient the softmax's (True is the "
+        "ablation against soft attention; explicit attention, no fused kernel, no KV cache).",
     )
     tie_weights: bool = Field(True, description="Share the token embedding matrix with the output head.")
     ffn_mult: int = Field(4, ge=1, description="FFN hidden width as a multiple of n_embd.")
     sdpa_backend: SdpaBackend = Field(
         "auto",
         description="SDPA kernel pinned on CUDA via torch.nn.attention.sdpa_kernel; auto lets torch choose. Ignored on "
-            "CPU.",
+        "CPU.",
     )
     rope_base: float = Field(10000.0, gt=0, description="Base of the rotary / sinusoidal wavelengths.")
     param_budget: Optional[int] = Field(
         None,
         ge=1,
         description="If set, n_embd is chosen (a multiple of n_head) so the model's parameter count is closest to "
-            "this.",
+        "this.",
     )
 
     @field_validator("pos_encoding", "attention", "norm", "sdpa_backend", mode="before")
@@ -149,8 +149,15 @@ class Block(nn.Module):
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.attn = CausalSelfAttention(
-            cfg.n_embd, cfg.n_head, dropout=cfg.dropout, bias=cfg.bias, impl=cfg.attention,
-            scale_scores=cfg.scale_scores, sdpa_backend=cfg.sdpa_backend, window=cfg.window, n_global=cfg.n_global,
+            cfg.n_embd,
+            cfg.n_head,
+            dropout=cfg.dropout,
+            bias=cfg.bias,
+            impl=cfg.attention,
+            scale_scores=cfg.scale_scores,
+            sdpa_backend=cfg.sdpa_backend,
+            window=cfg.window,
+            n_global=cfg.n_global,
             hard=cfg.hard_attention,
         )
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
@@ -287,7 +294,11 @@ class Transformer(nn.Module):
 
     @torch.no_grad()
     def generate(
-        self, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+        self,
+        idx: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
         use_cache: bool = True,
     ) -> torch.Tensor:
         """Append `max_new_tokens` sampled tokens to idx (B, T). temperature <= 0 means greedy.
@@ -339,6 +350,10 @@ def size_for_budget(config: TransformerSettings, vocab_size: int, budget: int | 
         return config
     step = config.n_head * (2 if config.pos_encoding == "rope" else 1)
     return _size_for_budget(
-        config, vocab_size, Transformer, lambda m: {"n_embd": m * step},
-        budget=budget, what=f"{config.n_layer}-layer Transformer",
+        config,
+        vocab_size,
+        Transformer,
+        lambda m: {"n_embd": m * step},
+        budget=budget,
+        what=f"{config.n_layer}-layer Transformer",
     )

@@ -48,10 +48,26 @@ from .transformer_probes import (
 )
 
 __all__ = [
-    "ABLATIONS", "Ablation", "AblationResult", "AblationSettings", "COMPONENTS", "ablation_markdown",
-    "accounting_markdown", "attention_entropy", "depth_markdown", "first_layer_grad_norm", "parameter_accounting",
-    "permutation_equivariance", "permutation_markdown", "plot_ablation_curves", "plot_ablation_losses",
-    "plot_score_scaling", "residual_depth_study", "run_ablations", "scaling_markdown", "score_scaling_at_init",
+    "ABLATIONS",
+    "Ablation",
+    "AblationResult",
+    "AblationSettings",
+    "COMPONENTS",
+    "ablation_markdown",
+    "accounting_markdown",
+    "attention_entropy",
+    "depth_markdown",
+    "first_layer_grad_norm",
+    "parameter_accounting",
+    "permutation_equivariance",
+    "permutation_markdown",
+    "plot_ablation_curves",
+    "plot_ablation_losses",
+    "plot_score_scaling",
+    "residual_depth_study",
+    "run_ablations",
+    "scaling_markdown",
+    "score_scaling_at_init",
     "_unit_variance_probe",
 ]
 
@@ -74,7 +90,7 @@ class AblationSettings(BaseModel):
     ablations: list[str] = Field(
         default_factory=lambda: ["no_pos", "no_scale", "no_residual", "hard_attention"],
         description="Ablations to run against the full model: no_pos, no_scale, no_residual, hard_attention (each "
-            "query takes its top key's value only, trained straight-through).",
+        "query takes its top key's value only, trained straight-through).",
     )
     ablation_steps: Optional[int] = Field(
         None, ge=1, description="Optimizer steps per run (None = the train settings' max_steps)."
@@ -163,8 +179,10 @@ def run_ablations(
 ) -> AblationResult:
     """Train the full model and each ablation with the same data, steps and seed; compare."""
     out_dir = Path(out_dir)
-    ts = train_settings if settings.ablation_steps is None else train_settings.model_copy(
-        update={"max_steps": settings.ablation_steps, "lr_decay_steps": None}
+    ts = (
+        train_settings
+        if settings.ablation_steps is None
+        else train_settings.model_copy(update={"max_steps": settings.ablation_steps, "lr_decay_steps": None})
     )
     probe = _probe_batch(val_data, settings.probe_blocks, model_settings.block_size)
     rows, models, run_dirs, notes, histories = [], {}, {}, [], {}
@@ -185,12 +203,21 @@ def run_ablations(
         run_dirs[name] = out_dir / name
         notes += [f"{name}: {w}" for w in res.warnings if "no CUDA GPU" not in w]
         models[name], histories[name] = model.cpu().eval(), res.history
-        rows.append({
-            "run": name, "change": change, "baseline": baseline or "", "n_layer": cfg.n_layer,
-            "params": res.params, "steps": res.steps, "train_loss": res.train_loss, "val_loss": res.val_loss,
-            "val_ppl": res.val_ppl, "tokens_per_s": res.tokens_per_s,
-            "attn_entropy": attention_entropy(model, probe[0])["normalized_entropy"],
-        })
+        rows.append(
+            {
+                "run": name,
+                "change": change,
+                "baseline": baseline or "",
+                "n_layer": cfg.n_layer,
+                "params": res.params,
+                "steps": res.steps,
+                "train_loss": res.train_loss,
+                "val_loss": res.val_loss,
+                "val_ppl": res.val_ppl,
+                "tokens_per_s": res.tokens_per_s,
+                "attn_entropy": attention_entropy(model, probe[0])["normalized_entropy"],
+            }
+        )
     by_name = {r["run"]: r for r in rows}
     for r in rows:
         r["delta_val_loss"] = r["val_loss"] - by_name[r["baseline"]]["val_loss"] if r["baseline"] else 0.0
@@ -226,18 +253,23 @@ def run_ablations(
     metrics = {
         f"{r['run']}/{k}": float(r[k]) for r in rows for k in ("val_loss", "val_ppl", "delta_val_loss", "attn_entropy")
     }
-    metrics.update({
-        "permutation/no_pe_rel_err": permutation["no_pe"]["max_rel_err"],
-        "permutation/with_pe_rel_err": permutation["with_pe"]["max_rel_err"],
-        "permutation/no_pe_causal_rel_err": permutation["no_pe"]["causal_max_rel_err"],
-        "scaling/entropy_scaled": scaling["scaled"]["normalized_entropy"],
-        "scaling/entropy_unscaled": scaling["unscaled"]["normalized_entropy"],
-        "scaling/grad_norm_scaled": scaling["scaled"]["grad_norm"],
-        "scaling/grad_norm_unscaled": scaling["unscaled"]["grad_norm"],
-        "params/ffn_share": accounting["ffn_share"],
-        **{f"depth/{r['n_layer']}_{'res' if r['residual'] else 'nores'}/{k}": float(r[k])
-           for r in depth for k in ("val_loss", "first_layer_grad_norm_init")},
-    })
+    metrics.update(
+        {
+            "permutation/no_pe_rel_err": permutation["no_pe"]["max_rel_err"],
+            "permutation/with_pe_rel_err": permutation["with_pe"]["max_rel_err"],
+            "permutation/no_pe_causal_rel_err": permutation["no_pe"]["causal_max_rel_err"],
+            "scaling/entropy_scaled": scaling["scaled"]["normalized_entropy"],
+            "scaling/entropy_unscaled": scaling["unscaled"]["normalized_entropy"],
+            "scaling/grad_norm_scaled": scaling["scaled"]["grad_norm"],
+            "scaling/grad_norm_unscaled": scaling["unscaled"]["grad_norm"],
+            "params/ffn_share": accounting["ffn_share"],
+            **{
+                f"depth/{r['n_layer']}_{'res' if r['residual'] else 'nores'}/{k}": float(r[k])
+                for r in depth
+                for k in ("val_loss", "first_layer_grad_norm_init")
+            },
+        }
+    )
     table_path = write_json(
         out_dir / "ablations.json",
         {
@@ -298,8 +330,13 @@ def first_layer_grad_norm(model: Transformer, x: torch.Tensor, y: torch.Tensor) 
 
 
 def residual_depth_study(
-    model_settings: TransformerSettings, train_settings: TrainSettings, s: AblationSettings, train_data: TokenBlocks,
-    val_data: TokenBlocks, vocab_size: int, out_dir: Path,
+    model_settings: TransformerSettings,
+    train_settings: TrainSettings,
+    s: AblationSettings,
+    train_data: TokenBlocks,
+    val_data: TokenBlocks,
+    vocab_size: int,
+    out_dir: Path,
 ) -> list[dict]:
     """Small Transformers at each of `s.depths`, with and without residual connections, trained on the
     same budget (`depth_steps`, same seed and batches): validation loss, and the gradient norm that
@@ -323,10 +360,24 @@ def residual_depth_study(
     grid = [(depth, residual) for depth in sorted(s.depths, reverse=True) for residual in (True, False)]
     jobs = [
         (
-            TransformerSettings(**{**model_settings.model_dump(), "n_layer": depth, "n_embd": s.depth_n_embd,
-                                   "n_head": max(1, s.depth_n_embd // 16), "block_size": T, "residual": residual,
-                                   "param_budget": None, "dropout": 0.0}),
-            vocab_size, ts, train_data, val_data, out_dir / f"depth{depth}_{'res' if residual else 'nores'}", x.numpy(),
+            TransformerSettings(
+                **{
+                    **model_settings.model_dump(),
+                    "n_layer": depth,
+                    "n_embd": s.depth_n_embd,
+                    "n_head": max(1, s.depth_n_embd // 16),
+                    "block_size": T,
+                    "residual": residual,
+                    "param_budget": None,
+                    "dropout": 0.0,
+                }
+            ),
+            vocab_size,
+            ts,
+            train_data,
+            val_data,
+            out_dir / f"depth{depth}_{'res' if residual else 'nores'}",
+            x.numpy(),
             y.numpy(),
         )
         for depth, residual in grid
@@ -344,8 +395,9 @@ def _train_run(cfg, vocab_size, ts, train_data, val_data, run_dir, resume, model
     seed_everything(ts.seed)  # every run starts from the same seed
     model = _build(cfg, vocab_size)
     # A no-residual deep stack may blow up; that is a finding, not a crash.
-    res = train(model, train_data, val_data, ts, run_dir, resume=resume, model_meta=model_meta,
-                raise_on_divergence=False)
+    res = train(
+        model, train_data, val_data, ts, run_dir, resume=resume, model_meta=model_meta, raise_on_divergence=False
+    )
     return weights_out(model), res
 
 
@@ -425,8 +477,7 @@ def scaling_markdown(s: dict) -> str:
     return (
         "### √d scaling at init\n\nNormalised softmax entropy (1 = uniform, 0 = one-hot).\n\n"
         "| probe | entropy scaled | entropy unscaled | score std scaled / unscaled | grad norm scaled / unscaled "
-        "|\n|---|---:|---:|---:|---:|\n"
-        + "\n".join(rows)
+        "|\n|---|---:|---:|---:|---:|\n" + "\n".join(rows)
     )
 
 
@@ -480,7 +531,12 @@ def plot_score_scaling(s: dict) -> Figure:
     d = [u["head_dim"] for u in s["unit_variance"]]
     ax.plot(d, [u["entropy_scaled"] for u in s["unit_variance"]], marker="o", label="scaled by 1/√d")
     ax.plot(d, [u["entropy_unscaled"] for u in s["unit_variance"]], marker="o", label="unscaled")
-    ax.set(xscale="log", xlabel="head size d", ylabel="normalised softmax entropy", ylim=(0, 1.05),
-           title="Unit-variance q, k: unscaled scores saturate the softmax")
+    ax.set(
+        xscale="log",
+        xlabel="head size d",
+        ylabel="normalised softmax entropy",
+        ylim=(0, 1.05),
+        title="Unit-variance q, k: unscaled scores saturate the softmax",
+    )
     ax.legend()
     return fig

@@ -60,8 +60,10 @@ def memory_accounting(device: torch.device | str) -> str:
     """How `peak_memory_bytes` counts on this device, in words (for the JSON of a sweep)."""
     if torch.device(device).type == "cuda":
         return "torch.cuda.max_memory_allocated during the pass minus memory_allocated before it (inputs excluded)"
-    return ("peak of the running sum of torch CPU-allocator allocations and frees during the pass, from "
-            "torch.profiler(profile_memory=True) records (inputs excluded)")
+    return (
+        "peak of the running sum of torch CPU-allocator allocations and frees during the pass, from "
+        "torch.profiler(profile_memory=True) records (inputs excluded)"
+    )
 
 
 def peak_memory_bytes(fn: Callable[[], object], device: torch.device | str) -> int:
@@ -79,8 +81,11 @@ def peak_memory_bytes(fn: Callable[[], object], device: torch.device | str) -> i
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     # The raw event records: the aggregated profiler views attribute memory to ops and lose the order.
-    events = [e for e in prof.profiler.kineto_results.events()
-              if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU]
+    events = [
+        e
+        for e in prof.profiler.kineto_results.events()
+        if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
+    ]
     running = peak = 0
     for e in sorted(events, key=lambda e: e.start_ns()):
         running += e.nbytes()  # negative for a free
@@ -186,7 +191,8 @@ def ratio_by_n(rows: list[dict], key: str, numerator: str, denominator: str) -> 
     ok = {(r["impl"], r["n"]): r for r in rows if "error" not in r}
     return {
         str(n): ok[(numerator, n)][key] / max(ok[(denominator, n)][key], 1e-9)
-        for (impl, n) in ok if impl == denominator and (numerator, n) in ok
+        for (impl, n) in ok
+        if impl == denominator and (numerator, n) in ok
     }
 
 
@@ -200,12 +206,12 @@ class AttentionCostSettings(BaseModel):
     seq_lens: list[int] = Field(
         [256, 512, 1024, 2048, 4096, 8192],
         description="Sequence lengths N, increasing (the CPU default doubles 256 … 8192; the GPU config goes to 64k "
-            "and more).",
+        "and more).",
     )
     impls: list[str] = Field(
         list(DEFAULT_IMPLS),
         description="Implementations: reference (materialises N×N), fused (SDPA), window (blocked sliding window), "
-            "flex (the window's mask through compiled FlexAttention; forward only on the CPU).",
+        "flex (the window's mask through compiled FlexAttention; forward only on the CPU).",
     )
     passes: list[str] = Field(list(PASSES), description="Passes to time: inference, and training.")
     batch: int = Field(1, ge=1, description="Sequences per pass.")
@@ -215,13 +221,13 @@ class AttentionCostSettings(BaseModel):
         256,
         ge=1,
         description="Keys each query sees in the sliding window (itself and the previous window-1); at most the "
-            "smallest N.",
+        "smallest N.",
     )
     n_global: int = Field(
         0,
         ge=0,
         description="Global tokens of the window and flex implementations: the first n_global positions every query "
-            "sees; fewer than the smallest N.",
+        "sees; fewer than the smallest N.",
     )
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="Tensor dtype (bfloat16 on the GPU)."
@@ -244,14 +250,14 @@ class AttentionCostSettings(BaseModel):
         6144.0,
         gt=0,
         description="An implementation stops once one point's peak is above this (the next doubling would take about "
-            "4× for the reference), so the sweep cannot take the machine down.",
+        "4× for the reference), so the sweep cannot take the machine down.",
     )
     time_cap_s: float = Field(20.0, gt=0, description="An implementation stops once one pass takes longer than this.")
     fit_from: int = Field(
         1024,
         ge=1,
         description="Exponents are fitted over N >= fit_from (smaller points are dominated by fixed overheads), or the "
-            "top three points when fewer qualify.",
+        "top three points when fewer qualify.",
     )
     sdpa_backend: SdpaBackend = Field("auto", description="Pin the fused kernel on CUDA (auto: torch chooses).")
     device: DeviceSetting = Field("auto", description="Where to measure: 'auto' = CUDA if present, else CPU.")
@@ -458,7 +464,10 @@ def attention_cost(settings: AttentionCostSettings) -> AttentionCostResult:
         ):
             rows.append({"pass": p, **r})
     info = {
-        "device": str(device), "dtype": s.dtype, "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "device": str(device),
+        "dtype": s.dtype,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
         "memory_accounting": memory_accounting(device),
         "fused_kernel": _observed_kernel(device, dtype, s),
         "settings": s.model_dump(),

@@ -106,11 +106,14 @@ def ranking_settledness(
         t_last = ranked_tiers({n: ok[n][-1][1] for n in ok}, tolerance)
         t_prev = ranked_tiers({n: ok[n][-2][1] for n in ok}, tolerance)
         norm = lambda tiers: [sorted(t) for t in tiers]  # noqa: E731
-        out.update({
-            "spread_assumed_for": assumed,
-            "tiers_last_eval": t_last, "tiers_previous_eval": t_prev,
-            "ranking_settled_beyond_spread": bool(ok) and norm(t_last) == norm(t_prev),
-        })
+        out.update(
+            {
+                "spread_assumed_for": assumed,
+                "tiers_last_eval": t_last,
+                "tiers_previous_eval": t_prev,
+                "ranking_settled_beyond_spread": bool(ok) and norm(t_last) == norm(t_prev),
+            }
+        )
     return out
 
 
@@ -156,7 +159,7 @@ def pair_verdicts(val_losses: dict[str, list[float]]) -> list[dict[str, Any]]:
     assumed = max(measured) if measured else 0.0
     spread = {n: (max(v) - min(v)) if len(v) > 1 else assumed for n, v in val_losses.items()}
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             la, lb = val_losses[a], val_losses[b]
             ma, mb = float(np.mean(la)), float(np.mean(lb))
             tol = max(spread[a], spread[b])
@@ -321,8 +324,11 @@ class ComparisonResult:
         return out
 
 
-def compare_models(models: dict[str, LanguageModel], seed_losses: dict[str, list[float]] | None = None,
-                   baseline: NgramBaseline | None = None) -> ComparisonResult:
+def compare_models(
+    models: dict[str, LanguageModel],
+    seed_losses: dict[str, list[float]] | None = None,
+    baseline: NgramBaseline | None = None,
+) -> ComparisonResult:
     """`models`: name -> its language model's manifest (its metrics and eval history are read).
     `seed_losses`: name -> final validation losses of the same model trained with other seeds (the
     model's own run included); their spread decides which differences are beyond seed noise.
@@ -347,20 +353,29 @@ def compare_models(models: dict[str, LanguageModel], seed_losses: dict[str, list
                 "tokens_per_s_mean": float(met["train/tokens_per_s_mean"]),
                 "train_time_s": curves[name][-1][0] if curves[name] else float("nan"),
                 "val_loss_at_matched_time": loss_at_time(curves[name], matched),
-                **({"seeds": spreads[name]["seeds"], "val_loss_seed_mean": spreads[name]["mean"],
-                    "val_loss_seed_spread": spreads[name]["spread"]} if name in spreads else {}),
+                **(
+                    {
+                        "seeds": spreads[name]["seeds"],
+                        "val_loss_seed_mean": spreads[name]["mean"],
+                        "val_loss_seed_spread": spreads[name]["spread"],
+                    }
+                    if name in spreads
+                    else {}
+                ),
             }
         )
     settledness = ranking_settledness(curves, {n: v["spread"] for n, v in spreads.items()} or None)
     base_rows = [
-        {"model": r.model, "params": 0, "val_loss": r.val_loss, "val_ppl": r.val_ppl,
-         "count_model": r.order == baseline.chosen.order}
+        {
+            "model": r.model,
+            "params": 0,
+            "val_loss": r.val_loss,
+            "val_ppl": r.val_ppl,
+            "count_model": r.order == baseline.chosen.order,
+        }
         for r in (baseline.rows if baseline else [])
     ]
-    all_losses = {
-        n: list(seed_losses[n]) if seed_losses and n in seed_losses else [models[n].val_loss]
-        for n in models
-    }
+    all_losses = {n: list(seed_losses[n]) if seed_losses and n in seed_losses else [models[n].val_loss] for n in models}
     result = ComparisonResult(
         rows=rows,
         matched_time_s=matched,
@@ -376,9 +391,14 @@ def compare_models(models: dict[str, LanguageModel], seed_losses: dict[str, list
     return result
 
 
-def plot_comparison(curves: dict[str, list[tuple[float, float]]], rows: list[dict], matched: float,
-                    tokens: dict[str, list[tuple[float, float]]] | None = None, baseline: list[dict] | None = None,
-                    flops: dict[str, list[tuple[float, float]]] | None = None) -> Figure:
+def plot_comparison(
+    curves: dict[str, list[tuple[float, float]]],
+    rows: list[dict],
+    matched: float,
+    tokens: dict[str, list[tuple[float, float]]] | None = None,
+    baseline: list[dict] | None = None,
+    flops: dict[str, list[tuple[float, float]]] | None = None,
+) -> Figure:
     fig = Figure(figsize=(20, 4.2), layout="constrained")
     ax1, ax_tok, ax_fl, ax2 = fig.subplots(1, 4)
     for i, (name, pts) in enumerate(curves.items()):
@@ -474,9 +494,18 @@ def train_other_seeds(
         for seed in seeds:
             if seed == own.seed:
                 continue
-            jobs.append((m.family, m.model_config, one_thread_each(own.model_copy(update={"seed": seed}), workers),
-                         train_data, val_data, vocab_size,
-                         Path(out_dir) / name / str(seed), model_meta))
+            jobs.append(
+                (
+                    m.family,
+                    m.model_config,
+                    one_thread_each(own.model_copy(update={"seed": seed}), workers),
+                    train_data,
+                    val_data,
+                    vocab_size,
+                    Path(out_dir) / name / str(seed),
+                    model_meta,
+                )
+            )
             owners.append((name, seed, own.seed))
     losses = run_jobs(_train_seed, jobs, workers, threads=1)
     out: dict[str, list[float]] = {name: [m.val_loss] for name, m in models.items()}

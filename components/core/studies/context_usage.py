@@ -125,11 +125,17 @@ def receptive_field(model: nn.Module) -> int | None:
 
 def summarize_curve(loss: np.ndarray, bucket: int, saturation: float) -> dict:
     T = len(loss)
-    buckets = [float(loss[s:s + bucket].mean()) for s in range(0, T, bucket)]
+    buckets = [float(loss[s : s + bucket].mean()) for s in range(0, T, bucket)]
     gain = buckets[0] - buckets[-1]
     sat = next((i * bucket for i, b in enumerate(buckets) if b - buckets[-1] <= saturation * max(gain, 0.0)), 0)
-    return {"loss_first_position": float(loss[0]), "loss_first_bucket": buckets[0], "loss_last_bucket": buckets[-1],
-            "gain_from_context": gain, "saturation_position": sat, "mean_loss": float(loss.mean())}
+    return {
+        "loss_first_position": float(loss[0]),
+        "loss_first_bucket": buckets[0],
+        "loss_last_bucket": buckets[-1],
+        "gain_from_context": gain,
+        "saturation_position": sat,
+        "mean_loss": float(loss.mean()),
+    }
 
 
 def plot_context_usage(curves: dict[str, np.ndarray], windows: dict[str, int], n_blocks: int | None = None) -> Figure:
@@ -173,9 +179,12 @@ class ContextUsageResult:
 
     def plainly(self) -> str:
         """How far context helps each model, and what the window loses beyond its field, in words."""
-        lines = [f"- {s['model']}: more context lowers the loss beyond block-to-block noise up to position "
-                 f"{s['context_helps_until']} of {s['positions']} (first bucket {s['loss_first_bucket']:.3f} → last "
-                 f"{s['loss_last_bucket']:.3f} nats)." for s in self.summaries]
+        lines = [
+            f"- {s['model']}: more context lowers the loss beyond block-to-block noise up to position "
+            f"{s['context_helps_until']} of {s['positions']} (first bucket {s['loss_first_bucket']:.3f} → last "
+            f"{s['loss_last_bucket']:.3f} nats)."
+            for s in self.summaries
+        ]
         for g in self.window_gaps:
             if np.isfinite(g["gap_beyond_field"]):
                 lines.append(
@@ -276,6 +285,9 @@ def context_usage(models: dict[str, nn.Module], val: TokenBlocks, settings: Cont
                 }
             )
     return ContextUsageResult(
-        curves={n: c.tolist() for n, c in curves.items()}, summaries=summaries, buckets=buckets, window_gaps=gaps,
+        curves={n: c.tolist() for n, c in curves.items()},
+        summaries=summaries,
+        buckets=buckets,
+        window_gaps=gaps,
         figures={"context_usage": plot_context_usage(curves, windows, min(blocks.n_blocks, s.max_blocks))},
     )

@@ -11,8 +11,9 @@ from ..device import median_seconds
 
 
 @torch.no_grad()
-def recurrent_prefill_decode(m: nn.Module, x: torch.Tensor, gen_tokens: int, device: torch.device, *, warmup: int,
-                             repeats: int) -> tuple[float, float, object]:
+def recurrent_prefill_decode(
+    m: nn.Module, x: torch.Tensor, gen_tokens: int, device: torch.device, *, warmup: int, repeats: int
+) -> tuple[float, float, object]:
     """(median seconds of the prefill of x (B, L), median seconds of decoding `gen_tokens` tokens after it,
     the state after the prompt)."""
     prefill_s = median_seconds(lambda: m.forward_hidden(x), device, warmup=warmup, repeats=repeats)

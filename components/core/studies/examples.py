@@ -89,8 +89,13 @@ def _char_tokens(encode: Callable[[str], list[int]], text: str) -> list[list[int
     return [encode(ch) for ch in text]
 
 
-def word_order(model: nn.Module, encode: Callable[[str], list[int]], decode: Callable[[list[int]], str],
-               a: str = ZH_A, b: str = ZH_B) -> dict:
+def word_order(
+    model: nn.Module,
+    encode: Callable[[str], list[int]],
+    decode: Callable[[list[int]], str],
+    a: str = ZH_A,
+    b: str = ZH_B,
+) -> dict:
     chars_a = _char_tokens(encode, a)
     ids_a, ids_b = encode(a), encode(b)
     spans, start = {}, 0
@@ -154,8 +159,14 @@ def word_order_markdown(w: dict) -> str:
         ("without_position", "without positional encoding"),
         ("with_position", "with positional encoding"),
     ):
-        parts += ["", f"**{label}**", "", _matrix_md(w["a"], w["tokens_a"], w[name]["scores_a"]), "",
-                  _matrix_md(w["b"], w["tokens_b"], w[name]["scores_b"])]
+        parts += [
+            "",
+            f"**{label}**",
+            "",
+            _matrix_md(w["a"], w["tokens_a"], w[name]["scores_a"]),
+            "",
+            _matrix_md(w["b"], w["tokens_b"], w[name]["scores_b"]),
+        ]
     return "\n".join(parts)
 
 
@@ -173,8 +184,10 @@ def shifted_pairs(sentence: str = SHIFT_SENTENCE, context: list[str] = SHIFT_CON
     stream = token_stream(tok, [sentence])  # ids, then [EOS]
     blocks = pack_blocks(stream, len(stream) - 1, tok.get_vocab_size())
     word = tok.id_to_token
-    return [{"position": t, "input (X)": word(int(x)), "label (Y)": word(int(y)) if y >= 0 else "(ignored)"}
-            for t, (x, y) in enumerate(zip(blocks.x[0], blocks.y[0]))]
+    return [
+        {"position": t, "input (X)": word(int(x)), "label (Y)": word(int(y)) if y >= 0 else "(ignored)"}
+        for t, (x, y) in enumerate(zip(blocks.x[0], blocks.y[0]))
+    ]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -233,9 +246,17 @@ def lstm_gates(
         )
         c = f * c + i * g
         h = o * torch.tanh(c)
-        rows.append({"position": t, "token": decode([tok]), "forget": float(f.mean()), "input": float(i.mean()),
-                     "output": float(o.mean()), "cell_abs_mean": float(c.abs().mean()),
-                     "forget_above_0.9": float((f > 0.9).float().mean())})
+        rows.append(
+            {
+                "position": t,
+                "token": decode([tok]),
+                "forget": float(f.mean()),
+                "input": float(i.mean()),
+                "output": float(o.mean()),
+                "cell_abs_mean": float(c.abs().mean()),
+                "forget_above_0.9": float((f > 0.9).float().mean()),
+            }
+        )
     return rows
 
 
@@ -253,8 +274,13 @@ def _table(rows: list[dict], fmt: str = "{:.3f}") -> str:
     return "\n".join(out)
 
 
-def article_examples(transformer: nn.Module, lstm: nn.Module | None, encode: Callable[[str], list[int]],
-                     decode: Callable[[list[int]], str], settings: ExamplesSettings) -> ExamplesResult:
+def article_examples(
+    transformer: nn.Module,
+    lstm: nn.Module | None,
+    encode: Callable[[str], list[int]],
+    decode: Callable[[list[int]], str],
+    settings: ExamplesSettings,
+) -> ExamplesResult:
     wo = word_order(transformer, encode, decode)
     pairs = shifted_pairs()
     mix = attention_mix(transformer, encode, settings.mix_sentence, settings.mix_query)
@@ -267,19 +293,25 @@ def article_examples(transformer: nn.Module, lstm: nn.Module | None, encode: Cal
     metrics = {
         "word_order/no_pe_rel_diff": wo["without_position"]["rel_diff_from_permuted"],
         "word_order/with_pe_rel_diff": wo["with_position"]["rel_diff_from_permuted"],
-        "mix/top1_weight": weights[0], "mix/top3_weight": float(sum(weights[:3])), "mix/words": float(len(weights)),
+        "mix/top1_weight": weights[0],
+        "mix/top3_weight": float(sum(weights[:3])),
+        "mix/words": float(len(weights)),
     }
     if gates:
-        metrics.update({"gates/forget_mean": float(np.mean([r["forget"] for r in gates])),
-                        "gates/input_mean": float(np.mean([r["input"] for r in gates])),
-                        "gates/output_mean": float(np.mean([r["output"] for r in gates]))})
+        metrics.update(
+            {
+                "gates/forget_mean": float(np.mean([r["forget"] for r in gates])),
+                "gates/input_mean": float(np.mean([r["input"] for r in gates])),
+                "gates/output_mean": float(np.mean([r["output"] for r in gates])),
+            }
+        )
     texts = {
         "word_order_wo_ai_ni": word_order_markdown(wo),
         "shifted_pairs_jintian_tianqi": "The word-level tokenizer (jieba for Han text) and the labels stage's shift: "
-            "each input "
+        "each input "
         "token's label is the next token.\n\n" + _table(pairs),
         "attention_mix": f"Query {settings.mix_query!r} in “{settings.mix_sentence}” (last layer, heads averaged): a "
-            f"weighted mix — "
+        f"weighted mix — "
         f"the top word takes {weights[0]:.2f}, the top three {sum(weights[:3]):.2f} — where picking one would put 1.0 "
         "on a single word.\n\n" + _table(mix),
     }

@@ -78,8 +78,10 @@ class FactSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     vocab_size: int = Field(
-        2048, ge=260, description="The fact model's byte-level BPE vocabulary, trained on the training split (a "
-        "country or a capital is one to four tokens)."
+        2048,
+        ge=260,
+        description="The fact model's byte-level BPE vocabulary, trained on the training split (a "
+        "country or a capital is one to four tokens).",
     )
     seeds: list[int] = Field([0, 1], min_length=1, description="Training seeds of the fact model, each judged apart.")
     workers: int = Field(
@@ -164,6 +166,7 @@ def ffn_activations(model: nn.Module, zero: dict[int, list[int]] | None = None) 
     acts: list[torch.Tensor] = []
     handles = []
     for layer, block in enumerate(model.h):
+
         def hook(mod, args, out, layer=layer):
             if zero and layer in zero:
                 out = out.clone()
@@ -188,16 +191,26 @@ def _batch(prompts: list[list[int]], answer: list[int], device) -> tuple[torch.T
     return x.to(device), [len(p) for p in prompts]
 
 
-def answer_logprobs(model: nn.Module, prompts: list[list[int]], answer: list[int], device,
-                    zero: dict[int, list[int]] | None = None, grad: bool = False):
+def answer_logprobs(
+    model: nn.Module,
+    prompts: list[list[int]],
+    answer: list[int],
+    device,
+    zero: dict[int, list[int]] | None = None,
+    grad: bool = False,
+):
     """((n_prompts,) the answer's log-probability after each prompt, summed over its tokens; the
     layers' activations (B, T, 4C), in the gradient graph with `grad`)."""
     x, starts = _batch(prompts, answer, device)
     with torch.set_grad_enabled(grad), ffn_activations(model, zero) as acts:
         lp = F.log_softmax(model(x)[0].float(), -1)
         ans = torch.tensor(answer, device=lp.device)
-        out = torch.stack([lp[i, torch.arange(st - 1, st - 1 + len(answer), device=lp.device), ans].sum()
-                           for i, st in enumerate(starts)])
+        out = torch.stack(
+            [
+                lp[i, torch.arange(st - 1, st - 1 + len(answer), device=lp.device), ans].sum()
+                for i, st in enumerate(starts)
+            ]
+        )
     return out, acts
 
 
@@ -225,8 +238,9 @@ def _zero_map(neurons: list[tuple[int, int]]) -> dict[int, list[int]]:
     return out
 
 
-def matched_draw(acts: list[torch.Tensor], neurons: list[tuple[int, int]], rng: np.random.Generator
-                 ) -> list[tuple[int, int]]:
+def matched_draw(
+    acts: list[torch.Tensor], neurons: list[tuple[int, int]], rng: np.random.Generator
+) -> list[tuple[int, int]]:
     """As many neurons as `neurons`, per layer as many, each among the 10 nearest in mean |activation|
     on this prompt (rank order) to the one it replaces, none of `neurons` and none twice."""
     chosen = set(neurons)
@@ -246,8 +260,9 @@ def _zeroed(model, prompts, answer, device, neurons) -> float:
     return float(knowledge(answer_logprobs(model, prompts, answer, device, zero=_zero_map(neurons))[0]))
 
 
-def probe_fact(model: nn.Module, fact: Fact, others: list[str], encode: Encode, s: FactSettings,
-               rng: np.random.Generator, device) -> dict:
+def probe_fact(
+    model: nn.Module, fact: Fact, others: list[str], encode: Encode, s: FactSettings, rng: np.random.Generator, device
+) -> dict:
     """One fact: its neurons chosen on the selection prompts, judged on the held-out ones. `others`:
     the other subjects of its relation, whose prompts the knowledge score compares against (zeroing
     applies to every prompt: a neuron that lowers the answer whoever the subject is takes nothing)."""
@@ -264,14 +279,21 @@ def probe_fact(model: nn.Module, fact: Fact, others: list[str], encode: Encode, 
             lp, acts = answer_logprobs(model, prompts, answer, device)
         own = [a[0, : len(prompts[0])].float() for a in acts]  # (T_prompt, 4C): the own prompt's positions
         k_top = _zeroed(model, prompts, answer, device, neurons)
-        k_rand = [_zeroed(model, prompts, answer, device, matched_draw(own, neurons, rng))
-                  for _ in range(s.random_draws)]
+        k_rand = [
+            _zeroed(model, prompts, answer, device, matched_draw(own, neurons, rng)) for _ in range(s.random_draws)
+        ]
         rows.append((float(knowledge(lp)), k_top, float(np.mean(k_rand))))
     base, top_k, rand_k = (float(np.mean(c)) for c in zip(*rows))
     return {
-        "relation": fact.relation, "subject": fact.subject, "answer": fact.answer,
-        "cooccurrences": fact.cooccurrences, "answer_tokens": len(answer), "other_subjects": len(others),
-        "knowledge": base, "knowledge_top_k_zeroed": top_k, "knowledge_matched_zeroed": rand_k,
+        "relation": fact.relation,
+        "subject": fact.subject,
+        "answer": fact.answer,
+        "cooccurrences": fact.cooccurrences,
+        "answer_tokens": len(answer),
+        "other_subjects": len(others),
+        "knowledge": base,
+        "knowledge_top_k_zeroed": top_k,
+        "knowledge_matched_zeroed": rand_k,
         "extra_drop": rand_k - top_k,
         "neurons": " ".join(f"L{layer}.{i}" for layer, i in neurons),
     }
@@ -289,8 +311,9 @@ def probe_facts(model: nn.Module, facts: list[Fact], encode: Encode, s: FactSett
     subjects: dict[str, list[str]] = {}
     for f in facts:
         subjects.setdefault(f.relation, []).append(f.subject)
-    return [probe_fact(model, f, [x for x in subjects[f.relation] if x != f.subject], encode, s, rng, device)
-            for f in facts]
+    return [
+        probe_fact(model, f, [x for x in subjects[f.relation] if x != f.subject], encode, s, rng, device) for f in facts
+    ]
 
 
 def summarize(trained: list[dict], control: list[dict], s: FactSettings) -> dict[str, float]:
@@ -310,8 +333,9 @@ def summarize(trained: list[dict], control: list[dict], s: FactSettings) -> dict
 
 
 @torch.no_grad()
-def made_up_entities(model: nn.Module, facts: list[Fact], encode: Encode, known: set[str], s: FactSettings,
-                     device="cpu") -> list[dict]:
+def made_up_entities(
+    model: nn.Module, facts: list[Fact], encode: Encode, known: set[str], s: FactSettings, device="cpu"
+) -> list[dict]:
     """Each fact's first held-out prompt about its subject and about a made-up name the corpus never
     contains: the model's top-1 probability and entropy of the next token after each, as measured."""
     from .inside import entropy, made_up_name
@@ -326,11 +350,18 @@ def made_up_entities(model: nn.Module, facts: list[Fact], encode: Encode, known:
         for subject in (f.subject, name):
             x = torch.tensor([encode(template.format(s=subject))], device=device)
             probs.append(F.softmax(model(x)[0][0, -1].float(), -1))
-        rows.append({
-            "relation": f.relation, "subject": f.subject, "made_up": name, "prompt": template.format(s=f.subject),
-            "top1_p_real": float(probs[0].max()), "top1_p_made_up": float(probs[1].max()),
-            "entropy_real": entropy(probs[0]), "entropy_made_up": entropy(probs[1]),
-        })
+        rows.append(
+            {
+                "relation": f.relation,
+                "subject": f.subject,
+                "made_up": name,
+                "prompt": template.format(s=f.subject),
+                "top1_p_real": float(probs[0].max()),
+                "top1_p_made_up": float(probs[1].max()),
+                "entropy_real": entropy(probs[0]),
+                "entropy_made_up": entropy(probs[1]),
+            }
+        )
     return rows
 
 
@@ -379,9 +410,18 @@ def _train_seed(model_settings, vocab_size: int, ts, train_data, val_data, run_d
     return weights_out(model), res
 
 
-def fact_memories(train_texts: list[str], val_texts: list[str], model_settings, train_settings, s: FactSettings,
-                  out_dir: str | Path, *, known: set[str], analogy_path: str | Path | None = None,
-                  device="cpu") -> FactStudyResult:
+def fact_memories(
+    train_texts: list[str],
+    val_texts: list[str],
+    model_settings,
+    train_settings,
+    s: FactSettings,
+    out_dir: str | Path,
+    *,
+    known: set[str],
+    analogy_path: str | Path | None = None,
+    device="cpu",
+) -> FactStudyResult:
     """The fact study: a BPE tokenizer and, per seed, a small Transformer trained on the corpus's
     training split; each seed's model and its untrained twin probed on the corpus's facts. A corpus that
     names no fact often enough gives a result without facts (the claim is then not judged)."""
@@ -405,8 +445,10 @@ def fact_memories(train_texts: list[str], val_texts: list[str], model_settings, 
     val_data = pack_blocks(token_stream(tok, val_texts), T, vocab)
     workers = cpu_workers(s.workers, train_settings.device)
     ts = one_thread_each(train_settings, workers)
-    jobs = [(model_settings, vocab, ts.model_copy(update={"seed": seed}), train_data, val_data, out_dir / f"seed{seed}")
-            for seed in s.seeds]
+    jobs = [
+        (model_settings, vocab, ts.model_copy(update={"seed": seed}), train_data, val_data, out_dir / f"seed{seed}")
+        for seed in s.seeds
+    ]
     trained = run_jobs(_train_seed, jobs, workers)
     seeds = []
     first = None
@@ -418,14 +460,26 @@ def fact_memories(train_texts: list[str], val_texts: list[str], model_settings, 
         first = first or model
         rows = probe_facts(model, facts, encode, s, device) if facts else []
         control_rows = probe_facts(control, facts, encode, s, device) if facts else []
-        seeds.append(FactSeedResult(
-            seed=seed, val_loss=float(res.val_loss), steps=int(res.steps), rows=rows, control_rows=control_rows,
-            summary=summarize(rows, control_rows, s) if facts else {}, weights=res.checkpoint_dir / "model.safetensors",
-        ))
+        seeds.append(
+            FactSeedResult(
+                seed=seed,
+                val_loss=float(res.val_loss),
+                steps=int(res.steps),
+                rows=rows,
+                control_rows=control_rows,
+                summary=summarize(rows, control_rows, s) if facts else {},
+                weights=res.checkpoint_dir / "model.safetensors",
+            )
+        )
     made_up = made_up_entities(first, facts, encode, known, s, device) if facts and first is not None else []
-    result = FactStudyResult(facts=facts, seeds=seeds, made_up=made_up,
-                             prompts_in_training_text=prompts_in_text(train_texts, facts), vocab_size=vocab,
-                             tokenizer_path=tok_path)
+    result = FactStudyResult(
+        facts=facts,
+        seeds=seeds,
+        made_up=made_up,
+        prompts_in_training_text=prompts_in_text(train_texts, facts),
+        vocab_size=vocab,
+        tokenizer_path=tok_path,
+    )
     if facts:
         result.figures["facts"] = plot_facts(seeds)
     return result

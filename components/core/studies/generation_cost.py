@@ -118,8 +118,14 @@ def _transformer_rows(
                 "bytes_per_sequence": held,
             }
         )
-        rows.append({"model": f"{name}_no_cache", **common, "ms_per_token": 1000 * uncached_s / s.gen_tokens,
-                     "bytes_per_sequence": (L + s.gen_tokens) * x.element_size()})
+        rows.append(
+            {
+                "model": f"{name}_no_cache",
+                **common,
+                "ms_per_token": 1000 * uncached_s / s.gen_tokens,
+                "bytes_per_sequence": (L + s.gen_tokens) * x.element_size(),
+            }
+        )
     return rows
 
 
@@ -129,8 +135,9 @@ def _recurrent_rows(
     rows = []
     for L in s.context_lens:
         x = torch.randint(1, m.vocab_size, (s.batch_size, L), generator=gen).to(device)  # (B, L)
-        prefill_s, decode_s, state = recurrent_prefill_decode(m, x, s.gen_tokens, device, warmup=s.warmup,
-                                                              repeats=s.repeats)
+        prefill_s, decode_s, state = recurrent_prefill_decode(
+            m, x, s.gen_tokens, device, warmup=s.warmup, repeats=s.repeats
+        )
         rows.append(
             {
                 "model": name,
@@ -154,12 +161,17 @@ def fit_generation(rows: list[dict]) -> list[dict]:
         if not ok:
             continue
         f = fit_exponent([r["context_len"] for r in ok], [r["ms_per_token"] for r in ok])
-        out.append({
-            "model": name, "time_exponent": f["exponent"], "time_r2": f["r2"],
-            "max_over_min": ok[-1]["ms_per_token"] / max(ok[0]["ms_per_token"], 1e-12),
-            "ms_per_token_at_max": ok[-1]["ms_per_token"], "context_max": ok[-1]["context_len"],
-            "bytes_per_sequence_at_max": ok[-1]["bytes_per_sequence"],
-        })
+        out.append(
+            {
+                "model": name,
+                "time_exponent": f["exponent"],
+                "time_r2": f["r2"],
+                "max_over_min": ok[-1]["ms_per_token"] / max(ok[0]["ms_per_token"], 1e-12),
+                "ms_per_token_at_max": ok[-1]["ms_per_token"],
+                "context_max": ok[-1]["context_len"],
+                "bytes_per_sequence_at_max": ok[-1]["bytes_per_sequence"],
+            }
+        )
     return out
 
 

@@ -327,16 +327,18 @@ def gradient_study(
             n = hidden_grad_norms(m, x, y)
             factor, r2 = fit_step_factor(n)
             norms[name][variant] = n[::-1].tolist()  # by distance d = 0..T-1
-            rows.append({
-                "model": name,
-                "variant": variant,
-                "spectral_radius": max(spectral_radius(w) for w in recurrent_matrices(m)),
-                "step_factor": factor,
-                "fit_r2": r2,
-                "norm_d1": float(n[-2]) if len(n) > 1 else float("nan"),
-                "norm_dmax": float(n[0]),
-                "seq_len": s.seq_len,
-            })
+            rows.append(
+                {
+                    "model": name,
+                    "variant": variant,
+                    "spectral_radius": max(spectral_radius(w) for w in recurrent_matrices(m)),
+                    "step_factor": factor,
+                    "fit_r2": r2,
+                    "norm_d1": float(n[-2]) if len(n) > 1 else float("nan"),
+                    "norm_dmax": float(n[0]),
+                    "seq_len": s.seq_len,
+                }
+            )
 
     clipping = None
     if train_data is not None and clip_model_config is not None:
@@ -376,8 +378,10 @@ def plot_grad_norms(result: GradientStudyResult) -> Figure:
 def plot_clipping(c: ClippingResult, s: GradientStudySettings) -> Figure:
     fig = Figure(figsize=(6, 4.2), layout="constrained")
     ax = fig.subplots()
-    for label, curve in ((f"no clipping{' (diverged)' if c.unclipped_diverged else ''}", c.loss_unclipped),
-                         (f"clip at {s.clip_grad}{' (diverged)' if c.clipped_diverged else ''}", c.loss_clipped)):
+    for label, curve in (
+        (f"no clipping{' (diverged)' if c.unclipped_diverged else ''}", c.loss_unclipped),
+        (f"clip at {s.clip_grad}{' (diverged)' if c.clipped_diverged else ''}", c.loss_clipped),
+    ):
         vals = np.array(curve, dtype=np.float64)
         steps = np.arange(1, len(vals) + 1)
         ax.plot(steps, vals, label=label)

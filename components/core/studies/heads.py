@@ -37,12 +37,18 @@ def head_statistics(weights: list[torch.Tensor]) -> list[dict]:
         ent = -(w * w.clamp(min=1e-30).log()).sum(-1)[:, :, q]
         row_sum = w.sum(-1)  # (B, H, T) each 1 for softmax weights
         for h in range(H):
-            out.append({
-                "layer": layer, "head": h,
-                "prev_token_share": float(prev[:, h].mean()), "first_token_share": float(first[:, h].mean()),
-                "self_share": float(same[:, h].mean()), "mean_distance": float(mean_dist[:, h].mean()),
-                "entropy": float(ent[:, h].mean()), "max_row_sum_error": float((row_sum[:, h] - 1).abs().max()),
-            })
+            out.append(
+                {
+                    "layer": layer,
+                    "head": h,
+                    "prev_token_share": float(prev[:, h].mean()),
+                    "first_token_share": float(first[:, h].mean()),
+                    "self_share": float(same[:, h].mean()),
+                    "mean_distance": float(mean_dist[:, h].mean()),
+                    "entropy": float(ent[:, h].mean()),
+                    "max_row_sum_error": float((row_sum[:, h] - 1).abs().max()),
+                }
+            )
     return out
 
 
@@ -89,7 +95,7 @@ def heads_zeroed(model: nn.Module, heads: list[tuple[int, int]]) -> Iterator[Non
             (y,) = args  # (B, T, C): heads side by side
             y = y.clone()
             for h in hs:
-                y[..., h * hd:(h + 1) * hd] = 0
+                y[..., h * hd : (h + 1) * hd] = 0
             return (y,)
 
         handles.append(attn.c_proj.register_forward_pre_hook(pre))
@@ -145,7 +151,15 @@ def heads_differ_test(per_block: np.ndarray, draws: int = 2000, seed: int = 0) -
         hi, lo = int(np.argmax(cost)), int(np.argmin(cost))
         d = per_block[layer, hi, test] - per_block[layer, lo, test]
         boot = d[idx].mean(1)
-        rows.append({"layer": layer, "costliest_head": hi, "cheapest_head": lo, "difference": float(d.mean()),
-                     "low": float(np.quantile(boot, 0.025)), "high": float(np.quantile(boot, 0.975)),
-                     "heldout_blocks": int(len(test))})
+        rows.append(
+            {
+                "layer": layer,
+                "costliest_head": hi,
+                "cheapest_head": lo,
+                "difference": float(d.mean()),
+                "low": float(np.quantile(boot, 0.025)),
+                "high": float(np.quantile(boot, 0.975)),
+                "heldout_blocks": int(len(test)),
+            }
+        )
     return rows

@@ -31,8 +31,10 @@ PREFIX_MATCHING_MIN = 0.5
 
 class InductionSettings(MemoryTrainSettings):
     span: int = Field(
-        16, ge=2, description="The longest span (each sequence draws its own length, see min_span); every sequence "
-        "is 2 · span tokens: random tokens, the span, the span again."
+        16,
+        ge=2,
+        description="The longest span (each sequence draws its own length, see min_span); every sequence "
+        "is 2 · span tokens: random tokens, the span, the span again.",
     )
     n_tokens: int = Field(
         32, ge=2, description="Vocabulary the spans are drawn from (first-part accuracy at chance: 1/n_tokens)."
@@ -43,13 +45,17 @@ class InductionSettings(MemoryTrainSettings):
         2, ge=1, description="Transformer blocks: an induction head needs a previous-token head in an earlier layer."
     )
     steps: int = Field(
-        2000, ge=1, description="Optimizer steps (with offsets that vary, induction heads form between ~800 and "
+        2000,
+        ge=1,
+        description="Optimizer steps (with offsets that vary, induction heads form between ~800 and "
         "~1,500 steps depending on the seed and the CPU's rounding: on an AVX2 CPU 1,000 left seeds 0, 2 and 3 "
         "copying 80-88 % of the repeat, 1,500 left seed 1 at 86 %, 2,000 copied 92-98 % on seeds 0-4; 300 leave "
-        "the repeat near chance)."
+        "the repeat near chance).",
     )
     min_span: Optional[int] = Field(
-        None, ge=2, description="Shortest span trained on (default span // 2): each sequence's span length, and so "
+        None,
+        ge=2,
+        description="Shortest span trained on (default span // 2): each sequence's span length, and so "
         "the distance from a token to its copy, is drawn from min_span..span, so no head that attends a fixed "
         "distance back can copy. min_span = span trains the fixed-offset task, which a positional head solves. "
         "Validation always draws from span // 2..span.",
@@ -85,8 +91,8 @@ def induction_task(s: InductionSettings, n: int, seed: int, min_span: int | None
     x = rng.integers(1, 1 + s.n_tokens, size=(n, T))
     dist = np.zeros_like(x)
     for i, L in enumerate(lengths):
-        x[i, T - L:] = x[i, T - 2 * L:T - L]
-        dist[i, T - L:T - 1] = L  # targets at T-L..T-2 predict the repeat's 2nd..last token
+        x[i, T - L :] = x[i, T - 2 * L : T - L]
+        dist[i, T - L : T - 1] = L  # targets at T-L..T-2 predict the repeat's 2nd..last token
     y = np.full_like(x, IGNORE_INDEX)
     y[:, :-1] = x[:, 1:]
     return TaskData(x.astype(np.int64), y.astype(np.int64), lengths.astype(np.int64), dist.astype(np.int64))
@@ -104,8 +110,12 @@ def repeat_targets_only(data: TaskData) -> TaskData:
 def _halves(data: TaskData, ok: np.ndarray, ce: np.ndarray) -> dict:
     asked = data.y != IGNORE_INDEX
     first, rep = asked & (data.distance == 0), asked & (data.distance > 0)  # unpredictable; copied from the first
-    return {"first_accuracy": float(ok[first].mean()), "repeat_accuracy": float(ok[rep].mean()),
-            "first_loss": float(ce[first].mean()), "repeat_loss": float(ce[rep].mean())}
+    return {
+        "first_accuracy": float(ok[first].mean()),
+        "repeat_accuracy": float(ok[rep].mean()),
+        "first_loss": float(ce[first].mean()),
+        "repeat_loss": float(ce[rep].mean()),
+    }
 
 
 @torch.no_grad()
@@ -212,20 +222,33 @@ def induction_study(s: InductionSettings) -> MemoryResult:
             # them leaves the others copying: the circuit's necessity is tested on all of them.
             induction = [r for r in later if r["prefix_matching_score"] >= PREFIX_MATCHING_MIN] or [ind]
             named = {(r["layer"], r["head"]) for r in induction} | {(prev["layer"], prev["head"])}
-            others = sorted((r for r in heads if (r["layer"], r["head"]) not in named),
-                            key=lambda r: r["prefix_matching_score"])[: len(induction)]
+            others = sorted(
+                (r for r in heads if (r["layer"], r["head"]) not in named), key=lambda r: r["prefix_matching_score"]
+            )[: len(induction)]
             for what, rs in (("induction heads", induction), ("other heads", others)):
                 if rs:
                     zero = [(r["layer"], r["head"]) for r in rs]
                     e = induction_eval(model, val, s, zero=zero)
-                    ablations.append({"ablated": what, "heads": [list(z) for z in zero],
-                                      "layer": rs[0]["layer"], "head": rs[0]["head"], **e})
+                    ablations.append(
+                        {
+                            "ablated": what,
+                            "heads": [list(z) for z in zero],
+                            "layer": rs[0]["layer"],
+                            "head": rs[0]["head"],
+                            **e,
+                        }
+                    )
         with torch.no_grad():
             logits, _ = model(torch.from_numpy(val.x))
             per_pos = aligned_accuracy(val, logits.argmax(-1).numpy() == val.y, s.span)
         for r in heads:
-            r["role"] = ("previous-token" if [r["layer"], r["head"]] == found["previous_token_head"] else
-                         "induction" if ablations and [r["layer"], r["head"]] in ablations[0]["heads"] else "")
+            r["role"] = (
+                "previous-token"
+                if [r["layer"], r["head"]] == found["previous_token_head"]
+                else "induction"
+                if ablations and [r["layer"], r["head"]] in ablations[0]["heads"]
+                else ""
+            )
     model_row = {
         "model": f"transformer ({s.n_layer} layer{'s' if s.n_layer > 1 else ''})",
         "parameters": count_parameters(model),

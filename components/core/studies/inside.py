@@ -51,9 +51,26 @@ from .heads import (
 from .inside_settings import InsideSettings
 
 __all__ = [
-    "Decode", "Encode", "HeadsResult", "InsideSettings", "attention_heads", "attention_over_blocks", "classify_heads",
-    "entropy", "ffn_memories", "head_ablation", "head_statistics", "heads_zeroed", "known_words", "made_up_name",
-    "marked", "neuron_hooks", "neuron_memories", "plot_head_ablation", "token_text", "value_vectors",
+    "Decode",
+    "Encode",
+    "HeadsResult",
+    "InsideSettings",
+    "attention_heads",
+    "attention_over_blocks",
+    "classify_heads",
+    "entropy",
+    "ffn_memories",
+    "head_ablation",
+    "head_statistics",
+    "heads_zeroed",
+    "known_words",
+    "made_up_name",
+    "marked",
+    "neuron_hooks",
+    "neuron_memories",
+    "plot_head_ablation",
+    "token_text",
+    "value_vectors",
 ]
 
 Decode = Callable[[list[int]], str]
@@ -71,6 +88,7 @@ def neuron_hooks(
     """Zero FFN neurons {layer: [index, ...]} (at every position) and/or record each layer's GELU output (B, T, 4C)."""
     handles = []
     for layer, block in enumerate(model.h):
+
         def hook(mod, args, out, layer=layer):
             if zero and layer in zero:
                 out = out.clone()
@@ -141,8 +159,8 @@ def neuron_memories(model: nn.Module, blocks: TokenBlocks, s: InsideSettings, de
         contexts = []
         for flat_idx in top:
             b, t = divmod(flat_idx, T)
-            ids = [int(v) for v in blocks.x[b, max(0, t - s.context_tokens):t + 1]]
-            after = [int(v) for v in blocks.x[b, t + 1:t + 4]]
+            ids = [int(v) for v in blocks.x[b, max(0, t - s.context_tokens) : t + 1]]
+            after = [int(v) for v in blocks.x[b, t + 1 : t + 4]]
             contexts.append(f"{marked(ids, decode, after)} ({a[flat_idx]:.2f})")
         promoted = torch.topk(values[r["layer"]][:, r["neuron"]], s.value_tokens + 1).indices.tolist()
         shown.append(
@@ -254,8 +272,15 @@ class HeadsResult:
         return out
 
 
-def attention_heads(model: nn.Module, val: TokenBlocks, s: InsideSettings, *, decode: Decode, encode: Encode,
-                    one_head: nn.Module | None = None) -> HeadsResult:
+def attention_heads(
+    model: nn.Module,
+    val: TokenBlocks,
+    s: InsideSettings,
+    *,
+    decode: Decode,
+    encode: Encode,
+    one_head: nn.Module | None = None,
+) -> HeadsResult:
     device, _ = resolve_device(s.device)
     model = model.to(device).eval()
     blocks = val.crop(min(val.block_size, model.config.block_size))
@@ -282,8 +307,14 @@ def attention_heads(model: nn.Module, val: TokenBlocks, s: InsideSettings, *, de
             w, [decode([t]) for t in ids], f"attention weights (query rows → key columns): {decode(ids)[:80]!r}"
         )
     figures["head_ablation"] = plot_head_ablation(inc, heads)
-    return HeadsResult(heads=heads, ablation=ablation, base_loss=base, one_head_loss=one_loss,
-                       differ=heads_differ_test(per_block), figures=figures)
+    return HeadsResult(
+        heads=heads,
+        ablation=ablation,
+        base_loss=base,
+        one_head_loss=one_loss,
+        differ=heads_differ_test(per_block),
+        figures=figures,
+    )
 
 
 def ffn_memories(model: nn.Module, val: TokenBlocks, s: InsideSettings, *, decode: Decode) -> list[dict]:

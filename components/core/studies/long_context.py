@@ -148,8 +148,17 @@ def transformer_train_rows(
         sec = train_step_seconds(m, opt, x, y, device, warmup=s.warmup, repeats=s.repeats)
         # The critical path of a forward pass: attention and FFN sub-layers, each over every position at
         # once, so 2·n_layer dependent steps whatever T (the recurrent models wait T·n_layer).
-        rows.append({"model": "transformer", "seq_len": T, "batch_size": batch_size, "train_step_ms": 1000 * sec,
-                     "tokens_per_s": batch_size * T / sec, "sequential_steps": 2 * cfg.n_layer, "device": str(device)})
+        rows.append(
+            {
+                "model": "transformer",
+                "seq_len": T,
+                "batch_size": batch_size,
+                "train_step_ms": 1000 * sec,
+                "tokens_per_s": batch_size * T / sec,
+                "sequential_steps": 2 * cfg.n_layer,
+                "device": str(device),
+            }
+        )
     return rows
 
 
@@ -166,9 +175,12 @@ def crossover(transformer: list[dict], recurrent: list[dict], name: str) -> dict
     fit = linear_fit(common, [tf[T] for T in common])  # a + b·T, µs per token
     flat = float(np.mean([rec[T] for T in common]))
     out = {
-        "recurrent": name, "measured_lens": f"{common[0]}…{common[-1]}" if common else "",
-        "transformer_us_per_token_intercept": fit["intercept"], "transformer_us_per_token_slope": fit["slope"],
-        "transformer_fit_r2": fit["r2"], "recurrent_us_per_token_mean": flat,
+        "recurrent": name,
+        "measured_lens": f"{common[0]}…{common[-1]}" if common else "",
+        "transformer_us_per_token_intercept": fit["intercept"],
+        "transformer_us_per_token_slope": fit["slope"],
+        "transformer_fit_r2": fit["r2"],
+        "recurrent_us_per_token_mean": flat,
         "first_measured_len_transformer_costlier": above[0] if above else None,
         "transformer_costlier_at_every_len": bool(common) and len(above) == len(common),
     }
@@ -200,9 +212,17 @@ def exponent_table(attention_fits: list[dict], generation_fits: list[dict], trai
                 }
             )
     for f in generation_fits:
-        rows.append({"source": "generation_cost", "what": "ms per generated token", "impl": f["model"],
-                     "exponent": f["time_exponent"], "r2": f["time_r2"], "ratio_last_doubling": float("nan"),
-                     "n_range": f"…{f['context_max']}"})
+        rows.append(
+            {
+                "source": "generation_cost",
+                "what": "ms per generated token",
+                "impl": f["model"],
+                "exponent": f["time_exponent"],
+                "r2": f["time_r2"],
+                "ratio_last_doubling": float("nan"),
+                "n_range": f"…{f['context_max']}",
+            }
+        )
     for name in dict.fromkeys(r["model"] for r in train_rows):
         rs = [r for r in train_rows if r["model"] == name]
         fit = fit_exponent([r["seq_len"] for r in rs], [r["train_step_ms"] for r in rs])
@@ -253,8 +273,16 @@ def check_scores_arithmetic(attention_rows: list[dict], attention_info: dict, fi
         if r["impl"] != "reference" or "error" in r:
             continue
         predicted = s["batch"] * scores_bytes(s["n_head"], r["n"], bpv)
-        out.append({"pass": r["pass"], "n": r["n"], "measured_bytes": r["peak_bytes"], "scores_bytes": predicted,
-                    "measured_over_scores": r["peak_bytes"] / predicted, "in_fit": r["n"] >= fit_from})
+        out.append(
+            {
+                "pass": r["pass"],
+                "n": r["n"],
+                "measured_bytes": r["peak_bytes"],
+                "scores_bytes": predicted,
+                "measured_over_scores": r["peak_bytes"] / predicted,
+                "in_fit": r["n"] >= fit_from,
+            }
+        )
     return out
 
 

@@ -69,13 +69,30 @@ from .memory_tasks import (
 Z95 = 1.96
 
 __all__ = [
-    "DelaySettings", "MODELS", "MemoryResult", "MemoryTrainSettings", "RecallSettings", "TaskData",
-    "Z95", "accuracy_row", "build_model", "delay_study", "delay_task", "disjoint_validation",
-    "input_gradients", "plot_accuracy", "plot_gradients", "plot_gradients_by_delay",
-    "predictions", "recall_study", "recall_task", "receptive_field", "state_size", "torch_threads",
+    "DelaySettings",
+    "MODELS",
+    "MemoryResult",
+    "MemoryTrainSettings",
+    "RecallSettings",
+    "TaskData",
+    "Z95",
+    "accuracy_row",
+    "build_model",
+    "delay_study",
+    "delay_task",
+    "disjoint_validation",
+    "input_gradients",
+    "plot_accuracy",
+    "plot_gradients",
+    "plot_gradients_by_delay",
+    "predictions",
+    "recall_study",
+    "recall_task",
+    "receptive_field",
+    "state_size",
+    "torch_threads",
     "train_model",
 ]
-
 
 
 # --------------------------------------------------------------------------------------------------
@@ -98,10 +115,10 @@ def build_model(
                     b_ih, b_hh = getattr(model.rnn, f"bias_ih_l{k}"), getattr(model.rnn, f"bias_hh_l{k}")
                     if t.lstm_init == "chrono":
                         bf = torch.log(torch.empty(H).uniform_(1.0, max(2.0, seq_len - 1.0)))
-                        b_ih[:H], b_ih[H:2 * H] = -bf, bf
+                        b_ih[:H], b_ih[H : 2 * H] = -bf, bf
                     else:
-                        b_ih[H:2 * H] = t.lstm_forget_bias
-                    b_hh[:2 * H] = 0.0
+                        b_ih[H : 2 * H] = t.lstm_forget_bias
+                    b_hh[: 2 * H] = 0.0
         return model
     extra = {}
     if kind == "window":
@@ -173,9 +190,9 @@ def predictions(model: nn.Module, data: TaskData, batch_size: int = 128) -> np.n
     model.eval()
     out = np.zeros(data.y.shape, dtype=bool)
     for s in range(0, len(data), batch_size):
-        x = torch.from_numpy(data.x[s:s + batch_size])
+        x = torch.from_numpy(data.x[s : s + batch_size])
         logits, _ = model(x)
-        out[s:s + batch_size] = (logits.argmax(-1).numpy() == data.y[s:s + batch_size])
+        out[s : s + batch_size] = logits.argmax(-1).numpy() == data.y[s : s + batch_size]
     return out
 
 
@@ -217,8 +234,15 @@ def input_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> np.nd
 # Plots
 
 
-def plot_accuracy(rows: list[dict], x_key: str, xlabel: str, title: str, chance: float, log_x: bool = False,
-                  marks: dict[str, float] | None = None) -> Figure:
+def plot_accuracy(
+    rows: list[dict],
+    x_key: str,
+    xlabel: str,
+    title: str,
+    chance: float,
+    log_x: bool = False,
+    marks: dict[str, float] | None = None,
+) -> Figure:
     """Accuracy against `x_key`, one line per model, with the 95% interval as a band."""
     fig = Figure(figsize=(6.5, 4), layout="constrained")
     ax = fig.subplots()
@@ -260,8 +284,13 @@ def plot_gradients(curves: dict[str, np.ndarray], delays: list[int]) -> Figure:
     for m, g in curves.items():
         d = np.arange(1, len(g))
         ax.plot(d, np.maximum(g[::-1][1:], 1e-30), label=m)
-    return _log_log(fig, ax, "distance back from the query (positions)", "‖∂ loss at query / ∂ input embedding‖",
-                    "Gradient reaching t − d in the trained models")
+    return _log_log(
+        fig,
+        ax,
+        "distance back from the query (positions)",
+        "‖∂ loss at query / ∂ input embedding‖",
+        "Gradient reaching t − d in the trained models",
+    )
 
 
 def plot_gradients_by_delay(grads: list[dict]) -> Figure:
@@ -272,8 +301,13 @@ def plot_gradients_by_delay(grads: list[dict]) -> Figure:
     for m in dict.fromkeys(g["model"] for g in grads):
         gs = sorted((g for g in grads if g["model"] == m), key=lambda g: g["delay"])
         ax.plot([g["delay"] for g in gs], [max(g["relative_to_last"], 1e-30) for g in gs], "o-", label=m)
-    return _log_log(fig, ax, "delay d the model was trained on", "‖∂ loss / ∂ x(t − d)‖ ÷ ‖∂ loss / ∂ x(t)‖",
-                    "Gradient reaching the symbol, each model trained on its delay")
+    return _log_log(
+        fig,
+        ax,
+        "delay d the model was trained on",
+        "‖∂ loss / ∂ x(t − d)‖ ÷ ‖∂ loss / ∂ x(t)‖",
+        "Gradient reaching the symbol, each model trained on its delay",
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -370,21 +404,41 @@ def delay_study(s: DelaySettings) -> MemoryResult:
 
 
 def _gradient_row(kind: str, d: int, g: np.ndarray, seq_len: int) -> dict:
-    return {"model": kind, "delay": d, "grad_norm": float(g[seq_len - 1 - d]),
-            "relative_to_last": float(g[seq_len - 1 - d] / max(g[-1], 1e-30))}
+    return {
+        "model": kind,
+        "delay": d,
+        "grad_norm": float(g[seq_len - 1 - d]),
+        "relative_to_last": float(g[seq_len - 1 - d] / max(g[-1], 1e-30)),
+    }
 
 
-def _delay_result(s: DelaySettings, rows: list[dict], models: list[dict], grads: list[dict], gradient_figure: Figure,
-                  val_sequences: int) -> MemoryResult:
+def _delay_result(
+    s: DelaySettings,
+    rows: list[dict],
+    models: list[dict],
+    grads: list[dict],
+    gradient_figure: Figure,
+    val_sequences: int,
+) -> MemoryResult:
     chance = 1.0 / s.n_symbols
     figures = {
-        "delay_accuracy": plot_accuracy(rows, "delay", "delay (positions between the symbol and the query)",
-                                        f"Delayed recall ({s.training.replace('_', ' ')}): accuracy against delay",
-                                        chance, log_x=True),
+        "delay_accuracy": plot_accuracy(
+            rows,
+            "delay",
+            "delay (positions between the symbol and the query)",
+            f"Delayed recall ({s.training.replace('_', ' ')}): accuracy against delay",
+            chance,
+            log_x=True,
+        ),
         "delay_gradients": gradient_figure,
     }
-    return MemoryResult(rows, models, chance, {"gradients": grads, "delays": s.delays, "training": s.training,
-                                               "val_sequences": val_sequences}, figures)
+    return MemoryResult(
+        rows,
+        models,
+        chance,
+        {"gradients": grads, "delays": s.delays, "training": s.training, "val_sequences": val_sequences},
+        figures,
+    )
 
 
 def _delay_study(s: DelaySettings) -> MemoryResult:
@@ -454,15 +508,26 @@ def _delay_study_per_delay(s: DelaySettings) -> MemoryResult:
             weights_in(model, weights)
             model.eval()
             modules[(kind, d)] = model
-            rows.append({"model": kind, "by": "delay", "at": d, "delay": d,
-                         **accuracy_row(predictions(model, val)[:, -1])})
+            rows.append(
+                {"model": kind, "by": "delay", "at": d, "delay": d, **accuracy_row(predictions(model, val)[:, -1])}
+            )
             n = min(64, len(val))
             g = input_gradients(model, torch.from_numpy(val.x[:n]), torch.from_numpy(val.y[:n]))
             grads.append(_gradient_row(kind, d, g, T))
-            models.append({"model": kind, "delay": d, "seq_len": T, "parameters": count_parameters(model),
-                           "state_size": state_size(model, T), "train_seconds": info["seconds"],
-                           "first_loss": info["first_loss"], "final_loss": info["final_loss"],
-                           "train_steps": info["steps"], "solved_at": info["solved_at"]})
+            models.append(
+                {
+                    "model": kind,
+                    "delay": d,
+                    "seq_len": T,
+                    "parameters": count_parameters(model),
+                    "state_size": state_size(model, T),
+                    "train_seconds": info["seconds"],
+                    "first_loss": info["first_loss"],
+                    "final_loss": info["final_loss"],
+                    "train_steps": info["steps"],
+                    "solved_at": info["solved_at"],
+                }
+            )
     rows.sort(key=lambda r: (s.models.index(r["model"]), r["delay"]))
     r = _delay_result(s, rows, models, grads, plot_gradients_by_delay(grads), n_val)
     r.trained = modules
@@ -536,5 +601,10 @@ def _recall_study(s: RecallSettings) -> MemoryResult:
             marks=marks,
         ),
     }
-    return MemoryResult(rows, [m for _, m in trained.values()], chance,
-                        {"pairs": s.pairs, "receptive_fields": fields, "val_sequences": len(val)}, figures)
+    return MemoryResult(
+        rows,
+        [m for _, m in trained.values()],
+        chance,
+        {"pairs": s.pairs, "receptive_fields": fields, "val_sequences": len(val)},
+        figures,
+    )

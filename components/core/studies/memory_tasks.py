@@ -35,7 +35,7 @@ class MemoryTrainSettings(BaseModel):
     lrs: dict[str, float] = Field(
         {"rnn": 3e-3, "lstm": 1e-2, "transformer": 3e-3, "window": 3e-3},
         description="Peak AdamW learning rate per architecture (linear warm-up over 10% of the steps, cosine decay): "
-            "each at "
+        "each at "
         "the rate it trained best at in a short sweep (1e-2 sends the RNN and the Transformer to chance; 3e-3 leaves "
         "the LSTM slow).",
     )
@@ -43,8 +43,11 @@ class MemoryTrainSettings(BaseModel):
     param_budget: int = Field(30000, ge=100, description="Parameters per model (every architecture sized to it).")
     n_layer: int = Field(2, ge=1, description="Transformer blocks (the window model's too).")
     n_head: int = Field(2, ge=1, description="Transformer heads per block.")
-    seed: int = Field(0, description="Seed of the training sequences, the models' initialisation and the batch order "
-                      "(validation sequences: seed + 1).")
+    seed: int = Field(
+        0,
+        description="Seed of the training sequences, the models' initialisation and the batch order "
+        "(validation sequences: seed + 1).",
+    )
     lstm_init: Literal["chrono", "forget", "torch"] = Field(
         "forget",
         description="LSTM gate biases at initialisation: forget (forget bias `lstm_forget_bias`, Gers et al. 2000 / "
@@ -53,7 +56,9 @@ class MemoryTrainSettings(BaseModel):
         "chance on delayed recall in 400 steps here), torch (nn.LSTM's own uniform init).",
     )
     lstm_forget_bias: float = Field(
-        1.0, ge=0, description="The forget gate's bias at initialisation with lstm_init: forget (σ(1) = 0.73 of the "
+        1.0,
+        ge=0,
+        description="The forget gate's bias at initialisation with lstm_init: forget (σ(1) = 0.73 of the "
         "cell kept per step; σ(3) = 0.95).",
     )
     solved_accuracy: Optional[float] = Field(
@@ -64,14 +69,23 @@ class MemoryTrainSettings(BaseModel):
         "training batches (answered positions only) is at least this: it has solved the task, and more steps "
         "would not change its answers. null: always train all `steps`. The step it stopped at is recorded.",
     )
-    solved_steps: int = Field(50, ge=1, description="Consecutive training batches at `solved_accuracy` that stop a "
-                              "model's training early.")
-    workers: int = Field(2, ge=1, description="Processes the models train in side by side (each with `threads` "
-                         "threads; at most one per model and per CPU). The models are independent and a small one "
-                         "uses one core, so two workers halve the study's wall time on two cores; 1 trains them one "
-                         "after another in this process. The results are the same either way.")
-    threads: int = Field(1, ge=1, description="Torch CPU threads while these small models train (restored after): one "
-                         "thread is faster for them than two contending ones on a shared CPU.")
+    solved_steps: int = Field(
+        50, ge=1, description="Consecutive training batches at `solved_accuracy` that stop a model's training early."
+    )
+    workers: int = Field(
+        2,
+        ge=1,
+        description="Processes the models train in side by side (each with `threads` "
+        "threads; at most one per model and per CPU). The models are independent and a small one "
+        "uses one core, so two workers halve the study's wall time on two cores; 1 trains them one "
+        "after another in this process. The results are the same either way.",
+    )
+    threads: int = Field(
+        1,
+        ge=1,
+        description="Torch CPU threads while these small models train (restored after): one "
+        "thread is faster for them than two contending ones on a shared CPU.",
+    )
 
 
 class DelaySettings(MemoryTrainSettings):
@@ -99,10 +113,15 @@ class DelaySettings(MemoryTrainSettings):
         "at 4e-3 (seed 0). In the shorter per-delay sequences used now, seeds 1 and 2 leave delay 64 unsolved "
         "(0.56, 0.10) and solve 4-32.",
     )
-    steps: int = Field(1000, ge=1, description="Optimizer steps per model (a model that solved its task stops "
-                       "early, see solved_accuracy).")
+    steps: int = Field(
+        1000,
+        ge=1,
+        description="Optimizer steps per model (a model that solved its task stops early, see solved_accuracy).",
+    )
     lstm_forget_bias: float = Field(
-        3.0, ge=0, description="The forget gate's bias at initialisation with lstm_init: forget. At 1 (σ = 0.73 "
+        3.0,
+        ge=0,
+        description="The forget gate's bias at initialisation with lstm_init: forget. At 1 (σ = 0.73 "
         "kept per step, 0.73^32 ≈ 4e-5 over 32 steps) the LSTM trained on delay 32 or 64 alone (66-token sequences, "
         "lr 5e-3, 1,000 steps) stayed at chance (0.14); at 3 (σ = 0.95) it solved them in 841 and 829 steps "
         "(benchmarks/delay_training.py --probes).",
@@ -110,8 +129,12 @@ class DelaySettings(MemoryTrainSettings):
     seq_len: int = Field(66, ge=2, description="Tokens per sequence; every delay must be at most seq_len - 1.")
     n_symbols: int = Field(8, ge=2, description="Symbols to remember (chance accuracy 1/n_symbols).")
     n_noise: int = Field(8, ge=1, description="Distinct noise tokens between the symbol and the query.")
-    train_sequences: int = Field(8192, ge=1, description="Training sequences (per delay with training: per_delay; "
-                                 "mixed: delays drawn uniformly from `delays`).")
+    train_sequences: int = Field(
+        8192,
+        ge=1,
+        description="Training sequences (per delay with training: per_delay; "
+        "mixed: delays drawn uniformly from `delays`).",
+    )
     val_per_delay: int = Field(256, ge=1, description="Validation sequences per delay.")
     models: list[str] = Field(
         ["rnn", "lstm", "transformer"], min_length=1, description="Architectures trained: rnn, lstm, transformer."
@@ -126,8 +149,10 @@ class DelaySettings(MemoryTrainSettings):
         _known_models(self.models, MODELS[:3])
         bad = [d for d in self.delays if d < 1 or d > self.seq_len - 1]
         if bad:
-            raise ValueError(f"delays {bad} do not fit: a delay must be between 1 and seq_len - 1 = {self.seq_len - 1} "
-                             f"(a delay longer than the sequence); lengthen seq_len or shorten delays")
+            raise ValueError(
+                f"delays {bad} do not fit: a delay must be between 1 and seq_len - 1 = {self.seq_len - 1} "
+                f"(a delay longer than the sequence); lengthen seq_len or shorten delays"
+            )
         return self
 
     @field_validator("delays")
@@ -145,7 +170,9 @@ class RecallSettings(MemoryTrainSettings):
         [1, 2, 4, 8], min_length=1, description="Key-value pairs per sequence in validation, each at least 1."
     )
     train_pairs: Optional[list[int]] = Field(
-        None, min_length=1, description="Key-value pairs per training sequence (default: the most of `pairs` only). "
+        None,
+        min_length=1,
+        description="Key-value pairs per training sequence (default: the most of `pairs` only). "
         "Trained on a mix of 1-8 pairs, the Transformer stayed on a shortcut for 8,000 steps: a sequence with one "
         "pair is answered by copying any value in it, so the mix rewards learning which tokens are values and "
         "never which value belongs to which key (0.34 at 8 pairs, what copying any value scores). Trained on 8 "
@@ -165,15 +192,19 @@ class RecallSettings(MemoryTrainSettings):
         8,
         ge=1,
         description="Keys each query of the sliding-window Transformer sees per layer (2 layers of 8: a receptive "
-            "field of 15, about half the key-query distances of 8 pairs in 32 tokens). At 4 (a field of 7) only 3 % "
-            "of the training queries were answerable and the model learned nothing, not even within its field "
-            "(accuracy 0.06 at every distance after 2,000 steps, its loss ln 16); at 8 it answers within (0.30-0.65 "
-            "at distances 2-15) and is at chance beyond (0.02-0.11 at 16-19).",
+        "field of 15, about half the key-query distances of 8 pairs in 32 tokens). At 4 (a field of 7) only 3 % "
+        "of the training queries were answerable and the model learned nothing, not even within its field "
+        "(accuracy 0.06 at every distance after 2,000 steps, its loss ln 16); at 8 it answers within (0.30-0.65 "
+        "at distances 2-15) and is at chance beyond (0.02-0.11 at 16-19).",
     )
     steps: int = Field(2000, ge=1, description="Optimizer steps per model.")
-    batch_size: int = Field(128, ge=1, description="Sequences per step. On 8 pairs, 2,000 steps: at 32 the "
-                            "Transformer stayed on the copy-any shortcut; at 64 it bound on seeds 0-2 and not on 3-4; "
-                            "at 128 it bound on seeds 0-4.")
+    batch_size: int = Field(
+        128,
+        ge=1,
+        description="Sequences per step. On 8 pairs, 2,000 steps: at 32 the "
+        "Transformer stayed on the copy-any shortcut; at 64 it bound on seeds 0-2 and not on 3-4; "
+        "at 128 it bound on seeds 0-4.",
+    )
     models: list[str] = Field(
         ["rnn", "lstm", "transformer", "window"],
         min_length=1,

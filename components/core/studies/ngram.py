@@ -44,7 +44,7 @@ from ..data import IGNORE_INDEX, PAD_ID, TokenBlocks
 from ..errors import ConfigError, PipelineInputError
 from ..manifests import NgramRung
 
-KEY_LIMIT = 2 ** 63
+KEY_LIMIT = 2**63
 DEFAULT_MAX_ORDER = 8
 MIN_DISCOUNT = 0.01  # a discount of 0 would leave an unseen successor of a seen context no probability
 
@@ -94,7 +94,7 @@ def _grams(tokens: np.ndarray, n: int, base: int) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     key = np.zeros(len(tokens) - n + 1, dtype=np.int64)
     for i in range(n):
-        key = key * base + tokens[i: len(tokens) - n + 1 + i]
+        key = key * base + tokens[i : len(tokens) - n + 1 + i]
     return key
 
 
@@ -162,7 +162,7 @@ def _count_tables(s: np.ndarray, max_order: int, base: int) -> tuple[list[_Table
         keys, start = np.unique(prefix, return_index=True)  # sorted keys: each prefix is a run
         counts = np.add.reduceat(above_counts, start) if len(above) else np.zeros(0, dtype=np.int64)
         if len(s) >= k:  # the stream's last k-gram begins no (k+1)-gram
-            last = _grams(s[len(s) - k:], k, base)
+            last = _grams(s[len(s) - k :], k, base)
             i = np.searchsorted(keys, last[0])
             if i < len(keys) and keys[i] == last[0]:
                 counts[i] += 1
@@ -172,7 +172,7 @@ def _count_tables(s: np.ndarray, max_order: int, base: int) -> tuple[list[_Table
     raw = [_table(k, c, base) for k, c in raw_kc]
     cont = []
     for k in range(1, max_order):
-        keys, counts = np.unique(raw_kc[k][0] % (base ** k), return_counts=True)
+        keys, counts = np.unique(raw_kc[k][0] % (base**k), return_counts=True)
         cont.append(_table(keys, counts.astype(np.int64), base))
     return raw, cont
 
@@ -185,8 +185,9 @@ def _check_order(order: int, base: int, distinct: int, where: str = "") -> None:
         )
 
 
-def _interpolate(t: _Table, hkey: np.ndarray, target: np.ndarray, have: np.ndarray, lower: np.ndarray,
-                 base: int) -> np.ndarray:
+def _interpolate(
+    t: _Table, hkey: np.ndarray, target: np.ndarray, have: np.ndarray, lower: np.ndarray, base: int
+) -> np.ndarray:
     """One order's probability over the next lower order's (module doc)."""
     a = _lookup(t.keys, t.discounted, hkey * base + target)
     A = _lookup(t.ctx_keys, t.ctx_total, hkey)
@@ -210,8 +211,9 @@ class CountLadder:
 
     Token ids are mapped to codes 0…U−1 (the ids the training stream holds) and U (any other id)."""
 
-    def __init__(self, max_order: int, vocab_size: int, codes: np.ndarray, base: int, raw: list[_Table],
-                 cont: list[_Table]) -> None:
+    def __init__(
+        self, max_order: int, vocab_size: int, codes: np.ndarray, base: int, raw: list[_Table], cont: list[_Table]
+    ) -> None:
         self.max_order, self.V, self.codes, self.base = max_order, vocab_size, codes, base
         self.raw, self.cont = raw, cont
 
@@ -337,21 +339,31 @@ class NgramResult:
 
     def metrics(self) -> dict[str, float]:
         c = self.chosen
-        out = {"val/loss": c.val_loss, "val/ppl": c.val_ppl, "heldout/loss": c.heldout_loss,
-               "chosen_order": float(c.order), "val/targets": float(self.n_targets),
-               "heldout/targets": float(self.n_heldout_targets), "train/tokens": float(self.n_train_tokens)}
+        out = {
+            "val/loss": c.val_loss,
+            "val/ppl": c.val_ppl,
+            "heldout/loss": c.heldout_loss,
+            "chosen_order": float(c.order),
+            "val/targets": float(self.n_targets),
+            "heldout/targets": float(self.n_heldout_targets),
+            "train/tokens": float(self.n_train_tokens),
+        }
         for r in self.rows:
             out[f"{r.model}/val_loss"] = r.val_loss
             out[f"{r.model}/heldout_loss"] = r.heldout_loss
         return out
 
     def markdown(self) -> str:
-        lines = ["| order | held-out loss (chooses) | val loss (nats) | val ppl | top order's D1, D2, D3+ | types |",
-                 "|---|---|---|---|---|---|"]
+        lines = [
+            "| order | held-out loss (chooses) | val loss (nats) | val ppl | top order's D1, D2, D3+ | types |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in self.rows:
             mark = " **(the count model)**" if r.order == self.chosen_order else ""
-            lines.append(f"| {r.order}{mark} | {r.heldout_loss:.4f} | {r.val_loss:.4f} | {r.val_ppl:.2f} | "
-                         f"{', '.join(f'{d:.3f}' for d in r.discounts[-1])} | {r.types:,} |")
+            lines.append(
+                f"| {r.order}{mark} | {r.heldout_loss:.4f} | {r.val_loss:.4f} | {r.val_ppl:.2f} | "
+                f"{', '.join(f'{d:.3f}' for d in r.discounts[-1])} | {r.types:,} |"
+            )
         return "\n".join(lines) + (
             f"\n\nThe order is chosen on the last {self.n_heldout_targets:,} targets of the training stream, held out "
             f"of the counts; each rung is then counted over all {self.n_train_tokens:,} training tokens and scored on "
@@ -380,7 +392,7 @@ def ngram_baseline(train, val, vocab_size: int, settings: NgramSettings) -> Ngra
             f"the training stream ({len(stream)} tokens) is too short to hold out {settings.heldout_fraction:.0%} of "
             "it for choosing the order"
         )
-    heldout = stream_blocks(stream[cut - 1:], settings.block_size)  # its first target is stream[cut]
+    heldout = stream_blocks(stream[cut - 1 :], settings.block_size)  # its first target is stream[cut]
     v = val.crop(settings.block_size)
     vx, vy = np.asarray(v.x), np.asarray(v.y)
     keep = vy != IGNORE_INDEX
@@ -391,14 +403,28 @@ def ngram_baseline(train, val, vocab_size: int, settings: NgramSettings) -> Ngra
     held = CountLadder.fit(stream[:cut], max_order, vocab_size).losses(heldout)
     full = CountLadder.fit(stream, max_order, vocab_size)
     losses = full.losses(v)
-    rows = [NgramRung(order=k, model=f"kn_{k}gram", heldout_loss=held[k - 1], val_loss=losses[k - 1],
-                      val_ppl=math.exp(losses[k - 1]), discounts=full.discounts(k),
-                      types=int(len(full.raw[k - 1].keys)))
-            for k in range(1, max_order + 1)]
+    rows = [
+        NgramRung(
+            order=k,
+            model=f"kn_{k}gram",
+            heldout_loss=held[k - 1],
+            val_loss=losses[k - 1],
+            val_ppl=math.exp(losses[k - 1]),
+            discounts=full.discounts(k),
+            types=int(len(full.raw[k - 1].keys)),
+        )
+        for k in range(1, max_order + 1)
+    ]
     chosen = min(rows, key=lambda r: (r.heldout_loss, r.order))
-    return NgramResult(rows=rows, chosen_order=chosen.order, n_targets=int(keep.sum()), n_train_tokens=int(len(stream)),
-                       n_heldout_targets=int((heldout.y != IGNORE_INDEX).sum()), block_size=settings.block_size,
-                       vocab_size=int(vocab_size))
+    return NgramResult(
+        rows=rows,
+        chosen_order=chosen.order,
+        n_targets=int(keep.sum()),
+        n_train_tokens=int(len(stream)),
+        n_heldout_targets=int((heldout.y != IGNORE_INDEX).sum()),
+        block_size=settings.block_size,
+        vocab_size=int(vocab_size),
+    )
 
 
 def ladder_position(loss: float, ladder: list[NgramRung]) -> str:
@@ -411,8 +437,10 @@ def ladder_position(loss: float, ladder: list[NgramRung]) -> str:
         return f"below every rung (best: the {gram_name(rungs[0].order)}, {rungs[0].val_loss:.3f})"
     for better, worse in zip(rungs, rungs[1:]):
         if better.val_loss <= loss < worse.val_loss:
-            return (f"between the {gram_name(better.order)} ({better.val_loss:.3f}) and the "
-                    f"{gram_name(worse.order)} ({worse.val_loss:.3f})")
+            return (
+                f"between the {gram_name(better.order)} ({better.val_loss:.3f}) and the "
+                f"{gram_name(worse.order)} ({worse.val_loss:.3f})"
+            )
     return f"above every rung (worst: the {gram_name(rungs[-1].order)}, {rungs[-1].val_loss:.3f})"
 
 

@@ -242,7 +242,7 @@ def file_accounting(path: str | Path) -> dict[str, Any]:
         nbytes = v["data_offsets"][1] - v["data_offsets"][0]
         numel = int(np.prod(v["shape"])) if v["shape"] else 1
         layer = next((m for m in modules if k.startswith(m + ".")), None)
-        leaf = k[len(layer) + 1:] if layer else ""
+        leaf = k[len(layer) + 1 :] if layer else ""
         if layer and leaf == "weight":
             parts["codes"] += nbytes
             if variant == "int8":
@@ -330,7 +330,10 @@ def weights_arithmetic(
         metrics[f"arith/{m['model']}/{m['variant']}/bits_per_quantized_param"] = m["bits_per_quantized_param"]
         metrics[f"arith/{m['model']}/{m['variant']}/file_bytes"] = float(m["file_bytes"])
     return ArithmeticResult(
-        reference_rows=ref_rows, measured_rows=measured, metrics=metrics, figure=plot_arithmetic(ref_rows),
+        reference_rows=ref_rows,
+        measured_rows=measured,
+        metrics=metrics,
+        figure=plot_arithmetic(ref_rows),
         markdown=arithmetic_markdown(ref_rows, measured, measured_bits),
     )
 

@@ -98,7 +98,7 @@ def measure_generation(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - t0)
-    return gen_tokens / statistics.median(times), out[0, len(prompt):].tolist()
+    return gen_tokens / statistics.median(times), out[0, len(prompt) :].tolist()
 
 
 def _max_abs_diff(a: torch.Tensor, ref: torch.Tensor) -> float:
@@ -144,9 +144,16 @@ def cuda_bnb_check(
     model = Transformer(TransformerSettings(**settings), vocab_size).eval()
     params = sum(p.numel() for p in model.parameters())
     idx = torch.randint(4, vocab_size, (1, prompt_tokens), device=dev)
-    out: dict[str, Any] = {"device": str(dev), "name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-                           "params": params, "model": settings, "vocab_size": vocab_size,
-                           "quantized_keep_dtype": keep_dtype, "quantized_compute_dtype": compute_dtype, "variants": {}}
+    out: dict[str, Any] = {
+        "device": str(dev),
+        "name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "params": params,
+        "model": settings,
+        "vocab_size": vocab_size,
+        "quantized_keep_dtype": keep_dtype,
+        "quantized_compute_dtype": compute_dtype,
+        "variants": {},
+    }
     try:
         import bitsandbytes
 

@@ -30,7 +30,7 @@ class QuantizationSettings(BaseModel):
     variants: list[str] = Field(
         list(VARIANTS),
         description=f"Precisions to build and measure, of {', '.join(VARIANTS)}; fp32 (the baseline) must be among "
-            f"them.",
+        f"them.",
     )
     compute_dtype: DtypeName = Field(
         "float32", description="dtype the 4-bit layers (nf4, fp4) compute their matmuls in."
@@ -38,18 +38,18 @@ class QuantizationSettings(BaseModel):
     keep_dtype: DtypeName = Field(
         "float16",
         description="dtype of what the quantized variants keep unquantized (norms, biases; the embedding when not "
-            "quantized).",
+        "quantized).",
     )
     quantize_embedding: bool = Field(
         True,
         description="Quantize the output head tied to the token embedding too (the embedding reads its rows from the "
-            "head's codes).",
+        "head's codes).",
     )
     int8_threshold: float = Field(
         6.0,
         ge=0.0,
         description="LLM.int8 outlier threshold: input columns with a value above it are multiplied in 16 bit (0 = all "
-            "int8).",
+        "int8).",
     )
     blocksize: int = Field(
         64, description="Weights per absmax block of the 4-bit variants (64 … 4096, a power of two)."

@@ -113,21 +113,24 @@ def measure_recurrent_cost(
             step_s = train_step_seconds(m, opt, x, y, device, warmup=s.warmup, repeats=s.repeats)
 
             m.eval()
-            prefill_s, decode_s, _ = recurrent_prefill_decode(m, x, s.gen_tokens, device, warmup=s.warmup,
-                                                              repeats=s.repeats)
-            rows.append({
-                "model": name,
-                "seq_len": T,
-                "batch_size": s.batch_size,
-                "train_step_ms": 1000 * step_s,
-                "tokens_per_s": s.batch_size * T / step_s,
-                "prefill_ms": 1000 * prefill_s,
-                "ms_per_generated_token": 1000 * decode_s / s.gen_tokens,
-                "params": count_parameters(m),
-                # the critical path of a forward pass: every layer's step t waits for its step t − 1
-                "sequential_steps": T * m.config.n_layer,
-                "device": str(device),
-            })
+            prefill_s, decode_s, _ = recurrent_prefill_decode(
+                m, x, s.gen_tokens, device, warmup=s.warmup, repeats=s.repeats
+            )
+            rows.append(
+                {
+                    "model": name,
+                    "seq_len": T,
+                    "batch_size": s.batch_size,
+                    "train_step_ms": 1000 * step_s,
+                    "tokens_per_s": s.batch_size * T / step_s,
+                    "prefill_ms": 1000 * prefill_s,
+                    "ms_per_generated_token": 1000 * decode_s / s.gen_tokens,
+                    "params": count_parameters(m),
+                    # the critical path of a forward pass: every layer's step t waits for its step t − 1
+                    "sequential_steps": T * m.config.n_layer,
+                    "device": str(device),
+                }
+            )
     return rows
 
 

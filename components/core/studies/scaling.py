@@ -136,8 +136,16 @@ class PowerLawFit:
 
     def summary(self) -> ScalingFit:
         (l_lo, l_hi), (a_lo, a_hi) = self.interval("l_inf"), self.interval("alpha")
-        return ScalingFit(l_inf=self.l_inf, a=self.a, alpha=self.alpha, x0=self.x0, l_inf_lo=l_lo, l_inf_hi=l_hi,
-                          alpha_lo=a_lo, alpha_hi=a_hi)
+        return ScalingFit(
+            l_inf=self.l_inf,
+            a=self.a,
+            alpha=self.alpha,
+            x0=self.x0,
+            l_inf_lo=l_lo,
+            l_inf_hi=l_hi,
+            alpha_lo=a_lo,
+            alpha_hi=a_hi,
+        )
 
 
 def _fit_once(x: np.ndarray, y: np.ndarray, sigma: np.ndarray) -> tuple[float, float, float] | None:
@@ -149,15 +157,29 @@ def _fit_once(x: np.ndarray, y: np.ndarray, sigma: np.ndarray) -> tuple[float, f
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            p, _ = curve_fit(power_law, x, y, p0=p0, sigma=sigma, absolute_sigma=True,
-                             bounds=([0.0, 0.0, 0.0], [max(top, 1e-9), np.inf, MAX_ALPHA]), maxfev=20000)
+            p, _ = curve_fit(
+                power_law,
+                x,
+                y,
+                p0=p0,
+                sigma=sigma,
+                absolute_sigma=True,
+                bounds=([0.0, 0.0, 0.0], [max(top, 1e-9), np.inf, MAX_ALPHA]),
+                maxfev=20000,
+            )
     except (RuntimeError, ValueError):
         return None
     return float(p[0]), float(p[1]), float(p[2])
 
 
-def fit_power_law(x: list[float] | np.ndarray, y: list[float] | np.ndarray, sigma: float | list[float], *,
-                  bootstrap: int = 1000, seed: int = 0) -> PowerLawFit:
+def fit_power_law(
+    x: list[float] | np.ndarray,
+    y: list[float] | np.ndarray,
+    sigma: float | list[float],
+    *,
+    bootstrap: int = 1000,
+    seed: int = 0,
+) -> PowerLawFit:
     """The least-squares fit of L∞ + a·(x/x0)^−α (x0 = the smallest x) and its parametric bootstrap:
     every loss redrawn as y + N(0, σ²) and refitted `bootstrap` times."""
     x = np.asarray(x, dtype=float)
@@ -189,8 +211,9 @@ def level_crossing(l_inf: float, a: float, alpha: float, level: float) -> float:
     return (a / (level - l_inf)) ** (1.0 / alpha)
 
 
-def curves_crossing(p: tuple[float, float, float], q: tuple[float, float, float], x_q0_over_p0: float,
-                    horizon: float, grid: int = 4000) -> float:
+def curves_crossing(
+    p: tuple[float, float, float], q: tuple[float, float, float], x_q0_over_p0: float, horizon: float, grid: int = 4000
+) -> float:
     """The smallest x / x0_p ≥ 1 (on a log grid up to `horizon`) from which curve p lies below curve q
     for good; 1.0 when p is already below at x0_p, inf when it never passes within the horizon.
     `x_q0_over_p0`: q's normalisation point over p's (the same axis, other first points)."""
@@ -213,8 +236,14 @@ def _percentiles(values: list[float], central: float, measured: float | None = N
         return Crossing(central=central, median=central, lo=math.nan, hi=math.nan, never=math.nan, measured=measured)
     # Order statistics, not interpolation: a percentile among redraws that never cross is infinite.
     lo, med, hi = (float(np.percentile(v, q, method="inverted_cdf")) for q in (2.5, 50, 97.5))
-    return Crossing(central=central, median=med, lo=lo, hi=hi, never=float(np.mean(np.isinf(v))),
-                    measured=None if measured is None else float(measured))
+    return Crossing(
+        central=central,
+        median=med,
+        lo=lo,
+        hi=hi,
+        never=float(np.mean(np.isinf(v))),
+        measured=None if measured is None else float(measured),
+    )
 
 
 def pass_level(fit: PowerLawFit, level: float, xs: list[float], losses: list[float]) -> Crossing:
@@ -226,8 +255,9 @@ def pass_level(fit: PowerLawFit, level: float, xs: list[float], losses: list[flo
     return _percentiles(boot, central, measured)
 
 
-def overtake(p: PowerLawFit, q: PowerLawFit, horizon: float, xs: list[float], lp: list[float],
-             lq: list[float]) -> Crossing:
+def overtake(
+    p: PowerLawFit, q: PowerLawFit, horizon: float, xs: list[float], lp: list[float], lq: list[float]
+) -> Crossing:
     """Where curve p passes below curve q for good (x units of p's axis); `measured`: the first
     common x from which p's measured loss stays below q's."""
     ratio = q.x0 / p.x0
@@ -289,8 +319,9 @@ def _interp_log(c: float, c0: float, c1: float, v0: float, v1: float) -> float:
     return math.exp(math.log(v0) + t * (math.log(v1) - math.log(v0)))
 
 
-def plan_steps(inputs: list[FamilyInput], settings: ScalingSettings, vocab_size: int,
-               block_size: int) -> dict[str, list[dict[str, Any]]]:
+def plan_steps(
+    inputs: list[FamilyInput], settings: ScalingSettings, vocab_size: int, block_size: int
+) -> dict[str, list[dict[str, Any]]]:
     """Per family and budget: the model's size and the steps the budget buys at the input batch
     (and at the largest budget's batches); a budget that buys no step past warmup is an error naming
     it, before anything trains."""
@@ -348,37 +379,70 @@ def run_scaling(
 
     def record(inp: FamilyInput, budget: float, role: str, row: dict[str, Any]) -> dict[str, Any]:
         tokens = row.get("steps", 0) * row["batch_size"] * block
-        out = {"model": inp.name, "budget": budget, "role": role, "lr": row["lr"], "batch_size": row["batch_size"],
-               "steps": int(row.get("steps", 0)), "params": int(row.get("params", 0)), "val_loss": row["val_loss"],
-               "train_seconds": float(row.get("train_s", math.nan)),
-               "flops": float(row.get("flops_per_token", math.nan)) * tokens, "tokens": tokens,
-               "epochs": tokens / max(train_data.n_targets, 1), "reused": bool(row.get("reused", False))}
+        out = {
+            "model": inp.name,
+            "budget": budget,
+            "role": role,
+            "lr": row["lr"],
+            "batch_size": row["batch_size"],
+            "steps": int(row.get("steps", 0)),
+            "params": int(row.get("params", 0)),
+            "val_loss": row["val_loss"],
+            "train_seconds": float(row.get("train_s", math.nan)),
+            "flops": float(row.get("flops_per_token", math.nan)) * tokens,
+            "tokens": tokens,
+            "epochs": tokens / max(train_data.n_targets, 1),
+            "reused": bool(row.get("reused", False)),
+        }
         trials.append(out)
         if log:
             log(out)
         return out
 
     for inp in inputs:
-        base_train = {k: v for k, v in inp.train_settings.items()
-                      if k not in ("launcher", "nproc_per_node", "strategy", "max_steps")}
+        base_train = {
+            k: v
+            for k, v in inp.train_settings.items()
+            if k not in ("launcher", "nproc_per_node", "strategy", "max_steps")
+        }
         lr_in, batch_in = float(inp.train_settings["lr"]), int(inp.train_settings["batch_size"])
         min_lr_ratio = float(inp.train_settings.get("min_lr", lr_in * 0.1)) / lr_in
         warmup = int(inp.train_settings.get("warmup_steps", 0))
 
-        def sweep(budget: float, lrs: list[float], batches: list[int], role_tag: str,
-                  inp: FamilyInput = inp, base_train: dict = base_train, min_lr_ratio: float = min_lr_ratio,
-                  warmup: int = warmup) -> dict[str, Any]:
-            trial = lm_trial(inp.family, _scaled_settings(inp, budget, c0, settings.size_exponent),
-                             {**base_train, "flops_budget": budget}, train_data, val_data, vocab_size,
-                             Path(out_dir) / f"{inp.name}_{budget:.3g}", model_meta=model_meta, evals=1)
+        def sweep(
+            budget: float,
+            lrs: list[float],
+            batches: list[int],
+            role_tag: str,
+            inp: FamilyInput = inp,
+            base_train: dict = base_train,
+            min_lr_ratio: float = min_lr_ratio,
+            warmup: int = warmup,
+        ) -> dict[str, Any]:
+            trial = lm_trial(
+                inp.family,
+                _scaled_settings(inp, budget, c0, settings.size_exponent),
+                {**base_train, "flops_budget": budget},
+                train_data,
+                val_data,
+                vocab_size,
+                Path(out_dir) / f"{inp.name}_{budget:.3g}",
+                model_meta=model_meta,
+                evals=1,
+            )
             rows: list[dict[str, Any]] = []
 
             def keep(row: dict[str, Any]) -> None:
                 rows.append(record(inp, budget, "sweep", row))  # the chosen one becomes the budget's point
 
-            result = run_sweep(SweepSettings(lrs=lrs, warmup_steps=[warmup], batch_sizes=batches,
-                                             max_steps=10 ** 9, min_lr_ratio=min_lr_ratio),
-                               trial, where=f"scaling_laws[{inp.name}] at {budget:.3g} FLOPs ({role_tag})", log=keep)
+            result = run_sweep(
+                SweepSettings(
+                    lrs=lrs, warmup_steps=[warmup], batch_sizes=batches, max_steps=10**9, min_lr_ratio=min_lr_ratio
+                ),
+                trial,
+                where=f"scaling_laws[{inp.name}] at {budget:.3g} FLOPs ({role_tag})",
+                log=keep,
+            )
             chosen = min((r for r in rows if math.isfinite(r["val_loss"])), key=lambda r: (r["val_loss"], r["lr"]))
             chosen["role"] = "point"
             chosen["lr_at_edge"] = bool(result.at_edge)
@@ -387,32 +451,63 @@ def run_scaling(
         # The smallest budget: the input model itself, or a sweep around its learning rate.
         trained_at = inp.train_settings.get("flops_budget")
         if settings.reuse_trained and trained_at and math.isclose(float(trained_at), c0, rel_tol=1e-9):
-            first = record(inp, c0, "point", {"lr": lr_in, "batch_size": batch_in, "steps": inp.steps,
-                                              "params": inp.params, "val_loss": inp.val_loss,
-                                              "train_s": inp.train_seconds,
-                                              "flops_per_token": inp.flops_per_token,
-                                              "reused": True})
+            first = record(
+                inp,
+                c0,
+                "point",
+                {
+                    "lr": lr_in,
+                    "batch_size": batch_in,
+                    "steps": inp.steps,
+                    "params": inp.params,
+                    "val_loss": inp.val_loss,
+                    "train_s": inp.train_seconds,
+                    "flops_per_token": inp.flops_per_token,
+                    "reused": True,
+                },
+            )
         else:
             first = sweep(c0, [lr_in * f for f in settings.smallest_lr_factors], [batch_in], "smallest")
         # The largest: a sweep around the smallest budget's choice.
-        last = sweep(c1, [first["lr"] * f for f in settings.largest_lr_factors],
-                     sorted({max(1, int(round(first["batch_size"] * f))) for f in settings.largest_batch_factors}),
-                     "largest")
+        last = sweep(
+            c1,
+            [first["lr"] * f for f in settings.largest_lr_factors],
+            sorted({max(1, int(round(first["batch_size"] * f))) for f in settings.largest_batch_factors}),
+            "largest",
+        )
         # Between: interpolated in log C.
         for c in budgets[1:-1]:
             lr = _interp_log(c, c0, c1, first["lr"], last["lr"])
             batch = int(round(_interp_log(c, c0, c1, first["batch_size"], last["batch_size"])))
-            trial = lm_trial(inp.family, _scaled_settings(inp, c, c0, settings.size_exponent),
-                             {**base_train, "flops_budget": c}, train_data, val_data, vocab_size,
-                             Path(out_dir) / f"{inp.name}_{c:.3g}", model_meta=model_meta, evals=1)
-            params = {"lr": lr, "min_lr": lr * min_lr_ratio, "warmup_steps": warmup, "max_steps": 10 ** 9,
-                      "batch_size": batch}
+            trial = lm_trial(
+                inp.family,
+                _scaled_settings(inp, c, c0, settings.size_exponent),
+                {**base_train, "flops_budget": c},
+                train_data,
+                val_data,
+                vocab_size,
+                Path(out_dir) / f"{inp.name}_{c:.3g}",
+                model_meta=model_meta,
+                evals=1,
+            )
+            params = {
+                "lr": lr,
+                "min_lr": lr * min_lr_ratio,
+                "warmup_steps": warmup,
+                "max_steps": 10**9,
+                "batch_size": batch,
+            }
             record(inp, c, "point", {**params, **trial(params)})
     return analyse(inputs, trials, count_model, ladder, settings)
 
 
-def analyse(inputs: list[FamilyInput], trials: list[dict[str, Any]] | list[ScalingTrial], count_model: NgramRung,
-            ladder: list[NgramRung], settings: ScalingSettings) -> ScalingResult:
+def analyse(
+    inputs: list[FamilyInput],
+    trials: list[dict[str, Any]] | list[ScalingTrial],
+    count_model: NgramRung,
+    ladder: list[NgramRung],
+    settings: ScalingSettings,
+) -> ScalingResult:
     """The fits and crossings of measured trials (every family's `point` rows)."""
     rows = [t if isinstance(t, ScalingTrial) else ScalingTrial(**t) for t in trials]
     fits: dict[str, dict[str, PowerLawFit]] = {}
@@ -424,38 +519,69 @@ def analyse(inputs: list[FamilyInput], trials: list[dict[str, Any]] | list[Scali
     for k, inp in enumerate(inputs):
         pts = points(inp.name)
         losses = [t.val_loss for t in pts]
-        by_axis = {axis: fit_power_law([getattr(t, key) for t in pts], losses, inp.noise,
-                                       bootstrap=settings.bootstrap, seed=settings.seed + k)
-                   for axis, key in (("flops", "flops"), ("seconds", "train_seconds"))}
+        by_axis = {
+            axis: fit_power_law(
+                [getattr(t, key) for t in pts], losses, inp.noise, bootstrap=settings.bootstrap, seed=settings.seed + k
+            )
+            for axis, key in (("flops", "flops"), ("seconds", "train_seconds"))
+        }
         fits[inp.name] = by_axis
         families[inp.name] = FamilyScaling(
-            noise=inp.noise, noise_measured=inp.noise_measured,
-            fit_flops=by_axis["flops"].summary(), fit_seconds=by_axis["seconds"].summary(),
+            noise=inp.noise,
+            noise_measured=inp.noise_measured,
+            fit_flops=by_axis["flops"].summary(),
+            fit_seconds=by_axis["seconds"].summary(),
             passes_count_model_flops=pass_level(by_axis["flops"], count_model.val_loss, [t.flops for t in pts], losses),
-            passes_count_model_seconds=pass_level(by_axis["seconds"], count_model.val_loss,
-                                                  [t.train_seconds for t in pts], losses),
+            passes_count_model_seconds=pass_level(
+                by_axis["seconds"], count_model.val_loss, [t.train_seconds for t in pts], losses
+            ),
         )
     versus = None
     t_name = next((i.name for i in inputs if i.family == "transformer"), None)
     l_name = next((i.name for i in inputs if i.family == "recurrent" and i.model_config.get("cell") == "lstm"), None)
     if t_name and l_name:
         pt, pl = points(t_name), points(l_name)
-        per_flop = overtake(fits[t_name]["flops"], fits[l_name]["flops"], settings.horizon, [t.budget for t in pt],
-                            [t.val_loss for t in pt], [t.val_loss for t in pl])
+        per_flop = overtake(
+            fits[t_name]["flops"],
+            fits[l_name]["flops"],
+            settings.horizon,
+            [t.budget for t in pt],
+            [t.val_loss for t in pt],
+            [t.val_loss for t in pl],
+        )
         # Seconds differ between families: the Transformer's measured points against the LSTM's fitted curve.
         lstm_s = fits[l_name]["seconds"]
         xs = [t.train_seconds for t in pt]
-        per_second = overtake(fits[t_name]["seconds"], lstm_s, settings.horizon, xs, [t.val_loss for t in pt],
-                              [float(lstm_s(x)) for x in xs])
+        per_second = overtake(
+            fits[t_name]["seconds"],
+            lstm_s,
+            settings.horizon,
+            xs,
+            [t.val_loss for t in pt],
+            [float(lstm_s(x)) for x in xs],
+        )
         noise = {i.name: i.noise for i in inputs}
         versus = TransformerVsLstm(
-            transformer=t_name, lstm=l_name, largest_budget=pt[-1].budget, transformer_loss=pt[-1].val_loss,
-            lstm_loss=pl[-1].val_loss, lstm_minus_transformer=pl[-1].val_loss - pt[-1].val_loss,
-            noise=math.hypot(noise[t_name], noise[l_name]), transformer_drop=pt[0].val_loss - pt[-1].val_loss,
-            lstm_drop=pl[0].val_loss - pl[-1].val_loss, per_flop=per_flop, per_second=per_second,
+            transformer=t_name,
+            lstm=l_name,
+            largest_budget=pt[-1].budget,
+            transformer_loss=pt[-1].val_loss,
+            lstm_loss=pl[-1].val_loss,
+            lstm_minus_transformer=pl[-1].val_loss - pt[-1].val_loss,
+            noise=math.hypot(noise[t_name], noise[l_name]),
+            transformer_drop=pt[0].val_loss - pt[-1].val_loss,
+            lstm_drop=pl[0].val_loss - pl[-1].val_loss,
+            per_flop=per_flop,
+            per_second=per_second,
         )
-    result = ScalingResult(trials=rows, families=families, count_model=count_model, versus=versus,
-                           budgets=list(settings.budgets), settings=settings.model_dump())
+    result = ScalingResult(
+        trials=rows,
+        families=families,
+        count_model=count_model,
+        versus=versus,
+        budgets=list(settings.budgets),
+        settings=settings.model_dump(),
+    )
     result.figures["scaling"] = plot_scaling(result, fits, ladder)
     return result
 
@@ -467,21 +593,31 @@ def plot_scaling(result: ScalingResult, fits: dict[str, dict[str, PowerLawFit]],
 
     fig = Figure(figsize=(12, 4.6), layout="constrained")
     axes = fig.subplots(1, 2)
-    rungs = [(r.model, r.val_loss, r.order == result.count_model.order) for r in ladder
-             if r.val_loss < max(t.val_loss for t in result.trials) + 0.3]
-    for ax, (axis, key, label) in zip(axes, (("flops", "flops", "training FLOPs"),
-                                             ("seconds", "train_seconds", "training seconds (this CPU)"))):
+    rungs = [
+        (r.model, r.val_loss, r.order == result.count_model.order)
+        for r in ladder
+        if r.val_loss < max(t.val_loss for t in result.trials) + 0.3
+    ]
+    for ax, (axis, key, label) in zip(
+        axes, (("flops", "flops", "training FLOPs"), ("seconds", "train_seconds", "training seconds (this CPU)"))
+    ):
         for i, (name, by) in enumerate(fits.items()):
             pts = result.points(name)
             xs = np.array([getattr(t, key) for t in pts])
             ax.plot(xs, [t.val_loss for t in pts], "o", color=f"C{i}", label=name)
             sweeps = [t for t in result.trials if t.model == name and t.role == "sweep"]
-            ax.plot([getattr(t, key) for t in sweeps], [t.val_loss for t in sweeps], "o", mfc="none", ms=4,
-                    color=f"C{i}", alpha=0.6)
+            ax.plot(
+                [getattr(t, key) for t in sweeps],
+                [t.val_loss for t in sweeps],
+                "o",
+                mfc="none",
+                ms=4,
+                color=f"C{i}",
+                alpha=0.6,
+            )
             grid = np.geomspace(xs.min(), xs.max() * 30, 200)
             f = by[axis]
-            ax.plot(grid, f(grid), "-", color=f"C{i}", lw=1,
-                    label=f"{name}: {f.l_inf:.2f} + a·x^−{f.alpha:.2f}")
+            ax.plot(grid, f(grid), "-", color=f"C{i}", lw=1, label=f"{name}: {f.l_inf:.2f} + a·x^−{f.alpha:.2f}")
         draw_count_ladder(ax, rungs)
         ax.set_xscale("log")
         ax.set_xlabel(label)
@@ -496,37 +632,53 @@ def plot_scaling(result: ScalingResult, fits: dict[str, dict[str, PowerLawFit]],
 def markdown(result: ScalingResult) -> str:
     """The points, the fits and the crossings as a page."""
     cm = result.count_model
-    lines = ["| model | budget (FLOPs) | params | batch | lr | steps | epochs | train s | val loss |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | budget (FLOPs) | params | batch | lr | steps | epochs | train s | val loss |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for t in sorted(result.trials, key=lambda t: (t.model, t.budget, t.role != "point")):
         mark = "" if t.role == "point" else " (sweep)"
         reused = " (the input model)" if t.reused else ""
         edge = " (lr at the sweep's edge)" if t.lr_at_edge else ""
-        lines.append(f"| {t.model}{mark}{reused} | {t.budget:.3g} | {t.params:,} | {t.batch_size} | {t.lr:.3g}{edge} | "
-                     f"{t.steps:,} | {t.epochs:.2f} | {t.train_seconds:.0f} | {t.val_loss:.4f} |")
-    lines += ["", f"The count model: {cm.model}, {cm.val_loss:.4f} on the same validation targets.", "",
-              "| model | axis | L∞ (95 %) | α (95 %) | passes the count model at: median (95 %) | seen passing at |",
-              "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {t.model}{mark}{reused} | {t.budget:.3g} | {t.params:,} | {t.batch_size} | {t.lr:.3g}{edge} | "
+            f"{t.steps:,} | {t.epochs:.2f} | {t.train_seconds:.0f} | {t.val_loss:.4f} |"
+        )
+    lines += [
+        "",
+        f"The count model: {cm.model}, {cm.val_loss:.4f} on the same validation targets.",
+        "",
+        "| model | axis | L∞ (95 %) | α (95 %) | passes the count model at: median (95 %) | seen passing at |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, fam in result.families.items():
-        for axis, f, c in (("FLOPs", fam.fit_flops, fam.passes_count_model_flops),
-                           ("seconds", fam.fit_seconds, fam.passes_count_model_seconds)):
+        for axis, f, c in (
+            ("FLOPs", fam.fit_flops, fam.passes_count_model_flops),
+            ("seconds", fam.fit_seconds, fam.passes_count_model_seconds),
+        ):
             unit = "FLOPs" if axis == "FLOPs" else "s"
             seen = f"{c.measured:.3g} {unit}" if c.measured is not None else "not reached"
-            lines.append(f"| {name} | {axis} | {f.l_inf:.3f} ({f.l_inf_lo:.3f}–{f.l_inf_hi:.3f}) | "
-                         f"{f.alpha:.2f} ({f.alpha_lo:.2f}–{f.alpha_hi:.2f}) | {crossing_text(c, unit)} | {seen} |")
+            lines.append(
+                f"| {name} | {axis} | {f.l_inf:.3f} ({f.l_inf_lo:.3f}–{f.l_inf_hi:.3f}) | "
+                f"{f.alpha:.2f} ({f.alpha_lo:.2f}–{f.alpha_hi:.2f}) | {crossing_text(c, unit)} | {seen} |"
+            )
     v = result.versus
     if v:
-        lines += ["", f"At the largest budget ({v.largest_budget:.3g} FLOPs) the LSTM's loss minus the Transformer's "
-                  f"is {v.lstm_minus_transformer:+.3f} nats (seed noise of the difference {v.noise:.3f}); from the "
-                  f"smallest budget to the largest the Transformer gained {v.transformer_drop:.3f} nats, the LSTM "
-                  f"{v.lstm_drop:.3f}.",
-                  f"The Transformer passes the LSTM per FLOP at {crossing_text(v.per_flop, 'FLOPs')}, per second "
-                  f"of training at {crossing_text(v.per_second, 's')}."]
+        lines += [
+            "",
+            f"At the largest budget ({v.largest_budget:.3g} FLOPs) the LSTM's loss minus the Transformer's "
+            f"is {v.lstm_minus_transformer:+.3f} nats (seed noise of the difference {v.noise:.3f}); from the "
+            f"smallest budget to the largest the Transformer gained {v.transformer_drop:.3f} nats, the LSTM "
+            f"{v.lstm_drop:.3f}.",
+            f"The Transformer passes the LSTM per FLOP at {crossing_text(v.per_flop, 'FLOPs')}, per second "
+            f"of training at {crossing_text(v.per_second, 's')}.",
+        ]
     return "\n".join(lines)
 
 
 def crossing_text(c: Crossing, unit: str) -> str:
-    """"1.2e+14 FLOPs (4.1e+13–∞; 12 % of redraws never)"."""
+    """ "1.2e+14 FLOPs (4.1e+13–∞; 12 % of redraws never)"."""
+
     def num(x: float) -> str:
         return "∞" if math.isinf(x) else f"{x:.2g}"
 

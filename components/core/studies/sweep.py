@@ -116,8 +116,13 @@ class SweepResult:
         return "\n".join(lines)
 
 
-def run_sweep(s: SweepSettings, trial: Callable[[dict[str, Any]], dict[str, Any]], *, where: str = "sweep",
-              log: Callable[[dict[str, Any]], None] | None = None) -> SweepResult:
+def run_sweep(
+    s: SweepSettings,
+    trial: Callable[[dict[str, Any]], dict[str, Any]],
+    *,
+    where: str = "sweep",
+    log: Callable[[dict[str, Any]], None] | None = None,
+) -> SweepResult:
     """Every (batch size, warmup, lr) of the grid through `trial(params) -> {"val_loss": ..., ...}`,
     where params holds lr, min_lr, warmup_steps, max_steps (equal tokens at every batch size) and
     batch_size. A trial that diverges returns a non-finite loss and is never chosen. `log(trial_row)`
@@ -191,12 +196,28 @@ def lm_trial(
 
     def trial(params: dict[str, Any]) -> dict[str, Any]:
         # Scored on the whole split each time (halfway and at the end, or at the end only): only the end chooses.
-        ts = TrainSettings(**{**base_train, **params, "eval_batches": None,
-                              "eval_interval": max(params["max_steps"] // 2, 1) if evals > 1 else 0})
+        ts = TrainSettings(
+            **{
+                **base_train,
+                **params,
+                "eval_batches": None,
+                "eval_interval": max(params["max_steps"] // 2, 1) if evals > 1 else 0,
+            }
+        )
         tag = f"lr{params['lr']:g}_w{params['warmup_steps']}"
         try:
-            res = train_lm(family, model_settings, ts, train_data, val_data, vocab_size, Path(out_dir) / tag,
-                           sampling=SamplingSettings(num_samples=0), resume=False, model_meta=model_meta)
+            res = train_lm(
+                family,
+                model_settings,
+                ts,
+                train_data,
+                val_data,
+                vocab_size,
+                Path(out_dir) / tag,
+                sampling=SamplingSettings(num_samples=0),
+                resume=False,
+                model_meta=model_meta,
+            )
         except TrainingDivergedError:
             return {"val_loss": float("inf"), "diverged": True}
         m = res.metrics
