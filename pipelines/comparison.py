@@ -14,7 +14,6 @@ from components.core.lm import load_lm
 from components.core.manifests import Labels, LanguageModel, ModelComparison, NgramBaseline
 from components.core.studies.ablations import accounting_markdown, parameter_accounting
 from components.core.studies.comparison import compare_models, parameter_split, tiers_text, train_other_seeds
-from components.orchestration.checks import claim_check
 from components.orchestration.language_model import LM_TAG, TRAINING_POOL, effective_architecture
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
@@ -54,7 +53,7 @@ class ModelComparisonConfig(dg.Config):
     )
 
 
-def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinition, dg.AssetChecksDefinition]:
+def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> dg.AssetsDefinition:
     ins = {k.path[-1]: dg.AssetIn(k) for k in lm_keys}
     ins["labels"] = dg.AssetIn(dg.AssetKey("labels"))
     ins["ngram_baseline"] = dg.AssetIn(dg.AssetKey("ngram_baseline"))
@@ -112,9 +111,7 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> tuple[dg.AssetsDefinit
                 warnings=_warnings(loaded, settled, st),
             )
 
-    ffn_holds_two_thirds = claim_check("ffn_holds_two_thirds", model_comparison)
-
-    return model_comparison, ffn_holds_two_thirds
+    return model_comparison
 
 
 def _check_models(models: dict[str, LanguageModel], config: ModelComparisonConfig) -> set[str]:

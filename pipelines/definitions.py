@@ -19,6 +19,7 @@ from pathlib import Path
 import dagster as dg
 
 from components.orchestration import pool_wait
+from components.orchestration.checks import claim_checks
 from components.orchestration.io import ManifestIOManager
 from components.orchestration.language_model import LM_TAG
 from components.orchestration.recovery import recovery_sensor
@@ -135,7 +136,7 @@ def build_defs(executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
         if spec.group_name in OFF_ROUTE
     }  # off the default route
     lm_keys = [k for k in language_model_keys(loaded) if k not in sharded]
-    comparison, ffn_check = model_comparison_asset(lm_keys)
+    comparison = model_comparison_asset(lm_keys)
     upstream = [a for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition) and not set(a.keys) & sharded] + [
         comparison
     ]
@@ -144,7 +145,9 @@ def build_defs(executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
         loaded,
         dg.Definitions(
             assets=[comparison, report],
-            asset_checks=[ffn_check],
+            asset_checks=claim_checks(
+                [*(a for a in loaded.assets or [] if isinstance(a, dg.AssetsDefinition)), comparison]
+            ),
             jobs=config_jobs(with_execution=executor is None),
             schedules=[weekly_rerun],
             sensors=[automation, recovery_sensor()],

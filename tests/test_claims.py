@@ -731,6 +731,49 @@ def planted_vectors(tmp_path, shuffled: bool):
     return M.EmbeddingEval(metrics=report.metrics())
 
 
+def trained_vectors(tmp_path, shuffled: bool) -> M.EmbeddingEval:
+    """Our word2vec trained on a corpus where animals and vehicles each share their own context words,
+    or on the same tokens shuffled across the whole corpus (each word's frequency kept, every
+    co-occurrence gone); judged on human-style scores: pairs within a group 8–9, across groups 1–2."""
+    from test_word2vec import ANIMALS, SMALL, VEHICLES, planted_corpus
+
+    from components.core.embeddings.evaluate import evaluate_embeddings
+    from components.core.embeddings.word2vec import Word2VecSettings, train_from_tokens
+
+    rng = np.random.default_rng(0)
+    corpus = planted_corpus(2000)
+    if shuffled:
+        tokens = rng.permutation([w for s in corpus for w in s])
+        corpus = [list(tokens[i : i + 8]) for i in range(0, len(tokens), 8)]
+    result = train_from_tokens(corpus, Word2VecSettings(**SMALL))
+    pairs = [
+        f"{g[i]}\t{g[j]}\t{8 + (i + j) % 2}" for g in (ANIMALS, VEHICLES) for i in range(6) for j in range(i + 1, 6)
+    ]
+    pairs += [f"{a}\t{b}\t{1 + (i + j) % 2}" for i, a in enumerate(ANIMALS) for j, b in enumerate(VEHICLES)]
+    (tmp_path / "pairs.tsv").write_text("\n".join(pairs) + "\n")
+    (tmp_path / "analogies.txt").write_text(": groups\ncat dog car truck\n")
+    report = evaluate_embeddings(
+        result.words,
+        result.vectors,
+        analogy_path=tmp_path / "analogies.txt",
+        wordsim_path=tmp_path / "pairs.tsv",
+        simlex_path=tmp_path / "pairs.tsv",
+        min_analogy_questions=1,
+        min_similarity_pairs=10,
+    )
+    return M.EmbeddingEval(metrics=report.metrics())
+
+
+def test_word_vectors_trained_on_a_shuffled_corpus_carry_no_similarity(tmp_path):
+    """Measured counterexample of `word_vectors_carry_similarity`: the same word2vec on the same tokens,
+    shuffled across the corpus, learns nothing of which words go together, and the claim fails; on the
+    corpus itself it passes."""
+    v = C.word_vectors_carry_similarity(trained_vectors(tmp_path, shuffled=False))
+    assert v.passed, v.figures
+    v = C.word_vectors_carry_similarity(trained_vectors(tmp_path, shuffled=True))
+    assert not v.passed and not v.checks["spearman_interval_above_zero"], v.figures
+
+
 def test_meaning_and_king_queen_hold_in_a_planted_world_and_fail_when_the_vectors_are_shuffled(tmp_path):
     world = planted_vectors(tmp_path, shuffled=False)
     v = C.word_vectors_carry_similarity(world)

@@ -98,3 +98,23 @@ def test_assets_carry_code_versions_owners_tags_and_freshness(monkeypatch):
     }
     assert all(edited[k] != nodes[k].code_version for k in lms)
     assert edited["corpus"] == nodes["corpus"].code_version
+
+
+def test_every_claim_is_the_check_of_the_asset_it_names_and_wired_nowhere_else():
+    """A claim is wired by its registry entry alone: build_defs makes each one the check of its asset
+    (those judged on every language model are the language-model component's, on each model)."""
+    from pathlib import Path
+
+    from components.core.claims import CLAIMS, LANGUAGE_MODELS
+    from components.orchestration.language_model import LM_CLAIMS
+    from pipelines.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    checks = {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys}
+    for c in CLAIMS:
+        if c.asset == LANGUAGE_MODELS:
+            assert c.name in LM_CLAIMS and ("transformer_lm", c.name) in checks, c.name
+        else:
+            assert (c.asset, c.name) in checks, c.name
+    root = Path(__file__).parent.parent / "pipelines"
+    assert not [p for p in root.rglob("*.py") if "claim_check(" in p.read_text()]

@@ -294,6 +294,7 @@ def test_assets_materialize_in_process(tiny, state_dir):  # noqa: F811
     import dagster as dg
 
     from components.core import manifests as M
+    from components.orchestration.checks import claim_check
     from components.orchestration.io import ManifestIOManager
     from components.orchestration.tracking import MlflowTracker
     from pipelines.defs import quantization as qd
@@ -338,11 +339,11 @@ def test_assets_materialize_in_process(tiny, state_dir):  # noqa: F811
             qd.quantized_models,
             qd.model_export,
             qd.weights_arithmetic,
-            qd.int8_weights_size,
-            qd.nf4_weights_size,
-            qd.int8_perplexity_cost,
-            qd.nf4_perplexity_cost,
-            qd.reload_reproduces_logits,
+            *[
+                claim_check(name, qd.quantized_models)
+                for name in ("int8_weights_size", "nf4_weights_size", "int8_perplexity_cost", "nf4_perplexity_cost")
+            ],
+            claim_check("reload_reproduces_logits", qd.model_export),
         ],
         resources={"mlflow": MlflowTracker(), "io_manager": ManifestIOManager()},
         run_config={

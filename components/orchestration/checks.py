@@ -97,3 +97,16 @@ def claim_check(name: str, asset: Any) -> dg.AssetChecksDefinition:
         return check_result(c, c.judge(manifest))
 
     return _check
+
+
+def claim_checks(assets: list[Any]) -> list[dg.AssetChecksDefinition]:
+    """The asset check of every registered claim whose asset is among `assets` (definitions or keys),
+    in the registry's order: a claim is wired by its registry entry alone. The claims judged on every
+    language model (`LANGUAGE_MODELS`) are the language-model component's."""
+    from components.core.claims import CLAIMS, LANGUAGE_MODELS
+
+    keys = {}
+    for a in assets:
+        for key in a.keys if isinstance(a, dg.AssetsDefinition) else [dg.AssetKey.from_coercible(a)]:
+            keys[key.to_user_string()] = key
+    return [claim_check(c.name, keys[c.asset]) for c in CLAIMS if c.asset != LANGUAGE_MODELS and c.asset in keys]

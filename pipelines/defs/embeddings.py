@@ -20,7 +20,6 @@ from components.core.embeddings.reference import load_reference, save_reference,
 from components.core.embeddings.sentences import corpus_sentences
 from components.core.manifests import Corpus, EmbeddingEval, WordEmbeddings
 from components.core.tokenizer import word_level_from_vocab
-from components.orchestration.checks import claim_check
 from components.orchestration.language_model import TRAINING_POOL
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
@@ -82,10 +81,6 @@ def word_embeddings(
         )
 
 
-pad_row_is_zero = claim_check("pad_row_is_zero", word_embeddings)
-pad_excluded_from_similarity = claim_check("pad_excluded_from_similarity", word_embeddings)
-
-
 @dg.asset(group_name=GROUP, kinds={"python"})
 def embedding_eval(
     context: dg.AssetExecutionContext,
@@ -110,7 +105,3 @@ def embedding_eval(
             texts=report.tables(),
             warnings=report.notes,
         )
-
-
-word_vectors_carry_similarity = claim_check("word_vectors_carry_similarity", embedding_eval)
-king_man_woman_queen = claim_check("king_man_woman_queen", embedding_eval)

@@ -39,7 +39,6 @@ from components.core.studies.inside import attention_heads as run_attention_head
 from components.core.studies.inside import ffn_memories as run_ffn_memories
 from components.core.tokenizer import load_tokenizer
 from components.core.training import TrainSettings
-from components.orchestration.checks import claim_check
 from components.orchestration.language_model import TRAINING_POOL, TrainConfig, TransformerModelConfig
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
@@ -118,10 +117,6 @@ def attention_heads(
             figures=r.figures,
             values={"thresholds": dg.MetadataValue.json(thresholds)},
         )
-
-
-attention_rows_sum_to_one = claim_check("attention_rows_sum_to_one", attention_heads)
-heads_differ = claim_check("heads_differ", attention_heads)
 
 
 class FactModelConfig(TransformerModelConfig):
@@ -223,9 +218,6 @@ def ffn_memories(
             figures=r.figures,
             files=files,
         )
-
-
-fact_neurons_matter = claim_check("fact_neurons_matter", ffn_memories)
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"})

@@ -29,7 +29,6 @@ from components.core.studies.generation_cost import GenerationCostSettings
 from components.core.studies.generation_cost import generation_cost as run_generation_cost
 from components.core.studies.long_context import LongContextSettings
 from components.core.studies.long_context import long_context_cost as run_long_context_cost
-from components.orchestration.checks import claim_check
 from components.orchestration.language_model import TRAINING_POOL
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
@@ -82,10 +81,6 @@ def attention_cost(
         )
 
 
-attention_scales_as_claimed = claim_check("attention_scales_as_claimed", attention_cost)
-attention_time_scales_as_claimed = claim_check("attention_time_scales_as_claimed", attention_cost)
-
-
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
 def generation_cost(
     context: dg.AssetExecutionContext,
@@ -124,10 +119,6 @@ def generation_cost(
                 f"{r['model']} L={r['context_len']}: skipped, {r['skipped']}" for r in result.rows if "skipped" in r
             ],
         )
-
-
-kv_cache_grows_recurrent_state_does_not = claim_check("kv_cache_grows_recurrent_state_does_not", generation_cost)
-kv_cache_pays = claim_check("kv_cache_pays", generation_cost)
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
@@ -178,10 +169,6 @@ def long_context_cost(
         )
 
 
-arithmetic_matches_measurement = claim_check("arithmetic_matches_measurement", long_context_cost)
-recurrence_is_the_serial_bottleneck = claim_check("recurrence_is_the_serial_bottleneck", long_context_cost)
-
-
 @dg.asset(group_name=GROUP, kinds={"pytorch"})
 def context_usage(
     context: dg.AssetExecutionContext,
@@ -219,6 +206,3 @@ def context_usage(
             figures=result.figures,
             texts={"how_far_context_helps": result.plainly()},
         )
-
-
-later_context_helps = claim_check("later_context_helps", context_usage)

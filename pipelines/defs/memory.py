@@ -13,7 +13,6 @@ import dagster as dg
 from components.core.manifests import MemoryDelay, MemoryInduction, MemoryRecall
 from components.core.studies.induction import InductionSettings, induction_study
 from components.core.studies.memory import DelaySettings, RecallSettings, delay_study, recall_study
-from components.orchestration.checks import claim_check
 from components.orchestration.language_model import TRAINING_POOL
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
@@ -56,11 +55,6 @@ def memory_delay(
         )
 
 
-rnn_forgets_where_lstm_remembers = claim_check("rnn_forgets_where_lstm_remembers", memory_delay)
-lstm_carries_gradient_further = claim_check("lstm_carries_gradient_further", memory_delay)
-attention_bridges_every_delay = claim_check("attention_bridges_every_delay", memory_delay)
-
-
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
 def memory_recall(
     context: dg.AssetExecutionContext, config: RecallConfig, mlflow: MlflowTracker
@@ -72,11 +66,6 @@ def memory_recall(
         r = recall_study(config)
         metrics = r.metrics("recall")
         return s.publish(MemoryRecall(**r.manifest()), metrics=metrics, tables=_tables(r), figures=r.figures)
-
-
-attention_recall_ignores_distance = claim_check("attention_recall_ignores_distance", memory_recall)
-recurrent_state_runs_out = claim_check("recurrent_state_runs_out", memory_recall)
-window_answers_within_field_only = claim_check("window_answers_within_field_only", memory_recall)
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)
@@ -107,6 +96,3 @@ def memory_induction(
             tables={"heads": r.extra["heads"], "ablations": r.extra["ablations"], "models": r.models},
             figures=r.figures,
         )
-
-
-induction_head_copies = claim_check("induction_head_copies", memory_induction)

@@ -32,7 +32,6 @@ from components.core.studies.quantization import (
 )
 from components.core.studies.quantization import weights_arithmetic as arithmetic_of
 from components.core.training import read_metadata
-from components.orchestration.checks import claim_check
 from components.orchestration.language_model import check_same_tokenizer
 from components.orchestration.registry import log_and_register
 from components.orchestration.stage import stage
@@ -157,14 +156,6 @@ def quantized_models(
             values={"device": result.device, "variants": ", ".join(config.variants)},
             warnings=result.warnings,
         )
-
-
-int8_weights_size = claim_check("int8_weights_size", quantized_models)
-nf4_weights_size = claim_check("nf4_weights_size", quantized_models)
-int8_perplexity_cost = claim_check("int8_perplexity_cost", quantized_models)
-nf4_perplexity_cost = claim_check("nf4_perplexity_cost", quantized_models)
-int8_model_size = claim_check("int8_model_size", quantized_models)
-nf4_model_size = claim_check("nf4_model_size", quantized_models)
 
 
 def _train_settings(source: dict, client: Any) -> dict:
@@ -292,9 +283,6 @@ def model_export(
                 "reload_ok": report.all_reloads_pass,
             },
         )
-
-
-reload_reproduces_logits = claim_check("reload_reproduces_logits", model_export)
 
 
 @dg.asset(group_name=GROUP, kinds={"safetensors"})

@@ -10,7 +10,6 @@ from components.core.studies.gradients import GradientStudySettings
 from components.core.studies.gradients import gradient_study as run_gradient_study
 from components.core.studies.recurrent_cost import RecurrentCostSettings
 from components.core.studies.recurrent_cost import recurrent_cost as run_recurrent_cost
-from components.orchestration.checks import claim_check
 from components.orchestration.language_model import TRAINING_POOL
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
@@ -63,10 +62,6 @@ def gradient_study(
             figures=result.figures,
             texts=texts,
         )
-
-
-gradients_vanish_and_explode = claim_check("gradients_vanish_and_explode", gradient_study)
-clipping_tames_exploding_gradients = claim_check("clipping_tames_exploding_gradients", gradient_study)
 
 
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL)

@@ -18,7 +18,6 @@ from components.core.machine import cpu_identity
 from components.core.manifests import Labels, LanguageModel, ModelComparison, NgramBaseline, Scaling
 from components.core.studies import scaling as core
 from components.core.studies.scaling import FamilyInput, ScalingSettings
-from components.orchestration.checks import claim_check
 from components.orchestration.language_model import TRAINING_POOL
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
@@ -174,5 +173,3 @@ scaling_job = dg.define_asset_job(
     description="Train each language-model family at growing FLOP budgets (after a default run trained the models) "
     "and fit where each passes the count model and where the Transformer overtakes the LSTM.",
 )
-
-transformer_overtakes_lstm_with_compute = claim_check("transformer_overtakes_lstm_with_compute", scaling_laws)

@@ -10,7 +10,6 @@ from components.core.manifests import Labels, Tokenizer, TransformerAblations
 from components.core.models.transformer import TransformerSettings
 from components.core.studies.ablations import AblationSettings, run_ablations
 from components.core.training import TrainSettings
-from components.orchestration.checks import claim_check
 from components.orchestration.language_model import (
     TRAINING_POOL,
     TrainConfig,
@@ -91,9 +90,3 @@ def transformer_ablations(
             artifacts=[result.table_path],
             warnings=result.warnings,
         )
-
-
-position_breaks_order_symmetry = claim_check("position_breaks_order_symmetry", transformer_ablations)
-sqrt_d_keeps_softmax_unsaturated = claim_check("sqrt_d_keeps_softmax_unsaturated", transformer_ablations)
-residuals_let_depth_train = claim_check("residuals_let_depth_train", transformer_ablations)
-soft_attention_trains_better_than_hard = claim_check("soft_attention_trains_better_than_hard", transformer_ablations)
