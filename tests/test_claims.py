@@ -683,8 +683,8 @@ def test_every_evidence_claim_names_its_counterexample_test_and_that_test_judges
         assert c.name in body, f"{c.name}: {c.counterexample} does not judge it"
         assert c.counterexample in _counterexample(c)
     # The rest are hand-written manifests: the timing claims (timings are measured in benchmarks, not in tests)
-    # and the word vectors (planted vectors, through the real evaluation).
-    assert sum(not c.counterexample_measured for c in C.evidence()) <= 5
+    # and king − man + woman (planted vectors, through the real evaluation).
+    assert sum(not c.counterexample_measured for c in C.evidence()) <= 4
 
 
 # --- word vectors: meaning and king − man + woman, in a planted world and in its shuffled twin -------
