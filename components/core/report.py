@@ -264,7 +264,7 @@ def figures_html(v: dict[str, Any], limit: int = 12) -> str:
 # The page
 
 CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0 auto;max-width:1200px;padding:1em 2em;
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif,"Report CJK";margin:0 auto;max-width:1200px;padding:1em 2em;
 color:#222;line-height:1.4}
 h1{margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:1.6em}h3{margin-top:1.4em}
 table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
@@ -485,7 +485,7 @@ def render_report(
     # The radios are siblings of <main> (the CSS selects `:checked ~ main`); their labels are the switch.
     switch = (
         '<input type="radio" name="lang" id="lang-en" checked><input type="radio" name="lang" id="lang-zh">'
-        '<p class="lang"><label for="lang-en">English</label> · <label for="lang-zh">中文</label></p>'
+        '<p class="lang"><label for="lang-en">English</label> · <label for="lang-zh" lang="zh">中文</label></p>'
     )
     main = "\n".join(body)
     return (
