@@ -55,7 +55,7 @@ from components.core.distributed import (  # noqa: E402
     torchrun_args,
     write_spec,
 )
-from components.core.training import TrainSettings  # noqa: E402
+from components.core.train_settings import TrainSettings  # noqa: E402
 
 COMM_PREFIXES = ("gloo:", "nccl:")  # the process group's collective spans (torch.profiler names)
 

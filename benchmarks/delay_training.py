@@ -33,7 +33,8 @@ def _summary(rows: list[dict]) -> dict:
 
 
 def one_run(training: str, seed: int, steps: int | None, extrapolate: int) -> dict:
-    from components.core.studies.memory import DelaySettings, accuracy_row, delay_study, delay_task, predictions
+    from components.core.studies.memory import accuracy_row, delay_study, predictions
+    from components.core.studies.memory_tasks import DelaySettings, delay_task
 
     kw = {"training": training, "seed": seed, **({"steps": steps} if steps else {})}
     if training == "mixed":
@@ -78,14 +79,8 @@ def alone(kind: str, delay: int, lr: float, steps: int, forget_bias: float, seq_
     behind the study's settings (the RNN's rate, the LSTM's forget bias and rate)."""
     import torch
 
-    from components.core.studies.memory import (
-        DelaySettings,
-        build_model,
-        delay_task,
-        disjoint_validation,
-        predictions,
-        train_model,
-    )
+    from components.core.studies.memory import build_model, predictions, train_model
+    from components.core.studies.memory_tasks import DelaySettings, delay_task, disjoint_validation
 
     torch.set_num_threads(1)
     s = DelaySettings(

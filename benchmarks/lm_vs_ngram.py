@@ -100,7 +100,7 @@ def main() -> None:
     from components.core.labels import load_labels
     from components.core.lm import SamplingSettings, train_lm
     from components.core.studies.ngram import NgramSettings, ngram_baseline
-    from components.core.training import TrainSettings
+    from components.core.train_settings import TrainSettings
 
     labels, val_chars = (args.labels, None) if args.labels else build(args.tokenizer, Path(args.work))
     tr, va, meta = load_labels(labels)

@@ -114,13 +114,8 @@ def main() -> None:
 
     import torch
 
-    from components.core.studies.memory import (
-        RecallSettings,
-        build_model,
-        disjoint_validation,
-        recall_task,
-        train_model,
-    )
+    from components.core.studies.memory import build_model, train_model
+    from components.core.studies.memory_tasks import RecallSettings, disjoint_validation, recall_task
 
     torch.set_num_threads(1)
     results = []

@@ -35,14 +35,11 @@ from components.core.export.folder import load_benchmark  # noqa: E402
 from components.core.export.precision import bnb  # noqa: E402
 from components.core.labels import LabelSettings, build_labels, load_labels  # noqa: E402
 from components.core.lm import SamplingSettings, load_lm, train_lm  # noqa: E402
-from components.core.studies.quantization import (  # noqa: E402
-    QuantizationSettings,
-    check_figures,
-    quantize_and_measure,
-    weights_arithmetic,
-)
+from components.core.studies.quant_export import weights_arithmetic  # noqa: E402
+from components.core.studies.quant_settings import QuantizationSettings  # noqa: E402
+from components.core.studies.quantization import check_figures, quantize_and_measure  # noqa: E402
 from components.core.tokenizer import TokenizerSettings, train_tokenizer  # noqa: E402
-from components.core.training import TrainSettings  # noqa: E402
+from components.core.train_settings import TrainSettings  # noqa: E402
 
 MODELS = {"transformer_lm": "transformer", "lstm_lm": "recurrent"}
 

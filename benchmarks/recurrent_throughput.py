@@ -36,7 +36,9 @@ from components.core.device import autocast_context, resolve_dtype  # noqa: E402
 from components.core.labels import pack_blocks, token_stream  # noqa: E402
 from components.core.lm import build_model, resolve_settings  # noqa: E402
 from components.core.tokenizer import TokenizerSettings, train_tokenizer  # noqa: E402
-from components.core.training import TrainSettings, lr_at, train  # noqa: E402
+from components.core.train_settings import TrainSettings  # noqa: E402
+from components.core.train_step import lr_at  # noqa: E402
+from components.core.training import train  # noqa: E402
 
 # The defaults of pipelines/defs/{rnn_lm,lstm_lm}/defs.yaml.
 MODELS = {

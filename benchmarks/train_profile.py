@@ -31,7 +31,8 @@ from train_throughput import PRESETS, NanoGPTRun, char_data, parse_overrides, wi
 
 from components.core.device import resolve_device, resolve_dtype  # noqa: E402
 from components.core.models.transformer import Transformer, TransformerSettings  # noqa: E402
-from components.core.training import Parallel, TrainSettings, TrainState, make_optimizer, optimizer_step  # noqa: E402
+from components.core.train_settings import Parallel, TrainSettings  # noqa: E402
+from components.core.train_step import TrainState, make_optimizer, optimizer_step  # noqa: E402
 
 # Op groups inside the forward and backward phases (first match wins; names are torch's aten ops).
 GROUPS = [

@@ -27,16 +27,8 @@ def one_run(steps: int, window: int) -> dict:
     import torch
 
     from components.core.data import IGNORE_INDEX
-    from components.core.studies.memory import (
-        RecallSettings,
-        accuracy_row,
-        build_model,
-        disjoint_validation,
-        predictions,
-        recall_task,
-        receptive_field,
-        train_model,
-    )
+    from components.core.studies.memory import accuracy_row, build_model, predictions, receptive_field, train_model
+    from components.core.studies.memory_tasks import RecallSettings, disjoint_validation, recall_task
 
     torch.set_num_threads(1)
     s = RecallSettings(window=window, steps=steps, models=["window"])

@@ -24,7 +24,7 @@ Sections, cheap first (each records its own error instead of stopping the others
                  own choice, and the kernel observed by the profiler with flash pinned.
 2. bnb           bitsandbytes Linear8bitLt (INT8) and Linear4bit (NF4, fp16 compute) forward vs the
                  fp16 layer: relative error, weight bytes, allocated bytes, time.
-3. bnb_generate  the pipeline's quantization path (components.core.studies.quantization.cuda_bnb_check)
+3. bnb_generate  the pipeline's quantization path (components.core.studies.quant_measure.cuda_bnb_check)
                  on a GPT-2-medium-sized Transformer: GPU bytes of the weights, peak memory while
                  generating, generation tokens/s (greedy, batch 1) and the max-abs logit difference from
                  FP32. Like for like: INT8 and NF4 keep everything unquantized in float16 and NF4
@@ -181,8 +181,9 @@ PROJECT = {
         "memory_accounting",
         "ratio_by_n",
     ],
-    "components.core.training": ["Parallel", "TrainSettings", "TrainState", "make_optimizer", "optimizer_step"],
-    "components.core.studies.quantization": ["cuda_bnb_check"],
+    "components.core.train_settings": ["Parallel", "TrainSettings"],
+    "components.core.train_step": ["TrainState", "make_optimizer", "optimizer_step"],
+    "components.core.studies.quant_measure": ["cuda_bnb_check"],
 }
 
 

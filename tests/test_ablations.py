@@ -16,15 +16,13 @@ from components.core import claims
 from components.core import manifests as M
 from components.core.data import TokenBlocks
 from components.core.models.transformer import Transformer, TransformerSettings
-from components.core.studies.ablations import (
-    AblationSettings,
+from components.core.studies.ablations import AblationSettings, residual_depth_study, run_ablations
+from components.core.studies.transformer_probes import (
     parameter_accounting,
     permutation_equivariance,
-    residual_depth_study,
-    run_ablations,
     score_scaling_at_init,
 )
-from components.core.training import TrainSettings
+from components.core.train_settings import TrainSettings
 
 
 @pytest.fixture(scope="module")

@@ -20,11 +20,13 @@ from components.core.device import seed_everything
 from components.core.embeddings import WordIndex
 from components.core.embeddings.evaluate import distance_spread, spread_metrics
 from components.core.embeddings.vocab import build_vocab
-from components.core.embeddings.word2vec import Word2VecResult, Word2VecSettings, save_embeddings, train_word2vec
+from components.core.embeddings.word2vec import Word2VecResult, save_embeddings, train_word2vec
+from components.core.embeddings.word2vec_settings import Word2VecSettings
 from components.core.models.transformer import Transformer, TransformerSettings
 from components.core.studies.attention_topk import AttentionTopKSettings, attention_topk
-from components.core.studies.inside import head_statistics
-from components.core.training import TrainSettings, train
+from components.core.studies.heads import head_statistics
+from components.core.train_settings import TrainSettings
+from components.core.training import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -374,7 +376,7 @@ def test_not_judged_is_never_a_pass():
 
 
 def test_position_breaks_symmetry_and_fails_when_the_positional_table_carries_nothing():
-    from components.core.studies.ablations import permutation_equivariance
+    from components.core.studies.transformer_probes import permutation_equivariance
 
     seed_everything(0)
     idx = torch.randint(1, V, (1, 12))
@@ -738,7 +740,8 @@ def trained_vectors(tmp_path, shuffled: bool) -> M.EmbeddingEval:
     from test_word2vec import ANIMALS, SMALL, VEHICLES, planted_corpus
 
     from components.core.embeddings.evaluate import evaluate_embeddings
-    from components.core.embeddings.word2vec import Word2VecSettings, train_from_tokens
+    from components.core.embeddings.word2vec import train_from_tokens
+    from components.core.embeddings.word2vec_settings import Word2VecSettings
 
     rng = np.random.default_rng(0)
     corpus = planted_corpus(2000)
@@ -838,14 +841,14 @@ def test_serial_bottleneck_passes_where_attention_is_cheaper_per_token_and_fails
 
 
 def test_sqrt_d_keeps_the_softmax_unsaturated_and_fails_when_the_scale_does_not_follow_d():
-    from components.core.studies import ablations
+    from components.core.studies.transformer_probes import _unit_variance_probe
 
-    probes = [ablations._unit_variance_probe(d, T=32, seed=0) for d in (16, 64, 256, 1024)]
+    probes = [_unit_variance_probe(d, T=32, seed=0) for d in (16, 64, 256, 1024)]
     v = C.sqrt_d_keeps_softmax_unsaturated(M.TransformerAblations(scaling={"unit_variance": probes}))
     assert v.passed, v
     assert v.figures["d1024_entropy_unscaled"] < 0.5 * v.figures["d1024_entropy_scaled"]
     # A "scaled" attention whose scale is a constant (1/√16 whatever d): it saturates as d grows.
-    fixed = [ablations._unit_variance_probe(d, T=32, seed=0, fixed_scale=0.25) for d in (16, 64, 256, 1024)]
+    fixed = [_unit_variance_probe(d, T=32, seed=0, fixed_scale=0.25) for d in (16, 64, 256, 1024)]
     v = C.sqrt_d_keeps_softmax_unsaturated(M.TransformerAblations(scaling={"unit_variance": fixed}))
     assert not v.passed and not v.checks["scaled_entropy_steady"]
     assert not C.sqrt_d_keeps_softmax_unsaturated(M.TransformerAblations(scaling={})).judged

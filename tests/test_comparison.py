@@ -105,7 +105,7 @@ def test_other_seeds_retrain_the_recorded_settings(tmp_path, one_thread):
     from components.core.data import TokenBlocks
     from components.core.lm import train_lm
     from components.core.studies.comparison import train_other_seeds
-    from components.core.training import TrainSettings
+    from components.core.train_settings import TrainSettings
 
     text = open(datapath("lee_background.cor"), encoding="utf-8").read()[:8_000]
     chars = sorted(set(text))
@@ -153,7 +153,7 @@ def test_identical_models_with_different_seeds_are_tied_and_a_better_one_is_bett
     from components.core.data import TokenBlocks
     from components.core.lm import train_lm
     from components.core.studies.comparison import pair_verdicts
-    from components.core.training import TrainSettings
+    from components.core.train_settings import TrainSettings
 
     text = open(datapath("lee_background.cor"), encoding="utf-8").read()[:8_000]
     chars = sorted(set(text))

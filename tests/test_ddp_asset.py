@@ -82,7 +82,7 @@ def _descends_from(pid: int, ancestor: str) -> bool:
 
 
 def checkpoint_step(state: Path) -> int | None:
-    from components.core.training import read_metadata
+    from components.core.checkpoint import read_metadata
 
     found = list((state / "checkpoints" / LM).glob("*/checkpoint/model.safetensors"))
     return int(read_metadata(found[0])["step"]) if found else None

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from components.core.artifacts import sha256_file, write_json
+from components.core.checkpoint import CHECKPOINT_DIR, read_metadata
 from components.core.data import IGNORE_INDEX
 from components.core.distributed import (
     RESULT_FILE,
@@ -35,7 +36,7 @@ from components.core.distributed import (
 from components.core.errors import ConfigError, PipelineInputError
 from components.core.labels import LabelSettings, build_labels
 from components.core.tokenizer import TokenizerSettings, train_tokenizer
-from components.core.training import CHECKPOINT_DIR, TrainSettings, read_metadata
+from components.core.train_settings import TrainSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-4

@@ -13,15 +13,9 @@ from gensim.models import KeyedVectors, Word2Vec
 from gensim.test.utils import datapath
 from gensim.utils import simple_preprocess
 
-from components.core.embeddings.evaluate import (
-    EmbeddingEvalSettings,
-    WordIndex,
-    evaluate_analogies,
-    evaluate_embeddings,
-    evaluate_with_settings,
-    evaluate_word_pairs,
-)
+from components.core.embeddings.evaluate import EmbeddingEvalSettings, evaluate_embeddings, evaluate_with_settings
 from components.core.embeddings.vocab import SPECIAL_TOKENS
+from components.core.embeddings.word_tasks import WordIndex, evaluate_analogies, evaluate_word_pairs
 from components.core.errors import PipelineInputError
 
 ANALOGIES, WORDSIM, SIMLEX = datapath("questions-words.txt"), datapath("wordsim353.tsv"), datapath("simlex999.txt")

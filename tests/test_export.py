@@ -33,7 +33,7 @@ from components.core.export import folder as export_folder
 from components.core.labels import LabelSettings, build_labels, load_labels
 from components.core.lm import SamplingSettings, load_lm, train_lm
 from components.core.tokenizer import TokenizerSettings, train_tokenizer
-from components.core.training import TrainSettings
+from components.core.train_settings import TrainSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 _BUILT: dict[str, dict] = {}

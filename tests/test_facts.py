@@ -23,7 +23,8 @@ from components.core.studies.facts import (
     summarize,
 )
 from components.core.tokenizer import TokenizerSettings, train_tokenizer
-from components.core.training import TrainSettings, train
+from components.core.train_settings import TrainSettings
+from components.core.training import train
 
 PAIRS = [
     ("Norway", "Oslo"),

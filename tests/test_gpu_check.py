@@ -256,7 +256,7 @@ import json, sys
 sys.path.insert(0, {str(ROOT / 'scripts')!r}); sys.path.insert(0, {str(ROOT)!r})
 import pydantic_lite; sys.modules["pydantic"] = pydantic_lite
 from components.core.models.transformer import TransformerSettings
-from components.core.training import TrainSettings
+from components.core.train_settings import TrainSettings
 out = {{"t": TransformerSettings(n_layer=2, n_head=2, n_embd=64, sdpa_backend="flash").model_dump(),
        "s": TrainSettings(max_steps=3, device="cpu", dtype="float32").model_dump(), "errors": []}}
 for kw in ({{"n_embd": 10, "n_head": 3}}, {{"attention": "bogus"}}, {{"n_layer": 0}}, {{"nope": 1}}):
@@ -270,7 +270,7 @@ print(json.dumps(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     lite = json.loads(proc.stdout)
     from components.core.models.transformer import TransformerSettings
-    from components.core.training import TrainSettings
+    from components.core.train_settings import TrainSettings
 
     assert lite["t"] == TransformerSettings(n_layer=2, n_head=2, n_embd=64, sdpa_backend="flash").model_dump()
     assert lite["s"] == TrainSettings(max_steps=3, device="cpu", dtype="float32").model_dump()

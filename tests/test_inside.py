@@ -11,16 +11,9 @@ import torch
 from components.core.data import TokenBlocks
 from components.core.models.transformer import Transformer, TransformerSettings
 from components.core.studies.facts import answer_logprobs, attribute, knowledge, matched_draw
-from components.core.studies.inside import (
-    InsideSettings,
-    attention_heads,
-    classify_heads,
-    ffn_memories,
-    head_statistics,
-    heads_zeroed,
-    known_words,
-    made_up_name,
-)
+from components.core.studies.heads import classify_heads, head_statistics, heads_zeroed
+from components.core.studies.inside import attention_heads, ffn_memories, known_words, made_up_name
+from components.core.studies.inside_settings import InsideSettings
 
 V, T = 20, 12
 

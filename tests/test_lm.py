@@ -9,6 +9,7 @@ import torch
 from gensim.test.utils import datapath
 from matplotlib.figure import Figure
 
+from components.core.checkpoint import CheckpointMismatchError, read_metadata
 from components.core.data import IGNORE_INDEX, TokenBlocks
 from components.core.device import resolve_dtype
 from components.core.errors import ConfigError
@@ -25,7 +26,8 @@ from components.core.lm import (
 from components.core.models import count_parameters
 from components.core.models.recurrent import RecurrentLM
 from components.core.models.transformer import Transformer
-from components.core.training import CheckpointMismatchError, TrainSettings, evaluate, read_metadata
+from components.core.train_settings import TrainSettings
+from components.core.train_step import evaluate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -201,7 +203,7 @@ def test_params_non_embedding_is_params_minus_the_embedding_tables(family, setti
     """One definition for every family and for model_comparison's accounting: params_non_embedding is
     params minus exactly the token table (V×E) and a learned position table (block_size×E); a tied
     output head is the token table, an untied one counts."""
-    from components.core.studies.ablations import parameter_accounting
+    from components.core.studies.transformer_probes import parameter_accounting
 
     vocab = 97
     model = build_model(family, settings, vocab)
@@ -223,7 +225,8 @@ def test_a_flops_budget_sets_the_steps_so_the_schedule_ends_at_it(tmp_path):
     from components.core.data import TokenBlocks
     from components.core.errors import ConfigError
     from components.core.lm import train_lm
-    from components.core.training import TrainSettings, lr_at
+    from components.core.train_settings import TrainSettings
+    from components.core.train_step import lr_at
 
     rng = np.random.default_rng(0)
     x = rng.integers(1, 30, size=(64, 16)).astype(np.uint16)

@@ -25,7 +25,7 @@ from components.core.studies.long_context import (
     kv_cache_bytes,
     long_context_cost,
 )
-from components.core.training import evaluate
+from components.core.train_step import evaluate
 
 V = 60
 
@@ -203,7 +203,8 @@ def test_a_window_better_than_full_attention_beyond_its_field_fails_later_contex
     local rule) against an untrained full-attention model: beyond its receptive field the window is
     better, beyond the bootstrap interval, and later_context_helps says so."""
     from components.core import claims
-    from components.core.studies.memory import MemoryTrainSettings, TaskData, train_model
+    from components.core.studies.memory import train_model
+    from components.core.studies.memory_tasks import MemoryTrainSettings, TaskData
 
     g = np.random.default_rng(2)
     x = np.repeat(g.integers(1, V, size=(256, 16)), 2, axis=1)  # pairs of equal tokens

@@ -9,13 +9,12 @@ from pydantic import ValidationError
 from components.core import claims
 from components.core import manifests as M
 from components.core.data import IGNORE_INDEX
-from components.core.studies.memory import (
+from components.core.studies.memory import delay_study, recall_study
+from components.core.studies.memory_tasks import (
     DelaySettings,
     RecallSettings,
-    delay_study,
     delay_task,
     disjoint_validation,
-    recall_study,
     recall_task,
 )
 

@@ -177,7 +177,7 @@ def _periodic(n_periods: int, block: int):
 
 
 def _manifest(model, val, block, base):
-    from components.core.training import eval_targets, evaluate
+    from components.core.train_step import eval_targets, evaluate
 
     loss = evaluate(model, val, batch_size=16, max_batches=None, device="cpu")
     from components.core import manifests as M
@@ -207,7 +207,8 @@ def test_beating_the_count_model_passes_for_a_trained_model_and_fails_untrained_
     from components.core import claims as C
     from components.core.device import seed_everything
     from components.core.models.transformer import Transformer, TransformerSettings
-    from components.core.training import TrainSettings, train
+    from components.core.train_settings import TrainSettings
+    from components.core.training import train
 
     block = 16
     tr, va = _periodic(256, block), _periodic(32, block)

@@ -19,16 +19,10 @@ from components.core.export import LinearRecurrence, is_quantized_layer, spec_of
 from components.core.export.precision import bnb
 from components.core.lm import load_lm
 from components.core.models.recurrent import ExplicitLSTM
-from components.core.studies.quantization import (
-    ExportSettings,
-    QuantizationSettings,
-    check_figures,
-    cuda_bnb_check,
-    export_and_verify,
-    file_accounting,
-    quantize_and_measure,
-    weights_arithmetic,
-)
+from components.core.studies.quant_export import ExportSettings, export_and_verify, file_accounting, weights_arithmetic
+from components.core.studies.quant_measure import cuda_bnb_check
+from components.core.studies.quant_settings import QuantizationSettings
+from components.core.studies.quantization import check_figures, quantize_and_measure
 
 FAST = dict(eval_batches=2, batch_size=4, gen_tokens=6, repeats=1, prompt_tokens=8, device="cpu")
 

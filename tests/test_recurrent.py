@@ -19,7 +19,8 @@ from components.core.models import count_parameters, meta_parameter_count
 from components.core.models.recurrent import ExplicitLSTM, RecurrentLM, RecurrentSettings, size_for_budget
 from components.core.studies.recurrent_cost import RecurrentCostSettings, fit_cost, linear_fit, recurrent_cost
 from components.core.tokenizer import TokenizerSettings, train_tokenizer
-from components.core.training import TrainSettings, train
+from components.core.train_settings import TrainSettings
+from components.core.training import train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

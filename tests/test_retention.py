@@ -54,7 +54,7 @@ def test_the_state_folder_stays_bounded_over_repeated_runs(state):
     from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
     from mlflow.tracking import MlflowClient
 
-    from components.orchestration.recovery import prune
+    from components.orchestration.retention import prune
     from components.orchestration.state import local_tracking_uri
 
     instance = dg.DagsterInstance.get()
@@ -113,7 +113,7 @@ def test_stale_lock_files_go_and_held_ones_stay(tmp_path, monkeypatch):
     """An empty lock file of a checkpoint folder that is gone is removed; one that a training holds
     (`exclusive`), or whose folder exists, stays; a lock taken again afterwards works on a new file."""
     from components.orchestration.language_model import exclusive
-    from components.orchestration.recovery import remove_stale_locks
+    from components.orchestration.retention import remove_stale_locks
     from components.orchestration.state import checkpoints_root
 
     monkeypatch.setenv("PIPELINE_STATE_DIR", str(tmp_path / "state"))

@@ -249,7 +249,8 @@ def test_training_loop_reads_the_view_as_one_array(route):
 
     from components.core.device import seed_everything
     from components.core.models.recurrent import RecurrentLM, RecurrentSettings
-    from components.core.training import TrainSettings, train
+    from components.core.train_settings import TrainSettings
+    from components.core.training import train
 
     train_view, val_view, meta = load_labels(manifest(route.inst, route.combine.run_id, "sharded_labels")["path"])
     whole = [TokenBlocks(np.asarray(v.x), np.asarray(v.y)) for v in (train_view, val_view)]

@@ -121,7 +121,7 @@ def test_dagster_yaml_never_overwrites_a_users_file(tmp_path):
 
 
 def test_process_identity_survives_pid_reuse():
-    from components.orchestration.recovery import process_alive, process_start_ticks
+    from components.orchestration.procs import process_alive, process_start_ticks
 
     me = process_start_ticks(os.getpid())
     assert me is not None and process_alive(os.getpid(), me)
@@ -133,7 +133,7 @@ def test_process_identity_survives_pid_reuse():
 
 
 def test_run_lease_is_removed_on_error_and_keeps_the_run_record(stores):
-    from components.orchestration.recovery import RUN_LEASE, read_leases, run_lease
+    from components.orchestration.leases import RUN_LEASE, read_leases, run_lease
     from components.orchestration.state import leases_root
 
     run_id = str(uuid.uuid4())
@@ -191,7 +191,7 @@ def _killed_step(run_id: str, final: Path) -> int:
     code = textwrap.dedent(
         f"""
         import os, sys, time
-        from components.orchestration.recovery import run_lease
+        from components.orchestration.leases import run_lease
         from components.core.artifacts import atomic_dir
         with run_lease({run_id!r}, "rnn_lm"), atomic_dir({str(final)!r}) as tmp:
             (tmp / "weights.bin").write_bytes(b"x" * 1000)
@@ -220,7 +220,8 @@ def _killed_step(run_id: str, final: Path) -> int:
 def test_recover_dead_runs_fails_killed_runs_and_leaves_live_ones(stores, instance, client):
     from dagster import DagsterRunStatus
 
-    from components.orchestration.recovery import recover_dead_runs, run_lease
+    from components.orchestration.leases import run_lease
+    from components.orchestration.recovery import recover_dead_runs
     from components.orchestration.state import artifacts_root, checkpoints_root, leases_root, local_tracking_uri
 
     # 1. killed during training: lease + partial folder of a SIGKILLed process, MLflow runs RUNNING
@@ -290,7 +291,7 @@ def test_recover_dead_runs_fails_killed_runs_and_leaves_live_ones(stores, instan
 def test_sync_mlflow_parents_mirrors_ended_runs(stores, instance, client):
     import dagster as dg
 
-    from components.orchestration.recovery import sync_mlflow_parents
+    from components.orchestration.mlflow_sync import sync_mlflow_parents
     from components.orchestration.state import local_tracking_uri
 
     @dg.asset
@@ -317,7 +318,7 @@ def test_sync_mlflow_parents_mirrors_ended_runs(stores, instance, client):
 def test_prune_keeps_newest_and_latest_materialization(stores, instance):
     import dagster as dg
 
-    from components.orchestration.recovery import prune
+    from components.orchestration.retention import prune
     from components.orchestration.state import artifacts_root, checkpoints_root
 
     @dg.asset(name="embeddings_eval")

@@ -10,6 +10,15 @@ import torch
 import torch.nn.functional as F
 from pydantic import ValidationError
 
+from components.core.checkpoint import (
+    STATE_FILE,
+    WEIGHTS_FILE,
+    CheckpointMismatchError,
+    load_checkpoint,
+    load_model_weights,
+    load_weights_into,
+    read_metadata,
+)
 from components.core.data import IGNORE_INDEX, TokenBlocks
 from components.core.device import resolve_device, seed_everything
 from components.core.errors import ConfigError, PipelineInputError
@@ -18,22 +27,9 @@ from components.core.models import count_parameters
 from components.core.models.recurrent import RecurrentLM, RecurrentSettings
 from components.core.models.transformer import Transformer, TransformerSettings
 from components.core.tokenizer import TokenizerSettings, train_tokenizer
-from components.core.training import (
-    STATE_FILE,
-    WEIGHTS_FILE,
-    CheckpointMismatchError,
-    Parallel,
-    TrainingDivergedError,
-    TrainSettings,
-    batch_indices,
-    evaluate,
-    load_checkpoint,
-    load_model_weights,
-    load_weights_into,
-    lr_at,
-    read_metadata,
-    train,
-)
+from components.core.train_settings import Parallel, TrainSettings
+from components.core.train_step import batch_indices, evaluate, lr_at
+from components.core.training import TrainingDivergedError, train
 
 V = 512
 TOK_HASH = "a" * 64
@@ -428,7 +424,7 @@ def test_a_corrupted_checkpoint_is_refused_on_resume_naming_the_file(tmp_path, b
     """Flipped bits in the weights' tensor data (the header and the step intact): the resume is refused,
     naming the file, calling it corrupt and offering to start over; nothing is loaded into the model,
     and resume=False does start over."""
-    from components.core.training import CheckpointCorruptError
+    from components.core.checkpoint import CheckpointCorruptError
 
     train_b, val_b = blocks
     s = quick(max_steps=6, eval_interval=0)

@@ -21,7 +21,8 @@ from components.core.errors import ConfigError, PipelineInputError
 from components.core.lm import SamplingSettings, build_model, load_lm, resolve_settings, save_lm, train_lm
 from components.core.models import count_parameters, meta_parameter_count
 from components.core.models.transformer import Transformer, TransformerSettings, size_for_budget
-from components.core.training import TrainSettings, train
+from components.core.train_settings import TrainSettings
+from components.core.training import train
 
 
 @pytest.fixture(scope="module")

@@ -9,21 +9,32 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from components.core.embeddings import word2vec as w2v
 from components.core.embeddings.vocab import SPECIAL_TOKENS, Vocab, build_vocab, word_tokenize
 from components.core.embeddings.word2vec import (
-    Word2VecSettings,
+    _shards,
     load_embeddings,
     save_embeddings,
     train_from_tokens,
     train_word2vec,
 )
+from components.core.embeddings.word2vec_chunks import (
+    _block,
+    _block_of,
+    _CbowWorker,
+    _epoch_chunks,
+    _flatten,
+    _keep_probability,
+    _negative_cdf,
+    _SkipGramWorker,
+    _UnigramSampler,
+)
+from components.core.embeddings.word2vec_settings import Word2VecSettings
 from components.core.errors import ConfigError, PipelineInputError
 
 
-def unigram(counts: np.ndarray) -> "w2v._UnigramSampler":
+def unigram(counts: np.ndarray) -> "_UnigramSampler":
     """The negatives' sampler over `counts`, as `train_word2vec` builds it."""
-    return w2v._UnigramSampler(w2v._negative_cdf(counts))
+    return _UnigramSampler(_negative_cdf(counts))
 
 
 # --- a synthetic corpus with a planted relation -------------------------------------------------
@@ -146,7 +157,7 @@ def reference_update(Wt: torch.Tensor, ch, s: Word2VecSettings) -> np.ndarray:
         # negatives, batched: every token against its K draws from the updated input rows
         for j in range(C):
             for k in range(K):
-                p, x = pool[w2v._block_of(j, C, s) * K + k], ids[j]
+                p, x = pool[_block_of(j, C, s) * K + k], ids[j]
                 g = -sig(L[j, :D] @ W[p, D:]) * lr * n_ctx[j] * s.negative / K
                 dW[x, :D] += g * W[p, D:]
                 dW[p, D:] += g * L[j, :D]
@@ -161,7 +172,7 @@ def reference_update(Wt: torch.Tensor, ch, s: Word2VecSettings) -> np.ndarray:
             work = g * W[ids[i], D:]
             dW[ids[i], D:] += g * h
             for k in range(K):
-                p = pool[w2v._block_of(i, C, s) * K + k]
+                p = pool[_block_of(i, C, s) * K + k]
                 g = -sig(h @ W[p, D:]) * lr * s.negative / K
                 work = work + g * W[p, D:]
                 dW[p, D:] += g * h
@@ -179,13 +190,13 @@ def test_vectorised_step_equals_per_pair_reference(sg, C):
     vocab = Vocab(list(SPECIAL_TOKENS) + [f"w{i}" for i in range(8)], counts)
     rng = np.random.default_rng(3)
     sentences = [rng.integers(4, len(vocab), size=n) for n in (7, 1, 9, 5, 12, 3)]
-    corpus = w2v._flatten(sentences, vocab, s.window)
+    corpus = _flatten(sentences, vocab, s.window)
     keep_all = np.ones(len(vocab))
-    chunks = list(w2v._epoch_chunks(corpus, keep_all, unigram(counts), s, 0, rng, torch.device("cpu"), 1))
+    chunks = list(_epoch_chunks(corpus, keep_all, unigram(counts), s, 0, rng, torch.device("cpu"), 1))
     assert all(len(c.ids) == C for c in chunks) and len(chunks) == -(-37 // (C - 6))  # C - 2*window new centres each
     Wt = torch.randn(len(vocab), 2 * s.vector_size, generator=torch.Generator().manual_seed(0)) * 0.5
     Wt[0] = 0
-    worker = (w2v._SkipGramWorker if sg else w2v._CbowWorker)(Wt, s, C)
+    worker = (_SkipGramWorker if sg else _CbowWorker)(Wt, s, C)
     for ch in chunks:
         expected = reference_update(Wt, ch, s)
         worker.step(ch)
@@ -204,13 +215,13 @@ def test_row_update_cap_scales_a_frequent_rows_change():
     vocab = Vocab(list(SPECIAL_TOKENS) + ["the", "a", "b", "c"], counts)
     rng = np.random.default_rng(0)
     sentence = np.where(rng.random(60) < 0.5, 4, rng.integers(5, 8, 60))  # "the" every other word
-    corpus = w2v._flatten([sentence], vocab, s.window)
-    ch = next(w2v._epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, torch.device("cpu"), 1))
+    corpus = _flatten([sentence], vocab, s.window)
+    ch = next(_epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, torch.device("cpu"), 1))
     W0 = torch.randn(len(vocab), 16, generator=torch.Generator().manual_seed(1)) * 0.3
     W0[0] = 0
     capped, free = W0.clone(), W0.clone()
-    w2v._SkipGramWorker(capped, s, len(ch.ids)).step(ch)
-    w2v._SkipGramWorker(free, s, len(ch.ids)).step(dataclasses.replace(ch, in_terms=None, out_terms=None))
+    _SkipGramWorker(capped, s, len(ch.ids)).step(ch)
+    _SkipGramWorker(free, s, len(ch.ids)).step(dataclasses.replace(ch, in_terms=None, out_terms=None))
     rows = ch.rows.numpy()
     t_in = np.bincount(rows, weights=ch.in_terms.numpy(), minlength=len(vocab))
     t_out = np.bincount(rows, weights=ch.out_terms.numpy(), minlength=len(vocab))
@@ -235,11 +246,11 @@ def test_only_chunks_where_a_row_reaches_the_cap_carry_its_terms(monkeypatch):
     rng = np.random.default_rng(0)
     dense = np.where(rng.random(120) < 0.6, 4, rng.integers(5, 8, 120))  # "the" in most places: over the cap
     sentence = np.r_[dense, rng.integers(5, 8, 360)]  # then never: every row under it
-    corpus = w2v._flatten([sentence], vocab, s.window)
+    corpus = _flatten([sentence], vocab, s.window)
     negatives = unigram(counts)
 
     def chunks():
-        it = w2v._epoch_chunks(
+        it = _epoch_chunks(
             corpus, np.ones(len(vocab)), negatives, s, 0, np.random.default_rng(1), torch.device("cpu"), 1
         )
         return list(it)
@@ -281,8 +292,8 @@ def test_every_pair_is_trained_once_within_its_sentence():
     vocab = Vocab(list(SPECIAL_TOKENS) + [f"w{i}" for i in range(6)], counts)
     rng = np.random.default_rng(0)
     sentences = [rng.integers(4, 10, size=n) for n in rng.integers(1, 30, size=40)]
-    corpus = w2v._flatten(sentences, vocab, W)
-    chunks = list(w2v._epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, torch.device("cpu"), 1))
+    corpus = _flatten(sentences, vocab, W)
+    chunks = list(_epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, torch.device("cpu"), 1))
     pairs: list[tuple[int, int]] = []  # (centre, context) in corpus positions (sample=0 keeps every token)
     for ch in chunks:
         m = ch.masks.numpy()  # (C, W, 2)
@@ -322,12 +333,12 @@ def test_cbow_bands_hold_the_skip_gram_masks_of_the_same_draws():
     vocab = Vocab(list(SPECIAL_TOKENS) + [f"w{i}" for i in range(6)], counts)
     rng = np.random.default_rng(0)
     sentences = [rng.integers(4, 10, size=n) for n in rng.integers(1, 12, size=30)]
-    corpus = w2v._flatten(sentences, vocab, W)
+    corpus = _flatten(sentences, vocab, W)
 
     def chunks(sg):
         s = Word2VecSettings(window=W, sg=sg, batch_size=C, batch_growth=1, sample=0.0, negative_draws=5)
         gen = np.random.default_rng(1)
-        return list(w2v._epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, gen, "cpu", 1))
+        return list(_epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, gen, "cpu", 1))
 
     for sk, cb in zip(chunks(1), chunks(0), strict=True):
         m, band, band_t = sk.masks.numpy(), cb.band.numpy()[:, 0], cb.band_t.numpy()[:, 0]
@@ -355,18 +366,18 @@ def test_cbow_blocks_interleave_and_the_cap_counts_each_samples_block(monkeypatc
 
     C, K = 64, 3
     s = Word2VecSettings(window=2, sg=0, negative=3, batch_size=C, batch_growth=1, sample=0.0)
-    G, nb = w2v._block(C), C // w2v._block(C)
-    assert w2v._block_of(np.arange(C), C, s).tolist() == [j % nb for j in range(C)]
-    assert w2v._block_of(np.arange(C), C, s.model_copy(update={"sg": 1})).tolist() == [j // G for j in range(C)]
+    G, nb = _block(C), C // _block(C)
+    assert _block_of(np.arange(C), C, s).tolist() == [j % nb for j in range(C)]
+    assert _block_of(np.arange(C), C, s.model_copy(update={"sg": 1})).tolist() == [j // G for j in range(C)]
     monkeypatch.setattr(word2vec_chunks, "_cap_binds", lambda rows, terms, cap: np.ones(len(rows), dtype=bool))
     counts = np.r_[0, 0, 0, 0, np.full(6, 100)]
     vocab = Vocab(list(SPECIAL_TOKENS) + [f"w{i}" for i in range(6)], counts)
     rng = np.random.default_rng(0)
     sentences = [rng.integers(4, 10, size=n) for n in rng.integers(1, 30, size=20)]
-    corpus = w2v._flatten(sentences, vocab, 2)
-    chunks = list(w2v._epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, "cpu", 1))
+    corpus = _flatten(sentences, vocab, 2)
+    chunks = list(_epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, "cpu", 1))
     for ch in chunks:
-        per_block = np.bincount(w2v._block_of(np.arange(C), C, s), weights=ch.has_pairs.numpy(), minlength=nb)
+        per_block = np.bincount(_block_of(np.arange(C), C, s), weights=ch.has_pairs.numpy(), minlength=nb)
         np.testing.assert_allclose(ch.out_terms.numpy()[C:], np.repeat(per_block, K) * s.negative / K)
 
 
@@ -379,10 +390,10 @@ def test_subsampling_and_negative_table_match_gensim():
     vocab = build_vocab(sentences, min_count=1)
     assert vocab.words[4:] == model.wv.index_to_key
     np.testing.assert_array_equal(vocab.counts[4:], [model.wv.get_vecattr(w, "count") for w in model.wv.index_to_key])
-    keep = w2v._keep_probability(vocab.counts, 1e-2)[4:]
+    keep = _keep_probability(vocab.counts, 1e-2)[4:]
     gensim_keep = np.array([model.wv.get_vecattr(w, "sample_int") for w in model.wv.index_to_key]) / (2**32 - 1)
     np.testing.assert_allclose(keep, gensim_keep, rtol=1e-6)
-    cdf = w2v._negative_cdf(vocab.counts)
+    cdf = _negative_cdf(vocab.counts)
     np.testing.assert_allclose(cdf[4:], model.cum_table / model.cum_table[-1], rtol=1e-6)
     assert np.all(cdf[:4] == 0)  # the specials are never drawn as negatives
 
@@ -390,7 +401,7 @@ def test_subsampling_and_negative_table_match_gensim():
 @pytest.mark.parametrize("counts", [np.r_[0, 0, 0, 0, 500, 120, 40, 9, 5, 5, 1], np.r_[0, 0, 0, 0, 7]])
 def test_negatives_are_drawn_with_the_unigram_table_probabilities(counts):
     """The alias sampler draws each id with its cdf step (gensim's cum_table), never a zero-count one."""
-    p = np.diff(np.r_[0.0, w2v._negative_cdf(counts)])
+    p = np.diff(np.r_[0.0, _negative_cdf(counts)])
     n = 400_000
     got = np.bincount(unigram(counts).draw(np.random.default_rng(5), (n // 4, 4)).ravel(), minlength=len(counts))
     assert got.sum() == n and np.all(got[counts == 0] == 0)
@@ -447,12 +458,12 @@ def test_shards_split_at_sentence_ends():
     counts = np.r_[0, 0, 0, 0, np.full(4, 50)]
     vocab = Vocab(list(SPECIAL_TOKENS) + ["a", "b", "c", "d"], counts)
     sentences = [np.full(n, 4 + i % 4) for i, n in enumerate([5, 7, 3, 9, 4, 6])]
-    corpus = w2v._flatten(sentences, vocab, 2)
-    shards = w2v._shards(corpus, 3)
+    corpus = _flatten(sentences, vocab, 2)
+    shards = _shards(corpus, 3)
     assert sum(len(sh.ids) for sh in shards) == len(corpus.ids) and len(shards) == 3
     for a, b in zip(shards[:-1], shards[1:]):
         assert a.sentence[-1] != b.sentence[0]  # no sentence is cut
-    assert len(w2v._shards(corpus, 20)) == 6  # at most one shard per sentence
+    assert len(_shards(corpus, 20)) == 6  # at most one shard per sentence
 
 
 def test_log_metrics_callback_and_metrics(planted):

@@ -6,8 +6,8 @@ weights_only=True) and `sha256.json` (the SHA-256 of both) into a folder, atomic
 `load_checkpoint` restores them, refusing (CheckpointMismatchError) a checkpoint of another model or
 a pair of files from different saves, and (CheckpointCorruptError) a file whose bytes changed since
 it was written, all before anything is loaded. `read_metadata`, `load_model_weights` and
-`load_weights_into` serve downstream stages. Split out of `components.core.training`, which
-re-exports every name here (the module doc there describes the files under `out_dir`).
+`load_weights_into` serve downstream stages. Split out of `components.core.training` (the module
+doc there describes the files under `out_dir`).
 """
 
 from __future__ import annotations

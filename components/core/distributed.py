@@ -57,11 +57,13 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .artifacts import read_json, sha256_file, write_json
+from .checkpoint import CHECKPOINT_DIR, WEIGHTS_FILE, read_metadata
 from .device import resolve_device
 from .errors import ConfigError, PipelineInputError
 from .labels import load_labels
 from .lm import Family, build_model, prepare_lm, steps_for_budget
-from .training import CHECKPOINT_DIR, WEIGHTS_FILE, Parallel, TrainResult, TrainSettings, read_metadata, train
+from .train_settings import Parallel, TrainSettings
+from .training import TrainResult, train
 
 Launcher = Literal["inprocess", "torchrun"]
 Strategy = Literal["ddp", "fsdp"]
@@ -355,14 +357,14 @@ class FullStateCheckpoints:
     """Checkpoints of an FSDP2-sharded model in the format of an unsharded one, so they resume under
     DDP, FSDP or in one process alike: saving gathers the full weights and optimizer state (every
     rank takes part) into an unsharded copy of the model on rank 0's CPU, written by
-    `training.save_checkpoint`; loading reads the files into such a copy on every rank with
-    `training.load_checkpoint` (identity checks included) and hands each rank its shards."""
+    `checkpoint.save_checkpoint`; loading reads the files into such a copy on every rank with
+    `checkpoint.load_checkpoint` (identity checks included) and hands each rank its shards."""
 
     def __init__(self, build: Callable[[], torch.nn.Module], settings: TrainSettings, rank: int):
         self.build, self.settings, self.rank = build, settings, rank
 
     def _copy(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-        from .training import make_optimizer
+        from .train_step import make_optimizer
 
         with torch.random.fork_rng(devices=[]):  # building draws initial weights: leave training's RNG as it was
             model = self.build()
@@ -371,7 +373,7 @@ class FullStateCheckpoints:
     def save_checkpoint(self, ckpt_dir, model, *, step, optimizer, train_state=None, model_meta=None):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-        from .training import save_checkpoint
+        from .checkpoint import save_checkpoint
 
         full = StateDictOptions(full_state_dict=True, cpu_offload=True)  # only rank 0 receives the tensors
         model_sd, optim_sd = get_state_dict(model, optimizer, options=full)
@@ -392,7 +394,7 @@ class FullStateCheckpoints:
     def load_checkpoint(self, ckpt_dir, model, optimizer=None, *, expected_meta=None):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-        from .training import load_checkpoint
+        from .checkpoint import load_checkpoint
 
         copy, copy_optimizer = self._copy()
         state = load_checkpoint(ckpt_dir, copy, copy_optimizer, expected_meta=expected_meta)

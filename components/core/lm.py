@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from safetensors.torch import save_model
 
 from .artifacts import set_weights_mode
+from .checkpoint import WEIGHTS_FILE, check_compatible, load_weights_into, model_metadata, read_metadata
 from .data import PAD_ID, TokenBlocks, context_length, tokens_per_step
 from .device import autocast_context, estimate_mfu, resolve_device, resolve_dtype, seed_everything
 from .errors import ConfigError, PipelineInputError
@@ -39,16 +40,8 @@ from .models.recurrent import RecurrentLM, RecurrentSettings
 from .models.sizing import count_parameters
 from .models.transformer import Transformer, TransformerSettings
 from .plots import LSTM_GATES, plot_attention_maps, plot_history, plot_lstm_gates
-from .training import (
-    WEIGHTS_FILE,
-    TrainResult,
-    TrainSettings,
-    check_compatible,
-    load_weights_into,
-    model_metadata,
-    read_metadata,
-    train,
-)
+from .train_settings import TrainSettings
+from .training import TrainResult, train
 
 Family = Literal["recurrent", "transformer"]
 FAMILIES = get_args(Family)

@@ -264,8 +264,8 @@ def figures_html(v: dict[str, Any], limit: int = 12) -> str:
 # The page
 
 CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif,"Report CJK";margin:0 auto;max-width:1200px;padding:1em 2em;
-color:#222;line-height:1.4}
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif,"Report CJK";margin:0 auto;
+max-width:1200px;padding:1em 2em;color:#222;line-height:1.4}
 h1{margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:1.6em}h3{margin-top:1.4em}
 table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
 td,th{border:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}

@@ -3,9 +3,8 @@
 `TrainState` holds what a resume restores (`snapshot` / `restore`); `optimizer_step` is one timed
 update (the learning rate from `lr_at`, this rank's blocks from `batch_indices`); `log_point` the
 metrics of a log point; `evaluate` the validation loss; `make_optimizer` builds the AdamW (or SGD)
-with weight decay on tensors of >= 2 dimensions only. Split out of `components.core.training`, which
-re-exports every name here and whose `train` strings them together (the module doc there describes
-the loop).
+with weight decay on tensors of >= 2 dimensions only. Split out of `components.core.training`, whose
+`train` strings them together (the module doc there describes the loop).
 """
 
 from __future__ import annotations

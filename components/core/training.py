@@ -16,9 +16,8 @@ The loop (nanoGPT-like):
 In parts: `TrainState` holds what a resume restores (`snapshot` / `restore`); `optimizer_step` is
 one timed update; `log_point` the metrics of a log point; `evaluate` the validation loss (those in
 `components.core.train_step`); `save_checkpoint` / `load_checkpoint` the files
-(`components.core.checkpoint`; every name of both modules is importable from here too); `train`
-strings them together on the logging, evaluation and checkpoint schedule (`_setup`, `_run_loop`,
-`_result`). Plots are drawn by the caller from
+(`components.core.checkpoint`); `train` strings them together on the logging, evaluation and
+checkpoint schedule (`_setup`, `_run_loop`, `_result`). Plots are drawn by the caller from
 `TrainResult.history` (`components.core.plots.plot_history`).
 
 Data parallelism. `train(..., parallel=Parallel(rank, world_size))`: `batch_size` is the global
@@ -69,45 +68,19 @@ import torch
 import torch.nn as nn
 
 from .artifacts import write_json
-
-# The checkpoint files were split out to .checkpoint; every name stays importable from here.
-from .checkpoint import (  # noqa: F401
-    CHECKPOINT_DIR,
-    CHECKPOINT_FORMAT,
-    CHECKSUM_FILE,
-    IDENTITY_KEYS,
-    STATE_FILE,
-    WEIGHTS_FILE,
-    CheckpointCorruptError,
-    CheckpointMismatchError,
-    _check_same_save,
-    _Unsharded,
-    check_compatible,
-    load_checkpoint,
-    load_model_weights,
-    load_weights_into,
-    model_metadata,
-    read_metadata,
-    save_checkpoint,
-    verify_checkpoint_file,
-)
+from .checkpoint import CHECKPOINT_DIR, STATE_FILE, _Unsharded, model_metadata
 from .data import Blocks, context_length, tokens_per_step
 from .device import resolve_device, resolve_dtype
 from .errors import ConfigError, PipelineInputError
 from .models.sizing import count_parameters
 from .train_settings import Parallel, TrainSettings
-
-# One optimizer step and the state of a run were split out to .train_step; importable from here too.
-from .train_step import (  # noqa: F401
+from .train_step import (
     StepStats,
     TrainState,
-    _grad_norm,
     _mean_over_ranks,
-    batch_indices,
     eval_targets,
     evaluate,
     log_point,
-    lr_at,
     make_optimizer,
     optimizer_step,
 )

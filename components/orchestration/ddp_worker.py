@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from components.core.artifacts import sha256_file
+from components.core.checkpoint import CHECKPOINT_DIR, WEIGHTS_FILE
 from components.core.distributed import RESULT_FILE, load_spec, rank_from_env, read_train_result, worker_main
-from components.core.training import CHECKPOINT_DIR, WEIGHTS_FILE
 
 MLFLOW_RUN_ID = "mlflow_run_id"
 MLFLOW_TRACKING_URI = "mlflow_tracking_uri"

@@ -40,6 +40,7 @@ from pydantic.fields import FieldInfo
 
 from components.core import manifests as M
 from components.core.artifacts import sha256_file
+from components.core.checkpoint import WEIGHTS_FILE, load_weights_into, model_metadata
 from components.core.distributed import (
     FAILURE_FILE,
     RESULT_FILE,
@@ -59,7 +60,7 @@ from components.core.models.transformer import TransformerSettings
 from components.core.tokenizer import decode as decode_text
 from components.core.tokenizer import encode as encode_text
 from components.core.tokenizer import load_tokenizer
-from components.core.training import WEIGHTS_FILE, TrainSettings, load_weights_into, model_metadata
+from components.core.train_settings import TrainSettings
 
 from .checks import claim_spec, judged
 from .ddp_worker import MLFLOW_RUN_ID, MLFLOW_TRACKING_URI

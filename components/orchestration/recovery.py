@@ -2,8 +2,7 @@
 
 The state folder's other housekeeping lives beside this module: the leases that are the evidence
 (`leases.py`, from /proc via `procs.py`), the MLflow side (`mlflow_sync.py`), the artifacts tree's
-leftovers (`artifact_tree.py`) and retention (`retention.py`). Their public names are importable
-from here too.
+leftovers (`artifact_tree.py`) and retention (`retention.py`).
 
 The rule (`recover_dead_runs`): a Dagster run in STARTING/STARTED is dead only when there is
 evidence of its processes and every piece of it is dead:
@@ -43,48 +42,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .artifact_tree import LEFTOVER_RE, RUN_ID_RE, dir_bytes, iter_leftovers, remove_dead_leftovers, remove_tree
-from .leases import (
-    RUN_LEASE,
-    START_SLACK_S,
-    event_pid_verdict,
-    lease_record,
-    lease_verdict,
-    read_leases,
-    remove_ended_leases,
-    run_lease,
-)
-from .mlflow_sync import FINAL_MLFLOW_STATUS, PARENT_ROLE, end_mlflow_runs, sync_mlflow_parents
-from .procs import process_alive, process_start_epoch, process_start_ticks
-from .retention import prune, prune_history, remove_stale_locks
+from .artifact_tree import remove_dead_leftovers, remove_tree
+from .leases import event_pid_verdict, lease_verdict, read_leases, remove_ended_leases
+from .mlflow_sync import end_mlflow_runs, sync_mlflow_parents
 from .state import default_tracking_uri, leases_root
 
-# Re-exported: what was defined here before the split is still importable from here.
 __all__ = [
-    "FINAL_MLFLOW_STATUS",
-    "LEFTOVER_RE",
-    "PARENT_ROLE",
-    "RUN_ID_RE",
-    "RUN_LEASE",
-    "START_SLACK_S",
-    "dir_bytes",
-    "event_pid_verdict",
-    "iter_leftovers",
-    "lease_record",
-    "lease_verdict",
-    "process_alive",
-    "process_start_epoch",
-    "process_start_ticks",
-    "prune",
-    "prune_history",
-    "read_leases",
     "recover_dead_runs",
     "recovery_sensor",
-    "remove_dead_leftovers",
-    "remove_stale_locks",
-    "remove_tree",
-    "run_lease",
-    "sync_mlflow_parents",
 ]
 
 

@@ -22,7 +22,7 @@ from components.core.errors import ConfigError
 from components.core.lm import explicit_settings_win
 from components.core.models.recurrent import RecurrentSettings
 from components.core.models.transformer import TransformerSettings
-from components.core.training import TrainSettings
+from components.core.train_settings import TrainSettings
 
 LABELS = "labels"
 

@@ -34,11 +34,12 @@ from components.core.studies.attention_topk import attention_topk as run_attenti
 from components.core.studies.examples import ExamplesSettings
 from components.core.studies.examples import article_examples as run_article_examples
 from components.core.studies.facts import FactSettings, fact_memories
-from components.core.studies.inside import InsideSettings, known_words
 from components.core.studies.inside import attention_heads as run_attention_heads
 from components.core.studies.inside import ffn_memories as run_ffn_memories
+from components.core.studies.inside import known_words
+from components.core.studies.inside_settings import InsideSettings
 from components.core.tokenizer import load_tokenizer
-from components.core.training import TrainSettings
+from components.core.train_settings import TrainSettings
 from components.orchestration.language_model import TRAINING_POOL, TrainConfig, TransformerModelConfig
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker

@@ -12,7 +12,8 @@ import dagster as dg
 
 from components.core.manifests import MemoryDelay, MemoryInduction, MemoryRecall
 from components.core.studies.induction import InductionSettings, induction_study
-from components.core.studies.memory import DelaySettings, RecallSettings, delay_study, recall_study
+from components.core.studies.memory import delay_study, recall_study
+from components.core.studies.memory_tasks import DelaySettings, RecallSettings
 from components.orchestration.language_model import TRAINING_POOL
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker

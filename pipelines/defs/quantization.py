@@ -11,6 +11,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field, field_validator
 
+from components.core.checkpoint import read_metadata
 from components.core.errors import PipelineInputError
 from components.core.labels import load_labels
 from components.core.lm import load_lm
@@ -23,15 +24,10 @@ from components.core.manifests import (
     Tokenizer,
     WeightsArithmetic,
 )
-from components.core.studies.quantization import (
-    ExportSettings,
-    QuantizationSettings,
-    check_figures,
-    export_and_verify,
-    quantize_and_measure,
-)
-from components.core.studies.quantization import weights_arithmetic as arithmetic_of
-from components.core.training import read_metadata
+from components.core.studies.quant_export import ExportSettings, export_and_verify
+from components.core.studies.quant_export import weights_arithmetic as arithmetic_of
+from components.core.studies.quant_settings import QuantizationSettings
+from components.core.studies.quantization import check_figures, quantize_and_measure
 from components.orchestration.language_model import check_same_tokenizer
 from components.orchestration.registry import log_and_register
 from components.orchestration.stage import stage

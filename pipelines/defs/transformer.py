@@ -9,7 +9,7 @@ from components.core.labels import load_labels
 from components.core.manifests import Labels, Tokenizer, TransformerAblations
 from components.core.models.transformer import TransformerSettings
 from components.core.studies.ablations import AblationSettings, run_ablations
-from components.core.training import TrainSettings
+from components.core.train_settings import TrainSettings
 from components.orchestration.language_model import (
     TRAINING_POOL,
     TrainConfig,

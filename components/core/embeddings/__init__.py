@@ -3,27 +3,23 @@
 from .evaluate import (
     DEFAULT_PROBE_TRIPLES,
     DEFAULT_PROBE_WORDS,
-    AnalogyResult,
     EmbeddingEvalSettings,
     EmbeddingReport,
-    SimilarityResult,
-    WordIndex,
-    evaluate_analogies,
     evaluate_embeddings,
     evaluate_with_settings,
-    evaluate_word_pairs,
     gensim_test_file,
 )
 from .vocab import SPECIAL_TOKENS, Vocab, build_vocab, word_tokenize
 from .word2vec import (
     LoadedEmbeddings,
     Word2VecResult,
-    Word2VecSettings,
     load_embeddings,
     save_embeddings,
     train_from_tokens,
     train_word2vec,
 )
+from .word2vec_settings import Word2VecSettings
+from .word_tasks import AnalogyResult, SimilarityResult, WordIndex, evaluate_analogies, evaluate_word_pairs
 
 __all__ = [
     "DEFAULT_PROBE_TRIPLES",

@@ -11,8 +11,8 @@ direction, so its cosine with anything is undefined. Matching is case-insensitiv
 frequent (earliest) row stands for the word.
 
 The index and the word-level test sets (analogies, word pairs, the claims' figures on them) are in
-`word_tasks`, every name importable from here too; this module holds the settings, neighbours,
-one-hot versus learned, distances, PCA and the report.
+`word_tasks`; this module holds the settings, neighbours, one-hot versus learned, distances, PCA
+and the report.
 """
 
 from __future__ import annotations
@@ -26,19 +26,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import ConfigError, PipelineInputError
-from .vocab import SPECIAL_TOKENS  # noqa: F401  (importable from here as before the split)
-
-# The index and the word-level test sets were split out to .word_tasks; importable from here too.
-from .word_tasks import (  # noqa: F401
+from .word_tasks import (
     AnalogyResult,
     SimilarityResult,
     WordIndex,
-    _read_lines,
     analogy_rank,
     evaluate_analogies,
     evaluate_word_pairs,
-    read_analogies,
-    read_word_pairs,
     similarity_meaning,
     wilson_interval,
 )

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .word2vec import Word2VecSettings
+from .word2vec_settings import Word2VecSettings
 
 REFERENCE_FILE = "gensim_vectors.txt"
 

@@ -34,8 +34,8 @@ learning rate decays (`batch_growth`); `row_update_cap` bounds the sum (a safety
 Row 0 is [PAD]. The special tokens never occur in the training ids nor among the negatives; [PAD]
 rows only pad the chunks, so their change is exactly zero and [PAD] stays the zero vector.
 
-The chunks and the update are in `word2vec_chunks` (every name importable from here too); this
-module holds the settings, the workers that run them, `train_word2vec` and the files.
+The chunks and the update are in `word2vec_chunks`; this module holds the settings, the workers
+that run them, `train_word2vec` and the files.
 """
 
 from __future__ import annotations
@@ -53,15 +53,9 @@ import torch
 
 from ..artifacts import atomic_dir, set_weights_mode
 from ..errors import ConfigError, PipelineInputError
-from .vocab import N_SPECIAL, Vocab, build_vocab, word_tokenize  # noqa: F401  (re-exported)
-
-# The corpus, its chunks and one update were split out to .word2vec_chunks; importable from here too.
-from .word2vec_chunks import (  # noqa: F401
-    _block,
-    _block_of,
+from .vocab import N_SPECIAL, Vocab, build_vocab
+from .word2vec_chunks import (
     _CbowWorker,
-    _Chunk,
-    _chunk_sizes,
     _Corpus,
     _epoch_chunks,
     _flatten,

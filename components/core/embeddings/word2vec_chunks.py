@@ -1,7 +1,7 @@
 """The machinery under `word2vec.train_word2vec`: the corpus as flat arrays, each epoch cut into
 chunks (subsampling, windows and negatives drawn in vectorised numpy), and one update of a chunk
 (`_SkipGramWorker` / `_CbowWorker`). The method and why it is fast: the module doc of
-`components.core.embeddings.word2vec`, which re-exports every name here.
+`components.core.embeddings.word2vec`.
 """
 
 from __future__ import annotations

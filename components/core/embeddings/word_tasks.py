@@ -1,8 +1,8 @@
 """The searchable index of word vectors (`WordIndex`) and the word-level test sets scored with it:
 analogy questions (`evaluate_analogies`), human-scored word pairs (`evaluate_word_pairs`), and the
 claims' figures built on them (`similarity_meaning`, `analogy_rank`, `wilson_interval`). Split out of
-`components.core.embeddings.evaluate`, which re-exports every name here; its module doc says how
-words are matched and which rows are searched.
+`components.core.embeddings.evaluate`, whose module doc says how words are matched and which rows
+are searched.
 """
 
 from __future__ import annotations

@@ -20,16 +20,8 @@ from .folder import (
     read_header,
     tensor_shapes,
 )
+from .linear_recurrence import LinearRecurrence
 from .precision import (
-    BITS,
-    DTYPES,
-    FLOAT_VARIANTS,
-    QUANT_VARIANTS,
-    SCHEMES,
-    VARIANTS,
-    LinearRecurrence,
-    PrecisionSpec,
-    Variant,
     check_backend,
     eager,
     is_quantized_layer,
@@ -39,6 +31,7 @@ from .precision import (
     to_precision,
     weight_bytes,
 )
+from .precision_spec import BITS, DTYPES, FLOAT_VARIANTS, QUANT_VARIANTS, SCHEMES, VARIANTS, PrecisionSpec, Variant
 
 __all__ = [
     "BITS",

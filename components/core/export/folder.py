@@ -41,18 +41,9 @@ from ..checkpoint import check_layout
 from ..data import PAD_ID
 from ..errors import ConfigError, PipelineInputError
 from ..tokenizer import BOS, EOS, UNK, decode, encode, load_tokenizer
-from .precision import (
-    VARIANTS,
-    PrecisionSpec,
-    apply_precision,
-    check_shapes,
-    eager,
-    precision_state_dict,
-    rewrite_recurrent,
-    scheme_variant,
-    spec_of,
-    to_precision,
-)
+from .linear_recurrence import rewrite_recurrent
+from .precision import apply_precision, check_shapes, eager, precision_state_dict, spec_of, to_precision
+from .precision_spec import VARIANTS, PrecisionSpec, scheme_variant
 
 FORMAT = "wordvec-to-transformer/export"
 FORMAT_VERSION = 1

@@ -1,6 +1,6 @@
 """Recurrent layers as Linear layers: `LinearRecurrence`, the same RNN/LSTM equations with W_ih
 and W_hh as `nn.Linear` layers, so that bitsandbytes can quantize them (`rewrite_recurrent`).
-Used by `export.precision`, which re-exports it.
+Used by `export.precision`.
 """
 
 from __future__ import annotations

@@ -55,53 +55,21 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import ConfigError, PipelineInputError
-
-# The vocabulary of precisions (precision_spec) and the recurrent rewrite (linear_recurrence), re-exported: callers
-# import them from here.
-from .linear_recurrence import LinearRecurrence, _set_submodule, rewrite_recurrent
-from .precision_spec import (
-    BITS,
-    DTYPES,
-    FLOAT_VARIANTS,
-    PRECISION_ATTR,
-    QUANT_VARIANTS,
-    SCHEMES,
-    VARIANT_OF_SCHEME,
-    VARIANTS,
-    DtypeName,
-    PrecisionSpec,
-    Variant,
-    describe,
-    scheme_variant,
-)
+from .linear_recurrence import _set_submodule, rewrite_recurrent
+from .precision_spec import DTYPES, FLOAT_VARIANTS, PRECISION_ATTR, QUANT_VARIANTS, SCHEMES, VARIANTS, PrecisionSpec
 
 __all__ = [
-    "BITS",
-    "DTYPES",
-    "DtypeName",
-    "FLOAT_VARIANTS",
     "HeadTiedEmbedding",
-    "LinearRecurrence",
-    "PRECISION_ATTR",
-    "PrecisionSpec",
-    "QUANT_VARIANTS",
-    "SCHEMES",
-    "VARIANTS",
-    "VARIANT_OF_SCHEME",
-    "Variant",
     "apply_precision",
     "bnb",
     "check_backend",
     "check_shapes",
     "cross_entropy_sum",
-    "describe",
     "eager",
     "expected_shapes",
     "is_quantized_layer",
     "logits_of",
     "precision_state_dict",
-    "rewrite_recurrent",
-    "scheme_variant",
     "spec_of",
     "to_precision",
     "weight_bytes",

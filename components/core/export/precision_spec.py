@@ -1,6 +1,6 @@
 """What a precision is: the variants' names, dtypes and bits, the scheme names written into
 config.json and the safetensors header, and `PrecisionSpec`, everything needed to rebuild a model
-at a precision from its float architecture. The vocabulary of `export.precision`, which re-exports it.
+at a precision from its float architecture. The vocabulary of `export.precision`.
 """
 
 from __future__ import annotations

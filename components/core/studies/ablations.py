@@ -34,32 +34,20 @@ from ..data import TokenBlocks
 from ..device import seed_everything
 from ..lm import resolve_settings
 from ..models.transformer import Transformer, TransformerSettings
-from ..training import TrainSettings, train
+from ..train_settings import TrainSettings
+from ..training import train
 from ..workers import cpu_workers, one_thread_each, run_jobs, weights_in, weights_out
-
-# The probes that train nothing (transformer_probes), re-exported: pipelines and tests import them from here.
-from .transformer_probes import (
-    COMPONENTS,
-    _unit_variance_probe,
-    attention_entropy,
-    parameter_accounting,
-    permutation_equivariance,
-    score_scaling_at_init,
-)
+from .transformer_probes import attention_entropy, parameter_accounting, permutation_equivariance, score_scaling_at_init
 
 __all__ = [
     "ABLATIONS",
     "Ablation",
     "AblationResult",
     "AblationSettings",
-    "COMPONENTS",
     "ablation_markdown",
     "accounting_markdown",
-    "attention_entropy",
     "depth_markdown",
     "first_layer_grad_norm",
-    "parameter_accounting",
-    "permutation_equivariance",
     "permutation_markdown",
     "plot_ablation_curves",
     "plot_ablation_losses",
@@ -67,8 +55,6 @@ __all__ = [
     "residual_depth_study",
     "run_ablations",
     "scaling_markdown",
-    "score_scaling_at_init",
-    "_unit_variance_probe",
 ]
 
 Ablation = Literal["no_pos", "no_scale", "no_residual", "hard_attention"]

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..data import TokenBlocks
 from ..device import DeviceSetting, resolve_device
 from ..models.attention import top_k_attention
-from ..training import evaluate
+from ..train_step import evaluate
 
 
 class AttentionTopKSettings(BaseModel):

@@ -482,7 +482,7 @@ def train_other_seeds(
     not the recipe)."""
     from pathlib import Path
 
-    from ..training import TrainSettings
+    from ..train_settings import TrainSettings
     from ..workers import cpu_workers, one_thread_each, run_jobs
 
     jobs, owners = [], []

@@ -39,7 +39,8 @@ from ..data import IGNORE_INDEX, TokenBlocks
 from ..device import seed_everything
 from ..errors import ConfigError, PipelineInputError
 from ..models.recurrent import RecurrentLM, RecurrentSettings
-from ..training import TrainSettings, train
+from ..train_settings import TrainSettings
+from ..training import train
 
 
 class GradientStudySettings(BaseModel):

@@ -1,7 +1,7 @@
 """The heads of a trained Transformer: where each head attends (`head_statistics`, `classify_heads`
 over `attention_over_blocks`), what zeroing it costs per validation block (`heads_zeroed`,
 `head_ablation`), and whether a layer's heads differ on held-out blocks (`heads_differ_test`). The measures
-and the study that reports them: `studies.inside`, which re-exports all of it.
+and the study that reports them: `studies.inside`.
 """
 
 from __future__ import annotations

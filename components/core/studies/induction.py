@@ -123,7 +123,7 @@ def induction_eval(
     model: nn.Module, data: TaskData, s: InductionSettings, zero: list[tuple[int, int]] | None = None
 ) -> dict:
     """Accuracy and loss on the first part and on the repeat, optionally with heads zeroed."""
-    from .inside import heads_zeroed
+    from .heads import heads_zeroed
 
     x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
     with heads_zeroed(model, zero or []):

@@ -37,32 +37,17 @@ from ..data import TokenBlocks
 from ..device import resolve_device
 from ..errors import ConfigError
 from ..plots import plot_head_maps
-from ..training import evaluate
-
-# The heads' measures (heads), re-exported: tests, pipelines and the memory study import them from here.
-from .heads import (
-    attention_over_blocks,
-    classify_heads,
-    head_ablation,
-    head_statistics,
-    heads_differ_test,
-    heads_zeroed,
-)
+from ..train_step import evaluate
+from .heads import attention_over_blocks, classify_heads, head_ablation, head_statistics, heads_differ_test
 from .inside_settings import InsideSettings
 
 __all__ = [
     "Decode",
     "Encode",
     "HeadsResult",
-    "InsideSettings",
     "attention_heads",
-    "attention_over_blocks",
-    "classify_heads",
     "entropy",
     "ffn_memories",
-    "head_ablation",
-    "head_statistics",
-    "heads_zeroed",
     "known_words",
     "made_up_name",
     "marked",

@@ -53,10 +53,7 @@ from ..models.sizing import count_parameters
 from ..models.transformer import Transformer, TransformerSettings
 from ..models.transformer import size_for_budget as size_transformer
 from ..workers import run_jobs, weights_in, weights_out
-
-# The tasks' settings and generators (memory_tasks), re-exported: pipelines and tests import them from here.
 from .memory_tasks import (
-    MODELS,
     DelaySettings,
     MemoryTrainSettings,
     RecallSettings,
@@ -69,25 +66,17 @@ from .memory_tasks import (
 Z95 = 1.96
 
 __all__ = [
-    "DelaySettings",
-    "MODELS",
     "MemoryResult",
-    "MemoryTrainSettings",
-    "RecallSettings",
-    "TaskData",
     "Z95",
     "accuracy_row",
     "build_model",
     "delay_study",
-    "delay_task",
-    "disjoint_validation",
     "input_gradients",
     "plot_accuracy",
     "plot_gradients",
     "plot_gradients_by_delay",
     "predictions",
     "recall_study",
-    "recall_task",
     "receptive_field",
     "state_size",
     "torch_threads",

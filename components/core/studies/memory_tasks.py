@@ -1,6 +1,6 @@
 """The memory tasks themselves: their settings (`DelaySettings`, `RecallSettings` and the training
 settings they share) and the seeded sequences they generate (`delay_task`, `recall_task`, a validation
-set disjoint from training). What the tasks are and why: `studies.memory`, which re-exports all of it.
+set disjoint from training). What the tasks are and why: `studies.memory`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Measurements shared by the quantization study (`studies.quantization`), its export check
 (`studies.quant_export`) and the CUDA check on one large GPU (`cuda_bnb_check`, called by
 scripts/gpu_check.py): the evaluation blocks, validation loss and perplexity, greedy generation
-timing, and the max-abs logit difference. No settings classes here (no pydantic): the GPU check reaches
-`cuda_bnb_check` through `studies.quantization`, which re-exports it.
+timing, and the max-abs logit difference. No settings classes here (no pydantic): the GPU check imports
+`cuda_bnb_check` from here.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import torch.nn as nn
 from ..data import IGNORE_INDEX, PAD_ID, TokenBlocks
 from ..errors import ConfigError, PipelineInputError
 from ..export.folder import cache_kind, generate_tokens
-from ..export.precision import VARIANTS, cross_entropy_sum, logits_of, to_precision, weight_bytes
+from ..export.precision import cross_entropy_sum, logits_of, to_precision, weight_bytes
+from ..export.precision_spec import VARIANTS
 
 
 def check_variants(v: list[str]) -> list[str]:

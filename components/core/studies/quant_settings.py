@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..device import DeviceSetting
-from ..export.precision import VARIANTS, DtypeName
+from ..export.precision_spec import VARIANTS, DtypeName
 from .quant_measure import check_variants
 
 BASELINE = "fp32"

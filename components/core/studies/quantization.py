@@ -41,38 +41,11 @@ import torch.nn as nn
 from ..data import TokenBlocks
 from ..device import resolve_device
 from ..export.folder import cache_kind, save_weights
-from ..export.precision import BITS, QUANT_VARIANTS, SCHEMES, logits_of, spec_of, to_precision, weight_bytes
-
-# The export folders and the weights arithmetic (quant_export), and the measurements shared with them and with
-# the CUDA check (quant_measure), re-exported: pipelines, tests, benchmarks and scripts/gpu_check.py import them
-# from here.
-from .quant_export import (
-    DTYPE_BYTES,
-    PRECISION_BYTES,
-    REFERENCE_SIZES,
-    ArithmeticResult,
-    ExportReport,
-    ExportSettings,
-    arithmetic_markdown,
-    export_and_verify,
-    export_markdown,
-    file_accounting,
-    plot_arithmetic,
-    weights_arithmetic,
-)
-from .quant_measure import (
-    _fmt_bytes,
-    _max_abs_diff,
-    check_variants,
-    cuda_bnb_check,
-    eval_blocks,
-    evaluate,
-    measure_generation,
-    prompt_ids,
-)
+from ..export.precision import logits_of, spec_of, to_precision, weight_bytes
+from ..export.precision_spec import BITS, QUANT_VARIANTS, SCHEMES
+from .quant_measure import _fmt_bytes, _max_abs_diff, eval_blocks, evaluate, measure_generation, prompt_ids
 from .quant_settings import (
     BASELINE,
-    BLOCKSIZES,
     INT8_MODEL_LIMIT,
     INT8_PPL_LIMIT_PCT,
     INT8_SIZE_LIMIT,
@@ -86,38 +59,11 @@ if TYPE_CHECKING:  # drawn only when plotted: matplotlib is imported by the plot
     from matplotlib.figure import Figure
 
 __all__ = [
-    "ArithmeticResult",
-    "BASELINE",
-    "BLOCKSIZES",
-    "DTYPE_BYTES",
-    "ExportReport",
-    "ExportSettings",
-    "INT8_MODEL_LIMIT",
-    "INT8_PPL_LIMIT_PCT",
-    "INT8_SIZE_LIMIT",
-    "NF4_MODEL_LIMIT",
-    "NF4_PPL_LIMIT_PCT",
-    "NF4_SIZE_LIMIT",
-    "PRECISION_BYTES",
     "QuantizationResult",
-    "QuantizationSettings",
-    "REFERENCE_SIZES",
-    "arithmetic_markdown",
     "check_figures",
-    "check_variants",
-    "cuda_bnb_check",
-    "eval_blocks",
-    "evaluate",
-    "export_and_verify",
-    "export_markdown",
-    "file_accounting",
     "markdown_table",
-    "measure_generation",
-    "plot_arithmetic",
     "plot_quantization",
-    "prompt_ids",
     "quantize_and_measure",
-    "weights_arithmetic",
 ]
 
 

@@ -192,7 +192,8 @@ def lm_trial(
     params and returns its validation loss on the whole validation split (diverged: inf), scored
     `evals` times (2: halfway and at the end; 1: at the end only), and what the training cost."""
     from ..lm import SamplingSettings, train_lm
-    from ..training import TrainingDivergedError, TrainSettings
+    from ..train_settings import TrainSettings
+    from ..training import TrainingDivergedError
 
     def trial(params: dict[str, Any]) -> dict[str, Any]:
         # Scored on the whole split each time (halfway and at the end, or at the end only): only the end chooses.

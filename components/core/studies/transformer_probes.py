@@ -1,7 +1,7 @@
 """Probes of a Transformer that train nothing: the softmax entropy of its attention, whether
 permuting its input permutes its output (`permutation_equivariance`), attention with and without
 the 1/√d scaling at init (`score_scaling_at_init`), and its parameters per component
-(`parameter_accounting`). Why each: `studies.ablations`, which runs them and re-exports all of it.
+(`parameter_accounting`). Why each: `studies.ablations`, which runs them.
 """
 
 from __future__ import annotations
