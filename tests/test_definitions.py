@@ -118,3 +118,46 @@ def test_every_claim_is_the_check_of_the_asset_it_names_and_wired_nowhere_else()
             assert (c.asset, c.name) in checks, c.name
     root = Path(__file__).parent.parent / "pipelines"
     assert not [p for p in root.rglob("*.py") if "claim_check(" in p.read_text()]
+
+
+def test_no_import_cycles():
+    """No module of components/ or pipelines/ reaches itself through imports, counting the imports
+    inside functions and under TYPE_CHECKING (a split-off module imports leaf modules, never its parent)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    files = [*root.glob("components/**/*.py"), *root.glob("pipelines/**/*.py")]
+    mods = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p for p in files}
+
+    def imported(name: str, path: Path) -> set[str]:
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = name.split(".")[: len(name.split(".")) - node.level + (path.name == "__init__.py")]
+                mod = ".".join(base + [node.module] if node.module else base) if node.level else node.module
+                targets = [f"{mod}.{a.name}" for a in node.names] + [mod]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            for t in targets:
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t and t != name:
+                    out.add(t)
+        return out
+
+    graph = {m: imported(m, p) for m, p in mods.items()}
+    cycles = []
+    for start in graph:  # a path from a module's imports back to it
+        seen, stack = set(), list(graph[start])
+        while stack:
+            m = stack.pop()
+            if m == start:
+                cycles.append(start)
+                break
+            if m not in seen:
+                seen.add(m)
+                stack.extend(graph[m])
+    assert not cycles, f"modules on an import cycle: {sorted(cycles)}"
