@@ -4,28 +4,29 @@ country, the state of a city, a country's adjective), its subject named in the p
 The facts (`corpus_facts`). Candidate pairs are the relations of the standard analogy set that name
 facts (gensim's questions-words.txt: capital-common-countries and capital-world, city-in-state,
 gram6-nationality-adjective). A pair is a fact of this corpus when the training text names subject
-and answer in one sentence at least `min_cooccurrences` times; the count is reported per fact. The
-answers a fact competes with are the other facts' answers of the same relation.
+and answer in one sentence at least `min_cooccurrences` times; the count is reported per fact.
 
 The prompts (`TEMPLATES`). Each relation has prompts that select neurons and other prompts, of other
-wording, that test them (held out: the selection never saw them); every prompt is checked to be
-absent from the training text.
+wording, that test them (held out: the selection never saw them); the prompts the training text holds
+word for word are reported (`prompts_in_text`; none for the default corpus).
 
-Knowing a fact (`margin`): the answer's log-probability (summed over its tokens, teacher-forced) minus
-the mean of the competing answers' log-probabilities after the same prompt. A model that learned
-nothing of the corpus, or one trained where the facts do not hold, has a margin about 0.
+Knowing a fact (`knowledge`): the answer's log-probability (summed over its tokens, teacher-forced)
+after the prompt about its own subject, minus its mean log-probability after the same prompt about
+the relation's other subjects, so that the answer's own prior cancels. A model that learned nothing
+of the corpus, or one trained where the facts do not hold, scores about 0 or below.
 
-Neurons (`attribute`, `zeroed_margin`). A neuron (layer l, index i) is a GELU output of layer l's FFN.
-Its attribution to a fact is activation × gradient of the margin (the first-order estimate of what
-zeroing it at every position takes from the margin), summed over positions and selection prompts; the
-top `ablate_k` are zeroed on the held-out prompts, against as many random neurons of the same layers
-matched in activation on that prompt (each drawn among the 10 neurons nearest in |activation| rank).
-The extra drop is what the chosen neurons take from the margin beyond what the matched ones take.
+Neurons (`attribute`, `matched_draw`). A neuron (layer l, index i) is a GELU output of layer l's FFN.
+Its attribution to a fact is activation × gradient of the knowledge (the first-order estimate of what
+zeroing it at every position takes), summed over positions and selection prompts; the top `ablate_k`
+are zeroed on the held-out prompts (about every subject), against as many neurons of the same layers
+matched in activation on the prompt (each drawn among the 10 nearest in |activation| rank). The extra
+drop is what the chosen neurons take from the knowledge beyond what the matched ones take.
 
-The direct path from a neuron to an answer is a property of its weights (W_U · γ ⊙ w_out), so neurons
-chosen for an answer lower that answer wherever they fire, in a trained model or not: the extra drop
-alone is not evidence that the model stores the fact. The verdict needs both: the model knows the
-facts (margin above 0) and a few chosen neurons carry that knowledge (extra drop above 0).
+The direct path from a neuron to an answer is a property of its weights (W_U · γ ⊙ w_out), and an
+untrained model's neurons respond to its subject's tokens too, so the same selection finds an extra
+drop in a model that knows nothing. Each seed's model is therefore probed beside its untrained twin
+(same shape, same initial weights; `summarize`): the verdict needs the model to know the facts
+(knowledge above 0) and its chosen neurons to take more than the twin's do (paired over facts).
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def analogy_pairs(path: str | Path) -> dict[str, set[tuple[str, str]]]:
 
 def corpus_facts(texts: Iterable[str], pairs: dict[str, set[tuple[str, str]]], s: FactSettings) -> list[Fact]:
     """The pairs the training text names together in one sentence at least `min_cooccurrences` times;
-    relations with fewer than `min_per_relation` such facts are left out (no competitors to judge by)."""
+    relations with fewer than `min_per_relation` such facts are left out (too few other subjects to compare with)."""
     text = "\n".join(texts)
     gap = rf"[^.\n]{{0,{s.sentence_chars}}}"
     facts = []
