@@ -44,16 +44,7 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..checkpoint import WEIGHTS_FILE
-from ..device import seed_everything
-from ..embeddings.evaluate import gensim_test_file
 from ..errors import ConfigError
-from ..labels import pack_blocks, token_stream
-from ..models.transformer import Transformer
-from ..tokenizer import TokenizerSettings, train_tokenizer
-from ..training import train
-from ..workers import cpu_workers, one_thread_each, run_jobs, weights_in, weights_out
-from .inside import entropy, made_up_name
 
 Encode = Callable[[str], list[int]]
 
@@ -348,6 +339,8 @@ def made_up_entities(
 ) -> list[dict]:
     """Each fact's first held-out prompt about its subject and about a made-up name the corpus never
     contains: the model's top-1 probability and entropy of the next token after each, as measured."""
+    from .inside import entropy, made_up_name
+
     rng = np.random.default_rng(s.seed)
     model = model.to(device).eval()
     rows = []
@@ -407,6 +400,11 @@ class FactStudyResult:
 
 def _train_seed(model_settings, vocab_size: int, ts, train_data, val_data, run_dir: Path):
     """One seed of the fact model (in a worker or here): its weights and its TrainResult."""
+    from ..device import seed_everything
+    from ..models.transformer import Transformer
+    from ..training import train
+    from ..workers import weights_out
+
     seed_everything(ts.seed)
     model = Transformer(model_settings, vocab_size)
     res = train(model, train_data, val_data, ts, run_dir, resume=False)
@@ -428,6 +426,13 @@ def fact_memories(
     """The fact study: a BPE tokenizer and, per seed, a small Transformer trained on the corpus's
     training split; each seed's model and its untrained twin probed on the corpus's facts. A corpus that
     names no fact often enough gives a result without facts (the claim is then not judged)."""
+    from ..device import seed_everything
+    from ..embeddings import gensim_test_file
+    from ..labels import pack_blocks, token_stream
+    from ..models.transformer import Transformer
+    from ..tokenizer import TokenizerSettings, train_tokenizer
+    from ..workers import cpu_workers, one_thread_each, run_jobs, weights_in
+
     out_dir = Path(out_dir)
     facts = corpus_facts(train_texts, analogy_pairs(analogy_path or gensim_test_file("questions-words.txt")), s)
     tok = train_tokenizer(train_texts, TokenizerSettings(kind="bpe", vocab_size=s.vocab_size))
@@ -453,7 +458,7 @@ def fact_memories(
         control = Transformer(model_settings, vocab)  # the same init the seed trained from
         model = Transformer(model_settings, vocab)
         weights_in(model, weights)
-        first = model if first is None else first
+        first = first or model
         rows = probe_facts(model, facts, encode, s, device) if facts else []
         control_rows = probe_facts(control, facts, encode, s, device) if facts else []
         seeds.append(
@@ -464,7 +469,7 @@ def fact_memories(
                 rows=rows,
                 control_rows=control_rows,
                 summary=summarize(rows, control_rows, s) if facts else {},
-                weights=res.checkpoint_dir / WEIGHTS_FILE,
+                weights=res.checkpoint_dir / "model.safetensors",
             )
         )
     made_up = made_up_entities(first, facts, encode, known, s, device) if facts and first is not None else []
