@@ -530,15 +530,18 @@ def test_the_scaling_job_trains_each_family_at_each_budget_and_the_next_report_j
         assert [t["budget"] for t in points] == budgets
         assert points[0]["params"] < points[1]["params"] < points[2]["params"]  # the size grows with the budget
         assert all(abs(t["flops"] - t["budget"]) <= 0.2 * t["budget"] and t["train_seconds"] > 0 for t in points)
-        # Swept (two learning rates each) at the smallest and the largest budget, interpolated between.
-        assert [sum(t["budget"] == b for t in mine) for b in budgets] == [2, 1, 2]
+        # Swept (two learning rates each, trained on the training split less its tail and scored on that tail) at
+        # the smallest and the largest budget, the chosen one trained again on the whole split; interpolated between.
+        assert [sum(t["budget"] == b for t in mine) for b in budgets] == [3, 1, 3]
+        assert all((t["scored_on"] == "heldout") == (t["role"] == "sweep") for t in mine)
         fam = m["families"][name]
         assert fam["fit_flops"]["x0"] == pytest.approx(points[0]["flops"]) and fam["noise"] > 0
     assert m["versus"]["transformer"] == "transformer_lm" and m["versus"]["lstm"] == "lstm_lm"
     # Every training is a nested MLflow run under the asset's run.
     client, all_runs = mlflow_runs(state)
     children = [r for r in all_runs if r.data.tags.get("mlflow.parentRunId") == m["mlflow_run_id"]]
-    assert len(children) == len(m["trials"]) and all("val/loss" in r.data.metrics for r in children)
+    assert len(children) == len(m["trials"])
+    assert sorted("val/loss" in r.data.metrics for r in children) == sorted(t["role"] == "point" for t in m["trials"])
     ev = check_evaluations(inst, result.run_id)[("transformer_overtakes_lstm_with_compute", "scaling_laws")]
     assert ev.severity == dg.AssetCheckSeverity.WARN and "z" in ev.metadata
     # The next report judges the thesis from that run, and gives each model's compute to pass the count model.

@@ -95,15 +95,17 @@ def scaling_laws(
         inputs = [family_input(n, m, model_comparison, settings.default_noise) for n, m in models.items()]
 
         def log(row: dict) -> None:
+            # A sweep trial is scored on the training split's tail (what chooses), a point on validation.
+            heldout = row["scored_on"] == "heldout"
             context.log.info(
                 f"{row['model']} at {row['budget']:.3g} FLOPs ({row['role']}): batch {row['batch_size']}, "
                 f"lr {row['lr']:.3g}, {row['steps']} steps, {row['train_seconds']:.0f} s of training: "
-                f"val loss {row['val_loss']:.4f}"
+                f"{'held-out' if heldout else 'val'} loss {row['val_loss']:.4f}"
             )
             s.run.child(
-                f"{row['model']} {row['budget']:.3g} FLOPs lr={row['lr']:.3g} batch={row['batch_size']}",
+                f"{row['model']} {row['budget']:.3g} FLOPs lr={row['lr']:.3g} batch={row['batch_size']} {row['role']}",
                 {
-                    "val/loss": row["val_loss"],
+                    ("heldout/loss" if heldout else "val/loss"): row["val_loss"],
                     "train/seconds": row["train_seconds"],
                     "train/flops": row["flops"],
                     "params": row["params"],
@@ -116,6 +118,7 @@ def scaling_laws(
                     "lr": row["lr"],
                     "batch_size": row["batch_size"],
                     "reused": row["reused"],
+                    "scored_on": row["scored_on"],
                 },
             )
 

@@ -142,6 +142,9 @@ class ScalingTrial:
     epochs: float  # tokens / training targets
     reused: bool = False  # the input model itself (trained by the default run)
     lr_at_edge: bool = False  # a point chosen at the edge of its sweep's learning rates
+    # validation | heldout: a sweep trial is scored on the training split's tail (what chooses), a point on
+    # validation (what is judged); manifests written before the split read as validation
+    scored_on: str = "validation"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,6 +19,9 @@ trials, each with its own full schedule ending at its budget) at the smallest an
   `largest_batch_factors`) is swept;
 - between them, the learning rate is interpolated geometrically in log C, the batch kept (or
   interpolated geometrically when the two ends chose different batches).
+A sweep's trials train on the training split less its last `heldout_fraction` and are scored on that
+tail; the chosen values are trained again on the whole training split and scored on the validation
+split, which is the budget's point. The validation split, which the claims judge, never chooses.
 
 The fit, per family and axis (x = FLOPs or training seconds, normalised by the first point's):
 
@@ -42,6 +45,7 @@ from typing import Any, Callable
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..data import split_tail
 from ..errors import ConfigError
 from ..manifests import Crossing, FamilyScaling, NgramRung, ScalingFit, ScalingTrial, TransformerVsLstm
 
@@ -76,6 +80,14 @@ class ScalingSettings(BaseModel):
     )
     reuse_trained: bool = Field(
         True, description="The input model is the first point when it was trained at budgets[0] (saves its cost)."
+    )
+    heldout_fraction: float = Field(
+        0.1,
+        gt=0.0,
+        lt=1.0,
+        description="The sweeps' trials train on the training split less its last `heldout_fraction` and are scored "
+        "on that tail; the chosen values are then trained on the whole training split and scored on the validation "
+        "split, which the claims judge and which never chooses.",
     )
     bootstrap: int = Field(1000, ge=50, description="Redraws of the points for the fits' intervals.")
     horizon: float = Field(
@@ -377,7 +389,12 @@ def run_scaling(
     budgets, c0, c1 = settings.budgets, settings.budgets[0], settings.budgets[-1]
     trials: list[dict[str, Any]] = []
 
-    def record(inp: FamilyInput, budget: float, role: str, row: dict[str, Any]) -> dict[str, Any]:
+    # The sweeps choose on the training split's tail (data.split_tail), never on the validation split.
+    tune_train, tune_heldout = split_tail(train_data, settings.heldout_fraction)
+
+    def record(
+        inp: FamilyInput, budget: float, role: str, row: dict[str, Any], scored_on: str = "validation"
+    ) -> dict[str, Any]:
         tokens = row.get("steps", 0) * row["batch_size"] * block
         out = {
             "model": inp.name,
@@ -393,6 +410,7 @@ def run_scaling(
             "tokens": tokens,
             "epochs": tokens / max(train_data.n_targets, 1),
             "reused": bool(row.get("reused", False)),
+            "scored_on": scored_on,
         }
         trials.append(out)
         if log:
@@ -419,21 +437,24 @@ def run_scaling(
             min_lr_ratio: float = min_lr_ratio,
             warmup: int = warmup,
         ) -> dict[str, Any]:
+            model_settings = _scaled_settings(inp, budget, c0, settings.size_exponent)
+            train = {**base_train, "flops_budget": budget}
+            out = Path(out_dir) / f"{inp.name}_{budget:.3g}"
             trial = lm_trial(
                 inp.family,
-                _scaled_settings(inp, budget, c0, settings.size_exponent),
-                {**base_train, "flops_budget": budget},
-                train_data,
-                val_data,
+                model_settings,
+                train,
+                tune_train,
+                tune_heldout,
                 vocab_size,
-                Path(out_dir) / f"{inp.name}_{budget:.3g}",
+                out / "sweep",
                 model_meta=model_meta,
                 evals=1,
             )
             rows: list[dict[str, Any]] = []
 
             def keep(row: dict[str, Any]) -> None:
-                rows.append(record(inp, budget, "sweep", row))  # the chosen one becomes the budget's point
+                rows.append(record(inp, budget, "sweep", row, scored_on="heldout"))
 
             result = run_sweep(
                 SweepSettings(
@@ -443,8 +464,19 @@ def run_scaling(
                 where=f"scaling_laws[{inp.name}] at {budget:.3g} FLOPs ({role_tag})",
                 log=keep,
             )
-            chosen = min((r for r in rows if math.isfinite(r["val_loss"])), key=lambda r: (r["val_loss"], r["lr"]))
-            chosen["role"] = "point"
+            best = min((r for r in rows if math.isfinite(r["val_loss"])), key=lambda r: (r["val_loss"], r["lr"]))
+            # The budget's point: the chosen values trained on the whole training split, scored on validation.
+            params = {
+                "lr": best["lr"],
+                "min_lr": best["lr"] * min_lr_ratio,
+                "warmup_steps": warmup,
+                "max_steps": 10**9,
+                "batch_size": best["batch_size"],
+            }
+            point_trial = lm_trial(
+                inp.family, model_settings, train, train_data, val_data, vocab_size, out, model_meta=model_meta, evals=1
+            )
+            chosen = record(inp, budget, "point", {**params, **point_trial(params)})
             chosen["lr_at_edge"] = bool(result.at_edge)
             return chosen
 
@@ -602,19 +634,9 @@ def plot_scaling(result: ScalingResult, fits: dict[str, dict[str, PowerLawFit]],
         axes, (("flops", "flops", "training FLOPs"), ("seconds", "train_seconds", "training seconds (this CPU)"))
     ):
         for i, (name, by) in enumerate(fits.items()):
-            pts = result.points(name)
+            pts = result.points(name)  # the sweeps' trials are scored on the training tail: not on this axis
             xs = np.array([getattr(t, key) for t in pts])
             ax.plot(xs, [t.val_loss for t in pts], "o", color=f"C{i}", label=name)
-            sweeps = [t for t in result.trials if t.model == name and t.role == "sweep"]
-            ax.plot(
-                [getattr(t, key) for t in sweeps],
-                [t.val_loss for t in sweeps],
-                "o",
-                mfc="none",
-                ms=4,
-                color=f"C{i}",
-                alpha=0.6,
-            )
             grid = np.geomspace(xs.min(), xs.max() * 30, 200)
             f = by[axis]
             ax.plot(grid, f(grid), "-", color=f"C{i}", lw=1, label=f"{name}: {f.l_inf:.2f} + a·x^−{f.alpha:.2f}")
@@ -624,7 +646,7 @@ def plot_scaling(result: ScalingResult, fits: dict[str, dict[str, PowerLawFit]],
         ax.set_ylabel("validation loss (nats per token)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    axes[0].set_title("Loss against compute (hollow: sweep trials; lines: fits, extended 30×)")
+    axes[0].set_title("Loss against compute (lines: fits, extended 30×)")
     axes[1].set_title("Loss against wall-clock training time")
     return fig
 
@@ -633,11 +655,12 @@ def markdown(result: ScalingResult) -> str:
     """The points, the fits and the crossings as a page."""
     cm = result.count_model
     lines = [
-        "| model | budget (FLOPs) | params | batch | lr | steps | epochs | train s | val loss |",
+        "| model | budget (FLOPs) | params | batch | lr | steps | epochs | train s | loss |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for t in sorted(result.trials, key=lambda t: (t.model, t.budget, t.role != "point")):
-        mark = "" if t.role == "point" else " (sweep)"
+        scored = "the training tail" if t.scored_on == "heldout" else "validation"
+        mark = "" if t.role == "point" else f" (sweep, scored on {scored})"
         reused = " (the input model)" if t.reused else ""
         edge = " (lr at the sweep's edge)" if t.lr_at_edge else ""
         lines.append(
