@@ -181,3 +181,26 @@ def test_the_page_embeds_the_chinese_it_shows():
     assert shown and all(ord(c) in cmap for c in shown)
     # One language at a time: a CSS switch, no script.
     assert 'id="lang-zh"' in page and "<script" not in page and 'class="zh"' in page and 'class="en"' in page
+
+
+def test_a_wide_figure_gets_a_preview_scaled_to_the_inline_width():
+    """The preview Dagster shows in place is the full-size PNG resampled to INLINE_MAX_PX wide, its
+    aspect kept and its ink still there (not a blank or a re-render at another layout)."""
+    import io
+
+    import matplotlib.image as mpimg
+
+    from components.orchestration.tracking import INLINE_MAX_PX, figure_png, png_size, scaled_png
+
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(16, 2))
+    fig.subplots().plot(range(10), color="black")
+    full = figure_png(fig)
+    w, h = png_size(full)
+    assert w > INLINE_MAX_PX
+    small = scaled_png(full, INLINE_MAX_PX)
+    sw, sh = png_size(small)
+    assert sw == INLINE_MAX_PX and abs(sh - h * INLINE_MAX_PX / w) <= 1
+    img = mpimg.imread(io.BytesIO(small), format="png")
+    assert img[..., :3].min() < 0.5  # the text is still drawn

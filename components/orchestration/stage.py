@@ -31,7 +31,7 @@ from .leases import run_lease
 from .recovery import recover_dead_runs
 from .retention import prune
 from .state import artifacts_root
-from .tracking import FIGURE_DPI, INLINE_MAX_PX, AssetRun, MlflowTracker, figure_png, finite_metrics, png_size
+from .tracking import INLINE_MAX_PX, AssetRun, MlflowTracker, figure_png, finite_metrics, png_size, scaled_png
 from .validation import validate_run_config
 
 RETENTION_ENV = "PIPELINE_KEEP_LAST"
@@ -159,7 +159,7 @@ class Stage:
 
     def _inline_preview(self, fig: Any, name: str, png_bytes: bytes) -> str:
         """The artifact Dagster's metadata shows in place: the figure itself when it is at most
-        INLINE_MAX_PX wide, else the figure rendered again at that width (`previews/<name>.png` on
+        INLINE_MAX_PX wide, else the full-size PNG scaled down to that width (`previews/<name>.png` on
         the MLflow run; the full-size file stays `<name>.png`, linked beside it)."""
         import tempfile
 
@@ -168,7 +168,7 @@ class Stage:
             return f"{name}.png"
         with tempfile.TemporaryDirectory() as tmp:
             preview = Path(tmp) / f"{name}.png"
-            preview.write_bytes(figure_png(fig, dpi=FIGURE_DPI * INLINE_MAX_PX / width))
+            preview.write_bytes(scaled_png(png_bytes, INLINE_MAX_PX))
             self.run.log_artifact(preview, "previews")
         return f"previews/{name}.png"
 

@@ -508,6 +508,19 @@ def figure_png(fig: Any, dpi: int = FIGURE_DPI) -> bytes:
 INLINE_MAX_PX = 640
 
 
+def scaled_png(png: bytes, width: int) -> bytes:
+    """The PNG scaled down to `width` pixels (aspect kept), with Pillow (matplotlib's own dependency):
+    a resample, where drawing a large figure again costs seconds."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as im:
+        w, h = im.size
+        small = im.resize((width, max(1, round(h * width / w))), Image.Resampling.LANCZOS)
+    buf = io.BytesIO()
+    small.save(buf, format="PNG", optimize=False)
+    return buf.getvalue()
+
+
 def png_size(png: bytes) -> tuple[int, int]:
     """(width, height) in pixels from a PNG's header."""
     import struct
