@@ -10,7 +10,7 @@ import torch
 
 from components.core.data import TokenBlocks
 from components.core.models.transformer import Transformer, TransformerSettings
-from components.core.studies.facts import answer_logprobs, attribute, knowledge, matched_draw
+from components.core.studies.facts import answer_logprobs, attribute, knowledge, matched_draw, zeroed_knowledge
 from components.core.studies.heads import classify_heads, head_statistics, heads_zeroed
 from components.core.studies.inside import attention_heads, ffn_memories, known_words, made_up_name
 from components.core.studies.inside_settings import InsideSettings
@@ -94,6 +94,10 @@ def test_attribution_finds_the_planted_neuron_and_zeroing_it_removes_the_fact():
         other = float(knowledge(answer_logprobs(m, prompts, [11], "cpu", zero={0: [3]})[0]))
     assert off < float(knowledge(lp)) - 5  # the fact is gone: its subject no longer raises the answer
     assert other == pytest.approx(float(knowledge(lp)), abs=1e-4)  # another neuron: nothing changes
+    # The zeronings the study runs as one batch give what each gives alone.
+    assert zeroed_knowledge(m, prompts, [11], "cpu", [[(0, 7)], [(0, 3)], []]) == pytest.approx(
+        [off, other, float(knowledge(lp))], abs=1e-5
+    )
 
 
 def test_zeroing_a_head_changes_only_through_that_head():

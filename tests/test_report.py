@@ -189,10 +189,9 @@ def test_a_wide_figure_gets_a_preview_scaled_to_the_inline_width():
     import io
 
     import matplotlib.image as mpimg
+    from matplotlib.figure import Figure
 
     from components.orchestration.tracking import INLINE_MAX_PX, figure_png, png_size, scaled_png
-
-    from matplotlib.figure import Figure
 
     fig = Figure(figsize=(16, 2))
     fig.subplots().plot(range(10), color="black")

@@ -498,7 +498,9 @@ def train_other_seeds(
                 (
                     m.family,
                     m.model_config,
-                    one_thread_each(own.model_copy(update={"seed": seed}), workers),
+                    # Scored once, at the end (eval_interval 0): only the final loss is kept, and an evaluation
+                    # changes nothing the training draws or computes.
+                    one_thread_each(own.model_copy(update={"seed": seed, "eval_interval": 0}), workers),
                     train_data,
                     val_data,
                     vocab_size,

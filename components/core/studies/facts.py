@@ -134,14 +134,27 @@ def analogy_pairs(path: str | Path) -> dict[str, set[tuple[str, str]]]:
 def corpus_facts(texts: Iterable[str], pairs: dict[str, set[tuple[str, str]]], s: FactSettings) -> list[Fact]:
     """The pairs the training text names together in one sentence at least `min_cooccurrences` times;
     relations with fewer than `min_per_relation` such facts are left out (too few other subjects to compare with)."""
-    text = "\n".join(texts)
     gap = rf"[^.\n]{{0,{s.sentence_chars}}}"
+    # A match never crosses a '.' or a line end, so it lies in one sentence: each pair is searched in the
+    # sentences that hold both its words (an index of words to sentences), not in the whole text.
+    sentences = re.split(r"[.\n]", "\n".join(texts))
+    where: dict[str, set[int]] = {}
+    for i, sentence in enumerate(sentences):
+        for w in set(re.findall(r"\w+", sentence)):
+            where.setdefault(w, set()).add(i)
+
+    def holding(word: str) -> set[int] | None:  # None: a word the index does not hold whole (not all \w)
+        return where.get(word, set()) if re.fullmatch(r"\w+", word) else None
+
     facts = []
     for relation in sorted(pairs):
         found = []
         for subject, answer in sorted(pairs[relation]):
             a, b = re.escape(subject), re.escape(answer)
-            n = len(re.findall(rf"\b{a}\b{gap}\b{b}\b|\b{b}\b{gap}\b{a}\b", text))
+            hs, ha = holding(subject), holding(answer)
+            ids = range(len(sentences)) if hs is None or ha is None else sorted(hs & ha)
+            pattern = re.compile(rf"\b{a}\b{gap}\b{b}\b|\b{b}\b{gap}\b{a}\b")
+            n = sum(len(pattern.findall(sentences[i])) for i in ids)
             if n >= s.min_cooccurrences:
                 found.append(Fact(relation, subject, answer, n))
         answers = {f.answer for f in found}
@@ -161,9 +174,12 @@ def prompts_in_text(texts: Iterable[str], facts: list[Fact]) -> list[str]:
 
 
 @contextmanager
-def ffn_activations(model: nn.Module, zero: dict[int, list[int]] | None = None) -> Iterator[list[torch.Tensor]]:
+def ffn_activations(
+    model: nn.Module, zero: dict[int, list[int]] | None = None, keep: list[torch.Tensor] | None = None
+) -> Iterator[list[torch.Tensor]]:
     """Each layer's GELU output (B, T, 4C), kept in the graph (for gradients); `zero` {layer: [i, ...]}
-    zeroes those neurons at every position."""
+    zeroes those neurons at every position; `keep` (a (B, 1, 4C) 0/1 mask per layer) zeroes neurons
+    row by row, so that several zeroings run as one batch."""
     acts: list[torch.Tensor] = []
     handles = []
     for layer, block in enumerate(model.h):
@@ -172,6 +188,8 @@ def ffn_activations(model: nn.Module, zero: dict[int, list[int]] | None = None) 
             if zero and layer in zero:
                 out = out.clone()
                 out[..., zero[layer]] = 0
+            if keep is not None:
+                out = out * keep[layer].to(out.dtype)
             acts.append(out)
             return out
 
@@ -232,13 +250,6 @@ def attribute(model: nn.Module, prompt_sets: list[list[list[int]]], answer: list
     return total
 
 
-def _zero_map(neurons: list[tuple[int, int]]) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for layer, i in neurons:
-        out.setdefault(layer, []).append(i)
-    return out
-
-
 def matched_draw(
     acts: list[torch.Tensor], neurons: list[tuple[int, int]], rng: np.random.Generator
 ) -> list[tuple[int, int]]:
@@ -257,8 +268,21 @@ def matched_draw(
 
 
 @torch.no_grad()
-def _zeroed(model, prompts, answer, device, neurons) -> float:
-    return float(knowledge(answer_logprobs(model, prompts, answer, device, zero=_zero_map(neurons))[0]))
+def zeroed_knowledge(model, prompts, answer, device, neuron_sets: list[list[tuple[int, int]]]) -> list[float]:
+    """The knowledge score with each set of neurons zeroed: one batch, the prompts repeated per set."""
+    x, starts = _batch(prompts, answer, device)
+    n_layer, width = len(model.h), model.h[0].mlp.c_fc.out_features
+    keep = torch.ones(len(neuron_sets), n_layer, width, device=device)
+    for v, neurons in enumerate(neuron_sets):
+        for layer, i in neurons:
+            keep[v, layer, i] = 0
+    keep = keep.repeat_interleave(len(prompts), 0)  # (V·B, L, 4C): set v's rows are v·B … v·B + B − 1
+    with ffn_activations(model, keep=[keep[:, layer, None] for layer in range(n_layer)]):
+        lp = F.log_softmax(model(x.repeat(len(neuron_sets), 1))[0].float(), -1)
+    ans = torch.tensor(answer, device=lp.device)
+    span = torch.arange(len(answer), device=lp.device)
+    scores = torch.stack([lp[r, span + starts[r % len(prompts)] - 1, ans].sum() for r in range(lp.shape[0])])
+    return [float(knowledge(v)) for v in scores.view(len(neuron_sets), len(prompts))]
 
 
 def probe_fact(
@@ -279,10 +303,8 @@ def probe_fact(
         with torch.no_grad():
             lp, acts = answer_logprobs(model, prompts, answer, device)
         own = [a[0, : len(prompts[0])].float() for a in acts]  # (T_prompt, 4C): the own prompt's positions
-        k_top = _zeroed(model, prompts, answer, device, neurons)
-        k_rand = [
-            _zeroed(model, prompts, answer, device, matched_draw(own, neurons, rng)) for _ in range(s.random_draws)
-        ]
+        draws = [matched_draw(own, neurons, rng) for _ in range(s.random_draws)]
+        k_top, *k_rand = zeroed_knowledge(model, prompts, answer, device, [neurons, *draws])
         rows.append((float(knowledge(lp)), k_top, float(np.mean(k_rand))))
     base, top_k, rand_k = (float(np.mean(c)) for c in zip(*rows))
     return {
