@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from components.core.corpus import CorpusSettings, build_corpus, load_corpus  # noqa: E402
-from components.core.export.folder import load_benchmark  # noqa: E402
+from components.core.export.generation import load_benchmark  # noqa: E402
 from components.core.export.precision import bnb  # noqa: E402
 from components.core.labels import LabelSettings, build_labels, load_labels  # noqa: E402
 from components.core.lm import SamplingSettings, load_lm, train_lm  # noqa: E402

@@ -246,7 +246,7 @@ def test_perplexity_claims_fail_on_a_model_whose_weights_have_outlier_columns(ti
     model: per-row INT8's 127 levels still resolve the rest of a row.)
     The same tiny model unchanged, through the same settings, is within both limits
     (test_study_on_trained_tiny_models)."""
-    from components.core.export.precision import logits_of
+    from components.core.export.measure import logits_of
 
     model = load_lm(tiny["transformer_lm"]).eval()
     x = torch.from_numpy(tiny["val"].x[:4].astype("int64"))  # (4, T) real validation blocks
@@ -378,14 +378,13 @@ def test_whole_model_halves_and_quarters_when_the_tied_embedding_is_quantized_an
     """The article's claim is about the whole model: with the embedding/head kept in float32 it fails
     (INT8 0.885× of FP16); kept in FP16 and the tied head quantized (the embedding reading its codes),
     INT8 and NF4 come within 0.60× and 0.35×, reload bit for bit, and keep [PAD] at zero."""
+    from components.core.export.measure import logits_of, weight_bytes
     from components.core.export.precision import (
         HeadTiedEmbedding,
         apply_precision,
-        logits_of,
         precision_state_dict,
         spec_of,
         to_precision,
-        weight_bytes,
     )
     from components.core.models.transformer import Transformer, TransformerSettings
 

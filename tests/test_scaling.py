@@ -15,14 +15,12 @@ from components.core import claims as C
 from components.core.data import TokenBlocks
 from components.core.errors import ConfigError
 from components.core.manifests import NgramRung, Scaling, ScalingTrial
+from components.core.studies.power_law import fit_power_law, overtake, pass_level
 from components.core.studies.scaling import (
     FamilyInput,
     ScalingSettings,
     analyse,
     check_settings,
-    fit_power_law,
-    overtake,
-    pass_level,
     plan_steps,
     run_scaling,
 )

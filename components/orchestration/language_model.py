@@ -29,7 +29,6 @@ checkpoint for the rerun.
 import fcntl
 import os
 import shutil
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Literal, Optional
@@ -39,22 +38,11 @@ from pydantic import Field, create_model
 from pydantic.fields import FieldInfo
 
 from components.core import manifests as M
-from components.core.artifacts import sha256_file
-from components.core.checkpoint import WEIGHTS_FILE, load_weights_into, model_metadata
-from components.core.distributed import (
-    FAILURE_FILE,
-    RESULT_FILE,
-    LaunchSettings,
-    WorkerSpec,
-    check_world_size,
-    launch_env,
-    read_failure,
-    read_train_result,
-    write_spec,
-)
+from components.core.checkpoint import WEIGHTS_FILE
+from components.core.distributed import LaunchSettings
 from components.core.errors import PipelineInputError
 from components.core.labels import load_labels
-from components.core.lm import LMResult, SamplingSettings, explicit_settings_win, finish_lm, prepare_lm, train_lm
+from components.core.lm import SamplingSettings, explicit_settings_win, train_lm
 from components.core.models.recurrent import RecurrentSettings
 from components.core.models.transformer import TransformerSettings
 from components.core.tokenizer import decode as decode_text
@@ -63,10 +51,10 @@ from components.core.tokenizer import load_tokenizer
 from components.core.train_settings import TrainSettings
 
 from .checks import claim_spec, judged
-from .ddp_worker import MLFLOW_RUN_ID, MLFLOW_TRACKING_URI
-from .io import latest_manifest
+from .lm_regression import REGRESSION_CHECK, REGRESSION_DESCRIPTION, regression_result, seed_spread
+from .lm_torchrun import train_torchrun
 from .registry import log_and_register, move_aliases
-from .stage import Stage, stage
+from .stage import stage
 from .state import state_root
 from .tracking import MlflowTracker, config_hash, dagster_asset_url, dagster_run_url
 
@@ -105,11 +93,7 @@ class LanguageModelTrainConfig(LaunchSettings, TrainConfig):
 
 
 LAUNCH_FIELDS = tuple(LaunchSettings.model_fields)
-DDP_WORKER = "components.orchestration.ddp_worker"
-
-
-class DistributedTrainingError(RuntimeError):
-    """A torchrun training failed: the message names the rank and how it died, and the checkpoint kept."""
+SCHEDULE_TAG = "dagster/schedule_name"  # set on the runs a schedule starts
 
 
 class SamplingConfig(dg.Config, SamplingSettings):
@@ -334,8 +318,18 @@ def _train_and_publish(
         )
         load_before = machine_load()
         if launch.launcher == "torchrun":
-            result, launched = _train_torchrun(
-                context, s, mlflow, config, launch, train_settings, labels, scratch, common, name=name, family=family
+            result, launched = train_torchrun(
+                context,
+                s,
+                mlflow,
+                FAMILY_SETTINGS[family](**config.model.model_dump()),
+                launch,
+                train_settings,
+                labels,
+                scratch,
+                common,
+                name=name,
+                family=family,
             )
         else:
             result = train_lm(
@@ -414,58 +408,6 @@ def _train_and_publish(
     return output
 
 
-SCHEDULE_TAG = "dagster/schedule_name"  # set on the runs a schedule starts
-REGRESSION_CHECK = "val_loss_holds_since_previous_run"
-REGRESSION_DESCRIPTION = (
-    "Run over run: the validation loss is not worse than the previous materialization's by more than the "
-    "seed spread `model_comparison` measured (the largest family spread for a model trained with one seed). "
-    "A warning, with the previous value, the change and the spread; passes on a first materialization."
-)
-
-
-def seed_spread(instance: dg.DagsterInstance, model: str) -> float | None:
-    """The noise of a rerun of `model` (asset name without `_lm`): its seed spread in the latest
-    `model_comparison`, else the largest spread of a family trained with several seeds; None when no
-    comparison with seeds can be read."""
-    try:
-        comp = latest_manifest(instance, dg.AssetKey("model_comparison"), M.ModelComparison)
-    except Exception:  # noqa: BLE001 - a pruned or old comparison leaves the change without a noise figure
-        return None
-    seeded = {k: v for k, v in (comp.seeds if comp else {}).items() if v.get("seeds", 0) > 1}
-    if model in seeded:
-        return float(seeded[model]["spread"])
-    return max((float(v["spread"]) for v in seeded.values()), default=None)
-
-
-def regression_result(lm: M.LanguageModel) -> dg.AssetCheckResult:
-    """The run-over-run check of a language model's validation loss (`REGRESSION_CHECK`)."""
-    change = next((c for c in lm.published.changes if c["name"] == "val/loss"), None)
-    if change is None or change["previous"] is None:
-        return dg.AssetCheckResult(
-            check_name=REGRESSION_CHECK,
-            passed=True,
-            severity=dg.AssetCheckSeverity.WARN,
-            metadata={"reason": "first materialization: nothing to compare with"},
-            description="first materialization: nothing to compare with",
-        )
-    line = (
-        f"{change['verdict']}: val/loss {change['previous']:.4f} → {change['current']:.4f} "
-        f"({change['delta']:+.4f}; seed spread "
-        f"{'unknown' if change['spread'] is None else format(change['spread'], '.4f')})"
-    )
-    return dg.AssetCheckResult(
-        check_name=REGRESSION_CHECK,
-        passed=change["verdict"] != "worse",
-        severity=dg.AssetCheckSeverity.WARN,
-        metadata={
-            "reason": line,
-            "previous_run_id": lm.published.previous_run_id,
-            **{k: v for k, v in change.items() if v is not None and k != "name"},
-        },
-        description=line,
-    )
-
-
 def logged_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """The settings logged when the step starts: what is fixed by the config as it is, what the run
     decides later under `requested.` (the steps, which a FLOPs budget overrides; the torchrun width
@@ -500,86 +442,6 @@ def effective_training(metrics: dict[str, Any], launched: dict[str, Any]) -> dic
     if "strategy" in launched:
         out["strategy"] = launched["strategy"]
     return out
-
-
-def _train_torchrun(
-    context,
-    s: Stage,
-    mlflow: MlflowTracker,
-    config,
-    launch: LaunchSettings,
-    train_settings: TrainSettings,
-    labels: dict,
-    scratch: Path,
-    common: dict,
-    *,
-    name: str,
-    family: str,
-) -> tuple[LMResult, dict]:
-    """Train under torchrun through Pipes (module doc); then finish in this process from the checkpoint."""
-    check_world_size(launch, train_settings)  # (the run config's validation has said so already)
-    spec = WorkerSpec(
-        family=family,
-        model=config.model.model_dump(),
-        train=train_settings,
-        labels=labels.path,
-        # By path: sharded labels list the files of every shard (same names, other folders).
-        labels_sha256={f.path: f.sha256 for f in labels.files.values()},
-        tokenizer_sha256=labels.tokenizer_sha256,
-        out_dir=str(scratch),
-        strategy=launch.strategy,
-    )
-    spec_path = write_spec(spec, scratch / "spec.json")
-    for stale in (RESULT_FILE, FAILURE_FILE):  # never read an earlier launch's result or failure
-        (scratch / stale).unlink(missing_ok=True)
-    command = [
-        sys.executable,
-        "-m",
-        "components.core.distributed",
-        "launch",
-        f"--nproc-per-node={launch.nproc_per_node}",
-        "--worker",
-        DDP_WORKER,
-        str(spec_path),
-    ]
-    extras = {MLFLOW_RUN_ID: s.run.run_id, MLFLOW_TRACKING_URI: mlflow.resolved_uri()}
-    context.log.info(
-        f"launching torchrun: {launch.nproc_per_node} processes, {launch.strategy} ({' '.join(command[1:])})"
-    )
-    try:
-        invocation = dg.PipesSubprocessClient().run(
-            context=context, command=command, extras=extras, env=launch_env(launch, train_settings)
-        )
-    except Exception as e:
-        failure = read_failure(scratch)
-        if failure is None:
-            raise
-        raise DistributedTrainingError(f"{name}: {failure['message']}") from e
-    reported = {k: v.value for k, v in invocation.get_materialize_result().metadata.items()}
-    result_file = scratch / RESULT_FILE
-    for key, path in (
-        ("train_result_sha256", result_file),
-        ("weights_sha256", scratch / "checkpoint" / WEIGHTS_FILE),
-    ):
-        if reported.get(key) != sha256_file(path):
-            raise PipelineInputError(
-                f"{path} does not match the sha256 rank 0 reported through Pipes ({key}); it changed after training"
-            )
-    trained, _ = read_train_result(result_file)
-    train_data, val_data, meta = load_labels(labels.path)
-    prep = prepare_lm(
-        family,
-        FAMILY_SETTINGS[family](**config.model.model_dump()),
-        train_settings,
-        train_data,
-        int(meta["vocab_size"]),
-        model_meta={"tokenizer_sha256": labels.tokenizer_sha256},
-    )
-    load_weights_into(prep.model, trained.checkpoint_dir, expected_meta=model_metadata(prep.model, prep.header))
-    prep.model.to(prep.device)
-    # What rank 0 reported through Pipes is what the materialization records.
-    launched = {"launcher": "torchrun", **{k: reported[k] for k in ("world_size", "backend", "strategy")}}
-    return finish_lm(prep, trained, val_data, world_size=int(reported["world_size"]), **common), launched
 
 
 # The training speed (train/tokens_per_s_mean) is only comparable between runs on a quiet machine:

@@ -23,7 +23,7 @@ class ExportedLanguageModel:
         self.loaded = load_export(self.folder)
 
     def predict(self, model_input: Any, params: dict[str, Any] | None = None) -> list[str]:
-        from components.core.export.folder import generate
+        from components.core.export.generation import generate
 
         params = params or {}
         if hasattr(model_input, "columns"):  # a pandas DataFrame, as MLflow passes it under the signature

@@ -8,29 +8,11 @@ generation_config.json) that reload and generate without the pipeline.
     print(generate("out/nf4", "The history of").text)
 """
 
-from .folder import (
-    ExportInfo,
-    Generation,
-    cache_kind,
-    export_model,
-    generate,
-    generate_tokens,
-    load_benchmark,
-    load_export,
-    read_header,
-    tensor_shapes,
-)
+from .folder import ExportInfo, export_model, load_export, read_header, tensor_shapes
+from .generation import Generation, cache_kind, generate, generate_tokens, load_benchmark
 from .linear_recurrence import LinearRecurrence
-from .precision import (
-    check_backend,
-    eager,
-    is_quantized_layer,
-    logits_of,
-    precision_state_dict,
-    spec_of,
-    to_precision,
-    weight_bytes,
-)
+from .measure import logits_of, weight_bytes
+from .precision import check_backend, eager, is_quantized_layer, precision_state_dict, spec_of, to_precision
 from .precision_spec import BITS, DTYPES, FLOAT_VARIANTS, QUANT_VARIANTS, SCHEMES, VARIANTS, PrecisionSpec, Variant
 
 __all__ = [

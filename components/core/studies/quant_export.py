@@ -17,8 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..data import TokenBlocks
 from ..errors import ConfigError
-from ..export.folder import ExportInfo, export_model, generate, load_benchmark, load_export, load_weights, read_header
-from ..export.precision import logits_of
+from ..export.folder import ExportInfo, export_model, load_export, load_weights, read_header
+from ..export.generation import generate, load_benchmark
+from ..export.measure import logits_of
 from ..export.precision_spec import BITS, QUANT_VARIANTS, VARIANTS
 from .quant_measure import _fmt_bytes, _max_abs_diff, check_variants, eval_blocks, evaluate
 

@@ -18,8 +18,9 @@ import torch.nn as nn
 
 from ..data import IGNORE_INDEX, PAD_ID, TokenBlocks
 from ..errors import ConfigError, PipelineInputError
-from ..export.folder import cache_kind, generate_tokens
-from ..export.precision import cross_entropy_sum, logits_of, to_precision, weight_bytes
+from ..export.generation import cache_kind, generate_tokens
+from ..export.measure import cross_entropy_sum, logits_of, weight_bytes
+from ..export.precision import to_precision
 from ..export.precision_spec import VARIANTS
 
 

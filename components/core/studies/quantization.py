@@ -40,8 +40,10 @@ import torch.nn as nn
 
 from ..data import TokenBlocks
 from ..device import resolve_device
-from ..export.folder import cache_kind, save_weights
-from ..export.precision import logits_of, spec_of, to_precision, weight_bytes
+from ..export.folder import save_weights
+from ..export.generation import cache_kind
+from ..export.measure import logits_of, weight_bytes
+from ..export.precision import spec_of, to_precision
 from ..export.precision_spec import BITS, QUANT_VARIANTS, SCHEMES
 from .quant_measure import _fmt_bytes, _max_abs_diff, eval_blocks, evaluate, measure_generation, prompt_ids
 from .quant_settings import (
