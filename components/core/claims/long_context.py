@@ -80,6 +80,8 @@ def kv_cache_pays(generation_cost: GenerationCost) -> Verdict:
             "cached_at_most_linear": kv["time_exponent"] <= 1.1,
             "uncached_grows_faster": nc["max_over_min"] > kv["max_over_min"]
             and nc["time_exponent"] > kv["time_exponent"],
+            # What the cache is for, at the longest context: a token costs at most half of rerunning the context.
+            "cached_at_most_half_at_longest": kv["ms_per_token_at_max"] <= 0.5 * nc["ms_per_token_at_max"],
         },
         {f"{m}_{k}": x[k] for m, x in f.items() for k in ("time_exponent", "max_over_min", "ms_per_token_at_max")},
     )
