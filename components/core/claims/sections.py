@@ -316,9 +316,8 @@ SECTION_CLAIMS: list[Claim] = [
         "a 2-core "
         "CPU, with no parallel width to use), or a critical path that does not grow with T for the recurrent models.",
         counterexample=(
-            "tests/test_claims.py::test_serial_bottleneck_passes_where_attention_is_cheaper_per_token_and_fails_where_it_costs_more"
+            "tests/test_claims.py::test_a_transformer_run_position_by_position_is_no_cheaper_than_the_recurrence"
         ),
-        counterexample_measured=False,
     ),
     Claim(
         "later_context_helps",
