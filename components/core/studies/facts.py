@@ -44,7 +44,15 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..checkpoint import WEIGHTS_FILE
+from ..device import seed_everything
+from ..embeddings import gensim_test_file
 from ..errors import ConfigError
+from ..labels import pack_blocks, token_stream
+from ..models.transformer import Transformer
+from ..tokenizer import TokenizerSettings, train_tokenizer
+from ..training import train
+from ..workers import cpu_workers, one_thread_each, run_jobs, weights_in, weights_out
 
 Encode = Callable[[str], list[int]]
 
@@ -422,11 +430,6 @@ class FactStudyResult:
 
 def _train_seed(model_settings, vocab_size: int, ts, train_data, val_data, run_dir: Path):
     """One seed of the fact model (in a worker or here): its weights and its TrainResult."""
-    from ..device import seed_everything
-    from ..models.transformer import Transformer
-    from ..training import train
-    from ..workers import weights_out
-
     seed_everything(ts.seed)
     model = Transformer(model_settings, vocab_size)
     res = train(model, train_data, val_data, ts, run_dir, resume=False)
@@ -448,13 +451,6 @@ def fact_memories(
     """The fact study: a BPE tokenizer and, per seed, a small Transformer trained on the corpus's
     training split; each seed's model and its untrained twin probed on the corpus's facts. A corpus that
     names no fact often enough gives a result without facts (the claim is then not judged)."""
-    from ..device import seed_everything
-    from ..embeddings import gensim_test_file
-    from ..labels import pack_blocks, token_stream
-    from ..models.transformer import Transformer
-    from ..tokenizer import TokenizerSettings, train_tokenizer
-    from ..workers import cpu_workers, one_thread_each, run_jobs, weights_in
-
     out_dir = Path(out_dir)
     facts = corpus_facts(train_texts, analogy_pairs(analogy_path or gensim_test_file("questions-words.txt")), s)
     tok = train_tokenizer(train_texts, TokenizerSettings(kind="bpe", vocab_size=s.vocab_size))
@@ -480,7 +476,7 @@ def fact_memories(
         control = Transformer(model_settings, vocab)  # the same init the seed trained from
         model = Transformer(model_settings, vocab)
         weights_in(model, weights)
-        first = first or model
+        first = model if first is None else first
         rows = probe_facts(model, facts, encode, s, device) if facts else []
         control_rows = probe_facts(control, facts, encode, s, device) if facts else []
         seeds.append(
@@ -491,7 +487,7 @@ def fact_memories(
                 rows=rows,
                 control_rows=control_rows,
                 summary=summarize(rows, control_rows, s) if facts else {},
-                weights=res.checkpoint_dir / "model.safetensors",
+                weights=res.checkpoint_dir / WEIGHTS_FILE,
             )
         )
     made_up = made_up_entities(first, facts, encode, known, s, device) if facts and first is not None else []
