@@ -24,13 +24,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from recurrent_throughput import MODELS, OursRun, bpe_blocks  # noqa: E402
+from recurrent_throughput import MODELS, OursRun, bpe_blocks, loop_settings, split_blocks  # noqa: E402
 from result_file import emit  # noqa: E402
 
-from components.core.data import TokenBlocks  # noqa: E402
 from components.core.lm import build_model, resolve_settings  # noqa: E402
 from components.core.machine import cpu_identity  # noqa: E402
-from components.core.train_settings import TrainSettings  # noqa: E402
 
 # The batches and rates of pipelines/defs/{rnn_lm,lstm_lm}/defs.yaml.
 TRAIN = {
@@ -50,11 +48,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     blocks, V = bpe_blocks(128, 260)
-    n_val = max(1, blocks.n_blocks // 20)
-    train_blocks, val_blocks = (
-        TokenBlocks(blocks.x[n_val:], blocks.y[n_val:]),
-        TokenBlocks(blocks.x[:n_val], blocks.y[:n_val]),
-    )
+    train_blocks, val_blocks = split_blocks(blocks)
     out: dict = {
         "benchmark": "recurrent_dtype",
         "steps": args.steps,
@@ -72,16 +66,7 @@ def main(argv: list[str] | None = None) -> dict:
         settings = resolve_settings("recurrent", MODELS[cell], V)
         runs = {}
         for dtype in DTYPES:
-            ts = TrainSettings(
-                **TRAIN[cell],
-                max_steps=args.steps,
-                eval_interval=0,
-                eval_batches=1,
-                log_interval=args.interleave,
-                threads=args.threads,
-                device="cpu",
-                dtype=dtype,
-            )
+            ts = loop_settings(TRAIN[cell], args.steps, args.interleave, args.threads, dtype)
             torch.manual_seed(ts.seed)
             runs[dtype] = OursRun(
                 build_model("recurrent", settings, V), train_blocks, val_blocks, ts, Path(tmp.name) / cell / dtype

@@ -58,6 +58,27 @@ def bpe_blocks(block_size: int, vocab_size: int) -> tuple[TokenBlocks, int]:
     return pack_blocks(token_stream(tok, texts), block_size, V), V
 
 
+def split_blocks(blocks: TokenBlocks) -> tuple[TokenBlocks, TokenBlocks]:
+    """(train, val): the first twentieth of the blocks held out for the loop's (unused) evaluation."""
+    n_val = max(1, blocks.n_blocks // 20)
+    return TokenBlocks(blocks.x[n_val:], blocks.y[n_val:]), TokenBlocks(blocks.x[:n_val], blocks.y[:n_val])
+
+
+def loop_settings(train: dict, steps: int, interleave: int, threads: int, dtype: str) -> TrainSettings:
+    """The shared loop's settings for a timing run: `steps` steps on CPU, logged (and so timed) every
+    `interleave`, no evaluation."""
+    return TrainSettings(
+        **train,
+        max_steps=steps,
+        eval_interval=0,
+        eval_batches=1,
+        log_interval=interleave,
+        threads=threads,
+        device="cpu",
+        dtype=dtype,
+    )
+
+
 class Bare(nn.Module):
     """embedding → nn.RNN / nn.LSTM → linear head: the model as torch's documentation builds it."""
 
@@ -137,19 +158,8 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
 
     blocks, V = bpe_blocks(TRAIN["block_size"], args.vocab_size)
-    n_val = max(1, blocks.n_blocks // 20)
-    train_blocks = TokenBlocks(blocks.x[n_val:], blocks.y[n_val:])
-    val_blocks = TokenBlocks(blocks.x[:n_val], blocks.y[:n_val])
-    ts = TrainSettings(
-        **TRAIN,
-        max_steps=args.steps,
-        eval_interval=0,
-        eval_batches=1,
-        log_interval=args.interleave,
-        threads=args.threads,
-        device="cpu",
-        dtype=args.dtype,
-    )
+    train_blocks, val_blocks = split_blocks(blocks)
+    ts = loop_settings(TRAIN, args.steps, args.interleave, args.threads, args.dtype)
     dtype = resolve_dtype(args.dtype, torch.device("cpu"))
     out: dict = {
         "benchmark": "recurrent_throughput",

@@ -695,7 +695,6 @@ def test_every_evidence_claim_names_its_counterexample_test_and_that_test_judges
 def planted_vectors(tmp_path, shuffled: bool):
     """Vectors with the structure the claims look for, and files of human-style pair scores and
     analogy questions about them; `shuffled` hands the same vectors to the words at random."""
-    from components.core.embeddings.evaluate import evaluate_embeddings
 
     rng = np.random.default_rng(0)
     D = 50
@@ -719,16 +718,19 @@ def planted_vectors(tmp_path, shuffled: bool):
     vectors = np.stack([vec[w] for w in words]).astype(np.float32)
     if shuffled:
         vectors = vectors[rng.permutation(len(words))]
+    return evaluated(tmp_path, words, vectors, pairs, questions, min_analogy_questions=10)
+
+
+def evaluated(tmp_path, words, vectors, pairs: list[str], questions: list[str], **kw) -> M.EmbeddingEval:
+    """The vectors through the real evaluation, on pair scores and analogy questions written as files
+    (the pairs serve as both WordSim and SimLex)."""
+    from components.core.embeddings.evaluate import evaluate_embeddings
+
     (tmp_path / "analogies.txt").write_text("\n".join(questions) + "\n")
     (tmp_path / "pairs.tsv").write_text("\n".join(pairs) + "\n")
+    paths = {"wordsim_path": tmp_path / "pairs.tsv", "simlex_path": tmp_path / "pairs.tsv"}
     report = evaluate_embeddings(
-        words,
-        vectors,
-        analogy_path=tmp_path / "analogies.txt",
-        wordsim_path=tmp_path / "pairs.tsv",
-        simlex_path=tmp_path / "pairs.tsv",
-        min_analogy_questions=10,
-        min_similarity_pairs=10,
+        words, vectors, analogy_path=tmp_path / "analogies.txt", min_similarity_pairs=10, **paths, **kw
     )
     return M.EmbeddingEval(metrics=report.metrics())
 
@@ -739,7 +741,6 @@ def trained_vectors(tmp_path, shuffled: bool) -> M.EmbeddingEval:
     co-occurrence gone); judged on human-style scores: pairs within a group 8–9, across groups 1–2."""
     from test_word2vec import ANIMALS, SMALL, VEHICLES, planted_corpus
 
-    from components.core.embeddings.evaluate import evaluate_embeddings
     from components.core.embeddings.word2vec import train_from_tokens
     from components.core.embeddings.word2vec_settings import Word2VecSettings
 
@@ -753,18 +754,8 @@ def trained_vectors(tmp_path, shuffled: bool) -> M.EmbeddingEval:
         f"{g[i]}\t{g[j]}\t{8 + (i + j) % 2}" for g in (ANIMALS, VEHICLES) for i in range(6) for j in range(i + 1, 6)
     ]
     pairs += [f"{a}\t{b}\t{1 + (i + j) % 2}" for i, a in enumerate(ANIMALS) for j, b in enumerate(VEHICLES)]
-    (tmp_path / "pairs.tsv").write_text("\n".join(pairs) + "\n")
-    (tmp_path / "analogies.txt").write_text(": groups\ncat dog car truck\n")
-    report = evaluate_embeddings(
-        result.words,
-        result.vectors,
-        analogy_path=tmp_path / "analogies.txt",
-        wordsim_path=tmp_path / "pairs.tsv",
-        simlex_path=tmp_path / "pairs.tsv",
-        min_analogy_questions=1,
-        min_similarity_pairs=10,
-    )
-    return M.EmbeddingEval(metrics=report.metrics())
+    questions = [": groups", "cat dog car truck"]
+    return evaluated(tmp_path, result.words, result.vectors, pairs, questions, min_analogy_questions=1)
 
 
 def test_word_vectors_trained_on_a_shuffled_corpus_carry_no_similarity(tmp_path):
