@@ -227,3 +227,8 @@ def test_a_transformer_that_sees_only_its_own_position_does_not_overtake_the_lst
     # Each family's smallest budget: its one-lr sweep scored on the training tail, then the point on validation.
     smallest = [t for t in result.trials if t.budget == 2e9]
     assert sorted((t.role, t.scored_on) for t in smallest) == [("point", "validation")] * 2 + [("sweep", "heldout")] * 2
+    # A sweep trial's epochs count the split it trained on (less its tail): more than the point's, same tokens.
+    for name in ("lstm_lm", "transformer_lm"):
+        point, sweep = (next(t for t in smallest if t.model == name and t.role == r) for r in ("point", "sweep"))
+        assert point.tokens == sweep.tokens
+        assert sweep.epochs == pytest.approx(point.epochs / (1 - settings.heldout_fraction), rel=0.02)

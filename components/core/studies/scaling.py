@@ -241,7 +241,8 @@ def run_scaling(
             "train_seconds": float(row.get("train_s", math.nan)),
             "flops": float(row.get("flops_per_token", math.nan)) * tokens,
             "tokens": tokens,
-            "epochs": tokens / max(train_data.n_targets, 1),
+            # Over the data the trial trained on: a sweep trial's is the split less its tail.
+            "epochs": tokens / max((tune_train if scored_on == "heldout" else train_data).n_targets, 1),
             "reused": bool(row.get("reused", False)),
             "scored_on": scored_on,
         }
