@@ -157,7 +157,7 @@ class Stage:
         """Training progress into the run's log in the Dagster UI (called at the loop's log points)."""
         self.context.log.info(progress_line(point, step, max_steps, eta_s))
 
-    def _inline_preview(self, fig: Any, name: str, png_bytes: bytes) -> str:
+    def _inline_preview(self, name: str, png_bytes: bytes) -> str:
         """The artifact Dagster's metadata shows in place: the figure itself when it is at most
         INLINE_MAX_PX wide, else the full-size PNG scaled down to that width (`previews/<name>.png` on
         the MLflow run; the full-size file stays `<name>.png`, linked beside it)."""
@@ -243,7 +243,7 @@ class Stage:
             self.run.log_artifact(png)
             info = file_info(png)
             figure_files[name] = FileRecord(path=self.final_path(png), bytes=info["bytes"], sha256=info["sha256"])
-            metadata[name] = self.run.figure_markdown(name, png.name, self._inline_preview(fig, name, png_bytes))
+            metadata[name] = self.run.figure_markdown(name, png.name, self._inline_preview(name, png_bytes))
             plt.close(fig)
         for name, text in (texts or {}).items():
             self.run.log_text(text, f"{name}.md")
