@@ -17,6 +17,7 @@ import dagster as dg
 from components.core.claims import BY_NAME, Judgement, count_model_at_scale, judge_all
 from components.core.manifests import LanguageModel, ModelComparison, NgramBaseline, Report, Scaling
 from components.core.report import (
+    DataCheck,
     claim_counts,
     demonstration_counts,
     headline_metrics,
@@ -83,7 +84,7 @@ def compare_links(run: Any, comparison: Any) -> dict[str, str]:
     }
 
 
-def recorded_checks(context: dg.AssetExecutionContext, skip: set[str]) -> list[dict[str, Any]]:
+def recorded_checks(context: dg.AssetExecutionContext, skip: set[str]) -> list[DataCheck]:
     """The run's check evaluations recorded so far whose names are not among `skip` (the claims, which
     the report judges itself): the data checks, which run before anything downstream of them."""
     records = context.instance.get_records_for_run(
@@ -91,15 +92,15 @@ def recorded_checks(context: dg.AssetExecutionContext, skip: set[str]) -> list[d
     ).records
     out = []
     for r in records:
-        ev = r.event_log_entry.dagster_event.event_specific_data
+        ev = r.event_log_entry.get_dagster_event().asset_check_evaluation_data
         if ev.check_name not in skip:
             out.append(
-                {
-                    "name": ev.check_name,
-                    "asset": ev.asset_key.to_user_string(),
-                    "passed": bool(ev.passed),
-                    "severity": ev.severity.value if ev.severity else "",
-                }
+                DataCheck(
+                    name=ev.check_name,
+                    asset=ev.asset_key.to_user_string(),
+                    passed=bool(ev.passed),
+                    severity=ev.severity.value if ev.severity else "",
+                )
             )
     return out
 
@@ -115,7 +116,7 @@ def latest_scaling(instance: dg.DagsterInstance) -> tuple[Scaling | None, str]:
         return None, f"the latest scaling run cannot be read ({type(e).__name__}: {e})"
     if found is None:
         return None, "no scaling run in this instance: run the `scaling` job (after a default run) to judge it"
-    return found, ""  # type: ignore[return-value]
+    return found, ""
 
 
 def at_scale(
@@ -191,9 +192,9 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
             counts, inv = claim_counts(judgements), invariant_counts(judgements)
             demo = demonstration_counts(judgements)
             count_metrics = {
-                **{f"claims/{k.replace(' ', '_')}": float(v) for k, v in counts.items()},
-                **{f"demonstrations/{k.replace(' ', '_')}": float(v) for k, v in demo.items()},
-                **{f"invariants/{k.replace(' ', '_')}": float(v) for k, v in inv.items()},
+                **{f"claims/{k.replace(' ', '_')}": float(v) for k, v in counts.as_dict().items()},
+                **{f"demonstrations/{k.replace(' ', '_')}": float(v) for k, v in demo.as_dict().items()},
+                **{f"invariants/{k.replace(' ', '_')}": float(v) for k, v in inv.as_dict().items()},
             }
             lms = {n: manifests[n] for n in language_models if isinstance(manifests.get(n), LanguageModel)}
             rows = result_rows(lms, comparison if isinstance(comparison, ModelComparison) else None)
@@ -245,9 +246,9 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
                 Report(
                     path=s.final_path(path),
                     claims=claims,
-                    counts=counts,
-                    demonstration_counts=demo,
-                    invariant_counts=inv,
+                    counts=counts.as_dict(),
+                    demonstration_counts=demo.as_dict(),
+                    invariant_counts=inv.as_dict(),
                     mlflow_parent_run_id=parent.run_id,
                 ),
                 metrics=count_metrics,

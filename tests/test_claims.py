@@ -232,16 +232,12 @@ def test_attention_rows_sum_to_one_on_the_trained_model_and_not_when_cut_without
     x = torch.from_numpy(frequency_blocks(8, 3).x.astype(np.int64))
     weights = model.attention_weights(x)
     stats = head_statistics(weights)
-    v = C.attention_rows_sum_to_one(
-        M.AttentionHeads(metrics={"heads/max_row_sum_error": max(h["max_row_sum_error"] for h in stats)}, heads=stats)
-    )
+    v = C.attention_rows_sum_to_one(M.AttentionHeads(heads=stats))
     assert v.passed and v.figures["max_row_sum_error"] < 1e-6
     # The top-1 weight alone, not renormalised, is no distribution.
     cut = [w * (w == w.max(-1, keepdim=True).values) for w in weights]
     stats = head_statistics(cut)
-    v = C.attention_rows_sum_to_one(
-        M.AttentionHeads(metrics={"heads/max_row_sum_error": max(h["max_row_sum_error"] for h in stats)}, heads=stats)
-    )
+    v = C.attention_rows_sum_to_one(M.AttentionHeads(heads=stats))
     assert not v.passed and v.figures["max_row_sum_error"] > 0.1
 
 
@@ -265,6 +261,17 @@ def test_clipping_bounds_the_gradient_norm_in_a_real_history_and_fails_without_c
 # --- the registry ---------------------------------------------------------------------------------
 
 
+ROW_OF_HEADS_DIFFER = {
+    "layer": 0,
+    "costliest_head": 0,
+    "cheapest_head": 1,
+    "difference": 0.1,
+    "low": 0.05,
+    "high": 0.2,
+    "heldout_blocks": 4,
+}
+
+
 def test_every_claim_is_judged_once_per_asset_and_a_missing_or_broken_input_is_not_judged():
     names = [c.name for c in C.CLAIMS]
     assert len(names) == len(set(names))
@@ -275,7 +282,7 @@ def test_every_claim_is_judged_once_per_asset_and_a_missing_or_broken_input_is_n
             train_settings={"grad_clip": 1.0, "block_size": 32},
             baseline=baseline,
         ),
-        "attention_heads": M.AttentionHeads(differ="not rows"),
+        "attention_heads": M.AttentionHeads(differ=[{**ROW_OF_HEADS_DIFFER, "low": "not a number"}]),
     }
     js = C.judge_all(
         manifests,
@@ -345,8 +352,8 @@ def test_the_headline_counts_evidence_alone():
         return C.Judgement(c, c.asset, C.verdict({"x": passed}))
 
     js = [j(n) for n in DEMONSTRATIONS] + [j("pad_row_is_zero"), j("heads_differ", False), j("later_context_helps")]
-    assert claim_counts(js) == {"failed": 0, "warning": 1, "not judged": 0, "passed": 1}
-    assert demonstration_counts(js)["passed"] == len(DEMONSTRATIONS) and invariant_counts(js)["passed"] == 1
+    assert claim_counts(js).as_dict() == {"failed": 0, "warning": 1, "not judged": 0, "passed": 1}
+    assert demonstration_counts(js).passed == len(DEMONSTRATIONS) and invariant_counts(js).passed == 1
     text = summary_markdown("t", js, {}, "report.html")
     assert "evidence: **1 passed**" in text and f"{len(DEMONSTRATIONS)} shown" in text
 
@@ -356,9 +363,7 @@ def test_not_judged_is_never_a_pass():
     assert not v.passed and not v.judged
     j = C.Judgement(C.claim("int8_model_size"), "quantized_models", v)
     assert j.status == "not judged"
-    quant = M.QuantizedModels(
-        main_model="transformer_lm", checks={"int8_size": {"value": None, "limit": 0.55, "all_in": None}}
-    )
+    quant = M.QuantizedModels(main_model="transformer_lm", checks={"int8_size": M.QuantCheck(value=None, limit=0.55)})
     assert (
         C.judge_all({"quantized_models": quant}, [], [C.claim("int8_weights_size"), C.claim("int8_model_size")])[
             0
@@ -388,10 +393,7 @@ def test_position_breaks_symmetry_and_fails_when_the_positional_table_carries_no
     def judge(a, b):
         return C.position_breaks_order_symmetry(
             M.TransformerAblations(
-                metrics={
-                    "permutation/no_pe_rel_err": permutation_equivariance(a, idx)["max_rel_err"],
-                    "permutation/with_pe_rel_err": permutation_equivariance(b, idx)["max_rel_err"],
-                }
+                permutation={"no_pe": permutation_equivariance(a, idx), "with_pe": permutation_equivariance(b, idx)}
             )
         )
 
@@ -483,15 +485,19 @@ def test_fact_neurons_are_judged_on_every_seed():
 
 def attention_fits(ref_mem=2.0, ref_ratio=4.0, fused_mem=0.8, ref_time=2.1, window_time=1.0) -> M.AttentionCost:
     def fit(impl, me, mr, te):
-        return {
-            "pass": "forward_backward",
-            "impl": impl,
-            "memory_exponent": me,
-            "memory_ratio_last_doubling": mr,
-            "time_exponent": te,
-            "time_r2": 0.99,
-            "time_ratio_last_doubling": 2**te,
-        }
+        return M.AttentionFit(
+            pass_="forward_backward",
+            impl=impl,
+            n_min=1024,
+            n_max=8192,
+            points=4,
+            memory_exponent=me,
+            memory_r2=0.99,
+            memory_ratio_last_doubling=mr,
+            time_exponent=te,
+            time_r2=0.99,
+            time_ratio_last_doubling=2**te,
+        )
 
     return M.AttentionCost(
         fits=[
@@ -518,14 +524,22 @@ def test_attention_cost_claims_fail_on_a_linear_reference_or_a_quadratic_kernel(
 
 def generation_manifest(
     kv=(1, 2, 4, 8), rnn=(5, 5, 5, 5), kv_exp=0.22, nc_exp=0.91, kv_ratio=2.3, nc_ratio=23.0
-) -> dict:
+) -> M.GenerationCost:
     rows = [
-        {"model": m, "context": L, "bytes_per_sequence": b}
+        M.GenerationRow(model=m, context_len=L, bytes_per_sequence=b)
         for m, bs in (("transformer_kv_cache", kv), ("rnn", rnn), ("lstm", rnn))
         for L, b in zip((64, 128, 256, 512), bs)
     ]
     fits = [
-        {"model": m, "time_exponent": e, "max_over_min": r, "ms_per_token_at_max": t, "bytes_per_sequence_at_max": 1}
+        M.GenerationFit(
+            model=m,
+            time_exponent=e,
+            time_r2=0.99,
+            max_over_min=r,
+            ms_per_token_at_max=t,
+            context_max=512,
+            bytes_per_sequence_at_max=1,
+        )
         for m, e, r, t in (
             ("transformer_kv_cache", kv_exp, kv_ratio, 1.0),
             ("transformer_no_cache", nc_exp, nc_ratio, 10.0),
@@ -556,8 +570,16 @@ def test_kv_cache_claims_fail_when_the_cache_is_flat_or_costs_as_much_as_rerunni
 
 
 def test_arithmetic_fails_when_the_cache_differs_from_the_formula_or_memory_drifts_from_n_squared():
+    def kv(measured_over_predicted: float) -> M.KvCheck:
+        return M.KvCheck(
+            context_len=64,
+            measured_bytes=round(1024 * measured_over_predicted),
+            predicted_bytes=1024,
+            measured_over_predicted=measured_over_predicted,
+        )
+
     good = M.LongContextCost(
-        kv_check=[{"measured_over_predicted": 1.0}] * 3,
+        kv_check=[kv(1.0)] * 3,
         summary={
             "reference_forward_peak_over_scores_min": 3.0,
             "reference_forward_peak_over_scores_max": 3.2,
@@ -565,7 +587,7 @@ def test_arithmetic_fails_when_the_cache_differs_from_the_formula_or_memory_drif
         },
     )
     assert C.arithmetic_matches_measurement(good).passed
-    off = dataclasses.replace(good, kv_check=[{"measured_over_predicted": 1.5}])
+    off = dataclasses.replace(good, kv_check=[kv(1.5)])
     assert not C.arithmetic_matches_measurement(off).checks["kv_cache_equals_formula"]
     drift = dataclasses.replace(
         good,
@@ -583,19 +605,46 @@ def test_arithmetic_fails_when_the_cache_differs_from_the_formula_or_memory_drif
 
 
 def test_later_context_fails_in_the_worlds_that_contradict_it():
+    def summary(model: str, gain: float, receptive_field: int | None, saturation: int) -> M.ContextSummary:
+        return M.ContextSummary(
+            model=model,
+            positions=64,
+            window=None if receptive_field is None else 8,
+            receptive_field=receptive_field,
+            loss_first_position=3.0,
+            loss_first_bucket=2.5,
+            loss_last_bucket=2.5 - gain,
+            gain_from_context=gain,
+            saturation_position=saturation,
+            mean_loss=2.2,
+            context_helps_until=saturation,
+        )
+
     usage = M.ContextUsage(
-        summaries=[
-            {"model": "transformer_lm", "gain_from_context": 0.8, "receptive_field": None},
-            {"model": "window_lm", "gain_from_context": 0.6, "receptive_field": 16, "saturation_position": 12},
+        summaries=[summary("transformer_lm", 0.8, None, 48), summary("window_lm", 0.6, 16, 12)],
+        window_gaps=[
+            M.WindowGap(
+                model="window_lm",
+                versus="transformer_lm",
+                window=8,
+                receptive_field=16,
+                gap_within_window=0.0,
+                gap_after_window=0.02,
+                gap_within_window_low=-0.01,
+                gap_within_window_high=0.01,
+                gap_beyond_field=0.01,
+                gap_beyond_field_low=-0.005,
+                gap_beyond_field_high=0.03,
+                positions_beyond_field=48,
+            )
         ],
-        window_gaps=[{"model": "window_lm", "gap_after_window": 0.02}],
     )
     assert C.later_context_helps(usage).passed
     # A model that gains nothing from context (a unigram model), or a window still improving beyond its field.
     first, second = usage.summaries
-    flat = dataclasses.replace(usage, summaries=[{**first, "gain_from_context": -0.001}, second])
+    flat = dataclasses.replace(usage, summaries=[dataclasses.replace(first, gain_from_context=-0.001), second])
     assert not C.later_context_helps(flat).passed
-    late = dataclasses.replace(usage, summaries=[first, {**second, "saturation_position": 40}])
+    late = dataclasses.replace(usage, summaries=[first, dataclasses.replace(second, saturation_position=40)])
     assert not C.later_context_helps(late).checks["window_lm_saturates_within_receptive_field"]
 
 
@@ -646,7 +695,10 @@ def test_quantization_claims_fail_on_a_whole_model_kept_in_float32_or_a_costly_p
     from components.core.studies.quantization import check_figures
 
     def manifest(rows):
-        return M.QuantizedModels(main_model="transformer_lm", checks=check_figures(rows, "transformer_lm"))
+        return M.QuantizedModels(
+            main_model="transformer_lm",
+            checks=check_figures(rows, "transformer_lm"),
+        )
 
     ok = manifest(quant_rows())
     for judge in (C.int8_model_size, C.nf4_model_size, C.int8_perplexity_cost, C.nf4_perplexity_cost):
@@ -800,24 +852,24 @@ def test_meaning_and_king_queen_hold_in_a_planted_world_and_fail_when_the_vector
 def test_serial_bottleneck_passes_where_attention_is_cheaper_per_token_and_fails_where_it_costs_more():
     from components.core.studies.long_context import crossover
 
-    def world(tf_us_per_token: float) -> dict:
+    def step(model: str, T: int, ms: float, sequential_steps: int) -> dict:
+        return {
+            "model": model,
+            "seq_len": T,
+            "batch_size": 8,
+            "train_step_ms": ms,
+            "tokens_per_s": 8 * T / (ms / 1000),
+            "sequential_steps": sequential_steps,
+        }
+
+    def world(tf_us_per_token: float) -> M.LongContextCost:
         lens = [64, 128, 256]
-        tf = [
-            {
-                "model": "transformer",
-                "seq_len": T,
-                "batch_size": 8,
-                "train_step_ms": tf_us_per_token * 8 * T * (1 + T / 1024) / 1000,
-                "sequential_steps": 8,
-            }
-            for T in lens
-        ]
-        rec = [
-            {"model": m, "seq_len": T, "batch_size": 8, "train_step_ms": 2.0 * 8 * T / 1000, "sequential_steps": T}
-            for m in ("rnn", "lstm")
-            for T in lens
-        ]
-        return M.LongContextCost(train_rows=tf + rec, crossovers=[crossover(tf, rec, m) for m in ("rnn", "lstm")])
+        tf = [step("transformer", T, tf_us_per_token * 8 * T * (1 + T / 1024) / 1000, 8) for T in lens]
+        rec = [step(m, T, 2.0 * 8 * T / 1000, T) for m in ("rnn", "lstm") for T in lens]
+        return M.LongContextCost(
+            train_rows=tf + rec,
+            crossovers=[crossover(tf, rec, m) for m in ("rnn", "lstm")],
+        )
 
     v = C.recurrence_is_the_serial_bottleneck(world(0.5))  # a device wide enough to run positions in parallel
     assert v.passed, v
@@ -842,7 +894,7 @@ def test_sqrt_d_keeps_the_softmax_unsaturated_and_fails_when_the_scale_does_not_
     fixed = [_unit_variance_probe(d, T=32, seed=0, fixed_scale=0.25) for d in (16, 64, 256, 1024)]
     v = C.sqrt_d_keeps_softmax_unsaturated(M.TransformerAblations(scaling={"unit_variance": fixed}))
     assert not v.passed and not v.checks["scaled_entropy_steady"]
-    assert not C.sqrt_d_keeps_softmax_unsaturated(M.TransformerAblations(scaling={})).judged
+    assert not C.sqrt_d_keeps_softmax_unsaturated(M.TransformerAblations(scaling=None)).judged
 
 
 def depth_rows(nores_grad_12=0.001, nores_loss_12=3.5, res_loss_12=1.9, res_loss_2=2.0) -> list[dict]:
@@ -1077,7 +1129,12 @@ def test_a_transformer_run_position_by_position_is_no_cheaper_than_the_recurrenc
     costs less per token at the longest length and the claim passes; the same Transformer run position by
     position through its cache (the same outputs) costs more, and the claim fails."""
     from components.core.models.recurrent import RecurrentSettings
-    from components.core.studies.long_context import LongContextSettings, crossover, transformer_train_rows
+    from components.core.studies.long_context import (
+        LongContextSettings,
+        crossover,
+        recurrent_train_rows,
+        transformer_train_rows,
+    )
     from components.core.studies.recurrent_cost import RecurrentCostSettings, measure_recurrent_cost
 
     lens, batch = [64, 128, 256], 1
@@ -1093,7 +1150,8 @@ def test_a_transformer_run_position_by_position_is_no_cheaper_than_the_recurrenc
     def judged(model):
         tf = transformer_train_rows(model, lens, batch, LongContextSettings())
         crossovers = [crossover(tf, rec_rows, m) for m in recurrent]
-        return C.recurrence_is_the_serial_bottleneck(M.LongContextCost(train_rows=tf + rec_rows, crossovers=crossovers))
+        train_rows = tf + recurrent_train_rows(rec_rows)
+        return C.recurrence_is_the_serial_bottleneck(M.LongContextCost(train_rows=train_rows, crossovers=crossovers))
 
     seed_everything(0)
     parallel = Transformer(cfg, 64)

@@ -79,7 +79,8 @@ def test_memory_claim_fails_when_the_reference_never_builds_the_score_matrix(mon
     r = attention_cost(s)
     peaks = {(x["impl"], x["n"]): x["peak_bytes"] for x in r.rows}
     assert all(peaks[("reference", n)] == peaks[("fused", n)] for n in s.seq_lens)  # the same kernel, measured
-    v = claims.attention_scales_as_claimed(M.AttentionCost(rows=r.rows, fits=r.fits, info=r.info, metrics=r.metrics()))
+    manifest = M.AttentionCost(rows=r.rows, fits=r.fits, info=r.info, metrics=r.metrics())
+    v = claims.attention_scales_as_claimed(manifest)
     assert v.figures["pass"] == "forward" and not v.passed
     assert not v.checks["reference_memory_quadratic"], v.figures
     assert not v.checks["reference_memory_x4_per_doubling"], v.figures

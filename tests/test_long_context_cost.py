@@ -84,7 +84,8 @@ def test_formulas_checked_against_our_own_measurements():
     gen = generation_cost(
         {"transformer": m}, GenerationCostSettings(context_lens=[8, 16, 32], gen_tokens=2, repeats=1, warmup=0)
     )
-    kv = check_kv_arithmetic(gen.rows, m.config.model_dump())
+    rows = M.GenerationCost(rows=gen.rows).rows
+    kv = check_kv_arithmetic(rows, m.config.model_dump())
     assert [r["context_len"] for r in kv] == [8, 16, 32] and all(r["measured_over_predicted"] == 1 for r in kv)
     att = attention_cost(
         AttentionCostSettings(
@@ -226,7 +227,11 @@ def test_a_window_better_than_full_attention_beyond_its_field_fails_later_contex
         and gap["gap_beyond_field_low"] <= gap["gap_beyond_field"] <= gap["gap_beyond_field_high"] < 0
     )
     v = claims.later_context_helps(
-        M.ContextUsage(summaries=res.summaries, window_gaps=res.window_gaps, metrics=res.metrics())
+        M.ContextUsage(
+            summaries=res.summaries,
+            window_gaps=res.window_gaps,
+            metrics=res.metrics(),
+        )
     )
     assert not v.passed and not v.checks["transformer_window_not_better_beyond_field"]
 

@@ -186,8 +186,8 @@ def test_window_asked_beyond_its_field_fails(recall_run):
     receptive field it does not keep its accuracy with distance; and full attention has no field to
     fail beyond, so judged as the window model it fails."""
     assert recall_run.receptive_fields == {"window": 3}  # 2 layers of 2 keys: 2 · (2 − 1) + 1
-    far = [r for r in recall_run.rows if r["model"] == "window" and r["by"] == "field" and r["at"] == "beyond"][0]
-    assert far["accuracy"] < 0.5
+    far = [r for r in recall_run.rows if r.model == "window" and r.by == "field" and r.at == "beyond"][0]
+    assert far.accuracy < 0.5
     assert not claims.attention_recall_ignores_distance(recall_run, model="window").passed
     assert not claims.window_answers_within_field_only(recall_run, model="transformer").passed
 
@@ -334,7 +334,8 @@ def test_one_layer_model_has_no_induction_head():
         ).manifest()
     )
     v = claims.induction_head_copies(m)
-    assert not v.passed and not v.checks["induction_head_in_a_later_layer"] and "induction_head" not in m.found
+    assert not v.passed and not v.checks["induction_head_in_a_later_layer"]
+    assert m.found is not None and m.found.induction_head is None
 
 
 @pytest.mark.slow
@@ -353,7 +354,7 @@ def test_positional_copy_head_is_not_an_induction_head():
     s = InductionSettings(min_span=16, steps=300)
     r = induction_study(s)
     m = M.MemoryInduction(**r.manifest())
-    assert m.base["repeat_accuracy"] < 0.5, m.base
+    assert m.base is not None and m.base.repeat_accuracy < 0.5, m.base
     v = claims.induction_head_copies(m)
     assert not v.passed and not v.checks["copies_the_repeat"]
     # the same training, evaluated where the offset is the one it was trained on, copies
@@ -378,7 +379,8 @@ def test_induction_on_varying_offsets_is_content_based():
     v = claims.induction_head_copies(m)
     assert v.checks["copies_the_repeat"] and v.checks["first_part_at_chance"], v.figures
     assert v.checks["induction_head_in_a_later_layer"] and v.checks["induction_head_prefix_matching"], v.figures
-    assert m.found["previous_token_head"][0] == 0 and m.found["induction_head"][0] == 1
+    assert m.found is not None and m.found.induction_head is not None
+    assert m.found.previous_token_head[0] == 0 and m.found.induction_head[0] == 1
 
 
 def test_a_recurrent_model_that_learned_nothing_is_not_judged():

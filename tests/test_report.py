@@ -11,7 +11,14 @@ from matplotlib.figure import Figure
 
 from components.core import claims as C
 from components.core import manifests as M
-from components.core.report import Section, headline_metrics, render_report, section_from_manifest, summary_markdown
+from components.core.report import (
+    DataCheck,
+    Section,
+    headline_metrics,
+    render_report,
+    section_from_manifest,
+    summary_markdown,
+)
 
 
 def judgements():
@@ -67,7 +74,7 @@ def test_the_page_holds_every_stage_claim_and_plot_and_escapes_text(tmp_path):
         {"Dagster run": "r1", "MLflow parent run": "http://x/parent"},
         sections,
         js,
-        [{"name": "labels_are_shifted_inputs", "asset": "labels", "passed": True, "severity": "ERROR"}],
+        [DataCheck(name="labels_are_shifted_inputs", asset="labels", passed=True, severity="ERROR")],
     )
     for stage in ("recurrent", "ingest"):
         assert f'id="stage-{stage}"' in page

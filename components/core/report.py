@@ -79,21 +79,35 @@ def grouped_status(judgements: list[Judgement]) -> dict[str, str]:
     return out
 
 
-def _counts(judgements: list[Judgement], kind: str) -> dict[str, int]:
-    statuses = grouped_status([j for j in judgements if j.claim.kind == kind]).values()
-    return {status: sum(s == status for s in statuses) for status in STATUS_ORDER}
+@dataclass(frozen=True)
+class StatusCounts:
+    """How many checks of one kind ended in each status (each check once, with its worst verdict)."""
+
+    failed: int = 0
+    warning: int = 0
+    not_judged: int = 0
+    passed: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """Keyed by status as shown ("not judged"), in STATUS_ORDER: the report manifest's stored form."""
+        return dict(zip(STATUS_ORDER, (self.failed, self.warning, self.not_judged, self.passed)))
 
 
-def claim_counts(judgements: list[Judgement]) -> dict[str, int]:
+def _counts(judgements: list[Judgement], kind: str) -> StatusCounts:
+    statuses = list(grouped_status([j for j in judgements if j.claim.kind == kind]).values())
+    return StatusCounts(*(statuses.count(status) for status in STATUS_ORDER))
+
+
+def claim_counts(judgements: list[Judgement]) -> StatusCounts:
     """The headline: the evidence only, each claim once (demonstrations and invariants are counted apart)."""
     return _counts(judgements, "evidence")
 
 
-def demonstration_counts(judgements: list[Judgement]) -> dict[str, int]:
+def demonstration_counts(judgements: list[Judgement]) -> StatusCounts:
     return _counts(judgements, "demonstration")
 
 
-def invariant_counts(judgements: list[Judgement]) -> dict[str, int]:
+def invariant_counts(judgements: list[Judgement]) -> StatusCounts:
     return _counts(judgements, "invariant")
 
 
@@ -101,7 +115,31 @@ def invariant_counts(judgements: list[Judgement]) -> dict[str, int]:
 # The result: the models against the count model, and what moved since the previous run
 
 
-def result_rows(lms: dict[str, LanguageModel], comparison: ModelComparison | None = None) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class ResultRow:
+    """One language model in the result table."""
+
+    model: str
+    val_loss: float
+    seeds: str  # "min–max (n seeds)" where it trained with several
+    minus_count_model: float | None
+    on_the_count_ladder: str
+    previous: float | None  # its previous materialization's validation loss
+    change: float | None
+    since_previous_run: str  # the verdict against seed noise, or "new"
+
+
+@dataclass(frozen=True)
+class DataCheck:
+    """A data check Dagster recorded in the run (not a claim: the report does not judge it)."""
+
+    name: str
+    asset: str
+    passed: bool
+    severity: str = ""
+
+
+def result_rows(lms: dict[str, LanguageModel], comparison: ModelComparison | None = None) -> list[ResultRow]:
     """One row per language model, best first: its validation loss (with its seeds), the gap to the
     count model on the same targets and its place on the count ladder, and its change since the
     previous materialization (`Published.changes`) with the verdict against seed noise."""
@@ -112,21 +150,21 @@ def result_rows(lms: dict[str, LanguageModel], comparison: ModelComparison | Non
     for name, lm in lms.items():
         model = name.removesuffix("_lm")
         base = lm.baseline
-        change = next((c for c in lm.published.changes if c["name"] == "val/loss"), None)
-        s = seeds.get(model) or {}
+        change = lm.published.change_of("val/loss")
+        s = seeds.get(model)
         rows.append(
-            {
-                "model": model,
-                "val_loss": lm.val_loss,
-                "seeds": f"{s['min']:.3f}–{s['max']:.3f} ({int(s['seeds'])} seeds)" if s.get("seeds", 0) > 1 else "",
-                "minus_count_model": lm.val_loss - base.val_loss if base else None,
-                "on_the_count_ladder": ladder_position(lm.val_loss, base.ladder) if base else "",
-                "previous": change["previous"] if change else None,
-                "change": change["delta"] if change else None,
-                "since_previous_run": change["verdict"] if change else "new",
-            }
+            ResultRow(
+                model=model,
+                val_loss=lm.val_loss,
+                seeds=f"{s.min:.3f}–{s.max:.3f} ({s.seeds} seeds)" if s is not None and s.seeds > 1 else "",
+                minus_count_model=lm.val_loss - base.val_loss if base else None,
+                on_the_count_ladder=ladder_position(lm.val_loss, base.ladder) if base else "",
+                previous=change.previous if change else None,
+                change=change.delta if change else None,
+                since_previous_run=change.verdict if change else "new",
+            )
         )
-    return sorted(rows, key=lambda r: r["val_loss"])
+    return sorted(rows, key=lambda r: r.val_loss)
 
 
 def _signed(v: Any) -> str:
@@ -134,9 +172,9 @@ def _signed(v: Any) -> str:
 
 
 def result_html(
-    rows: list[dict[str, Any]],
+    rows: list[ResultRow],
     count_model: tuple[str, float] | None,
-    counts: dict[str, dict[str, int]],
+    counts: dict[str, StatusCounts],
     count_changes: list[Change],
 ) -> str:
     """The page's first screen: the models against the count model, their change since the previous
@@ -152,21 +190,23 @@ def result_html(
             f"<td><strong>{count_model[1]:.3f}</strong></td>" + "<td></td>" * 6 + "</tr>"
         )
     for r in rows:
-        prev = "" if r["previous"] is None else f"{r['previous']:.3f}"
+        prev = "" if r.previous is None else f"{r.previous:.3f}"
         body.append(
-            f"<tr><td>{html.escape(r['model'])}</td><td>{r['val_loss']:.3f}</td><td>{html.escape(r['seeds'])}</td>"
-            f"<td>{_signed(r['minus_count_model'])}</td><td>{html.escape(r['on_the_count_ladder'])}</td>"
-            f"<td>{prev}</td><td>{_signed(r['change'])}</td><td>{html.escape(r['since_previous_run'])}</td></tr>"
+            f"<tr><td>{html.escape(r.model)}</td><td>{r.val_loss:.3f}</td><td>{html.escape(r.seeds)}</td>"
+            f"<td>{_signed(r.minus_count_model)}</td><td>{html.escape(r.on_the_count_ladder)}</td>"
+            f"<td>{prev}</td><td>{_signed(r.change)}</td><td>{html.escape(r.since_previous_run)}</td></tr>"
         )
     moved = {c.name: c for c in count_changes}
 
     def line(kind: str, label: str, verbs: tuple[str, ...]) -> str:
-        c = counts.get(kind, {})
+        c = counts.get(kind, StatusCounts())
         parts = []
-        for status, verb in zip(("passed", "warning", "failed", "not judged"), verbs):
-            ch = moved.get(f"{kind}/{status.replace(' ', '_')}")
+        for status, n, verb in zip(
+            ("passed", "warning", "failed", "not_judged"), (c.passed, c.warning, c.failed, c.not_judged), verbs
+        ):
+            ch = moved.get(f"{kind}/{status}")
             delta = f" ({ch.delta:+.0f})" if ch is not None and ch.delta else ""
-            parts.append(f"{c.get(status, 0)} {verb}{delta}")
+            parts.append(f"{n} {verb}{delta}")
         return f"<li><strong>{label}</strong>: {', '.join(parts)}</li>"
 
     return (
@@ -186,7 +226,7 @@ def result_html(
     )
 
 
-def result_markdown(rows: list[dict[str, Any]], count_model: tuple[str, float] | None) -> str:
+def result_markdown(rows: list[ResultRow], count_model: tuple[str, float] | None) -> str:
     """The result table as markdown (the MLflow parent run's description)."""
     lines = [
         "| model | val loss | − count model | on the count ladder | previous run | change | since then |",
@@ -195,10 +235,10 @@ def result_markdown(rows: list[dict[str, Any]], count_model: tuple[str, float] |
     if count_model:
         lines.append(f"| **count model ({count_model[0]})** | **{count_model[1]:.3f}** | | | | | |")
     for r in rows:
-        prev = "" if r["previous"] is None else f"{r['previous']:.3f}"
+        prev = "" if r.previous is None else f"{r.previous:.3f}"
         lines.append(
-            f"| {r['model']} | {r['val_loss']:.3f} | {_signed(r['minus_count_model'])} | "
-            f"{r['on_the_count_ladder']} | {prev} | {_signed(r['change'])} | {r['since_previous_run']} |"
+            f"| {r.model} | {r.val_loss:.3f} | {_signed(r.minus_count_model)} | "
+            f"{r.on_the_count_ladder} | {prev} | {_signed(r.change)} | {r.since_previous_run} |"
         )
     return "\n".join(lines)
 
@@ -414,7 +454,7 @@ def render_report(
     run_info: dict[str, Any],
     sections: list[Section],
     judgements: list[Judgement],
-    data_checks: list[dict] | None = None,
+    data_checks: list[DataCheck] | None = None,
     result: str = "",
 ) -> str:
     """The whole page. `sections` in stage order (their `group`s are the stages); `run_info` name →
@@ -436,8 +476,8 @@ def render_report(
         for k, v in run_info.items()
     )
     summary = (
-        f'<p class="summary"><span>{counts["passed"]} passed</span><span class="fail">{counts["failed"]} failed</span>'
-        f'<span class="warn">{counts["warning"]} warnings</span><span>{counts["not judged"]} not judged</span></p>'
+        f'<p class="summary"><span>{counts.passed} passed</span><span class="fail">{counts.failed} failed</span>'
+        f'<span class="warn">{counts.warning} warnings</span><span>{counts.not_judged} not judged</span></p>'
     )
     article = [j for j in judgements if j.claim.kind == "evidence"]
     shown = [j for j in judgements if j.claim.kind == "demonstration"]
@@ -465,20 +505,17 @@ def render_report(
         '<p class="desc">Shown because the article explains them (a spectral radius set to 3.0, unit-variance q·k, '
         "attention without positions, a cache allocated by its formula, a size set by the format); true by "
         "construction or by mathematics, so never evidence. A failure here is a bug.</p>",
-        f'<p class="summary"><span>{demo["passed"]} shown</span><span class="fail">{demo["failed"]} broken</span>'
-        f'<span>{demo["not judged"]} not judged</span></p>',
+        f'<p class="summary"><span>{demo.passed} shown</span><span class="fail">{demo.failed} broken</span>'
+        f"<span>{demo.not_judged} not judged</span></p>",
         article_claims_html(shown),
         '<h2 id="invariants">Invariants and sanity checks (true by construction; not evidence for the article)</h2>',
-        f'<p class="summary"><span>{inv["passed"]} held</span><span class="fail">{inv["failed"]} broken</span>'
-        f'<span class="warn">{inv["warning"]} warnings</span><span>{inv["not judged"]} not judged</span></p>',
+        f'<p class="summary"><span>{inv.passed} held</span><span class="fail">{inv.failed} broken</span>'
+        f'<span class="warn">{inv.warning} warnings</span><span>{inv.not_judged} not judged</span></p>',
         claims_html(integrity),
     ]
     if data_checks:
-        rows = [
-            {"check": c["name"], "asset": c["asset"], "passed": c["passed"], "severity": c.get("severity", "")}
-            for c in data_checks
-        ]
-        body += ["<h3>Data checks recorded in this run</h3>", table_html(rows)]
+        rows = [{"check": c.name, "asset": c.asset, "passed": c.passed, "severity": c.severity} for c in data_checks]
+        body += ("<h3>Data checks recorded in this run</h3>", table_html(rows))
     for g in groups:
         body.append(f'<h2 id="{anchor("stage", g)}">Stage: {html.escape(g)}</h2>')
         body += [section_html(s, judgements) for s in sections if s.group == g]
@@ -519,12 +556,12 @@ def summary_markdown(
         f"### {title}",
         "",
         *([result, ""] if result else []),
-        f"The article's claims, evidence: **{counts['passed']} passed**, {counts['failed']} failed, "
-        f"{counts['warning']} warnings, {counts['not judged']} not judged. Demonstrations (by construction, not "
-        f"counted): {demo['passed']} shown, {demo['failed']} broken. "
-        f"Invariants (by construction, not counted): {inv['passed']} held, "
-        f"{inv['failed']} broken, "
-        f"{inv['warning']} warnings, {inv['not judged']} not judged. "
+        f"The article's claims, evidence: **{counts.passed} passed**, {counts.failed} failed, "
+        f"{counts.warning} warnings, {counts.not_judged} not judged. Demonstrations (by construction, not "
+        f"counted): {demo.passed} shown, {demo.failed} broken. "
+        f"Invariants (by construction, not counted): {inv.passed} held, "
+        f"{inv.failed} broken, "
+        f"{inv.warning} warnings, {inv.not_judged} not judged. "
         f"The whole report, with every stage's figures and plots: artifact `{report_name}`.",
         "",
         "| verdict | § | claim | asset |",
@@ -537,7 +574,7 @@ def summary_markdown(
         f"`{j.claim.name}` | {j.asset} |"
         for j in ordered
     ]
-    lines += ["", "| headline metric | value |", "|---|---:|"]
+    lines += ("", "| headline metric | value |", "|---|---:|")
     more = "| … | (all metrics on this run) |"
     size = sum(len(x) + 1 for x in lines)
     for k, v in headline.items():

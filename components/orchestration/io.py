@@ -20,7 +20,7 @@ error naming the asset, the file and the field.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import dagster as dg
 
@@ -29,6 +29,8 @@ from components.core.errors import PipelineInputError
 from components.core.manifests import FileRecord, Manifest, from_json
 
 from .state import artifacts_root
+
+M = TypeVar("M", bound=Manifest)
 
 MANIFEST = "manifest.json"
 HASH_LIMIT_BYTES = 256 * 1024 * 1024  # files up to this size are re-hashed on every read
@@ -79,6 +81,10 @@ def latest_materializations(instance: dg.DagsterInstance, key: dg.AssetKey, part
         for rec in instance.fetch_materializations(
             dg.AssetRecordsFilter(asset_key=key, storage_ids=chunk), limit=len(chunk)
         ).records:
+            if rec.partition_key is None:  # the ids are of partitioned materializations
+                raise dg.DagsterInvariantViolationError(
+                    f"{key.to_user_string()}: a materialization by partition has no partition"
+                )
             out[rec.partition_key] = rec
     return out
 
@@ -104,12 +110,12 @@ def read_manifest(path: Path, expected: str | None, asset: str, kind: type[Manif
             f"`{asset}`'s manifest {path} has changed since it was materialized (SHA-256 differs); re-materialize "
             f"`{asset}`"
         )
-    manifest = from_json(read_json(path), kind, f"upstream asset `{asset}`'s manifest {path}")
+    manifest = from_json(read_json(path), kind or Manifest, f"upstream asset `{asset}`'s manifest {path}")
     verify_files(manifest, asset)
     return manifest
 
 
-def latest_manifest(instance: dg.DagsterInstance, key: dg.AssetKey, kind: type[Manifest]) -> Manifest | None:
+def latest_manifest(instance: dg.DagsterInstance, key: dg.AssetKey, kind: type[M]) -> M | None:
     """The typed manifest of `key`'s latest materialization in this instance, checked as an input is;
     None when it was never materialized. For a study another job makes (the scaling job) that a run
     reports on without depending on it."""
@@ -117,7 +123,10 @@ def latest_manifest(instance: dg.DagsterInstance, key: dg.AssetKey, kind: type[M
     if event is None:
         return None
     name = key.to_user_string()
-    return read_manifest(*_recorded_manifest(event.asset_materialization, name, event.run_id), name, kind)
+    found = read_manifest(*_recorded_manifest(event.asset_materialization, name, event.run_id), name, kind)
+    if not isinstance(found, kind):  # from_json refuses another kind already
+        raise TypeError(f"`{name}`'s latest manifest is a {type(found).__name__}, not a {kind.__name__}")
+    return found
 
 
 def _produced_in_this_run(context: dg.InputContext) -> bool:

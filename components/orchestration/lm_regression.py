@@ -23,16 +23,16 @@ def seed_spread(instance: dg.DagsterInstance, model: str) -> float | None:
         comp = latest_manifest(instance, dg.AssetKey("model_comparison"), M.ModelComparison)
     except Exception:  # noqa: BLE001 - a pruned or old comparison leaves the change without a noise figure
         return None
-    seeded = {k: v for k, v in (comp.seeds if comp else {}).items() if v.get("seeds", 0) > 1}
+    seeded = {k: v for k, v in (comp.seeds if comp else {}).items() if v.seeds > 1}
     if model in seeded:
-        return float(seeded[model]["spread"])
-    return max((float(v["spread"]) for v in seeded.values()), default=None)
+        return seeded[model].spread
+    return max((v.spread for v in seeded.values()), default=None)
 
 
 def regression_result(lm: M.LanguageModel) -> dg.AssetCheckResult:
     """The run-over-run check of a language model's validation loss (`REGRESSION_CHECK`)."""
-    change = next((c for c in lm.published.changes if c["name"] == "val/loss"), None)
-    if change is None or change["previous"] is None:
+    change = lm.published.change_of("val/loss")
+    if change is None or change.previous is None or change.delta is None:
         return dg.AssetCheckResult(
             check_name=REGRESSION_CHECK,
             passed=True,
@@ -41,18 +41,18 @@ def regression_result(lm: M.LanguageModel) -> dg.AssetCheckResult:
             description="first materialization: nothing to compare with",
         )
     line = (
-        f"{change['verdict']}: val/loss {change['previous']:.4f} → {change['current']:.4f} "
-        f"({change['delta']:+.4f}; seed spread "
-        f"{'unknown' if change['spread'] is None else format(change['spread'], '.4f')})"
+        f"{change.verdict}: val/loss {change.previous:.4f} → {change.current:.4f} "
+        f"({change.delta:+.4f}; seed spread "
+        f"{'unknown' if change.spread is None else format(change.spread, '.4f')})"
     )
     return dg.AssetCheckResult(
         check_name=REGRESSION_CHECK,
-        passed=change["verdict"] != "worse",
+        passed=change.verdict != "worse",
         severity=dg.AssetCheckSeverity.WARN,
         metadata={
             "reason": line,
             "previous_run_id": lm.published.previous_run_id,
-            **{k: v for k, v in change.items() if v is not None and k != "name"},
+            **{k: v for k, v in change.row().items() if v is not None and k != "name"},
         },
         description=line,
     )

@@ -19,12 +19,12 @@ import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping, Sequence
 
 import dagster as dg
 
 from components.core.artifacts import atomic_dir, file_info
-from components.core.manifests import FileRecord, Manifest, Published
+from components.core.manifests import FileRecord, Manifest, Published, row_dict
 from components.core.rerun import Change, changes_markdown, compare, counts
 
 from .leases import run_lease
@@ -74,7 +74,7 @@ def since_previous(
     if prev is None:
         return "", []
     run_id, values = prev
-    return run_id, compare(metrics, {k: values.get(metric_key(k)) for k in metrics}, spreads)
+    return run_id, compare(metrics, {k: values[metric_key(k)] for k in metrics if metric_key(k) in values}, spreads)
 
 
 def changes_metadata(run_id: str, changes: list[Change]) -> dict[str, Any]:
@@ -177,10 +177,10 @@ class Stage:
         manifest: Manifest,
         *,
         metrics: dict[str, float] | None = None,
-        tables: dict[str, list[dict]] | None = None,
+        tables: Mapping[str, Sequence[Any]] | None = None,
         figures: dict[str, Any] | None = None,
         texts: dict[str, str] | None = None,
-        files: dict[str, str | Path] | None = None,
+        files: Mapping[str, str | Path] | None = None,
         artifacts: list[str | Path] | None = None,
         values: dict[str, Any] | None = None,
         warnings: list[str] | None = None,
@@ -228,7 +228,9 @@ class Stage:
             previous_run, changes = since_previous(self.context, metrics, spreads) if metrics else ("", [])
         if metrics and not self.context.has_partition_key:
             metadata.update(changes_metadata(previous_run, changes))
-        for name, rows in (tables or {}).items():
+        # Rows as dicts (a manifest's typed rows may be passed as they are).
+        tables = {name: [row_dict(r) for r in rows] for name, rows in (tables or {}).items()}
+        for name, rows in tables.items():
             if rows:
                 self.run.log_table(rows, name)
                 metadata[name] = table_metadata(rows)
@@ -273,13 +275,13 @@ class Stage:
             figures=figure_files,
             published=Published(
                 metrics=finite_metrics(metrics or {}),
-                tables={name: rows[:REPORT_TABLE_ROWS] for name, rows in (tables or {}).items() if rows},
-                table_rows={name: len(rows) for name, rows in (tables or {}).items() if rows},
+                tables={name: rows[:REPORT_TABLE_ROWS] for name, rows in tables.items() if rows},
+                table_rows={name: len(rows) for name, rows in tables.items() if rows},
                 texts=dict(texts or {}),
                 warnings=all_warnings,
                 mlflow_url=self.run.url,
                 previous_run_id=previous_run,
-                changes=[c.row() for c in changes],
+                changes=list(changes),
             ),
             asset=self.context.asset_key.to_user_string(),
             dagster_run_id=self.context.run.run_id,

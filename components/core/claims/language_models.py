@@ -57,15 +57,15 @@ def clipping_bounds_gradient(lm: LanguageModel) -> Verdict:
     """At every log point the gradient norm after clipping is at most `grad_clip` (float tolerance);
     how often the norm before clipping exceeded it says whether the bound was ever needed."""
     clip = lm.grad_clip
-    points = [h for h in lm.history if "grad_norm_clipped" in h]
+    points = lm.grad_norms()
     if not math.isfinite(clip):
         return not_measured("the manifest records no training settings (grad_clip)")
     if clip == 0:
         return not_measured("clipping is off (grad_clip 0)", {"grad_clip": 0.0})
     if not points:
         return verdict({"gradient_norms_logged": False}, {"grad_clip": clip}, "no log point recorded grad_norm_clipped")
-    before = [float(h["grad_norm"]) for h in points]
-    after = [float(h["grad_norm_clipped"]) for h in points]
+    before = [b for b, _ in points]
+    after = [a for _, a in points]
     over = sum(b > clip for b in before)
     return verdict(
         {"clipped_norm_within_bound": max(after) <= clip * (1 + CLIP_TOLERANCE)},
@@ -90,7 +90,7 @@ def gradients_vanish_and_explode(gradient_study: GradientStudy) -> Verdict:
     """The contractive RNN's per-step gradient factor below 1, the expansive one's above 1. The fresh and
     trained factors of both models are figures: that the LSTM forgets more slowly is judged on models
     trained on delayed recall (`lstm_carries_gradient_further`), not on untrained ones."""
-    f = {(r["model"], r["variant"]): r["step_factor"] for r in gradient_study.rows}
+    f = {(r.model, r.variant): r.step_factor for r in gradient_study.rows}
     return verdict(
         {
             "rnn_contractive_decays": f[("rnn", "contractive")] < 1.0,
@@ -101,21 +101,22 @@ def gradients_vanish_and_explode(gradient_study: GradientStudy) -> Verdict:
 
 
 def clipping_tames_exploding_gradients(gradient_study: GradientStudy) -> Verdict:
-    m = gradient_study.metrics
-    if "clip/unclipped_diverged" not in m:
+    x = gradient_study.clipping
+    if x is None:
         return not_measured("the gradient study ran without its clipping experiment")
     clip = gradient_study.clip_grad
     checks = {
-        "unclipped_diverges": m["clip/unclipped_diverged"] == 1.0,
-        "clipped_does_not_diverge": m["clip/clipped_diverged"] == 0.0,
-        "clipped_trains": m["clip/clipped_trained"] == 1.0,
+        "unclipped_diverges": x.unclipped_diverged == 1.0,
+        "clipped_does_not_diverge": x.clipped_diverged == 0.0,
+        "clipped_trains": x.clipped_trained == 1.0,
     }
-    figures = {k.removeprefix("clip/"): v for k, v in m.items() if k.startswith("clip/")}
-    if clip is not None and "clip/max_grad_norm_clipped" in m:
-        checks["clipped_norm_within_bound"] = m["clip/max_grad_norm_clipped"] <= clip * (1 + CLIP_TOLERANCE)
-        figures["clip_grad"] = clip
-    if "clip/steps_clip_engaged" in m:  # the clip acted: a bound never approached would prove nothing
-        checks["clip_engaged"] = m["clip/steps_clip_engaged"] > 0
+    m = gradient_study.metrics
+    figures: dict[str, object] = {k.removeprefix("clip/"): v for k, v in m.items() if k.startswith("clip/")}
+    if clip is not None and x.max_grad_norm_clipped is not None:
+        checks |= {"clipped_norm_within_bound": x.max_grad_norm_clipped <= clip * (1 + CLIP_TOLERANCE)}
+        figures |= {"clip_grad": clip}
+    if x.steps_clip_engaged is not None:  # the clip acted: a bound never approached would prove nothing
+        checks |= {"clip_engaged": x.steps_clip_engaged > 0}
     return verdict(checks, figures)
 
 

@@ -4,7 +4,9 @@ article's thesis is structural.
 
 from __future__ import annotations
 
-from ..manifests import MemoryDelay, MemoryInduction, MemoryRecall
+from typing import TypeVar
+
+from ..manifests import AccuracyRow, MemoryDelay, MemoryInduction, MemoryRecall
 from .base import Verdict, not_judged, verdict
 
 # --------------------------------------------------------------------------------------------------
@@ -19,10 +21,14 @@ MEMORY_DISTANCE_DROP = (
 )
 
 
-def _rows(manifest: MemoryDelay | MemoryRecall | MemoryInduction, by: str, model: str) -> list[dict]:
+R = TypeVar("R", bound=AccuracyRow)
+
+
+def _rows(rows: list[R], by: str, model: str) -> list[R]:
+    """`model`'s measured rows grouped `by` one quantity, in order of its value."""
     return sorted(
-        (r for r in manifest.rows if r["by"] == by and r["model"] == model and r["n"] > 0),
-        key=lambda r: str(r["at"]) if by == "field" else r["at"],
+        (r for r in rows if r.by == by and r.model == model and r.n > 0),
+        key=lambda r: (str(r.at), 0) if isinstance(r.at, str) else ("", r.at),
     )
 
 
@@ -33,23 +39,25 @@ def rnn_forgets_where_lstm_remembers(memory_delay: MemoryDelay) -> Verdict:
     the LSTM's lower bound is at least MEMORY_SOLVED (the RNN bridges every delay, or the LSTM fails
     where the RNN fails)."""
     chance = float(memory_delay.chance)
-    rnn = {r["at"]: r for r in _rows(memory_delay, "delay", "rnn")}
-    lstm = {r["at"]: r for r in _rows(memory_delay, "delay", "lstm")}
+    rnn = {r.delay: r for r in _rows(memory_delay.rows, "delay", "rnn")}
+    lstm = {r.delay: r for r in _rows(memory_delay.rows, "delay", "lstm")}
     parting = [
         d
         for d in sorted(rnn)
-        if d in lstm and rnn[d]["high"] <= chance + MEMORY_NEAR_CHANCE and lstm[d]["low"] >= MEMORY_SOLVED
+        if d in lstm and rnn[d].high <= chance + MEMORY_NEAR_CHANCE and lstm[d].low >= MEMORY_SOLVED
     ]
     figures = {
         "chance": chance,
-        **{f"rnn_delay{d}_accuracy": r["accuracy"] for d, r in rnn.items()},
-        **{f"lstm_delay{d}_accuracy": r["accuracy"] for d, r in lstm.items()},
+        **{f"rnn_delay{d}_accuracy": r.accuracy for d, r in rnn.items()},
+        **{f"lstm_delay{d}_accuracy": r.accuracy for d, r in lstm.items()},
         "delays_where_they_part": ", ".join(map(str, parting)) or "none",
+        "training": memory_delay.training,
+        **{
+            f"{g.model}_grad_at_max_delay_over_last": g.relative_to_last
+            for g in memory_delay.gradients
+            if g.model in ("rnn", "lstm") and g.delay == max(memory_delay.delays)
+        },
     }
-    figures["training"] = memory_delay.training
-    for g in memory_delay.gradients:
-        if g["model"] in ("rnn", "lstm") and g["delay"] == max(memory_delay.delays):
-            figures[f"{g['model']}_grad_at_max_delay_over_last"] = g["relative_to_last"]
     return verdict(
         {"rnn_and_lstm_measured": bool(rnn and lstm), "some_delay_rnn_at_chance_lstm_solves": bool(parting)}, figures
     )
@@ -63,7 +71,7 @@ def lstm_carries_gradient_further(memory_delay: MemoryDelay) -> Verdict:
     Falsifier: at the longest delay the trained RNN's relative gradient is above 1/GRADIENT_RATIO of the
     LSTM's (the gradient reaches the symbol about as well without gates), or either model unmeasured."""
     longest = max(memory_delay.delays) if memory_delay.delays else None
-    g = {(r["model"], r["delay"]): r["relative_to_last"] for r in memory_delay.gradients}
+    g = {(r.model, r.delay): r.relative_to_last for r in memory_delay.gradients}
     measured = ("rnn", longest) in g and ("lstm", longest) in g
     figures = {
         "training": memory_delay.training,
@@ -71,23 +79,20 @@ def lstm_carries_gradient_further(memory_delay: MemoryDelay) -> Verdict:
         **{f"{m}_delay{d}_gradient_over_query": x for (m, d), x in sorted(g.items()) if m in ("rnn", "lstm")},
     }
     checks = {"rnn_and_lstm_measured": measured}
-    if measured:
+    if measured and longest is not None:
         rnn, lstm = g[("rnn", longest)], g[("lstm", longest)]
-        figures["lstm_over_rnn_at_longest"] = lstm / max(rnn, 1e-300)
-        checks[f"lstm_gradient_at_least_{GRADIENT_RATIO:g}x_rnns"] = lstm >= GRADIENT_RATIO * rnn
+        figures.update(lstm_over_rnn_at_longest=lstm / max(rnn, 1e-300))
+        checks.update({f"lstm_gradient_at_least_{GRADIENT_RATIO:g}x_rnns": lstm >= GRADIENT_RATIO * rnn})
     return verdict(checks, figures)
 
 
 def attention_bridges_every_delay(memory_delay: MemoryDelay, model: str = "transformer") -> Verdict:
     """Attention makes every two positions one step apart: the Transformer solves delayed recall at every
     measured delay. Falsifier: its 95% interval's lower bound below MEMORY_SOLVED at some delay."""
-    rows = _rows(memory_delay, "delay", model)
+    rows = _rows(memory_delay.rows, "delay", model)
     return verdict(
-        {
-            f"{model}_measured": bool(rows),
-            **{f"{model}_solves_delay{r['at']}": r["low"] >= MEMORY_SOLVED for r in rows},
-        },
-        {f"{model}_delay{r['at']}_accuracy": r["accuracy"] for r in rows},
+        {f"{model}_measured": bool(rows), **{f"{model}_solves_delay{r.at}": r.low >= MEMORY_SOLVED for r in rows}},
+        {f"{model}_delay{r.at}_accuracy": r.accuracy for r in rows},
     )
 
 
@@ -96,16 +101,16 @@ def attention_recall_ignores_distance(memory_recall: MemoryRecall, model: str = 
     farthest distance bucket's accuracy more than MEMORY_DISTANCE_DROP below the nearest bucket's,
     beyond both 95% intervals (its upper bound below the nearest's lower bound minus the drop), or the
     model not solving the nearest bucket (lower bound below MEMORY_SOLVED)."""
-    rows = _rows(memory_recall, "distance", model)
+    rows = _rows(memory_recall.rows, "distance", model)
     if len(rows) < 2:
         return verdict({f"{model}_two_distance_buckets_measured": False})
     near, far = rows[0], rows[-1]
     return verdict(
         {
-            f"{model}_solves_nearest": near["low"] >= MEMORY_SOLVED,
-            f"{model}_farthest_not_below_nearest": far["high"] >= near["low"] - MEMORY_DISTANCE_DROP,
+            f"{model}_solves_nearest": near.low >= MEMORY_SOLVED,
+            f"{model}_farthest_not_below_nearest": far.high >= near.low - MEMORY_DISTANCE_DROP,
         },
-        {**{f"{model}_distance_to{r['at']}_accuracy": r["accuracy"] for r in rows}, "chance": memory_recall.chance},
+        {**{f"{model}_distance_to{r.at}_accuracy": r.accuracy for r in rows}, "chance": memory_recall.chance},
     )
 
 
@@ -122,30 +127,37 @@ def recurrent_state_runs_out(
     judged: the claim is about capacity, and MQAR's capacity results (Arora et al., 2023, "Zoology")
     compare models that learned the task; one that fails at a single pair failed to optimise, which
     says nothing about its state running out."""
-    checks, figures, learned = {}, {}, []
+    checks: dict[str, bool] = {}
+    figures: dict[str, object] = {}
+    learned, skipped = [], []
     chance = float(memory_recall.chance)
-    ref = _rows(memory_recall, "pairs", reference)
+    ref = _rows(memory_recall.rows, "pairs", reference)
     for m in models:
-        rows = _rows(memory_recall, "pairs", m)
+        rows = _rows(memory_recall.rows, "pairs", m)
         if len(rows) < 2:
-            checks[f"{m}_measured_at_two_pair_counts"] = False
+            checks.update({f"{m}_measured_at_two_pair_counts": False})
             continue
         few, many = rows[0], rows[-1]
-        figures.update({f"{m}_pairs{r['at']}_accuracy": r["accuracy"] for r in rows})
-        figures[f"{m}_state_size"] = next((x["state_size"] for x in memory_recall.models if x["model"] == m), None)
-        figures[f"{m}_learned_the_task"] = few["high"] > chance + MEMORY_NEAR_CHANCE
-        if not figures[f"{m}_learned_the_task"]:
+        learned_it = few.high > chance + MEMORY_NEAR_CHANCE
+        figures.update(
+            {
+                **{f"{m}_pairs{r.at}_accuracy": r.accuracy for r in rows},
+                f"{m}_state_size": next((x.state_size for x in memory_recall.models if x.model == m), None),
+                f"{m}_learned_the_task": learned_it,
+            }
+        )
+        if not learned_it:
+            skipped.append((m, few.at))
             continue
         learned.append(m)
-        checks[f"{m}_falls_as_pairs_grow"] = many["high"] < few["low"]
+        checks.update({f"{m}_falls_as_pairs_grow": many.high < few.low})
         if ref:
-            checks[f"{m}_below_{reference}_at_most_pairs"] = many["high"] < ref[-1]["low"]
-    figures.update({f"{reference}_pairs{r['at']}_accuracy": r["accuracy"] for r in ref})
-    figures["chance"] = chance
-    skipped = [m for m in models if figures.get(f"{m}_learned_the_task") is False]
+            checks.update({f"{m}_below_{reference}_at_most_pairs": many.high < ref[-1].low})
+    figures.update({f"{reference}_pairs{r.at}_accuracy": r.accuracy for r in ref})
+    figures.update(chance=chance)
     note = (
         (
-            f"{', '.join(skipped)} at chance even with {_rows(memory_recall, 'pairs', skipped[0])[0]['at']} pair(s): "
+            f"{', '.join(m for m, _ in skipped)} at chance even with {skipped[0][1]} pair(s): "
             "learned nothing to run out of, not judged"
         )
         if skipped
@@ -165,23 +177,23 @@ def window_answers_within_field_only(memory_recall: MemoryRecall, model: str = "
     its reach, which may slow its learning: reported as a warning, not excused), above chance beyond (a
     key the window should hide is seen), or no query on one side."""
     chance = float(memory_recall.chance)
-    f = {r["at"]: r for r in _rows(memory_recall, "field", model)}
+    f = {str(r.at): r for r in _rows(memory_recall.rows, "field", model)}
     within, beyond = f.get("within"), f.get("beyond")
-    above_chance = within is not None and within["low"] > chance + MEMORY_NEAR_CHANCE
+    above_chance = within is not None and within.low > chance + MEMORY_NEAR_CHANCE
     return verdict(
         {
-            f"{model}_solves_within_field": within is not None and within["low"] >= MEMORY_SOLVED,
-            f"{model}_at_chance_beyond_field": beyond is not None and beyond["high"] <= chance + MEMORY_NEAR_CHANCE,
+            f"{model}_solves_within_field": within is not None and within.low >= MEMORY_SOLVED,
+            f"{model}_at_chance_beyond_field": beyond is not None and beyond.high <= chance + MEMORY_NEAR_CHANCE,
         },
         {
             "receptive_field": memory_recall.receptive_fields.get(model),
             "chance": chance,
             "solved_threshold": MEMORY_SOLVED,
             f"{model}_above_chance_within_field": above_chance,
-            **{f"{model}_{k}_accuracy": r["accuracy"] for k, r in f.items()},
-            **{f"{model}_{k}_low": r["low"] for k, r in f.items()},
-            **{f"{model}_{k}_high": r["high"] for k, r in f.items()},
-            **{f"{model}_{k}_queries": r["n"] for k, r in f.items()},
+            **{f"{model}_{k}_accuracy": r.accuracy for k, r in f.items()},
+            **{f"{model}_{k}_low": r.low for k, r in f.items()},
+            **{f"{model}_{k}_high": r.high for k, r in f.items()},
+            **{f"{model}_{k}_queries": r.n for k, r in f.items()},
         },
     )
 
@@ -202,33 +214,35 @@ def induction_head_copies(memory_induction: MemoryInduction) -> Verdict:
     copying, no later layer to hold an induction head (a one-layer model), a prefix score below 0.5,
     or copying that survives the induction heads' ablation."""
     base, found, chance = memory_induction.base, memory_induction.found, float(memory_induction.chance)
-    abl = {a["ablated"]: a for a in memory_induction.ablations}
-    heads = {(h["layer"], h["head"]): h for h in memory_induction.heads}
-    ind = tuple(found["induction_head"]) if "induction_head" in found else None
-    drop = {k: base["repeat_accuracy"] - a["repeat_accuracy"] for k, a in abl.items()}
+    if base is None or found is None:
+        return not_judged("the induction study recorded no trained model")
+    abl = {a.ablated: a for a in memory_induction.ablations}
+    heads = {(h.layer, h.head): h for h in memory_induction.heads}
+    ind = (found.induction_head[0], found.induction_head[1]) if found.induction_head else None
+    prev = heads[(found.previous_token_head[0], found.previous_token_head[1])]
+    drop = {k: base.repeat_accuracy - a.repeat_accuracy for k, a in abl.items()}
     return verdict(
         {
-            "copies_the_repeat": base["repeat_accuracy"] >= INDUCTION_COPIES,
-            "first_part_at_chance": base["first_accuracy"] <= chance + MEMORY_NEAR_CHANCE,
+            "copies_the_repeat": base.repeat_accuracy >= INDUCTION_COPIES,
+            "first_part_at_chance": base.first_accuracy <= chance + MEMORY_NEAR_CHANCE,
             "induction_head_in_a_later_layer": ind is not None,
-            "induction_head_prefix_matching": ind is not None and heads[ind]["prefix_matching_score"] >= 0.5,
+            "induction_head_prefix_matching": ind is not None and heads[ind].prefix_matching_score >= 0.5,
             "zeroing_them_collapses_copying": drop.get("induction heads", 0.0) >= INDUCTION_COLLAPSE,
             "zeroing_other_heads_costs_less": drop.get("induction heads", 0.0) > drop.get("other heads", 0.0),
         },
         {
             "n_layer": memory_induction.n_layer,
-            "repeat_accuracy": base["repeat_accuracy"],
-            "first_accuracy": base["first_accuracy"],
-            "repeat_loss": base["repeat_loss"],
-            "first_loss": base["first_loss"],
-            "previous_token_head": "L{}H{}".format(*found["previous_token_head"]),
-            "previous_token_score": heads[tuple(found["previous_token_head"])]["previous_token_score"],
+            "repeat_accuracy": base.repeat_accuracy,
+            "first_accuracy": base.first_accuracy,
+            "repeat_loss": base.repeat_loss,
+            "first_loss": base.first_loss,
+            "previous_token_head": "L{}H{}".format(*found.previous_token_head),
+            "previous_token_score": prev.previous_token_score,
             "induction_head": "L{}H{}".format(*ind) if ind else "none",
-            "prefix_matching_score": heads[ind]["prefix_matching_score"] if ind else None,
-            **{f"repeat_accuracy_{k.replace(' ', '_')}_zeroed": a["repeat_accuracy"] for k, a in abl.items()},
+            "prefix_matching_score": heads[ind].prefix_matching_score if ind else None,
+            **{f"repeat_accuracy_{k.replace(' ', '_')}_zeroed": a.repeat_accuracy for k, a in abl.items()},
             **{
-                f"{k.replace(' ', '_')}_zeroed": ", ".join("L{}H{}".format(*h) for h in a.get("heads", []))
-                for k, a in abl.items()
+                f"{k.replace(' ', '_')}_zeroed": ", ".join("L{}H{}".format(*h) for h in a.heads) for k, a in abl.items()
             },
         },
     )

@@ -19,8 +19,10 @@ HARD_MARGIN = 0.05  # nats: soft-trained beats hard-trained by more than this (5
 
 
 def position_breaks_order_symmetry(transformer_ablations: TransformerAblations) -> Verdict:
-    m = transformer_ablations.metrics
-    no_pe, with_pe = m["permutation/no_pe_rel_err"], m["permutation/with_pe_rel_err"]
+    p = transformer_ablations.permutation
+    if p is None:
+        return not_judged("the ablations ran no permutation check")
+    no_pe, with_pe = p.no_pe.max_rel_err, p.with_pe.max_rel_err
     # Without PE the outputs permute with the inputs up to float32 rounding (~1e-7); with PE the
     # error must stand well clear of that noise (small models at init are only mildly position-aware).
     return verdict(
@@ -35,24 +37,25 @@ def sqrt_d_keeps_softmax_unsaturated(transformer_ablations: TransformerAblations
     gradient through it dies; scaled, the entropy stays put. Fails when the unscaled entropy does not
     fall as d grows (to below half the scaled one at the largest d), when the scaled entropy moves by
     more than 30 % across d, or when the scaled scores do not pass more gradient at the largest d."""
-    probes = sorted((transformer_ablations.scaling or {}).get("unit_variance") or [], key=lambda r: r["head_dim"])
+    scaling = transformer_ablations.scaling
+    probes = sorted(scaling.unit_variance if scaling else [], key=lambda r: r.head_dim)
     if len(probes) < 2:
         return not_judged("the ablations measured no softmax entropy over head sizes")
-    unscaled = [r["entropy_unscaled"] for r in probes]
-    scaled = [r["entropy_scaled"] for r in probes]
+    unscaled = [r.entropy_unscaled for r in probes]
+    scaled = [r.entropy_scaled for r in probes]
     last = probes[-1]
     return verdict(
         {
             "unscaled_entropy_falls_with_d": all(b < a for a, b in zip(unscaled, unscaled[1:]))
             and unscaled[-1] < 0.5 * scaled[-1],
             "scaled_entropy_steady": max(scaled) <= 1.3 * min(scaled),
-            "scaled_passes_more_gradient_at_largest_d": last["score_grad_rms_scaled"] > last["score_grad_rms_unscaled"],
+            "scaled_passes_more_gradient_at_largest_d": last.score_grad_rms_scaled > last.score_grad_rms_unscaled,
         },
         {
-            **{f"d{r['head_dim']}_entropy_scaled": r["entropy_scaled"] for r in probes},
-            **{f"d{r['head_dim']}_entropy_unscaled": r["entropy_unscaled"] for r in probes},
-            f"d{last['head_dim']}_score_grad_rms_scaled": last["score_grad_rms_scaled"],
-            f"d{last['head_dim']}_score_grad_rms_unscaled": last["score_grad_rms_unscaled"],
+            **{f"d{r.head_dim}_entropy_scaled": r.entropy_scaled for r in probes},
+            **{f"d{r.head_dim}_entropy_unscaled": r.entropy_unscaled for r in probes},
+            f"d{last.head_dim}_score_grad_rms_scaled": last.score_grad_rms_scaled,
+            f"d{last.head_dim}_score_grad_rms_unscaled": last.score_grad_rms_unscaled,
         },
     )
 
@@ -65,25 +68,28 @@ def residuals_let_depth_train(transformer_ablations: TransformerAblations) -> Ve
     without residuals passes at least a tenth of the first-layer gradient (at init) that the model with
     them does, or is not worse than it; or when, with residuals, the deepest model's validation loss is
     worse than the shallowest's by more than DEPTH_LOSS_MARGIN (depth still hurting on this budget)."""
-    rows = transformer_ablations.depth or []
-    by = {(r["n_layer"], r["residual"]): r for r in rows}
-    depths = sorted({r["n_layer"] for r in rows})
+    rows = transformer_ablations.depth
+    by = {(r.n_layer, r.residual): r for r in rows}
+    depths = sorted({r.n_layer for r in rows})
     if len(depths) < 2 or any((d, f) not in by for d in depths for f in (True, False)):
         return not_judged("the ablations ran no depth study with and without residuals")
     lo, hi = depths[0], depths[-1]
     figures = {
-        f"{'res' if f else 'nores'}_{d}_{k}": by[(d, f)][k]
+        f"{'res' if f else 'nores'}_{d}_{k}": x
         for d in depths
         for f in (True, False)
-        for k in ("val_loss", "first_layer_grad_norm_init")
+        for k, x in (
+            ("val_loss", by[(d, f)].val_loss),
+            ("first_layer_grad_norm_init", by[(d, f)].first_layer_grad_norm_init),
+        )
     }
+    deep, deep_plain, shallow = by[(hi, True)], by[(hi, False)], by[(lo, True)]
     return verdict(
         {
-            "without_residuals_gradient_fades_with_depth": by[(hi, False)]["first_layer_grad_norm_init"]
-            < 0.1 * by[(hi, True)]["first_layer_grad_norm_init"],
-            "without_residuals_deep_model_worse": by[(hi, False)]["val_loss"] > by[(hi, True)]["val_loss"],
-            "with_residuals_depth_does_not_hurt": by[(hi, True)]["val_loss"]
-            <= by[(lo, True)]["val_loss"] + DEPTH_LOSS_MARGIN,
+            "without_residuals_gradient_fades_with_depth": deep_plain.first_layer_grad_norm_init
+            < 0.1 * deep.first_layer_grad_norm_init,
+            "without_residuals_deep_model_worse": deep_plain.val_loss > deep.val_loss,
+            "with_residuals_depth_does_not_hurt": deep.val_loss <= shallow.val_loss + DEPTH_LOSS_MARGIN,
         },
         {**figures, "margin": DEPTH_LOSS_MARGIN},
     )
@@ -91,13 +97,13 @@ def residuals_let_depth_train(transformer_ablations: TransformerAblations) -> Ve
 
 def ffn_holds_two_thirds(model_comparison: ModelComparison) -> Verdict:
     accounting = model_comparison.accounting  # parameter_accounting per Transformer: it judges "about two thirds"
-    figures = {}
-    for n, a in accounting.items():
-        figures[f"{n}_ffn_share"] = a["ffn_share"]
-        if a.get("total"):  # the share of all parameters (embedding included): what the FFN weighs in the whole model
-            figures[f"{n}_ffn_share_of_all_params"] = a["components"]["ffn"] / a["total"]
+    figures = {
+        **{f"{n}_ffn_share": a.ffn_share for n, a in accounting.items()},
+        # the share of all parameters (embedding included): what the FFN weighs in the whole model
+        **{f"{n}_ffn_share_of_all_params": a.components.ffn / a.total for n, a in accounting.items() if a.total},
+    }
     return verdict(
-        {f"{n}_ffn_share_two_thirds": bool(a["about_two_thirds"]) for n, a in accounting.items()}
+        {f"{n}_ffn_share_two_thirds": a.about_two_thirds for n, a in accounting.items()}
         or {"some_transformer_measured": False},
         figures,
     )
@@ -108,8 +114,9 @@ def ffn_holds_two_thirds(model_comparison: ModelComparison) -> Verdict:
 
 
 def attention_rows_sum_to_one(attention_heads: AttentionHeads) -> Verdict:
-    m = attention_heads.metrics
-    err = m["heads/max_row_sum_error"]
+    if not attention_heads.heads:
+        return not_judged("attention_heads measured no head")
+    err = max(h.max_row_sum_error for h in attention_heads.heads)
     return verdict(
         {"rows_sum_to_one": err <= ROW_SUM_TOLERANCE},
         {"max_row_sum_error": err, "tolerance": ROW_SUM_TOLERANCE, "heads": len(attention_heads.heads)},
@@ -124,18 +131,20 @@ def heads_differ(attention_heads: AttentionHeads) -> Verdict:
     on text and the one-head twin's loss. Falsifier: heads that are copies of one head (the one-head
     model split in n), whose zeroing costs the same on every block, or a text model on which no layer's
     heads part beyond the interval."""
-    figures: dict = {"text_classes": ", ".join(sorted({h["kind"] for h in attention_heads.heads}))}
-    if not attention_heads.differ:
+    differ = attention_heads.differ
+    figures: dict[str, object] = {"text_classes": ", ".join(sorted({h.kind for h in attention_heads.heads}))}
+    if not differ:
         return not_judged("attention_heads measured no per-block head ablation", figures)
-    for r in attention_heads.differ:
-        figures[f"layer{r['layer']}_costliest_minus_cheapest"] = r["difference"]
-        figures[f"layer{r['layer']}_low"] = r["low"]
-    figures["heldout_blocks"] = attention_heads.differ[0]["heldout_blocks"]
-    if math.isfinite(attention_heads.one_head_loss):
-        figures["one_head_minus_multi_head"] = attention_heads.one_head_loss - attention_heads.base_loss
-    return verdict(
-        {"some_layer_heads_differ_beyond_interval": any(r["low"] > 0 for r in attention_heads.differ)}, figures
+    figures.update(
+        {
+            **{f"layer{r.layer}_costliest_minus_cheapest": r.difference for r in differ},
+            **{f"layer{r.layer}_low": r.low for r in differ},
+            "heldout_blocks": differ[0].heldout_blocks,
+        }
     )
+    if math.isfinite(attention_heads.one_head_loss):
+        figures.update(one_head_minus_multi_head=attention_heads.one_head_loss - attention_heads.base_loss)
+    return verdict({"some_layer_heads_differ_beyond_interval": any(r.low > 0 for r in differ)}, figures)
 
 
 def fact_neurons_matter(ffn_memories: FfnMemories) -> Verdict:
@@ -152,10 +161,13 @@ def fact_neurons_matter(ffn_memories: FfnMemories) -> Verdict:
             "probe",
             {"facts_found": ffn_memories.facts_found},
         )
-    checks, figures = {}, {"facts": ffn_memories.facts_found}
+    checks: dict[str, bool] = {}
+    figures: dict[str, object] = {"facts": ffn_memories.facts_found}
     for r in ffn_memories.seeds:
-        checks[f"seed{r.seed}_knows_the_facts"] = r.knowledge_lo > 0
-        checks[f"seed{r.seed}_neurons_carry_them_beyond_untrained"] = r.extra_drop_over_control_lo > 0
+        checks |= {
+            f"seed{r.seed}_knows_the_facts": r.knowledge_lo > 0,
+            f"seed{r.seed}_neurons_carry_them_beyond_untrained": r.extra_drop_over_control_lo > 0,
+        }
         figures |= {
             f"seed{r.seed}_val_loss": r.val_loss,
             f"seed{r.seed}_knowledge": r.knowledge_mean,
@@ -173,20 +185,20 @@ def soft_attention_trains_better_than_hard(transformer_ablations: TransformerAbl
     same model trained the same way with hard attention (each query takes its top key's value only,
     straight-through). Fails when the hard model's validation loss is not above the soft one's by more
     than HARD_MARGIN. Not judged when the ablations did not train the hard model."""
-    rows = {r["run"]: r for r in transformer_ablations.table or []}
+    rows = {r.run: r for r in transformer_ablations.table}
     soft, hard = rows.get("full"), rows.get("hard_attention")
     if soft is None or hard is None:
         return not_judged("the ablations trained no hard-attention model (ablations: add hard_attention)")
-    gap = hard["val_loss"] - soft["val_loss"]
+    gap = hard.val_loss - soft.val_loss
     return verdict(
         {"soft_beats_hard_by_margin": gap > HARD_MARGIN},
         {
-            "soft_val_loss": soft["val_loss"],
-            "hard_val_loss": hard["val_loss"],
+            "soft_val_loss": soft.val_loss,
+            "hard_val_loss": hard.val_loss,
             "hard_minus_soft": gap,
             "margin": HARD_MARGIN,
-            "steps": soft.get("steps"),
-            "soft_attention_entropy": soft.get("attn_entropy"),
-            "hard_attention_entropy": hard.get("attn_entropy"),
+            "steps": soft.steps,
+            "soft_attention_entropy": soft.attn_entropy,
+            "hard_attention_entropy": hard.attn_entropy,
         },
     )

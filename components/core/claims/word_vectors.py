@@ -18,7 +18,7 @@ def pad_row_is_zero(word_embeddings: WordEmbeddings) -> Verdict:
 
     emb = load_embeddings(word_embeddings.path)
     return verdict(
-        {"pad_row_is_zero": (emb.vectors[0] == 0).all(), "all_finite": np.isfinite(emb.vectors).all()},
+        {"pad_row_is_zero": bool((emb.vectors[0] == 0).all()), "all_finite": bool(np.isfinite(emb.vectors).all())},
         {"pad_row_norm": float(np.linalg.norm(emb.vectors[0]))},
     )
 
@@ -57,28 +57,32 @@ def distance_figures(embedding_eval: EmbeddingEval) -> dict[str, float]:
     """One-hot against learned distances, a figure beside the similarity verdict (not a verdict of its
     own: one-hot vectors are √2 apart by construction, and any trained vectors spread wider than random
     directions, so it is a proxy where WordSim353 is the direct test)."""
-    m = embedding_eval.metrics
-    if "distance/learned_cv" not in m:
+    spread = embedding_eval.distance
+    if spread is None:
         return {}
-    figures = {k.removeprefix("distance/"): m[k] for k in sorted(m) if k.startswith("distance/")}
-    figures["learned_spread_over_random"] = m["distance/learned_cv"] / max(m["distance/random_cv"], 1e-12)
-    return figures
+    m = embedding_eval.metrics
+    return {
+        **{k.removeprefix("distance/"): m[k] for k in sorted(m) if k.startswith("distance/")},
+        "learned_spread_over_random": spread.learned_cv / max(spread.random_cv, 1e-12),
+    }
 
 
 def word_vectors_carry_similarity(embedding_eval: EmbeddingEval) -> Verdict:
     """Fails when the WordSim353 Spearman correlation's 95 % bootstrap interval reaches 0, or when
     related pairs (human score ≥ 7) are not closer than unrelated ones (≤ 3) beyond their interval."""
-    m = embedding_eval.metrics
-    if "wordsim353/spearman_lo" not in m:
+    ws = embedding_eval.wordsim
+    if ws is None:
         return not_judged("fewer than 10 WordSim353 pairs are in the vocabulary: nothing to correlate")
-    checks = {"spearman_interval_above_zero": m["wordsim353/spearman_lo"] > 0}
-    if "wordsim353/related_minus_unrelated_lo" in m:
-        checks["related_closer_than_unrelated"] = m["wordsim353/related_minus_unrelated_lo"] > 0
+    checks = {"spearman_interval_above_zero": ws.spearman_lo > 0}
+    if ws.related_minus_unrelated_lo is not None:
+        checks |= {"related_closer_than_unrelated": ws.related_minus_unrelated_lo > 0}
+    m = embedding_eval.metrics
     figures = {
         k.removeprefix("wordsim353/"): v for k, v in m.items() if k.startswith("wordsim353/") and k != "wordsim353/oov"
     }
-    if "gensim/wordsim353/spearman" in m:  # the reference on the same corpus, beside (not judged)
-        figures["gensim_spearman"] = m["gensim/wordsim353/spearman"]
+    gensim = embedding_eval.gensim_wordsim
+    if gensim is not None:  # the reference on the same corpus, beside (not judged)
+        figures |= {"gensim_spearman": gensim.spearman}
     figures.update(distance_figures(embedding_eval))  # one-hot √2 against learned spread: beside, not judged
     return verdict(checks, figures)
 
@@ -90,34 +94,33 @@ def king_man_woman_queen(embedding_eval: EmbeddingEval) -> Verdict:
     chance (one right answer among the searchable words), or, where gensim's Word2Vec was trained beside ours on
     the same sentences and settings, when gensim's accuracy lies above our interval (ours below the
     reference implementation on the same corpus)."""
-    m = embedding_eval.metrics
-    if "king/target_rank" not in m or "analogy/accuracy_lo" not in m:
+    king, analogy = embedding_eval.king, embedding_eval.analogy
+    if king is None or analogy is None:
         return not_judged("king, man, woman or queen is not among the searchable words, or no analogy was answerable")
-    checks = {
-        "analogy_accuracy_above_chance": m["analogy/accuracy_lo"] > m["analogy/chance"],
-    }
+    checks = {"analogy_accuracy_above_chance": analogy.accuracy_lo > analogy.chance}
     reference = {}
-    if "gensim/analogy/accuracy" in m:
-        checks["analogy_not_below_gensim"] = m["analogy/accuracy_hi"] >= m["gensim/analogy/accuracy"]
+    gensim, gensim_king = embedding_eval.gensim_analogy, embedding_eval.gensim_king
+    if gensim is not None:
+        checks |= {"analogy_not_below_gensim": analogy.accuracy_hi >= gensim.share_correct}
         reference = {
-            "gensim_analogy_accuracy": m["gensim/analogy/accuracy"],
-            "gensim_queen_rank": m.get("gensim/king/target_rank", float("nan")),
+            "gensim_analogy_accuracy": gensim.share_correct,
+            "gensim_queen_rank": gensim_king.target_rank if gensim_king else float("nan"),
         }
     return verdict(
         checks,
         {
             **reference,
-            "queen_rank": m["king/target_rank"],
-            "queen_ranks_above_random_words": m["king/target_rank"] < m["king/random_rank_p05"],
-            "candidates": m["king/candidates"],
-            "random_rank_median": m["king/random_rank_median"],
-            "random_rank_p05": m["king/random_rank_p05"],
-            "analogy_accuracy": m.get("analogy/accuracy", m["analogy/correct"] / max(m["analogy/answered"], 1)),
-            "analogy_accuracy_lo": m["analogy/accuracy_lo"],
-            "analogy_accuracy_hi": m["analogy/accuracy_hi"],
-            "chance": m["analogy/chance"],
-            "answered": m["analogy/answered"],
-            "coverage": m["analogy/coverage"],
+            "queen_rank": king.target_rank,
+            "queen_ranks_above_random_words": king.target_rank < king.random_rank_p05,
+            "candidates": king.candidates,
+            "random_rank_median": king.random_rank_median,
+            "random_rank_p05": king.random_rank_p05,
+            "analogy_accuracy": analogy.share_correct,
+            "analogy_accuracy_lo": analogy.accuracy_lo,
+            "analogy_accuracy_hi": analogy.accuracy_hi,
+            "chance": analogy.chance,
+            "answered": analogy.answered,
+            "coverage": analogy.coverage,
         },
         "Corpus size limits it: word2vec's analogies were shown on hundreds of millions of words (Mikolov et al., "
         "2013); on a corpus of well under a million words, gensim's Word2Vec on the same sentences is the "

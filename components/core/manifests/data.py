@@ -3,10 +3,11 @@ vectors and their evaluation, and the n-gram baseline."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import Manifest
+from .base import Manifest, R, metric_group
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,10 +108,86 @@ class WordEmbeddings(Manifest):
 
 
 @dataclass(frozen=True, kw_only=True)
+class AnalogyScores:
+    """The analogy set's result (metrics under "analogy/"), with its 95 % interval and chance."""
+
+    accuracy_lo: float
+    accuracy_hi: float
+    chance: float  # one right answer among the searchable words
+    correct: float
+    answered: float
+    coverage: float
+    accuracy: float | None = None  # logged when some analogy was answered
+
+    @property
+    def share_correct(self) -> float:
+        return self.accuracy if self.accuracy is not None else self.correct / max(self.answered, 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KingQuery:
+    """king − man + woman: queen's rank among the candidates, against random target words' ranks ("king/")."""
+
+    target_rank: float
+    candidates: float
+    random_rank_median: float = math.nan
+    random_rank_p05: float = math.nan
+
+
+@dataclass(frozen=True, kw_only=True)
+class WordSimScores:
+    """WordSim353 ("wordsim353/"): Spearman's correlation with human scores, its interval, related − unrelated."""
+
+    spearman_lo: float
+    spearman: float = math.nan
+    related_minus_unrelated_lo: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistanceSpread:
+    """How spread the distances between words are ("distance/"): learned vectors against random ones."""
+
+    learned_cv: float
+    random_cv: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class EmbeddingEval(Manifest):
     KIND = "embedding_eval"
 
     metrics: dict[str, float] = field(default_factory=dict)
+
+    def _group(self, cls: type[R], prefix: str) -> R | None:
+        return metric_group(cls, self.metrics, prefix, f"embedding_eval {self.asset}".strip())
+
+    @property
+    def analogy(self) -> AnalogyScores | None:
+        return self._group(AnalogyScores, "analogy/")
+
+    @property
+    def king(self) -> KingQuery | None:
+        return self._group(KingQuery, "king/")
+
+    @property
+    def wordsim(self) -> WordSimScores | None:
+        return self._group(WordSimScores, "wordsim353/")
+
+    @property
+    def distance(self) -> DistanceSpread | None:
+        return self._group(DistanceSpread, "distance/")
+
+    @property
+    def gensim_analogy(self) -> AnalogyScores | None:
+        """gensim's Word2Vec on the same sentences and settings, where it was trained beside ours."""
+        return self._group(AnalogyScores, "gensim/analogy/")
+
+    @property
+    def gensim_king(self) -> KingQuery | None:
+        return self._group(KingQuery, "gensim/king/")
+
+    @property
+    def gensim_wordsim(self) -> WordSimScores | None:
+        return self._group(WordSimScores, "gensim/wordsim353/")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .base import Manifest
+from .base import Manifest, metric_group
 from .data import NgramRung
 
 
@@ -59,6 +59,14 @@ class LanguageModel(Manifest):
     def params(self) -> int:
         return int(self.metrics.get("params", -1))
 
+    def grad_norms(self) -> list[tuple[float, float]]:
+        """(before, after clipping) at every log point that recorded both."""
+        return [
+            (float(h["grad_norm"]), float(h["grad_norm_clipped"]))
+            for h in self.history
+            if "grad_norm" in h and "grad_norm_clipped" in h
+        ]
+
     @property
     def grad_clip(self) -> float:
         """The clip the training ran with (nan when the settings do not say)."""
@@ -73,14 +81,54 @@ class LanguageModel(Manifest):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ParamComponents:
+    """Parameters per component of a Transformer, counted from its tensors (a tied matrix once)."""
+
+    token_embedding: int
+    positional: int
+    attention: int
+    ffn: int
+    norms: int
+    head: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParamAccounting:
+    """Where a Transformer's parameters sit, and the FFN's share of its blocks' (attention + FFN + norms)."""
+
+    components: ParamComponents
+    total: int
+    non_embedding: int
+    blocks: int
+    ffn_share: float
+    ffn_share_formula: float  # 2m / (2m + 4) for FFN width m·d
+    about_two_thirds: bool  # within 0.05 of 2/3
+    tied: bool
+    n_layer: int
+    n_embd: int
+    vocab_size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeedSpread:
+    """One model's final validation loss over its seeds."""
+
+    seeds: int
+    mean: float
+    min: float
+    max: float
+    spread: float  # max − min
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelComparison(Manifest):
     KIND = "model_comparison"
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     matched_time_s: float = math.nan
-    accounting: dict[str, dict[str, Any]] = field(default_factory=dict)  # model → parameter accounting
+    accounting: dict[str, ParamAccounting] = field(default_factory=dict)  # Transformer → its parameters
     pairs: list[dict[str, Any]] = field(default_factory=list)
-    seeds: dict[str, dict[str, float]] = field(default_factory=dict)
+    seeds: dict[str, SeedSpread] = field(default_factory=dict)
     settledness: dict[str, Any] = field(default_factory=dict)
     baseline: list[dict[str, Any]] = field(default_factory=list)
 
@@ -89,9 +137,39 @@ class ModelComparison(Manifest):
 class GradientStudy(Manifest):
     KIND = "gradient_study"
 
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[GradientFactor] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     clip_grad: float | None = None
+
+    @property
+    def clipping(self) -> ClipExperiment | None:
+        """The clipping experiment's outcome (metrics under "clip/"), None when it did not run."""
+        return metric_group(ClipExperiment, self.metrics, "clip/", f"gradient_study {self.asset}".strip())
+
+
+@dataclass(frozen=True, kw_only=True)
+class GradientFactor:
+    """How the gradient of one recurrent model (`variant`: contractive, expansive, fresh, trained) scales per step."""
+
+    model: str
+    variant: str
+    step_factor: float  # per step back in time, fitted over the sequence
+    seq_len: int = 0
+    spectral_radius: float = math.nan
+    norm_d1: float = math.nan
+    norm_dmax: float = math.nan
+    fit_r2: float = math.nan
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClipExperiment:
+    """One expansive RNN trained with and without clipping: 1.0 / 0.0 flags, as logged."""
+
+    unclipped_diverged: float
+    clipped_diverged: float
+    clipped_trained: float
+    max_grad_norm_clipped: float | None = None
+    steps_clip_engaged: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,14 +182,85 @@ class RecurrentCost(Manifest):
 
 
 @dataclass(frozen=True, kw_only=True)
+class AblationRun:
+    """One row of the ablation table: the full model, or one part of it changed, trained the same way."""
+
+    run: str
+    val_loss: float
+    change: str = ""
+    baseline: str = ""  # the run it is compared with ("" for the full model)
+    n_layer: int = 0
+    params: int = 0
+    steps: int = 0
+    train_loss: float = math.nan
+    val_ppl: float = math.nan
+    delta_val_loss: float = math.nan  # over its baseline's
+    tokens_per_s: float = math.nan
+    attn_entropy: float = math.nan  # normalised softmax entropy (1: uniform, 0: one-hot)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PermutationProbe:
+    """Permute the input tokens: how far the outputs are from the permuted outputs (relative error)."""
+
+    pos_encoding: str
+    tokens: list[int]
+    max_rel_err: float  # bidirectional attention, over the trials
+    reversal_rel_err: float
+    causal_max_rel_err: float
+    equivariant: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class PermutationStudy:
+    no_pe: PermutationProbe
+    with_pe: PermutationProbe
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnitVarianceProbe:
+    """Causal softmax over q·k of unit-variance q and k with `head_dim` dimensions, scaled by 1/√d or not."""
+
+    head_dim: int
+    entropy_scaled: float  # normalised entropy of the rows
+    entropy_unscaled: float
+    max_weight_scaled: float
+    max_weight_unscaled: float
+    score_grad_rms_scaled: float  # the gradient reaching the scores
+    score_grad_rms_unscaled: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class SoftmaxScaling:
+    """The √d study: the language model's attention at init with and without the scale, and the probes."""
+
+    head_dim: int = 0  # the language model's
+    scaled: dict[str, float] = field(default_factory=dict)
+    unscaled: dict[str, float] = field(default_factory=dict)
+    unit_variance: list[UnitVarianceProbe] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DepthRun:
+    """One run of the residual depth study."""
+
+    n_layer: int
+    residual: bool
+    val_loss: float
+    first_layer_grad_norm_init: float  # the gradient reaching the first layer, at init
+    first_layer_grad_norm_trained: float = math.nan
+    params: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class TransformerAblations(Manifest):
     KIND = "transformer_ablations"
 
-    table: list[dict[str, Any]] = field(default_factory=list)
+    table: list[AblationRun] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
-    permutation: dict[str, Any] = field(default_factory=dict)
-    scaling: dict[str, Any] = field(default_factory=dict)
-    depth: list[dict[str, Any]] = field(default_factory=list)
+    permutation: PermutationStudy | None = None
+    scaling: SoftmaxScaling | None = None
+    depth: list[DepthRun] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
