@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        labels = wiki_labels(tmp / "data", block_size=train.get("block_size") or model["block_size"])
+        labels = wiki_labels(tmp / "data", block_size=model["block_size"])
         runs: dict[str, list[dict]] = {k: [] for k in cases}
         n = 0
         for r in range(args.repeats):

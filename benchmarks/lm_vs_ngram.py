@@ -43,8 +43,14 @@ SHAPES = {
             param_budget=1_000_000,
         ),
     ),
-    "rnn": ("recurrent", dict(cell="rnn", n_embd=128, hidden_size=256, n_layer=1, param_budget=1_000_000)),
-    "lstm": ("recurrent", dict(cell="lstm", n_embd=128, hidden_size=256, n_layer=1, param_budget=1_000_000)),
+    "rnn": (
+        "recurrent",
+        dict(cell="rnn", n_embd=128, hidden_size=256, n_layer=1, param_budget=1_000_000, block_size=128),
+    ),
+    "lstm": (
+        "recurrent",
+        dict(cell="lstm", n_embd=128, hidden_size=256, n_layer=1, param_budget=1_000_000, block_size=128),
+    ),
 }
 
 
@@ -116,7 +122,6 @@ def main() -> None:
         train = dict(
             max_steps=steps,
             batch_size=16,
-            block_size=128,
             lr=lr,
             min_lr=lr / 10,
             warmup_steps=30,

@@ -32,8 +32,8 @@ from components.core.machine import cpu_identity  # noqa: E402
 
 # The batches and rates of pipelines/defs/{rnn_lm,lstm_lm}/defs.yaml.
 TRAIN = {
-    "rnn": dict(batch_size=16, lr=0.004, min_lr=0.0004, warmup_steps=30, grad_clip=1.0, block_size=128),
-    "lstm": dict(batch_size=8, lr=0.032, min_lr=0.0032, warmup_steps=30, grad_clip=1.0, block_size=128),
+    "rnn": dict(batch_size=16, lr=0.004, min_lr=0.0004, warmup_steps=30, grad_clip=1.0),
+    "lstm": dict(batch_size=8, lr=0.032, min_lr=0.0032, warmup_steps=30, grad_clip=1.0),
 }
 DTYPES = ("float32", "bfloat16")
 

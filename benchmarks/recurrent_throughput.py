@@ -45,7 +45,8 @@ MODELS = {
     "rnn": {"cell": "rnn", "n_embd": 128, "hidden_size": 256, "n_layer": 1, "param_budget": 1_000_000},
     "lstm": {"cell": "lstm", "n_embd": 128, "hidden_size": 256, "n_layer": 1, "param_budget": 1_000_000},
 }
-TRAIN = dict(batch_size=16, lr=3e-3, min_lr=3e-4, warmup_steps=20, grad_clip=1.0, block_size=128)
+TRAIN = dict(batch_size=16, lr=3e-3, min_lr=3e-4, warmup_steps=20, grad_clip=1.0)
+BLOCK = 128  # the context every model trains on (the labels' blocks: recurrent models take the whole block)
 
 
 def bpe_blocks(block_size: int, vocab_size: int) -> tuple[TokenBlocks, int]:
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    blocks, V = bpe_blocks(TRAIN["block_size"], args.vocab_size)
+    blocks, V = bpe_blocks(BLOCK, args.vocab_size)
     train_blocks, val_blocks = split_blocks(blocks)
     ts = loop_settings(TRAIN, args.steps, args.interleave, args.threads, args.dtype)
     dtype = resolve_dtype(args.dtype, torch.device("cpu"))
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(
                 f"[recurrent_throughput] {cell}: {ours.done}/{args.steps} steps, load {loads[-1]:.2f}", file=sys.stderr
             )
-        tokens = ts.batch_size * TRAIN["block_size"]
+        tokens = ts.batch_size * BLOCK
         ours_s = ours.timed_s / ours.timed_steps
         bare_s = float(np.mean(bare.times[1:]))
         out["models"][cell] = {

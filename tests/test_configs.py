@@ -100,21 +100,22 @@ def test_whole_run_check_lists_every_problem():
 
     cfg = load(CONFIGS[0].parent / "tiny.yaml")["ops"]
     cfg["lstm_lm"]["config"]["train"]["lr"] = -1
-    cfg["transformer_lm"]["config"]["train"]["block_size"] = 48
+    cfg["transformer_lm"]["config"]["model"]["block_size"] = 48
+    cfg["rnn_lm"]["config"]["model"]["block_size"] = 40
     cfg["gradient_study"]["config"]["seq_len"] = 33
     problems = check_run_config(cfg, _config_classes(), None)
     assert any(p.startswith("ops.lstm_lm.config.train.lr:") for p in problems), problems
     assert any(
-        p.startswith("ops.transformer_lm.config.train.block_size=48 exceeds labels.block_size=32: ") for p in problems
+        p.startswith("ops.transformer_lm.config.model.block_size=48 exceeds labels.block_size=32: ") for p in problems
     ), problems
-    assert any(
-        p.startswith(
-            "ops.transformer_lm.config.train.block_size=48 exceeds ops.transformer_lm.config.model.block_size=32"
-        )
-        for p in problems
-    ), problems
+    assert any(p.startswith("ops.rnn_lm.config.model.block_size=40 exceeds labels.block_size=32: ") for p in problems)
     assert any("ops.gradient_study.config.seq_len=33 exceeds labels.block_size=32" in p for p in problems)
     assert len(problems) == 4, problems
+    # The context has one owner: a training block_size is refused, naming where it belongs.
+    cfg = load(CONFIGS[0].parent / "tiny.yaml")["ops"]
+    cfg["transformer_lm"]["config"]["train"]["block_size"] = 32
+    problems = check_run_config(cfg, _config_classes(), None)
+    assert len(problems) == 1 and "model.block_size" in problems[0], problems
 
 
 @pytest.mark.parametrize("name", ["../../x", "a/b", "x..y", "", " lead", "-x"])

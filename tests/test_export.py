@@ -62,7 +62,6 @@ def build_tiny(root: Path) -> dict:
     ts = TrainSettings(
         max_steps=30,
         batch_size=8,
-        block_size=32,
         eval_interval=0,
         eval_batches=2,
         log_interval=10,

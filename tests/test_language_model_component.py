@@ -74,8 +74,7 @@ def component_config(name: str, **run):
 
 def test_an_explicit_width_is_never_resized_by_the_default_budget():
     """transformer_lm's defs.yaml sets param_budget; a run config's own n_embd builds the model at that
-    width (the budget off, and said so), both written is an error naming both fields, and the
-    trained context follows an explicit model block_size."""
+    width (the budget off, and said so), and both written is an error naming both fields."""
     from components.core.errors import ConfigError
     from components.core.lm import explicit_settings_win, resolve_settings
 
@@ -83,32 +82,25 @@ def test_an_explicit_width_is_never_resized_by_the_default_budget():
         "transformer_lm", model={"n_layer": 2, "n_embd": 32, "n_head": 2, "block_size": 32}
     )
     assert model.param_budget  # the component's default budget is there
-    m, t, notes = explicit_settings_win(
-        family, model.model_dump(), model_cls().model_dump(), train.model_dump(), train_cls().model_dump()
-    )
-    assert resolve_settings(family, m, 512).n_embd == 32
-    assert (
-        t["block_size"] is None
-        and any("param_budget" in n for n in notes)
-        and any("train.block_size follows" in n for n in notes)
-    )
+    m, _, notes = explicit_settings_win(family, model, model_cls(), train, train_cls())
+    assert resolve_settings(family, m, 512).n_embd == 32 and any("param_budget" in n for n in notes)
     # n_head=3 does not divide 32: refused as with param_budget: null, not resized into a fit.
     _, _, _, model3, _ = component_config("transformer_lm", model={"n_embd": 32, "n_head": 3})
-    m3, _, _ = explicit_settings_win(family, model3.model_dump(), model_cls().model_dump())
+    m3, _, _ = explicit_settings_win(family, model3, model_cls(), train, train_cls())
     with pytest.raises(ValueError, match="n_embd=32 must be divisible by n_head=3"):
         resolve_settings(family, m3, 512)
     # Both written: an error naming both.
     _, _, _, both, _ = component_config("transformer_lm", model={"n_embd": 32, "param_budget": 60000})
     with pytest.raises(ConfigError, match=r"model\.n_embd=32 and model\.param_budget=60000 are both set"):
-        explicit_settings_win(family, both.model_dump(), model_cls().model_dump())
+        explicit_settings_win(family, both, model_cls(), train, train_cls())
     # The budget alone still sizes the width (configs/tiny.yaml), and the defaults alone change nothing.
     _, _, _, budget, _ = component_config("transformer_lm", model={"param_budget": 60000})
-    mb, _, notes_b = explicit_settings_win(family, budget.model_dump(), model_cls().model_dump())
+    mb, _, notes_b = explicit_settings_win(family, budget, model_cls(), train, train_cls())
     assert notes_b == [] and resolve_settings(family, mb, 512).n_embd != model_cls().n_embd
-    assert explicit_settings_win(family, model_cls().model_dump(), model_cls().model_dump())[2] == []
+    assert explicit_settings_win(family, model_cls(), model_cls(), train, train_cls())[2] == []
     # The recurrent family: an explicit hidden_size turns rnn_lm's default budget off.
-    rfam, rcls, _, rmodel, _ = component_config("rnn_lm", model={"hidden_size": 40})
-    rm, _, _ = explicit_settings_win(rfam, rmodel.model_dump(), rcls().model_dump())
+    rfam, rcls, rtrain_cls, rmodel, rtrain = component_config("rnn_lm", model={"hidden_size": 40})
+    rm, _, _ = explicit_settings_win(rfam, rmodel, rcls(), rtrain, rtrain_cls())
     assert resolve_settings(rfam, rm, 512).hidden_size == 40
 
 
@@ -121,30 +113,22 @@ def test_explicit_steps_turn_the_default_flops_budget_off():
 
     family, model_cls, train_cls, model, train = component_config("rnn_lm", train={"max_steps": 30})
     assert train_cls().flops_budget == 5.5e12  # the default run's budget
-    _, t, notes = explicit_settings_win(
-        family, model.model_dump(), model_cls().model_dump(), train.model_dump(), train_cls().model_dump()
-    )
-    assert t["flops_budget"] is None and t["max_steps"] == 30
+    _, t, notes = explicit_settings_win(family, model, model_cls(), train, train_cls())
+    assert t.flops_budget is None and t.max_steps == 30
     assert notes == [
         "train.max_steps=30 is set: the default train.flops_budget=5.5e+12 is off (as with flops_budget: null)"
     ]
     # The defaults alone keep the budget; both written is refused.
-    _, t0, notes0 = explicit_settings_win(
-        family, model_cls().model_dump(), model_cls().model_dump(), train_cls().model_dump(), train_cls().model_dump()
-    )
-    assert t0["flops_budget"] == 5.5e12 and notes0 == []
+    _, t0, notes0 = explicit_settings_win(family, model_cls(), model_cls(), train_cls(), train_cls())
+    assert t0.flops_budget == 5.5e12 and notes0 == []
     *_, both = component_config("rnn_lm", train={"max_steps": 30, "flops_budget": 1e12})
     with pytest.raises(ConfigError, match=r"train\.max_steps=30 and train\.flops_budget=1e\+12 are both set"):
-        explicit_settings_win(
-            family, model.model_dump(), model_cls().model_dump(), both.model_dump(), train_cls().model_dump()
-        )
+        explicit_settings_win(family, model, model_cls(), both, train_cls())
     # 200, the training loop's own default, written is written too (the component's default is None)
     assert train_cls().max_steps is None
     *_, two_hundred = component_config("rnn_lm", train={"max_steps": 200})
-    _, t200, notes200 = explicit_settings_win(
-        family, model.model_dump(), model_cls().model_dump(), two_hundred.model_dump(), train_cls().model_dump()
-    )
-    assert t200["flops_budget"] is None and t200["max_steps"] == 200 and len(notes200) == 1
+    _, t200, notes200 = explicit_settings_win(family, model, model_cls(), two_hundred, train_cls())
+    assert t200.flops_budget is None and t200.max_steps == 200 and len(notes200) == 1
 
 
 def test_the_run_config_check_applies_the_same_rule():

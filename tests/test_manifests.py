@@ -103,15 +103,10 @@ def test_the_io_manager_reads_a_stored_manifest_typed_and_refuses_an_old_one(tmp
         read_manifest(old, None, "labels", M.Labels)
 
 
-def test_context_length_is_one_rule_with_errors_naming_both_settings():
-    assert context_length(None, None, 256) == 256  # a recurrent model: the labels' blocks
-    assert context_length(None, 128, 256) == 128  # the model's positions end first
-    assert context_length(None, 512, 256) == 256
-    assert context_length(64, 128, 256) == 64  # the training crops
-    with pytest.raises(
-        ConfigError,
-        match=r"ops\.t\.config\.train\.block_size=200 exceeds ops\.t\.config\.model\."
-        r"block_size=128.*; ops\.t\.config\.train\.block_size=200 exceeds labels",
-    ):
-        context_length(200, 128, 100, where="ops.t.config.")
-    assert len(context_problems(200, None, 100)) == 1 and context_problems(100, None, 100) == []
+def test_context_length_is_the_models_one_setting_with_an_error_naming_both():
+    assert context_length(None, 256) == 256  # a recurrent model without one: the labels' whole blocks
+    assert context_length(128, 256) == 128  # the model's
+    assert context_length(256, 256) == 256
+    with pytest.raises(ConfigError, match=r"ops\.t\.config\.model\.block_size=512 exceeds labels\.block_size=256"):
+        context_length(512, 256, where="ops.t.config.")
+    assert len(context_problems(512, 256)) == 1 and context_problems(256, 256) == []

@@ -199,9 +199,9 @@ def test_both_models_learn_a_pattern_and_real_text(tmp_path, cell, blocks):
 def test_explicit_lstm_logs_mean_gates_over_training(tmp_path, blocks):
     train_b, val_b = blocks
     seed_everything(0)
-    m = RecurrentLM(RecurrentSettings(cell="lstm", lstm_impl="explicit", n_embd=16, hidden_size=16), 512)
+    m = RecurrentLM(RecurrentSettings(cell="lstm", lstm_impl="explicit", n_embd=16, hidden_size=16, block_size=16), 512)
     logged = []
-    s = TrainSettings(max_steps=6, batch_size=4, block_size=16, eval_interval=0, log_interval=2, device="cpu")
+    s = TrainSettings(max_steps=6, batch_size=4, eval_interval=0, log_interval=2, device="cpu")
     r = train(
         m, train_b, val_b, s, tmp_path, step_callback=lstm_gate_callback, log_metrics=lambda d, i: logged.append(d)
     )

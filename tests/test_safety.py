@@ -173,7 +173,7 @@ def test_a_bad_config_fails_in_seconds_listing_every_problem(tmp_path, monkeypat
     from test_pipeline import materialize
 
     cfg = tiny(
-        **{"lstm_lm.config.train.lr": -1.0, "gradient_study.config.seq_len": 64, "rnn_lm.config.train.block_size": 64}
+        **{"lstm_lm.config.train.lr": -1.0, "gradient_study.config.seq_len": 64, "rnn_lm.config.model.block_size": 64}
     )
     t0 = time.time()
     result = materialize(cfg)
@@ -182,5 +182,5 @@ def test_a_bad_config_fails_in_seconds_listing_every_problem(tmp_path, monkeypat
     errors = "\n".join(e.event_specific_data.error.to_string() for e in result.all_events if e.is_step_failure)
     assert "ops.lstm_lm.config.train.lr" in errors
     assert "ops.gradient_study.config.seq_len=64 exceeds labels.block_size=32" in errors
-    assert "ops.rnn_lm.config.train.block_size=64 exceeds labels.block_size=32" in errors
+    assert "ops.rnn_lm.config.model.block_size=64 exceeds labels.block_size=32" in errors
     assert elapsed < 60, elapsed

@@ -75,9 +75,9 @@ def test_where_one_curve_overtakes_another():
 
 
 def _inputs(names=("lstm_lm", "transformer_lm")) -> list[FamilyInput]:
-    base = {"lr": 1e-3, "min_lr": 1e-4, "batch_size": 4, "warmup_steps": 2, "block_size": 16}
+    base = {"lr": 1e-3, "min_lr": 1e-4, "batch_size": 4, "warmup_steps": 2}
     specs = {
-        "lstm_lm": ("recurrent", {"cell": "lstm", "n_embd": 16, "hidden_size": 32, "n_layer": 1}),
+        "lstm_lm": ("recurrent", {"cell": "lstm", "n_embd": 16, "hidden_size": 32, "n_layer": 1, "block_size": 16}),
         "transformer_lm": ("transformer", {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}),
     }
     return [

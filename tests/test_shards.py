@@ -28,7 +28,6 @@ LM = {  # a few steps of a small Transformer
     "train": {
         "max_steps": 4,
         "batch_size": 8,
-        "block_size": BLOCK,
         "eval_interval": 4,
         "eval_batches": 2,
         "log_interval": 2,
@@ -257,7 +256,6 @@ def test_training_loop_reads_the_view_as_one_array(route):
     s = TrainSettings(
         max_steps=6,
         batch_size=8,
-        block_size=16,
         lr=1e-2,
         warmup_steps=1,
         eval_interval=3,
@@ -272,7 +270,9 @@ def test_training_loop_reads_the_view_as_one_array(route):
     try:
         for i, (tr, va) in enumerate([(train_view, val_view), tuple(whole)]):
             seed_everything(0)
-            model = RecurrentLM(RecurrentSettings(cell="rnn", n_embd=16, hidden_size=24), meta["vocab_size"])
+            model = RecurrentLM(
+                RecurrentSettings(cell="rnn", n_embd=16, hidden_size=24, block_size=16), meta["vocab_size"]
+            )
             result = train(model, tr, va, s, route.state.parent / f"train{i}")
             losses.append([(h["step"], h.get("train/loss"), h.get("val/loss")) for h in result.history])
     finally:
@@ -286,12 +286,12 @@ def test_language_model_trains_on_the_sharded_labels(route):
     lm = manifest(route.inst, result.run_id, "transformer_shards_lm")
     assert lm["inputs"]["labels"] == route.combine.run_id and math.isfinite(lm["metrics"]["val/loss"])
     # Its run config is checked against the sharded labels' block size, not the default route's.
-    bad = {**LM, "train": {**LM["train"], "block_size": 2 * BLOCK}}
+    bad = {**LM, "model": {**LM["model"], "block_size": 2 * BLOCK}}
     failed = route.materialize(
         ["transformer_shards_lm"], ops={"transformer_shards_lm": {"config": bad}}, raise_on_error=False
     )
     assert not failed.success
-    assert f"train.block_size={2 * BLOCK} exceeds sharded_labels.block_size={BLOCK}" in "\n".join(
+    assert f"model.block_size={2 * BLOCK} exceeds sharded_labels.block_size={BLOCK}" in "\n".join(
         step_errors(route.inst, failed.run_id)
     )
 

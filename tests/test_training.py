@@ -331,8 +331,11 @@ def test_checkpoint_round_trip_with_tied_weights(tmp_path, blocks):
 
 def test_bad_input_is_refused(tmp_path, blocks):
     train_b, val_b = blocks
-    with pytest.raises(ConfigError, match=r"train.block_size=64 exceeds labels.block_size=32: the labels. blocks are "):
-        train(tiny_model(), train_b, val_b, quick(block_size=64), tmp_path)
+    with pytest.raises(ConfigError, match=r"model.block_size=64 exceeds labels.block_size=32: the labels. blocks are "):
+        train(tiny_model(block_size=64), train_b, val_b, quick(), tmp_path)
+    # The context has one owner, the model: the training refuses a block size of its own, naming it.
+    with pytest.raises(ValueError, match=r"train.block_size is not a training setting.*model.block_size"):
+        quick(block_size=16)
     # Labels from a tokenizer with a bigger vocabulary than the model's.
     foreign = TokenBlocks(np.full((4, 32), V + 5, dtype=np.uint16), np.full((4, 32), V + 5, dtype=np.int32))
     with pytest.raises(PipelineInputError, match="different tokenizer"):
@@ -344,7 +347,7 @@ def test_bad_input_is_refused(tmp_path, blocks):
 
 def test_cropped_block_size_and_device_resolution(tmp_path, blocks):
     train_b, val_b = blocks
-    r = train(tiny_model(), train_b, val_b, quick(max_steps=2, block_size=16, batch_size=4), tmp_path)
+    r = train(tiny_model(block_size=16), train_b, val_b, quick(max_steps=2, batch_size=4), tmp_path)
     assert r.steps == 2 and r.step_ms > 0
     dev, warn = resolve_device("cpu")
     assert dev.type == "cpu" and warn is None

@@ -24,20 +24,14 @@ IGNORE_INDEX = -100
 SCAN_ROWS = 1 << 12  # rows per read when a whole shard is scanned (max_token_id)
 
 
-def context_problems(train_block: int | None, model_block: int | None, labels_block: int, where: str = "") -> list[str]:
-    """What is wrong with these three context lengths (see `context_length`), one line each."""
-    problems = []
-    if train_block is not None and model_block is not None and train_block > model_block:
-        problems.append(
-            f"{where}train.block_size={train_block} exceeds {where}model.block_size={model_block}: the model has no "
-            f"positions beyond it; lower train.block_size or raise model.block_size"
-        )
-    if train_block is not None and train_block > labels_block:
-        problems.append(
-            f"{where}train.block_size={train_block} exceeds labels.block_size={labels_block}: the labels' blocks are "
-            f"shorter; lower train.block_size or rebuild `labels` with a larger block_size"
-        )
-    return problems
+def context_problems(model_block: int | None, labels_block: int, where: str = "") -> list[str]:
+    """What is wrong with a model's context length against the labels' blocks (see `context_length`)."""
+    if model_block is not None and model_block > labels_block:
+        return [
+            f"{where}model.block_size={model_block} exceeds labels.block_size={labels_block}: the labels' blocks are "
+            f"shorter; lower model.block_size or rebuild `labels` with a larger block_size"
+        ]
+    return []
 
 
 def tokens_per_step(batch_size: int, block_size: int, grad_accum: int | None = 1) -> int:
@@ -45,20 +39,17 @@ def tokens_per_step(batch_size: int, block_size: int, grad_accum: int | None = 1
     return int(batch_size) * int(block_size) * int(grad_accum or 1)
 
 
-def context_length(train_block: int | None, model_block: int | None, labels_block: int, where: str = "") -> int:
+def context_length(model_block: int | None, labels_block: int, where: str = "") -> int:
     """The context a language model trains and is evaluated on: the one rule, for every caller.
 
-    Three settings name a context length: `labels.block_size` (how long the stored blocks are),
-    `model.block_size` (the longest context the model's positions cover) and `train.block_size`
-    (what the training crops the blocks to). `train.block_size` when set; otherwise the smaller of
-    the model's and the labels'. A `train.block_size` above either of the others is an error naming
-    both (`where` prefixes the field names, e.g. `ops.rnn_lm.config.`)."""
-    problems = context_problems(train_block, model_block, labels_block, where)
+    One setting owns it: the model's `block_size` (a Transformer's positions; a recurrent model's
+    truncated-backpropagation length, where None trains on the labels' whole blocks). The labels'
+    `block_size` is how long the stored blocks are, so the model's may not exceed it: an error naming
+    both (`where` prefixes the field name, e.g. `ops.rnn_lm.config.`)."""
+    problems = context_problems(model_block, labels_block, where)
     if problems:
         raise ConfigError("; ".join(problems))
-    if train_block is not None:
-        return train_block
-    return min(labels_block, model_block if model_block is not None else labels_block)
+    return labels_block if model_block is None else model_block
 
 
 def _check_crop(block_size: int, have: int) -> None:
@@ -203,7 +194,7 @@ class ShardedBlocks:
     def __init__(
         self,
         shards: Sequence[tuple[np.ndarray, np.ndarray, int | None]],
-        cols: Sequence[int] | None = None,
+        cols: Sequence[int] | np.ndarray | None = None,
         width: int | None = None,
     ) -> None:
         if not shards:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal, Optional, get_args
+from typing import Callable, Literal, Optional, TypeVar, get_args
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ from safetensors.torch import save_model
 
 from .artifacts import set_weights_mode
 from .checkpoint import WEIGHTS_FILE, check_compatible, load_weights_into, model_metadata, read_metadata
-from .data import PAD_ID, TokenBlocks, context_length, tokens_per_step
+from .data import PAD_ID, Blocks, context_length, tokens_per_step
 from .device import autocast_context, estimate_mfu, resolve_device, resolve_dtype, seed_everything
 from .errors import ConfigError, PipelineInputError
 from .models import recurrent, transformer
@@ -57,17 +57,20 @@ class SamplingSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    num_samples: int = Field(3, ge=0, description="Samples to generate after training (0 = none).")
-    sample_tokens: int = Field(200, ge=1, description="New tokens per sample.")
-    temperature: float = Field(0.8, ge=0.0, description="Softmax temperature; 0 = greedy.")
-    top_k: Optional[int] = Field(50, ge=1, description="Sample among the k most likely tokens only (None = all).")
+    num_samples: int = Field(default=3, ge=0, description="Samples to generate after training (0 = none).")
+    sample_tokens: int = Field(default=200, ge=1, description="New tokens per sample.")
+    temperature: float = Field(default=0.8, ge=0.0, description="Softmax temperature; 0 = greedy.")
+    top_k: Optional[int] = Field(
+        default=50, ge=1, description="Sample among the k most likely tokens only (None = all)."
+    )
     sample_prompt: str = Field(
-        "", description="Prompt text (needs an encoder); empty = the first prompt_tokens tokens of validation blocks."
+        default="",
+        description="Prompt text (needs an encoder); empty = the first prompt_tokens tokens of validation blocks.",
     )
     prompt_tokens: int = Field(
-        8, ge=1, description="Tokens of a validation block used as the prompt when sample_prompt is empty."
+        default=8, ge=1, description="Tokens of a validation block used as the prompt when sample_prompt is empty."
     )
-    sample_seed: int = Field(1234, description="Seed of the sampler.")
+    sample_seed: int = Field(default=1234, description="Seed of the sampler.")
 
 
 @dataclass
@@ -98,11 +101,18 @@ def _as_settings(family: str, model_settings: ModelSettings | dict) -> ModelSett
     """The family's own settings class (a dict or a subclass instance, e.g. a Dagster config, converted)."""
     _check_family(family)
     cls = SETTINGS[family]
-    if type(model_settings) is cls:
+    if isinstance(model_settings, cls) and type(model_settings) is cls:
         return model_settings
     if isinstance(model_settings, BaseModel):
         model_settings = model_settings.model_dump()
     return cls(**model_settings)
+
+
+def language_net(model: nn.Module) -> Transformer | RecurrentLM:
+    """`model` as one of the families' networks; anything else is a ConfigError naming its class."""
+    if isinstance(model, (Transformer, RecurrentLM)):
+        return model
+    raise ConfigError(f"{type(model).__name__} is not a language model of any family ({', '.join(FAMILIES)})")
 
 
 def family_of(model: nn.Module) -> str:
@@ -122,13 +132,13 @@ def resolve_settings(family: str, model_settings: ModelSettings | dict, vocab_si
 WIDTH_FIELDS = {"transformer": ("n_embd",), "recurrent": ("n_embd", "hidden_size")}  # what param_budget sizes
 
 
+S = TypeVar("S", bound=BaseModel)
+T = TypeVar("T", bound=BaseModel)
+
+
 def explicit_settings_win(
-    family: str,
-    model: dict,
-    model_defaults: dict,
-    train: dict | None = None,
-    train_defaults: dict | None = None,
-) -> tuple[dict, dict, list[str]]:
+    family: str, model: S, model_defaults: BaseModel, train: T, train_defaults: BaseModel
+) -> tuple[S, T, list[str]]:
     """A setting the user changed is never silently overridden by one derived from a default.
 
     `model`/`train` are the settings of a run, `*_defaults` what they would be had the user written
@@ -136,58 +146,40 @@ def explicit_settings_win(
     - A width the user set (`n_embd`, or a recurrent `hidden_size`) turns a default `param_budget`
       off: the model is built at that width, as with `param_budget: null`. A width and a
       `param_budget` both set is a ConfigError naming both fields.
-    - The trained context follows the model's: a `model.block_size` the user set below a default
-      `train.block_size` makes the latter follow it (null: the model's and the labels' smaller); a
-      `train.block_size` the user set above a default `model.block_size` raises the model's to it.
-      Both set and in conflict stays the training loop's error naming both.
     - A `train.max_steps` the user set turns a default `train.flops_budget` off: the model trains
       those steps, as with `flops_budget: null`. Both set is a ConfigError naming both fields.
-    Returns (model, train, notes): the settings to train, and one note per setting turned off."""
-    model, train = dict(model), dict(train or {})
-    train_defaults = train_defaults or {}
+    Returns (model, train, notes): the same objects, or copies with a setting turned off, and one
+    note per setting turned off."""
     notes: list[str] = []
 
-    def changed(d: dict, defaults: dict, key: str) -> bool:
-        return key in d and d[key] != defaults.get(key)
+    def changed(obj: BaseModel, defaults: BaseModel, key: str) -> bool:
+        return getattr(obj, key) != getattr(defaults, key)
 
+    budget = getattr(model, "param_budget", None)
     widths = [k for k in WIDTH_FIELDS[family] if changed(model, model_defaults, k)]
-    if widths and model.get("param_budget") is not None:
-        written = ", ".join(f"model.{k}={model[k]}" for k in widths)
+    if widths and budget is not None:
+        written = ", ".join(f"model.{k}={getattr(model, k)}" for k in widths)
         if changed(model, model_defaults, "param_budget"):
             raise ConfigError(
-                f"{written} and model.param_budget={model['param_budget']} are both set, but param_budget chooses "
+                f"{written} and model.param_budget={budget} are both set, but param_budget chooses "
                 f"{' and '.join(WIDTH_FIELDS[family])} itself: drop {written} to size the model by the budget, or set "
                 "model.param_budget: null to build it at that width"
             )
-        notes.append(
-            f"{written} is set: the default model.param_budget={model['param_budget']} is off (as with param_budget: "
-            f"null)"
-        )
-        model["param_budget"] = None
-    if changed(train, train_defaults, "max_steps") and train.get("flops_budget") is not None:
+        notes.append(f"{written} is set: the default model.param_budget={budget} is off (as with param_budget: null)")
+        model = model.model_copy(update={"param_budget": None})
+    steps, flops = getattr(train, "max_steps", None), getattr(train, "flops_budget", None)
+    if changed(train, train_defaults, "max_steps") and flops is not None:
         if changed(train, train_defaults, "flops_budget"):
             raise ConfigError(
-                f"train.max_steps={train['max_steps']} and train.flops_budget={train['flops_budget']:.3g} are both "
+                f"train.max_steps={steps} and train.flops_budget={flops:.3g} are both "
                 "set, but flops_budget chooses the steps itself: drop max_steps to train to the budget, or set "
                 "train.flops_budget: null to train those steps"
             )
         notes.append(
-            f"train.max_steps={train['max_steps']} is set: the default train.flops_budget="
-            f"{train['flops_budget']:.3g} is off (as with flops_budget: null)"
+            f"train.max_steps={steps} is set: the default train.flops_budget={flops:.3g} is off (as with "
+            "flops_budget: null)"
         )
-        train["flops_budget"] = None
-    m_block, t_block = model.get("block_size"), train.get("block_size")
-    if m_block is not None and t_block is not None and t_block > m_block:
-        if changed(model, model_defaults, "block_size") and not changed(train, train_defaults, "block_size"):
-            notes.append(
-                f"model.block_size={m_block} is set: train.block_size follows it (the default {t_block} is off)"
-            )
-            train["block_size"] = None
-        elif changed(train, train_defaults, "block_size") and not changed(model, model_defaults, "block_size"):
-            notes.append(
-                f"train.block_size={t_block} is set: model.block_size follows it (the default {m_block} is off)"
-            )
-            model["block_size"] = t_block
+        train = train.model_copy(update={"flops_budget": None})
     return model, train, notes
 
 
@@ -242,15 +234,16 @@ def load_lm(path: str | Path, device: str | torch.device = "cpu", expected_meta:
 
 def lstm_gate_callback(step: int, model: nn.Module) -> dict[str, float] | None:
     """`step_callback` for `training.train`: the explicit LSTM's mean gate activations since the last log point."""
-    stats = model.pop_gate_stats() if hasattr(model, "pop_gate_stats") else {}
+    stats = model.pop_gate_stats() if isinstance(model, RecurrentLM) else {}
     return stats or None
 
 
 def attention_backend_report(model: nn.Module, device: torch.device, dtype: torch.dtype, T: int) -> dict:
     """The attention path the model runs on `device`: for `fused`, the SDPA kernel observed running."""
-    if isinstance(model, RecurrentLM):
+    net = language_net(model)
+    if isinstance(net, RecurrentLM):
         return {"implementation": "recurrent", "observed": "recurrent (no attention)", "error": None}
-    cfg = model.config
+    cfg = net.config
     if cfg.attention == "reference":
         return {"implementation": "reference", "observed": "reference (explicit QKᵀ·softmax·V)", "error": None}
     requested = cfg.sdpa_backend if device.type == "cuda" else "auto"  # pinning applies on CUDA only
@@ -271,7 +264,7 @@ class PreparedLM:
 
     family: str
     settings: ModelSettings  # resolved (param_budget None)
-    model: nn.Module
+    model: Transformer | RecurrentLM
     device: torch.device
     dtype: torch.dtype
     block_size: int  # the context trained on
@@ -284,7 +277,7 @@ def prepare_lm(
     family: str,
     model_settings: ModelSettings | dict,
     train_settings: TrainSettings,
-    train_data: TokenBlocks,
+    train_data: Blocks,
     vocab_size: int,
     *,
     model_meta: dict | None = None,
@@ -293,10 +286,10 @@ def prepare_lm(
     rank starts from the same weights) and verify the attention kernel before anything trains."""
     settings = resolve_settings(family, model_settings, vocab_size)
     seed_everything(train_settings.seed)  # the same init on every run of these settings
-    model = build_model(family, settings, vocab_size)
+    model = language_net(build_model(family, settings, vocab_size))
     device, _ = resolve_device(train_settings.device)
     dtype = resolve_dtype(train_settings.dtype, device)
-    T = context_length(train_settings.block_size, getattr(settings, "block_size", None), train_data.block_size)
+    T = context_length(getattr(settings, "block_size", None), train_data.block_size)
 
     # Verify the attention kernel before training: a pinned backend this GPU cannot run fails now, clearly.
     backend = attention_backend_report(model, device, dtype, T)
@@ -306,7 +299,9 @@ def prepare_lm(
             f"{[k for k, ok in backend['available'].items() if ok]}"
         )
 
-    explicit_lstm = isinstance(model, RecurrentLM) and settings.cell == "lstm" and settings.lstm_impl == "explicit"
+    explicit_lstm = (
+        isinstance(settings, RecurrentSettings) and settings.cell == "lstm" and settings.lstm_impl == "explicit"
+    )
     budget = _as_settings(family, model_settings).param_budget
     header = {"family": family, **({"param_budget": budget} if budget else {}), **(model_meta or {})}
     return PreparedLM(
@@ -339,8 +334,8 @@ def train_lm(
     family: str,
     model_settings: ModelSettings | dict,
     train_settings: TrainSettings,
-    train_data: TokenBlocks,
-    val_data: TokenBlocks,
+    train_data: Blocks,
+    val_data: Blocks,
     vocab_size: int,
     out_dir: str | Path,
     *,
@@ -379,7 +374,7 @@ def train_lm(
 def finish_lm(
     prep: PreparedLM,
     result: TrainResult,
-    val_data: TokenBlocks,
+    val_data: Blocks,
     *,
     sampling: SamplingSettings | None = None,
     decode: Callable[[list[int]], str] | None = None,
@@ -429,7 +424,7 @@ def finish_lm(
 @torch.no_grad()
 def sample_texts(
     model: nn.Module,
-    val_data: TokenBlocks,
+    val_data: Blocks,
     sampling: SamplingSettings,
     device: torch.device,
     dtype: torch.dtype = torch.float32,
@@ -454,11 +449,11 @@ def sample_texts(
             raise ConfigError(f"sample_prompt={s.sample_prompt!r} encodes to no tokens; use another prompt")
         prompts = [ids] * s.num_samples
     else:
-        rows = [i % val_data.n_blocks for i in range(s.num_samples)]
-        prompts = [
-            [int(t) for t in val_data.x[r, : s.prompt_tokens] if t != PAD_ID] or [int(val_data.x[r, 0])] for r in rows
-        ]
+        rows = np.array([i % val_data.n_blocks for i in range(s.num_samples)])
+        x = val_data.batch(rows)[0][:, : s.prompt_tokens].tolist()  # the blocks' first tokens (in memory or sharded)
+        prompts = [[t for t in row if t != PAD_ID] or row[:1] for row in x]
     decode = decode or (lambda ids: " ".join(map(str, ids)))
+    net = language_net(model)
     was_training = model.training
     model.eval().to(device)
     texts = []
@@ -467,7 +462,7 @@ def sample_texts(
         for p in prompts:
             idx = torch.tensor([p], dtype=torch.long, device=device)  # (1, t)
             with autocast_context(device, dtype):
-                out = model.generate(idx, s.sample_tokens, temperature=s.temperature, top_k=s.top_k)  # (1, t+n)
+                out = net.generate(idx, s.sample_tokens, temperature=s.temperature, top_k=s.top_k)  # (1, t+n)
             texts.append(decode(out[0].tolist()))
     model.train(was_training)
     return texts

@@ -61,7 +61,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, cast
 
 import numpy as np
 import torch
@@ -89,7 +89,6 @@ from .train_step import (
 # fine-tune at a lower lr) but no longer reproduces an uninterrupted run, so it is warned about.
 _TRAJECTORY_FIELDS = (
     "batch_size",
-    "block_size",
     "lr",
     "min_lr",
     "warmup_steps",
@@ -225,7 +224,7 @@ def _raw_module(model: nn.Module, s: TrainSettings, parallel: Parallel) -> nn.Mo
             f"train.batch_size={s.batch_size} (the global batch) must be a multiple of the world size "
             f"{parallel.world_size}"
         )
-    return model if parallel.sharded else model.module  # FSDP2 shards in place; DDP wraps
+    return model if parallel.sharded else cast(nn.Module, model.module)  # FSDP2 shards in place; DDP wraps
 
 
 def _fit_data(
@@ -235,7 +234,7 @@ def _fit_data(
     _check_vocab(raw_model, train_data, "train")
     _check_vocab(raw_model, val_data, "validation")
     model_block = getattr(getattr(raw_model, "config", None), "block_size", None)
-    block_size = context_length(s.block_size, model_block, train_data.block_size)
+    block_size = context_length(model_block, train_data.block_size)
     train_data = _non_empty_blocks(train_data.crop(block_size), "train")
     val_data = _non_empty_blocks(val_data.crop(min(block_size, val_data.block_size)), "validation")
     return train_data, val_data, block_size
@@ -289,7 +288,7 @@ def _setup(
         notes.append(f"resume=False: starting fresh, the checkpoint in {ckpt_dir} will be replaced")
 
     if s.compile:
-        model = torch.compile(model, options=dict(s.compile_options) or None)
+        model = cast(nn.Module, torch.compile(model, options=dict(s.compile_options) or None))  # an OptimizedModule
     return _Run(
         s=s,
         model=model,
@@ -477,6 +476,7 @@ def train(
         parallel=parallel,
     )
     if diverged:
+        assert st is not None  # divergence is read off a step's stats
         if raise_on_divergence:
             raise TrainingDivergedError(
                 diverged,

@@ -84,8 +84,9 @@ class LanguageModelTrainConfig(LaunchSettings, TrainConfig):
 
     # None, not a number, by default: any max_steps a config writes, 200 included, is the user's and
     # turns a default flops_budget off (lm.explicit_settings_win compares a setting with its default).
-    max_steps: Optional[int] = Field(
-        None,
+    # (A pydantic field may narrow or widen its base's type; pyright takes class attributes as invariant.)
+    max_steps: Optional[int] = Field(  # pyright: ignore[reportIncompatibleVariableOverride]
+        default=None,
         ge=1,
         description=f"Optimizer steps to train for (a resume continues up to this). None = the steps "
         f"flops_budget buys, or {DEFAULT_MAX_STEPS} without a budget. Written, it turns a default flops_budget off.",
@@ -113,7 +114,7 @@ def with_defaults(name: str, base: type, defaults: dict[str, Any], where: str) -
         )
     base(**defaults)  # raises, naming the field, if a value is invalid
     # The base field with only its default replaced: constraints (ge=..., Literal) and descriptions stay.
-    fields = {
+    fields: dict[str, Any] = {
         k: (base.model_fields[k].annotation, FieldInfo.merge_field_infos(base.model_fields[k], default=v))
         for k, v in defaults.items()
     }
@@ -240,31 +241,22 @@ def language_model_asset(
     )
     def _lm(
         context: dg.AssetExecutionContext,
-        config: config_cls,
+        config: config_cls,  # pyright: ignore[reportInvalidTypeForm] (a class built from defs.yaml: Dagster reads it)
         labels: M.Labels,
         tokenizer: M.Tokenizer,
         mlflow: MlflowTracker,
         **baseline_in: M.NgramBaseline,
     ):
         check_same_tokenizer(labels, tokenizer)
-        # A width or block size the run config sets is never resized by a default (explicit_settings_win).
+        # A width the run config sets is never resized by a default (explicit_settings_win).
         model_settings, train_settings, notes = explicit_settings_win(
-            family,
-            config.model.model_dump(),
-            model_cls().model_dump(),
-            config.train.model_dump(),
-            train_cls().model_dump(),
+            family, config.model, model_cls(), config.train, train_cls()
         )
         for note in notes:
             context.log.warning(note)
-        if train_settings.get("max_steps") is None:  # the budget's steps replace it (lm.steps_for_budget)
-            train_settings["max_steps"] = DEFAULT_MAX_STEPS
-        config = config.model_copy(
-            update={
-                "model": config.model.model_copy(update=model_settings),
-                "train": config.train.model_copy(update=train_settings),
-            }
-        )
+        if train_settings.max_steps is None:  # the budget's steps replace it (lm.steps_for_budget)
+            train_settings = train_settings.model_copy(update={"max_steps": DEFAULT_MAX_STEPS})
+        config = config.model_copy(update={"model": model_settings, "train": train_settings})
         scratch = scratch_dir(name, training_identity(name, family, config.model_dump(), labels, tokenizer))
         with exclusive(scratch):
             output = _train_and_publish(
@@ -311,7 +303,7 @@ def _train_and_publish(
     with stage(context, mlflow, {**logged_settings(settings), "family": family, **data}) as s:
         train_data, val_data, meta = load_labels(labels.path)
         tok = load_tokenizer(tokenizer.path)
-        common = dict(
+        common: dict[str, Any] = dict(
             sampling=SamplingSettings(**config.sampling.model_dump()),
             decode=lambda ids: decode_text(tok, ids, skip_special_tokens=False),  # Chinese without jieba's spaces
             encode=lambda text: encode_text(tok, text),
@@ -476,7 +468,7 @@ def register_model(
     context: dg.AssetExecutionContext,
     s: Any,
     weights: Path,
-    tokenizer: dict,
+    tokenizer: M.Tokenizer,
     result: Any,
     config: Any,
     description: str,

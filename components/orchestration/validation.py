@@ -11,7 +11,7 @@ machine allows: a torchrun training's world size must fit its cores or GPUs and 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import dagster as dg
 from pydantic import ValidationError
@@ -72,32 +72,23 @@ def check_run_config(
     for op, cfg in built.items():
         train = getattr(cfg, "train", None)
         model = getattr(cfg, "model", None)
-        t_block = getattr(train, "block_size", None)
-        m_block = getattr(model, "block_size", None)
-        if hasattr(model, "param_budget") and isinstance(train, TrainSettings):
+        if isinstance(model, (RecurrentSettings, TransformerSettings)) and isinstance(train, TrainSettings):
             # A language model: the settings it trains with, by the rule its asset applies (lm.explicit_settings_win).
-            family = "recurrent" if hasattr(model, "hidden_size") else "transformer"
+            family = "recurrent" if isinstance(model, RecurrentSettings) else "transformer"
             defaults = classes[op]()
             try:
-                m, t, _ = explicit_settings_win(
-                    family,
-                    model.model_dump(),
-                    defaults.model.model_dump(),
-                    train.model_dump(),
-                    defaults.train.model_dump(),
-                )
-                resolved = {"recurrent": RecurrentSettings, "transformer": TransformerSettings}[family](**m)
+                m, _, _ = explicit_settings_win(family, model, defaults.model, train, defaults.train)
+                {"recurrent": RecurrentSettings, "transformer": TransformerSettings}[family](**m.model_dump())
             except ConfigError as e:  # names its fields (model.…, train.…)
                 problems.append(f"ops.{op}.config: {e}")
                 continue
             except ValidationError as e:
                 problems += [f"ops.{op}.config.model: {x['msg']}" for x in e.errors()]
                 continue
-            t_block, m_block = t.get("block_size"), getattr(resolved, "block_size", None)
         # The rule the training applies (data.context_length), checked before anything trains.
         problems += [
             p.replace("labels.block_size", f"{labels_name}.block_size")
-            for p in context_problems(t_block, m_block, labels_block_size, where=f"ops.{op}.config.")
+            for p in context_problems(getattr(model, "block_size", None), labels_block_size, where=f"ops.{op}.config.")
         ]
         seq_len = getattr(cfg, "seq_len", None)
         if isinstance(seq_len, int) and seq_len > labels_block_size:
@@ -112,8 +103,9 @@ def _recorded_labels_block_size(instance: dg.DagsterInstance, key: str = LABELS)
     event = instance.get_latest_materialization_event(dg.AssetKey(key))
     if event is None:
         return None
-    value = event.asset_materialization.metadata.get("block_size")
-    return int(value.value) if value is not None else None
+    materialization = event.asset_materialization
+    value = materialization.metadata.get("block_size") if materialization is not None else None
+    return int(value.value) if isinstance(value, dg.IntMetadataValue) and value.value is not None else None
 
 
 def other_labels(assets_defs: Iterable[dg.AssetsDefinition]) -> dict[str, str]:
@@ -137,7 +129,8 @@ def validate_run_config(context: dg.AssetExecutionContext) -> None:
         a for a in context.job_def.asset_layer.asset_graph.assets_defs if not selected or set(a.keys) & selected
     ]
     classes = config_classes(executed)  # the assets this run executes
-    ops = (context.run.run_config or {}).get("ops", {})
+    raw = (context.run.run_config or {}).get("ops")
+    ops: dict[str, Any] = dict(raw) if isinstance(raw, Mapping) else {}
     elsewhere = other_labels(executed)
     main = {op: cls for op, cls in classes.items() if op not in elsewhere}
     labels_block = None if LABELS in main else _recorded_labels_block_size(context.instance)

@@ -9,6 +9,7 @@ only the top-scoring keys costs.
                                                               the LSTM's gates)
 """
 
+import math
 from typing import Optional
 
 import dagster as dg
@@ -23,10 +24,14 @@ from components.core.manifests import (
     Corpus,
     FactSeed,
     FfnMemories,
+    HeadAblation,
+    HeadsDiffer,
+    HeadStatistics,
     Labels,
     LanguageModel,
     MemoryInduction,
     Tokenizer,
+    typed_rows,
 )
 from components.core.models.transformer import TransformerSettings
 from components.core.studies.attention_topk import AttentionTopKSettings
@@ -99,11 +104,11 @@ def attention_heads(
         }
         return s.publish(
             AttentionHeads(
-                heads=r.heads,
-                ablation=r.ablation,
-                differ=r.differ,
+                heads=typed_rows(HeadStatistics, r.heads),
+                ablation=typed_rows(HeadAblation, r.ablation),
+                differ=typed_rows(HeadsDiffer, r.differ),
                 base_loss=r.base_loss,
-                one_head_loss=r.one_head_loss,
+                one_head_loss=math.nan if r.one_head_loss is None else r.one_head_loss,
                 thresholds=thresholds,
                 metrics=metrics,
                 induction={k: getattr(memory_induction, k) for k in ("found", "base", "ablations", "heads", "n_layer")},
@@ -130,7 +135,6 @@ class FactTrainConfig(TrainConfig):
     """The fact model's training: about 0.7 of an epoch of the training split at BPE-2048."""
 
     max_steps: int = 600
-    block_size: Optional[int] = 64
     eval_interval: int = 0  # the whole validation split once, at the end
     eval_batch_size: Optional[int] = 64
 
@@ -180,14 +184,22 @@ def ffn_memories(
         metrics = r.metrics()
         fact_rows = [{"seed": x.seed, **row} for x in r.seeds for row in x.rows]
         control_rows = [{"seed": x.seed, **row} for x in r.seeds for row in x.control_rows]
-        files = {"fact_tokenizer": r.tokenizer_path} | {f"fact_model_seed{x.seed}": x.weights for x in r.seeds}
+        written = {"fact_tokenizer": r.tokenizer_path} | {f"fact_model_seed{x.seed}": x.weights for x in r.seeds}
+        files = {name: path for name, path in written.items() if path is not None}
+        if len(files) < len(written):
+            raise RuntimeError(f"the fact study wrote no file for {sorted(set(written) - set(files))}")
         return s.publish(
             FfnMemories(
                 neurons=neurons,
                 facts_found=len(r.facts),
-                seeds=[
-                    FactSeed(seed=x.seed, val_loss=x.val_loss, steps=x.steps, **x.summary) for x in r.seeds if x.summary
-                ],
+                seeds=typed_rows(
+                    FactSeed,
+                    [
+                        {"seed": x.seed, "val_loss": x.val_loss, "steps": x.steps, **x.summary}
+                        for x in r.seeds
+                        if x.summary
+                    ],
+                ),
                 fact_rows=fact_rows,
                 made_up=r.made_up,
                 prompts_in_training_text=r.prompts_in_training_text,

@@ -1,12 +1,20 @@
 """Transformer stage study: ablations of the architecture."""
 
-from typing import Optional
-
 import dagster as dg
 from pydantic import Field
 
 from components.core.labels import load_labels
-from components.core.manifests import Labels, Tokenizer, TransformerAblations
+from components.core.manifests import (
+    AblationRun,
+    DepthRun,
+    Labels,
+    PermutationStudy,
+    SoftmaxScaling,
+    Tokenizer,
+    TransformerAblations,
+    typed_row,
+    typed_rows,
+)
 from components.core.models.transformer import TransformerSettings
 from components.core.studies.ablations import AblationSettings, run_ablations
 from components.core.train_settings import TrainSettings
@@ -26,7 +34,7 @@ class AblationStudyConfig(dg.Config, AblationSettings):
     """Which ablations, and how long each run trains."""
 
     deep_n_layer: int = Field(
-        6, ge=2, description="Depth of the with/without-residual pair (residuals matter in deep stacks)."
+        default=6, ge=2, description="Depth of the with/without-residual pair (residuals matter in deep stacks)."
     )
 
 
@@ -38,7 +46,6 @@ class AblationModelConfig(TransformerModelConfig):
 
 class AblationTrainConfig(TrainConfig):
     max_steps: int = 300
-    block_size: Optional[int] = 64
     eval_interval: int = 150  # the whole validation split at steps 150 and 300: the rows read the last
     lr: float = 3e-3
     min_lr: float = 3e-4
@@ -77,11 +84,11 @@ def transformer_ablations(
         )
         return s.publish(
             TransformerAblations(
-                table=result.table,
+                table=typed_rows(AblationRun, result.table),
                 metrics=result.metrics,
-                permutation=result.permutation,
-                scaling=result.scaling,
-                depth=result.depth,
+                permutation=typed_row(PermutationStudy, result.permutation),
+                scaling=typed_row(SoftmaxScaling, result.scaling),
+                depth=typed_rows(DepthRun, result.depth),
             ),
             metrics=result.metrics,
             tables={"ablations": result.table},

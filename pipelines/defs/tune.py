@@ -11,10 +11,11 @@ from typing import Optional
 import dagster as dg
 from pydantic import Field, model_validator
 
-from components.core.data import split_tail
+from components.core.data import TokenBlocks, split_tail
+from components.core.errors import PipelineInputError
 from components.core.labels import load_labels
 from components.core.manifests import Labels, LanguageModel, LrSweep
-from components.core.studies.sweep import SweepSettings, check_grid, lm_trial, run_sweep
+from components.core.studies.sweep import SweepBudget, SweepSettings, check_grid, lm_trial, run_sweep
 from components.orchestration.language_model import TRAINING_POOL
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
@@ -42,38 +43,35 @@ GRID_LRS = {
 GRID_BATCH_SIZES = {"lstm_lm": [8, 16], "transformer_lm": [4, 8, 16]}
 
 
-class LrSweepConfig(dg.Config, SweepSettings):
+class LrSweepConfig(dg.Config, SweepBudget):
     """The grid and the budget. A model's learning rates are, first found: its `lrs_by_model` entry, the
     global `lrs`, its family's own grid (`GRID_LRS`); batch sizes likewise (`batch_sizes_by_model`,
     `batch_sizes`, `GRID_BATCH_SIZES`, then [16]). A list you give is never replaced, and an empty one
     is refused."""
 
-    models: list[str] = Field(list(SWEPT), description=f"Language models to sweep (of {list(SWEPT)}).")
+    models: list[str] = Field(default=list(SWEPT), description=f"Language models to sweep (of {list(SWEPT)}).")
     heldout_fraction: float = Field(
-        0.1,
+        default=0.1,
         gt=0,
         lt=0.5,
         description="The last fraction of the training blocks the trials are scored on (and do not train on): the "
         "choices are made on data no claim judges, never on the validation split.",
     )
-    block_size: Optional[int] = Field(
-        128, description="Context length of every trial (the models' training block_size)."
-    )
     lrs: Optional[list[float]] = Field(
-        None,
+        default=None,
         description="Peak learning rates for every model without its own `lrs_by_model` entry; null: each family's "
         f"own grid ({GRID_LRS}).",
     )
     batch_sizes: Optional[list[int]] = Field(
-        None,
+        default=None,
         description="Batch sizes for every model without its own `batch_sizes_by_model` entry; null: each family's "
         f"own ({GRID_BATCH_SIZES}, else [16]). At a model's flops_budget each size trains the steps the budget buys.",
     )
     lrs_by_model: dict[str, list[float]] = Field(
-        {}, description="A model's own learning rates, in place of `lrs` and its family's grid."
+        default={}, description="A model's own learning rates, in place of `lrs` and its family's grid."
     )
     batch_sizes_by_model: dict[str, list[int]] = Field(
-        {}, description="A model's own batch sizes, in place of `batch_sizes` and its family's."
+        default={}, description="A model's own batch sizes, in place of `batch_sizes` and its family's."
     )
 
     @model_validator(mode="after")
@@ -124,15 +122,20 @@ def lr_sweep(
     on that held-out tail (the validation split, which the claims judge, is never used to choose).
     The chosen values, and the `defs.yaml` lines that set them, are published."""
     grids = {name: config.for_model(name) for name in config.models}
-    for name, g in grids.items():  # every grid checked before any trial trains
+    for name, g in grids.items():  # every grid checked before any trial trains, at the context it trained at
+        block = lms[name].context_length or 1
         check_grid(
             g,
             where=f"lr_sweep[{name}]",
-            tokens_per_step=max(g.batch_sizes) * (config.block_size or 1),
-            budget_tokens=g.max_steps * g.batch_sizes[0] * (config.block_size or 1),
+            tokens_per_step=max(g.batch_sizes) * block,
+            budget_tokens=g.max_steps * g.batch_sizes[0] * block,
         )
     with stage(context, mlflow, config.model_dump()) as s:
         train_all, _, meta = load_labels(labels.path)
+        if not isinstance(train_all, TokenBlocks):
+            raise PipelineInputError(
+                f"labels folder {labels.path} holds sharded labels; the sweep splits `labels`' own .npy arrays"
+            )
         train, heldout = split_tail(train_all, config.heldout_fraction)
         context.log.info(
             f"trials train on {train.n_blocks} blocks and are scored on the held-out last "
@@ -142,7 +145,6 @@ def lr_sweep(
         for name in config.models:
             m = lms[name]
             base = {k: v for k, v in m.train_settings.items() if k not in ("launcher", "nproc_per_node", "strategy")}
-            base["block_size"] = config.block_size
             trial = lm_trial(
                 m.family,
                 m.model_config,

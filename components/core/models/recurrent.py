@@ -41,26 +41,34 @@ State = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # RNN: h (L, B, H); LS
 class RecurrentSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    cell: Literal["rnn", "lstm"] = Field("lstm", description="Recurrent cell: 'rnn' (Elman) or 'lstm'.")
+    cell: Literal["rnn", "lstm"] = Field(default="lstm", description="Recurrent cell: 'rnn' (Elman) or 'lstm'.")
     lstm_impl: Literal["torch", "explicit"] = Field(
-        "torch",
+        default="torch",
         description="LSTM implementation: 'torch' = nn.LSTM (fast); 'explicit' = gates written out "
         "step by step (slower, logs mean gate activations). Same weights either way.",
     )
-    n_embd: int = Field(128, ge=1, description="Token embedding width E.")
-    hidden_size: int = Field(256, ge=1, description="Recurrent state width H.")
-    n_layer: int = Field(1, ge=1, description="Number of stacked recurrent layers.")
+    n_embd: int = Field(default=128, ge=1, description="Token embedding width E.")
+    hidden_size: int = Field(default=256, ge=1, description="Recurrent state width H.")
+    n_layer: int = Field(default=1, ge=1, description="Number of stacked recurrent layers.")
     dropout: float = Field(
-        0.0, ge=0.0, lt=1.0, description="Dropout on embeddings, between layers and before the head (0 = off)."
+        default=0.0, ge=0.0, lt=1.0, description="Dropout on embeddings, between layers and before the head (0 = off)."
     )
     tie_weights: bool = Field(
-        False,
+        default=False,
         description="Share the embedding matrix with the output head; when hidden_size != n_embd a "
         "linear projection H -> E is inserted before the head.",
     )
-    nonlinearity: Literal["tanh", "relu"] = Field("tanh", description="Elman RNN nonlinearity (ignored for the LSTM).")
+    block_size: Optional[int] = Field(
+        default=None,
+        ge=1,
+        description="Context it trains and is scored on (the truncated-backpropagation length): the labels' blocks "
+        "are cropped to it. None = the labels' block_size (data.context_length).",
+    )
+    nonlinearity: Literal["tanh", "relu"] = Field(
+        default="tanh", description="Elman RNN nonlinearity (ignored for the LSTM)."
+    )
     param_budget: Optional[int] = Field(
-        None,
+        default=None,
         ge=1,
         description="When set, `size_for_budget` picks hidden_size (and n_embd, keeping their ratio) so the "
         "total parameter count for the vocabulary is as close as possible to this number.",
@@ -307,6 +315,13 @@ def sample_next(
 
 # ----------------------------------------------------------------------------------------------
 # Sizing by parameter budget
+
+
+def require_recurrent(model: nn.Module, what: str) -> RecurrentLM:
+    """`model` as a RecurrentLM; any other model is a ConfigError naming `what` needs one."""
+    if not isinstance(model, RecurrentLM):
+        raise ConfigError(f"{what} needs a recurrent LM, not a {type(model).__name__}")
+    return model
 
 
 def size_for_budget(config: RecurrentSettings, vocab_size: int) -> RecurrentSettings:

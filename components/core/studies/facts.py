@@ -87,28 +87,40 @@ class FactSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     vocab_size: int = Field(
-        2048,
+        default=2048,
         ge=260,
         description="The fact model's byte-level BPE vocabulary, trained on the training split (a "
         "country or a capital is one to four tokens).",
     )
-    seeds: list[int] = Field([0, 1], min_length=1, description="Training seeds of the fact model, each judged apart.")
+    seeds: list[int] = Field(
+        default=[0, 1], min_length=1, description="Training seeds of the fact model, each judged apart."
+    )
     workers: int = Field(
-        2, ge=1, description="Processes the seeds train in side by side on a CPU, one torch thread each (workers.py)."
+        default=2,
+        ge=1,
+        description="Processes the seeds train in side by side on a CPU, one torch thread each (workers.py).",
     )
     min_cooccurrences: int = Field(
-        2, ge=1, description="A pair is a fact of the corpus when its two words share a training sentence this often."
+        default=2,
+        ge=1,
+        description="A pair is a fact of the corpus when its two words share a training sentence this often.",
     )
     sentence_chars: int = Field(
-        200, ge=10, description="Longest stretch between subject and answer in one sentence (no period or newline)."
+        default=200,
+        ge=10,
+        description="Longest stretch between subject and answer in one sentence (no period or newline).",
     )
     min_per_relation: int = Field(
-        3, ge=2, description="A relation enters with at least this many facts (each compared with the other subjects)."
+        default=3,
+        ge=2,
+        description="A relation enters with at least this many facts (each compared with the other subjects).",
     )
-    ablate_k: int = Field(8, ge=1, description="Neurons zeroed per fact (top by attribution; as many matched ones).")
-    random_draws: int = Field(5, ge=1, description="Draws of activation-matched neurons per held-out prompt.")
-    bootstrap: int = Field(2000, ge=100, description="Bootstrap resamples over facts for the 95 % intervals.")
-    seed: int = Field(0, description="Seed of the matched draws, the made-up names and the bootstrap.")
+    ablate_k: int = Field(
+        default=8, ge=1, description="Neurons zeroed per fact (top by attribution; as many matched ones)."
+    )
+    random_draws: int = Field(default=5, ge=1, description="Draws of activation-matched neurons per held-out prompt.")
+    bootstrap: int = Field(default=2000, ge=100, description="Bootstrap resamples over facts for the 95 % intervals.")
+    seed: int = Field(default=0, description="Seed of the matched draws, the made-up names and the bootstrap.")
 
 
 @dataclass(frozen=True)
@@ -183,14 +195,14 @@ def prompts_in_text(texts: Iterable[str], facts: list[Fact]) -> list[str]:
 
 @contextmanager
 def ffn_activations(
-    model: nn.Module, zero: dict[int, list[int]] | None = None, keep: list[torch.Tensor] | None = None
+    model: Transformer, zero: dict[int, list[int]] | None = None, keep: list[torch.Tensor] | None = None
 ) -> Iterator[list[torch.Tensor]]:
     """Each layer's GELU output (B, T, 4C), kept in the graph (for gradients); `zero` {layer: [i, ...]}
     zeroes those neurons at every position; `keep` (a (B, 1, 4C) 0/1 mask per layer) zeroes neurons
     row by row, so that several zeroings run as one batch."""
     acts: list[torch.Tensor] = []
     handles = []
-    for layer, block in enumerate(model.h):
+    for layer, block in enumerate(model.blocks):
 
         def hook(mod, args, out, layer=layer):
             if zero and layer in zero:
@@ -219,7 +231,7 @@ def _batch(prompts: list[list[int]], answer: list[int], device) -> tuple[torch.T
 
 
 def answer_logprobs(
-    model: nn.Module,
+    model: Transformer,
     prompts: list[list[int]],
     answer: list[int],
     device,
@@ -247,7 +259,7 @@ def knowledge(lp: torch.Tensor) -> torch.Tensor:
     return lp[0] - lp[1:].mean()
 
 
-def attribute(model: nn.Module, prompt_sets: list[list[list[int]]], answer: list[int], device) -> torch.Tensor:
+def attribute(model: Transformer, prompt_sets: list[list[list[int]]], answer: list[int], device) -> torch.Tensor:
     """(n_layer, 4C): Σ over prompt sets and positions of activation × ∂knowledge/∂activation."""
     total = None
     for prompts in prompt_sets:
@@ -255,6 +267,8 @@ def attribute(model: nn.Module, prompt_sets: list[list[list[int]]], answer: list
         grads = torch.autograd.grad(knowledge(lp), acts)
         a = torch.stack([(act * g).sum((0, 1)) for act, g in zip(acts, grads)]).detach()  # (L, 4C)
         total = a if total is None else total + a
+    if total is None:
+        raise ValueError("attribute needs at least one set of prompts")
     return total
 
 
@@ -294,7 +308,7 @@ def zeroed_knowledge(model, prompts, answer, device, neuron_sets: list[list[tupl
 
 
 def probe_fact(
-    model: nn.Module, fact: Fact, others: list[str], encode: Encode, s: FactSettings, rng: np.random.Generator, device
+    model: Transformer, fact: Fact, others: list[str], encode: Encode, s: FactSettings, rng: np.random.Generator, device
 ) -> dict:
     """One fact: its neurons chosen on the selection prompts, judged on the held-out ones. `others`:
     the other subjects of its relation, whose prompts the knowledge score compares against (zeroing
@@ -302,7 +316,7 @@ def probe_fact(
     select, test = TEMPLATES[fact.relation]
     answer = encode(" " + fact.answer)
     sets = lambda t: [encode(t.format(s=x)) for x in [fact.subject, *others]]  # noqa: E731
-    width = model.h[0].mlp.c_fc.out_features
+    width = model.blocks[0].mlp.c_fc.out_features
     attr = attribute(model, [sets(t) for t in select], answer, device)
     neurons = [divmod(i, width) for i in torch.topk(attr.reshape(-1), s.ablate_k).indices.tolist()]
     rows = []
@@ -335,7 +349,7 @@ def _interval(d: np.ndarray, n: int, rng: np.random.Generator) -> tuple[float, f
     return float(np.percentile(boots, 2.5)), float(np.percentile(boots, 97.5))
 
 
-def probe_facts(model: nn.Module, facts: list[Fact], encode: Encode, s: FactSettings, device="cpu") -> list[dict]:
+def probe_facts(model: Transformer, facts: list[Fact], encode: Encode, s: FactSettings, device="cpu") -> list[dict]:
     """Every fact through `probe_fact`, each compared with the other subjects of its relation."""
     model = model.to(device).eval()
     rng = np.random.default_rng(s.seed)
@@ -459,7 +473,7 @@ def fact_memories(
     tok.save(str(tok_path))
     vocab = tok.get_vocab_size()
     encode = lambda t: tok.encode(t, add_special_tokens=False).ids  # noqa: E731
-    T = train_settings.block_size or model_settings.block_size
+    T = model_settings.block_size
     train_data = pack_blocks(token_stream(tok, train_texts), T, vocab)
     val_data = pack_blocks(token_stream(tok, val_texts), T, vocab)
     workers = cpu_workers(s.workers, train_settings.device)

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..data import IGNORE_INDEX, TokenBlocks
+from ..data import IGNORE_INDEX, Blocks
 from ..device import seed_everything
 from ..errors import ConfigError, PipelineInputError
 from ..models.recurrent import RecurrentLM, RecurrentSettings
@@ -47,38 +47,41 @@ class GradientStudySettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     seq_len: int = Field(
-        256, ge=1, description="T: steps back-propagated through (the labels' block_size must hold it)."
+        default=256, ge=1, description="T: steps back-propagated through (the labels' block_size must hold it)."
     )
     n_sequences: int = Field(
-        8, ge=1, description="Sequences (validation blocks) the norms are averaged over (geometric mean)."
+        default=8, ge=1, description="Sequences (validation blocks) the norms are averaged over (geometric mean)."
     )
     contractive_radius: float = Field(
-        0.5, gt=0, allow_inf_nan=False, description="Spectral radius of the contractive synthetic recurrent weights."
+        default=0.5,
+        gt=0,
+        allow_inf_nan=False,
+        description="Spectral radius of the contractive synthetic recurrent weights.",
     )
     expansive_radius: float = Field(
-        3.0,
+        default=3.0,
         gt=0,
         allow_inf_nan=False,
         description="Spectral radius of the expansive synthetic recurrent weights (> 1).",
     )
-    seed: int = Field(0, description="Seed of the fresh (untrained) models and of the clipping runs.")
-    clip_steps: int = Field(60, ge=1, description="Training steps of each clipping-experiment run.")
+    seed: int = Field(default=0, description="Seed of the fresh (untrained) models and of the clipping runs.")
+    clip_steps: int = Field(default=60, ge=1, description="Training steps of each clipping-experiment run.")
     clip_lr: float = Field(
-        8.0,
+        default=8.0,
         gt=0,
         allow_inf_nan=False,
         description="The (too) high learning rate of the clipping experiment (plain SGD).",
     )
     clip_grad: float = Field(
-        0.25,
+        default=0.25,
         gt=0,
         allow_inf_nan=False,
         description="Max gradient norm of the clipped run (about the typical norm, so only the spikes are cut).",
     )
-    clip_batch_size: int = Field(16, ge=1, description="Batch size of the clipping experiment.")
-    clip_block_size: int = Field(64, ge=1, description="Context length of the clipping experiment.")
+    clip_batch_size: int = Field(default=16, ge=1, description="Batch size of the clipping experiment.")
+    clip_block_size: int = Field(default=64, ge=1, description="Context length of the clipping experiment.")
     clip_blowup: float = Field(
-        2.0,
+        default=2.0,
         gt=0,
         allow_inf_nan=False,
         description="A run counts as diverged when its loss is NaN/inf or ever exceeds clip_blowup x its first loss.",
@@ -202,8 +205,8 @@ def _diverged(losses: list[float], blowup: float) -> bool:
 def clipping_experiment(
     model_config: RecurrentSettings,
     vocab_size: int,
-    train_data: TokenBlocks,
-    val_data: TokenBlocks,
+    train_data: Blocks,
+    val_data: Blocks,
     settings: GradientStudySettings,
     out_dir: str | Path | None = None,
 ) -> ClippingResult:
@@ -217,11 +220,13 @@ def clipping_experiment(
     workdir = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="clipping-"))
     for name, clip in (("unclipped", 0.0), ("clipped", s.clip_grad)):
         seed_everything(s.seed)
-        model = RecurrentLM(model_config, vocab_size)  # same init for both runs
+        # same init for both runs, trained at the experiment's context
+        model = RecurrentLM(
+            model_config.model_copy(update={"block_size": min(s.clip_block_size, train_data.block_size)}), vocab_size
+        )
         ts = TrainSettings(
             max_steps=s.clip_steps,
             batch_size=s.clip_batch_size,
-            block_size=min(s.clip_block_size, train_data.block_size),
             lr=s.clip_lr,
             min_lr=s.clip_lr,
             warmup_steps=0,
@@ -287,10 +292,10 @@ class GradientStudyResult:
 
 def gradient_study(
     models: dict[str, RecurrentLM],
-    data: TokenBlocks,
+    data: Blocks,
     settings: GradientStudySettings,
     *,
-    train_data: TokenBlocks | None = None,
+    train_data: Blocks | None = None,
     clip_model_config: RecurrentSettings | None = None,
     out_dir: str | Path | None = None,
 ) -> GradientStudyResult:
@@ -344,7 +349,9 @@ def gradient_study(
     clipping = None
     if train_data is not None and clip_model_config is not None:
         vocab_size = (
-            next(iter(models.values())).vocab_size if models else int(max(data.x.max(), train_data.x.max())) + 1
+            next(iter(models.values())).vocab_size
+            if models
+            else int(max(np.asarray(data.x).max(), np.asarray(train_data.x).max())) + 1
         )
         clipping = clipping_experiment(clip_model_config, vocab_size, train_data, data, s, out_dir)
 

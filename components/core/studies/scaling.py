@@ -44,7 +44,7 @@ from typing import Any, Callable
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..data import split_tail
+from ..data import context_length, split_tail
 from ..errors import ConfigError
 from ..manifests import Crossing, FamilyScaling, NgramRung, ScalingTrial, TransformerVsLstm
 from .power_law import PowerLawFit, fit_power_law, overtake, pass_level
@@ -54,49 +54,50 @@ class ScalingSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     budgets: list[float] = Field(
-        [5.5e12, 1.1e13, 2.2e13, 4.4e13],
+        default=[5.5e12, 1.1e13, 2.2e13, 4.4e13],
         description="Training FLOPs of each point, increasing; at least 3 (the fit has three parameters). The default "
         "starts at the default run's 5.5e12 and spans 8× upward.",
     )
     size_exponent: float = Field(
-        0.5,
+        default=0.5,
         ge=0.0,
         le=1.0,
         description="param_budget ∝ C^size_exponent from the input model's parameters at budgets[0] (0.5: "
         "Chinchilla's compute-optimal split, parameters and tokens growing alike; 0: one size).",
     )
     smallest_lr_factors: list[float] = Field(
-        [0.5, 1.0, 2.0],
+        default=[0.5, 1.0, 2.0],
         description="The learning rates swept at budgets[0], × the input model's, when the input model was not "
         "trained at budgets[0] and so cannot be the first point.",
     )
     largest_lr_factors: list[float] = Field(
-        [0.5, 1.0], description="The learning rates swept at the largest budget, × the smallest budget's."
+        default=[0.5, 1.0], description="The learning rates swept at the largest budget, × the smallest budget's."
     )
     largest_batch_factors: list[int] = Field(
-        [1], description="The batch sizes swept at the largest budget, × the smallest budget's."
+        default=[1], description="The batch sizes swept at the largest budget, × the smallest budget's."
     )
     reuse_trained: bool = Field(
-        True, description="The input model is the first point when it was trained at budgets[0] (saves its cost)."
+        default=True,
+        description="The input model is the first point when it was trained at budgets[0] (saves its cost).",
     )
     heldout_fraction: float = Field(
-        0.1,
+        default=0.1,
         gt=0.0,
         lt=1.0,
         description="The sweeps' trials train on the training split less its last `heldout_fraction` and are scored "
         "on that tail; the chosen values are then trained on the whole training split and scored on the validation "
         "split, which the claims judge and which never chooses.",
     )
-    bootstrap: int = Field(1000, ge=50, description="Redraws of the points for the fits' intervals.")
+    bootstrap: int = Field(default=1000, ge=50, description="Redraws of the points for the fits' intervals.")
     horizon: float = Field(
-        1e4, gt=1.0, description="Crossings of two fitted curves are searched up to this × the largest budget."
+        default=1e4, gt=1.0, description="Crossings of two fitted curves are searched up to this × the largest budget."
     )
     default_noise: float = Field(
-        0.01,
+        default=0.01,
         gt=0.0,
         description="Seed noise (nats) of a family whose spread over seeds was not measured, when no family's was.",
     )
-    seed: int = Field(0, description="Seed of the bootstrap.")
+    seed: int = Field(default=0, description="Seed of the bootstrap.")
 
 
 def check_settings(s: ScalingSettings, where: str = "scaling_laws") -> None:
@@ -173,6 +174,8 @@ def plan_steps(
     import torch
 
     from ..lm import build_model, resolve_settings
+    from ..models.recurrent import RecurrentLM
+    from ..models.transformer import Transformer
 
     out: dict[str, list[dict[str, Any]]] = {}
     c0 = settings.budgets[0]
@@ -182,10 +185,12 @@ def plan_steps(
             resolved = resolve_settings(inp.family, _scaled_settings(inp, c, c0, settings.size_exponent), vocab_size)
             with torch.device("meta"):
                 model = build_model(inp.family, resolved, vocab_size)
+            assert isinstance(model, (Transformer, RecurrentLM))  # the families build_model knows
             fpt = model.flops_per_token(block_size)
             batches = [int(inp.train_settings["batch_size"])]
             if i == len(settings.budgets) - 1:
                 batches = [max(1, int(round(b * f))) for b in batches for f in settings.largest_batch_factors]
+            steps = 0  # set below: batches is never empty (the factors are checked with the settings)
             for b in batches:
                 steps = int(c // (fpt * b * block_size))
                 warmup = int(inp.train_settings.get("warmup_steps", 0))
@@ -217,7 +222,7 @@ def run_scaling(
     from .sweep import SweepSettings, lm_trial, run_sweep
 
     check_settings(settings)
-    block = int(inputs[0].train_settings.get("block_size") or train_data.block_size)
+    block = context_length(inputs[0].model_config.get("block_size"), train_data.block_size)
     plan_steps(inputs, settings, vocab_size, block)
     budgets, c0, c1 = settings.budgets, settings.budgets[0], settings.budgets[-1]
     trials: list[dict[str, Any]] = []
