@@ -11,7 +11,8 @@ from pydantic import Field
 
 from components.core.labels import load_labels
 from components.core.lm import load_lm
-from components.core.manifests import Labels, LanguageModel, ModelComparison, NgramBaseline
+from components.core.manifests import Labels, LanguageModel, ModelComparison, NgramBaseline, SeedSpread, typed_row
+from components.core.models.transformer import require_transformer
 from components.core.studies.ablations import accounting_markdown
 from components.core.studies.comparison import compare_models, parameter_split, tiers_text, train_other_seeds
 from components.core.studies.transformer_probes import parameter_accounting
@@ -37,17 +38,17 @@ class ModelComparisonConfig(dg.Config):
     validation loss, against which the differences between models are judged."""
 
     extra_seeds: list[int] = Field(
-        [7],
+        default=[7],
         description="Train the `seed_models` again with each of these seeds (same settings, data and steps) and report "
         "the spread of their final validation loss; empty = one seed, no spread.",
     )
     seed_models: list[str] = Field(
-        ["rnn", "transformer"],
+        default=["rnn", "transformer"],
         description="Models (asset name without `_lm`) retrained with `extra_seeds`; empty = all. "
         "The others are given the largest spread measured.",
     )
     seed_workers: int = Field(
-        2,
+        default=2,
         ge=1,
         description="Processes the retrainings run in side by side, one torch thread each (on 2 cores two at once "
         "finish in about 0.8× the time of one after the other at two threads); 1: one after the other here.",
@@ -97,7 +98,7 @@ def model_comparison_asset(lm_keys: list[dg.AssetKey]) -> dg.AssetsDefinition:
                     matched_time_s=result.matched_time_s,
                     accounting=accounting,
                     settledness=st,
-                    seeds=result.seeds,
+                    seeds={n: typed_row(SeedSpread, v) for n, v in result.seeds.items()},
                     baseline=result.baseline,
                     pairs=result.pairs,
                 ),
@@ -165,7 +166,11 @@ def _seed_losses(
 def _parameter_accounting(models: dict[str, LanguageModel], result: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """Each Transformer's parameter accounting, and where each model's budget sits (embedding,
     output head, core: added to its row of `result`); with the comparison's metrics."""
-    accounting = {n: parameter_accounting(load_lm(m.weights)) for n, m in models.items() if m.family == "transformer"}
+    accounting = {
+        n: parameter_accounting(require_transformer(load_lm(m.weights), f"{n}'s parameter accounting"))
+        for n, m in models.items()
+        if m.family == "transformer"
+    }
     split = {n: parameter_split(load_lm(m.weights)) for n, m in models.items()}
     for row in result.rows:  # where each model's budget sits: embedding, output head, core
         row.update({f"params_{k}": v for k, v in split[row["model"]].items() if k != "total"})

@@ -32,7 +32,7 @@ def default_run_config() -> dict[str, Any]:
 
     job = default_route_job()
     result = process_config(job.run_config_schema.run_config_schema_type, {})
-    if not result.success:
+    if not result.success or result.value is None:
         raise RuntimeError(f"the config classes have no complete defaults: {result.errors}")
     ops = {name: {"config": op["config"]} for name, op in sorted(result.value["ops"].items()) if op.get("config")}
     return {"execution": EXECUTION, "ops": ops}

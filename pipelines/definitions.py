@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import datetime as dt
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -61,14 +63,14 @@ LM_FRESHNESS = dg.FreshnessPolicy.time_window(
 )
 
 
-def route_config(config: dict) -> dict:
+def route_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """A config file's run config for its `<name>_pipeline` (the default route): without the ops that
     run in a job of their own (`OWN_JOB_OPS`)."""
     ops = config.get("ops") or {}
     return {**config, "ops": {k: v for k, v in ops.items() if k not in OWN_JOB_OPS}}
 
 
-def own_job_config(config: dict, op: str) -> dict:
+def own_job_config(config: Mapping[str, Any], op: str) -> dict[str, Any]:
     """A config file's run config for the job of `op` (e.g. `scaling_laws`): its section, and the rest of
     the file but the other ops."""
     return {**{k: v for k, v in config.items() if k != "ops"}, "ops": {op: (config.get("ops") or {})[op]}}

@@ -77,7 +77,7 @@ def create_run(instance, job_name: str, tags: dict[str, str] | None = None):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.launch", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m pipelines.launch", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("job", help="a job of the Definitions, e.g. default_pipeline")
     parser.add_argument(
         "--check-config",
@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             print(e.args[0], file=sys.stderr)
             return 2
         print(f"Run {run.run_id} of {args.job} in code location {LOCATION_NAME}", flush=True)
+        if run.job_code_origin is None:  # create_run gives every run the code location's Python origin
+            raise RuntimeError(f"run {run.run_id} of {args.job} has no job code origin to execute")
         result = execute_run(recon_job_from_origin(run.job_code_origin), run, instance)
         return 0 if result.success else 1
 

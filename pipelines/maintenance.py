@@ -51,16 +51,16 @@ def _instance(uri: str, setting: str | None):
 def _add_shard_partitions(uri: str, setting: str | None) -> dict:
     """Add a `corpus_shards` partition for every shard file of the folder that has none (the
     `shards` resource's default folder: $PIPELINE_SHARD_DIR, else <state>/shards)."""
-    from components.orchestration.shards import SHARD_PARTITIONS, ShardFolder
+    from components.orchestration.shards import SHARD_PARTITIONS_NAME, ShardFolder
 
     folder = ShardFolder()
     files = folder.shards()
     instance = _instance(uri, setting)
     try:
-        known = set(instance.get_dynamic_partitions(SHARD_PARTITIONS.name))
+        known = set(instance.get_dynamic_partitions(SHARD_PARTITIONS_NAME))
         new = [k for k in files if k not in known]
         if new:
-            instance.add_dynamic_partitions(SHARD_PARTITIONS.name, new)
+            instance.add_dynamic_partitions(SHARD_PARTITIONS_NAME, new)
     finally:
         instance.dispose()
     return {
@@ -72,7 +72,9 @@ def _add_shard_partitions(uri: str, setting: str | None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.maintenance", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m pipelines.maintenance", description=(__doc__ or "").split("\n\n")[0]
+    )
     parser.add_argument(
         "--tracking-uri",
         default=None,

@@ -263,7 +263,9 @@ def test_perplexity_claims_fail_on_a_model_whose_weights_have_outlier_columns(ti
         {"transformer_lm": model}, tiny["val"], QuantizationSettings(**FAST, variants=["fp32", "int8", "nf4"])
     )
     manifest = M.QuantizedModels(
-        rows=result.rows, checks=check_figures(result.rows, "transformer_lm"), main_model="transformer_lm"
+        rows=result.rows,
+        checks=check_figures(result.rows, "transformer_lm"),
+        main_model="transformer_lm",
     )
     int8, nf4 = C.int8_perplexity_cost(manifest), C.nf4_perplexity_cost(manifest)
     assert not int8.passed and not int8.checks["int8_within_limit"], int8.figures

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,30 +12,30 @@ from pydantic import ValidationError
 
 from components.core.embeddings.vocab import SPECIAL_TOKENS, Vocab, build_vocab, word_tokenize
 from components.core.embeddings.word2vec import (
-    _shards,
     load_embeddings,
     save_embeddings,
+    split_shards,
     train_from_tokens,
     train_word2vec,
 )
 from components.core.embeddings.word2vec_chunks import (
-    _block,
-    _block_of,
-    _CbowWorker,
-    _epoch_chunks,
-    _flatten,
-    _keep_probability,
-    _negative_cdf,
-    _SkipGramWorker,
-    _UnigramSampler,
+    CbowWorker,
+    SkipGramWorker,
+    UnigramSampler,
+    block,
+    block_of,
+    epoch_chunks,
+    flatten,
+    keep_probability,
+    negative_cdf,
 )
 from components.core.embeddings.word2vec_settings import Word2VecSettings
 from components.core.errors import ConfigError, PipelineInputError
 
 
-def unigram(counts: np.ndarray) -> "_UnigramSampler":
+def unigram(counts: np.ndarray) -> "UnigramSampler":
     """The negatives' sampler over `counts`, as `train_word2vec` builds it."""
-    return _UnigramSampler(_negative_cdf(counts))
+    return UnigramSampler(negative_cdf(counts))
 
 
 # --- a synthetic corpus with a planted relation -------------------------------------------------
@@ -75,7 +76,9 @@ def group_similarity(words: list[str], vectors: np.ndarray) -> tuple[float, floa
     return float(within.mean()), float(across.mean())
 
 
-SMALL = dict(vector_size=24, window=3, min_count=1, negative=4, epochs=5, sample=0.0, batch_size=256, workers=1)
+SMALL: dict[str, Any] = dict(
+    vector_size=24, window=3, min_count=1, negative=4, epochs=5, sample=0.0, batch_size=256, workers=1
+)
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +160,7 @@ def reference_update(Wt: torch.Tensor, ch, s: Word2VecSettings) -> np.ndarray:
         # negatives, batched: every token against its K draws from the updated input rows
         for j in range(C):
             for k in range(K):
-                p, x = pool[_block_of(j, C, s) * K + k], ids[j]
+                p, x = pool[block_of(j, C, s) * K + k], ids[j]
                 g = -sig(L[j, :D] @ W[p, D:]) * lr * n_ctx[j] * s.negative / K
                 dW[x, :D] += g * W[p, D:]
                 dW[p, D:] += g * L[j, :D]
@@ -172,7 +175,7 @@ def reference_update(Wt: torch.Tensor, ch, s: Word2VecSettings) -> np.ndarray:
             work = g * W[ids[i], D:]
             dW[ids[i], D:] += g * h
             for k in range(K):
-                p = pool[_block_of(i, C, s) * K + k]
+                p = pool[block_of(i, C, s) * K + k]
                 g = -sig(h @ W[p, D:]) * lr * s.negative / K
                 work = work + g * W[p, D:]
                 dW[p, D:] += g * h
@@ -190,13 +193,13 @@ def test_vectorised_step_equals_per_pair_reference(sg, C):
     vocab = Vocab(list(SPECIAL_TOKENS) + [f"w{i}" for i in range(8)], counts)
     rng = np.random.default_rng(3)
     sentences = [rng.integers(4, len(vocab), size=n) for n in (7, 1, 9, 5, 12, 3)]
-    corpus = _flatten(sentences, vocab, s.window)
+    corpus = flatten(sentences, vocab, s.window)
     keep_all = np.ones(len(vocab))
-    chunks = list(_epoch_chunks(corpus, keep_all, unigram(counts), s, 0, rng, torch.device("cpu"), 1))
+    chunks = list(epoch_chunks(corpus, keep_all, unigram(counts), s, 0, rng, torch.device("cpu"), 1))
     assert all(len(c.ids) == C for c in chunks) and len(chunks) == -(-37 // (C - 6))  # C - 2*window new centres each
     Wt = torch.randn(len(vocab), 2 * s.vector_size, generator=torch.Generator().manual_seed(0)) * 0.5
     Wt[0] = 0
-    worker = (_SkipGramWorker if sg else _CbowWorker)(Wt, s, C)
+    worker = (SkipGramWorker if sg else CbowWorker)(Wt, s, C)
     for ch in chunks:
         expected = reference_update(Wt, ch, s)
         worker.step(ch)
@@ -215,14 +218,15 @@ def test_row_update_cap_scales_a_frequent_rows_change():
     vocab = Vocab(list(SPECIAL_TOKENS) + ["the", "a", "b", "c"], counts)
     rng = np.random.default_rng(0)
     sentence = np.where(rng.random(60) < 0.5, 4, rng.integers(5, 8, 60))  # "the" every other word
-    corpus = _flatten([sentence], vocab, s.window)
-    ch = next(_epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, torch.device("cpu"), 1))
+    corpus = flatten([sentence], vocab, s.window)
+    ch = next(epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, torch.device("cpu"), 1))
     W0 = torch.randn(len(vocab), 16, generator=torch.Generator().manual_seed(1)) * 0.3
     W0[0] = 0
     capped, free = W0.clone(), W0.clone()
-    _SkipGramWorker(capped, s, len(ch.ids)).step(ch)
-    _SkipGramWorker(free, s, len(ch.ids)).step(dataclasses.replace(ch, in_terms=None, out_terms=None))
+    SkipGramWorker(capped, s, len(ch.ids)).step(ch)
+    SkipGramWorker(free, s, len(ch.ids)).step(dataclasses.replace(ch, in_terms=None, out_terms=None))
     rows = ch.rows.numpy()
+    assert ch.in_terms is not None and ch.out_terms is not None  # the cap binds in this chunk
     t_in = np.bincount(rows, weights=ch.in_terms.numpy(), minlength=len(vocab))
     t_out = np.bincount(rows, weights=ch.out_terms.numpy(), minlength=len(vocab))
     assert t_in[4] > s.row_update_cap and t_out[4] > s.row_update_cap  # "the" is over the cap
@@ -246,25 +250,27 @@ def test_only_chunks_where_a_row_reaches_the_cap_carry_its_terms(monkeypatch):
     rng = np.random.default_rng(0)
     dense = np.where(rng.random(120) < 0.6, 4, rng.integers(5, 8, 120))  # "the" in most places: over the cap
     sentence = np.r_[dense, rng.integers(5, 8, 360)]  # then never: every row under it
-    corpus = _flatten([sentence], vocab, s.window)
+    corpus = flatten([sentence], vocab, s.window)
     negatives = unigram(counts)
 
     def chunks():
-        it = _epoch_chunks(
+        it = epoch_chunks(
             corpus, np.ones(len(vocab)), negatives, s, 0, np.random.default_rng(1), torch.device("cpu"), 1
         )
         return list(it)
 
     got = chunks()
-    monkeypatch.setattr(word2vec_chunks, "_cap_binds", lambda rows, terms, cap: np.ones(len(rows), dtype=bool))
+    monkeypatch.setattr(word2vec_chunks, "cap_binds", lambda rows, terms, cap: np.ones(len(rows), dtype=bool))
     every = chunks()
     over = []
     for g, e in zip(got, every, strict=True):
         rows = e.rows.numpy()
+        assert e.in_terms is not None and e.out_terms is not None  # every chunk carries them here
         totals = [np.bincount(rows, weights=t.numpy()).max() for t in (e.in_terms, e.out_terms)]
         over.append(max(totals) > s.row_update_cap)
         assert (g.in_terms is not None) == (g.out_terms is not None) == over[-1]
         if over[-1]:
+            assert g.in_terms is not None and g.out_terms is not None
             assert torch.equal(g.in_terms, e.in_terms) and torch.equal(g.out_terms, e.out_terms)
     assert any(over) and not all(over)  # both kinds occur here
 
@@ -272,14 +278,14 @@ def test_only_chunks_where_a_row_reaches_the_cap_carry_its_terms(monkeypatch):
 @pytest.mark.parametrize("cap", [0.5, 5.0, 8.0, 12.0, 1e9])
 def test_cap_binds_exactly_where_a_rows_sum_in_its_chunk_passes_the_cap(cap):
     """Against the plain per-chunk sums, on chunks with frequent and rare rows, terms zero and not."""
-    from components.core.embeddings.word2vec_chunks import _cap_binds
+    from components.core.embeddings.word2vec_chunks import cap_binds
 
     rng = np.random.default_rng(int(cap))
     B, L = 40, 30
     rows = np.where(rng.random((B, L)) < 0.3, rng.integers(0, 3, (B, L)), rng.integers(3, 500, (B, L)))
     terms = (rng.random((B, L)) * 3, np.where(rng.random((B, L)) < 0.5, 0.0, rng.random((B, L)) * 2))
     expected = np.array([any(np.bincount(rows[b], weights=t[b]).max() > cap for t in terms) for b in range(B)])
-    got = _cap_binds(rows, terms, cap)
+    got = cap_binds(rows, terms, cap)
     np.testing.assert_array_equal(got, expected)
     assert cap > 100 or cap < 1 or (expected.any() and not expected.all())  # both kinds at the middle caps
 
@@ -292,10 +298,11 @@ def test_every_pair_is_trained_once_within_its_sentence():
     vocab = Vocab(list(SPECIAL_TOKENS) + [f"w{i}" for i in range(6)], counts)
     rng = np.random.default_rng(0)
     sentences = [rng.integers(4, 10, size=n) for n in rng.integers(1, 30, size=40)]
-    corpus = _flatten(sentences, vocab, W)
-    chunks = list(_epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, torch.device("cpu"), 1))
+    corpus = flatten(sentences, vocab, W)
+    chunks = list(epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, torch.device("cpu"), 1))
     pairs: list[tuple[int, int]] = []  # (centre, context) in corpus positions (sample=0 keeps every token)
     for ch in chunks:
+        assert ch.masks is not None  # skip-gram
         m = ch.masks.numpy()  # (C, W, 2)
         C = len(ch.ids)
         for i, o, t in zip(*np.nonzero(m)):
@@ -333,14 +340,15 @@ def test_cbow_bands_hold_the_skip_gram_masks_of_the_same_draws():
     vocab = Vocab(list(SPECIAL_TOKENS) + [f"w{i}" for i in range(6)], counts)
     rng = np.random.default_rng(0)
     sentences = [rng.integers(4, 10, size=n) for n in rng.integers(1, 12, size=30)]
-    corpus = _flatten(sentences, vocab, W)
+    corpus = flatten(sentences, vocab, W)
 
     def chunks(sg):
         s = Word2VecSettings(window=W, sg=sg, batch_size=C, batch_growth=1, sample=0.0, negative_draws=5)
         gen = np.random.default_rng(1)
-        return list(_epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, gen, "cpu", 1))
+        return list(epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, gen, "cpu", 1))
 
     for sk, cb in zip(chunks(1), chunks(0), strict=True):
+        assert sk.masks is not None and cb.band is not None and cb.band_t is not None and cb.has_pairs is not None
         m, band, band_t = sk.masks.numpy(), cb.band.numpy()[:, 0], cb.band_t.numpy()[:, 0]
         assert cb.masks is None and sk.band is None
         around = np.zeros((C, 2 * W + 1))  # [centre i, W + d]: context i + d
@@ -366,18 +374,19 @@ def test_cbow_blocks_interleave_and_the_cap_counts_each_samples_block(monkeypatc
 
     C, K = 64, 3
     s = Word2VecSettings(window=2, sg=0, negative=3, batch_size=C, batch_growth=1, sample=0.0)
-    G, nb = _block(C), C // _block(C)
-    assert _block_of(np.arange(C), C, s).tolist() == [j % nb for j in range(C)]
-    assert _block_of(np.arange(C), C, s.model_copy(update={"sg": 1})).tolist() == [j // G for j in range(C)]
-    monkeypatch.setattr(word2vec_chunks, "_cap_binds", lambda rows, terms, cap: np.ones(len(rows), dtype=bool))
+    G, nb = block(C), C // block(C)
+    assert block_of(np.arange(C), C, s).tolist() == [j % nb for j in range(C)]
+    assert block_of(np.arange(C), C, s.model_copy(update={"sg": 1})).tolist() == [j // G for j in range(C)]
+    monkeypatch.setattr(word2vec_chunks, "cap_binds", lambda rows, terms, cap: np.ones(len(rows), dtype=bool))
     counts = np.r_[0, 0, 0, 0, np.full(6, 100)]
     vocab = Vocab(list(SPECIAL_TOKENS) + [f"w{i}" for i in range(6)], counts)
     rng = np.random.default_rng(0)
     sentences = [rng.integers(4, 10, size=n) for n in rng.integers(1, 30, size=20)]
-    corpus = _flatten(sentences, vocab, 2)
-    chunks = list(_epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, "cpu", 1))
+    corpus = flatten(sentences, vocab, 2)
+    chunks = list(epoch_chunks(corpus, np.ones(len(vocab)), unigram(counts), s, 0, rng, "cpu", 1))
     for ch in chunks:
-        per_block = np.bincount(_block_of(np.arange(C), C, s), weights=ch.has_pairs.numpy(), minlength=nb)
+        assert ch.has_pairs is not None and ch.out_terms is not None  # CBOW, every chunk carrying its terms
+        per_block = np.bincount(block_of(np.arange(C), C, s), weights=ch.has_pairs.numpy(), minlength=nb)
         np.testing.assert_allclose(ch.out_terms.numpy()[C:], np.repeat(per_block, K) * s.negative / K)
 
 
@@ -390,10 +399,11 @@ def test_subsampling_and_negative_table_match_gensim():
     vocab = build_vocab(sentences, min_count=1)
     assert vocab.words[4:] == model.wv.index_to_key
     np.testing.assert_array_equal(vocab.counts[4:], [model.wv.get_vecattr(w, "count") for w in model.wv.index_to_key])
-    keep = _keep_probability(vocab.counts, 1e-2)[4:]
+    keep = keep_probability(vocab.counts, 1e-2)[4:]
     gensim_keep = np.array([model.wv.get_vecattr(w, "sample_int") for w in model.wv.index_to_key]) / (2**32 - 1)
     np.testing.assert_allclose(keep, gensim_keep, rtol=1e-6)
-    cdf = _negative_cdf(vocab.counts)
+    cdf = negative_cdf(vocab.counts)
+    assert model.cum_table is not None  # built by build_vocab
     np.testing.assert_allclose(cdf[4:], model.cum_table / model.cum_table[-1], rtol=1e-6)
     assert np.all(cdf[:4] == 0)  # the specials are never drawn as negatives
 
@@ -401,7 +411,7 @@ def test_subsampling_and_negative_table_match_gensim():
 @pytest.mark.parametrize("counts", [np.r_[0, 0, 0, 0, 500, 120, 40, 9, 5, 5, 1], np.r_[0, 0, 0, 0, 7]])
 def test_negatives_are_drawn_with_the_unigram_table_probabilities(counts):
     """The alias sampler draws each id with its cdf step (gensim's cum_table), never a zero-count one."""
-    p = np.diff(np.r_[0.0, _negative_cdf(counts)])
+    p = np.diff(np.r_[0.0, negative_cdf(counts)])
     n = 400_000
     got = np.bincount(unigram(counts).draw(np.random.default_rng(5), (n // 4, 4)).ravel(), minlength=len(counts))
     assert got.sum() == n and np.all(got[counts == 0] == 0)
@@ -458,12 +468,12 @@ def test_shards_split_at_sentence_ends():
     counts = np.r_[0, 0, 0, 0, np.full(4, 50)]
     vocab = Vocab(list(SPECIAL_TOKENS) + ["a", "b", "c", "d"], counts)
     sentences = [np.full(n, 4 + i % 4) for i, n in enumerate([5, 7, 3, 9, 4, 6])]
-    corpus = _flatten(sentences, vocab, 2)
-    shards = _shards(corpus, 3)
+    corpus = flatten(sentences, vocab, 2)
+    shards = split_shards(corpus, 3)
     assert sum(len(sh.ids) for sh in shards) == len(corpus.ids) and len(shards) == 3
     for a, b in zip(shards[:-1], shards[1:]):
         assert a.sentence[-1] != b.sentence[0]  # no sentence is cut
-    assert len(_shards(corpus, 20)) == 6  # at most one shard per sentence
+    assert len(split_shards(corpus, 20)) == 6  # at most one shard per sentence
 
 
 def test_log_metrics_callback_and_metrics(planted):
@@ -539,7 +549,7 @@ def test_bad_settings_combinations():
     with pytest.raises(ValidationError, match="batch_size must be at least 4 \\* window = 400, got 256"):
         Word2VecSettings(window=100)  # the model's default batch is checked too
     with pytest.raises(ValidationError, match="extra"):
-        Word2VecSettings(size=100)  # gensim 3's old name is not silently ignored
+        Word2VecSettings(size=100)  # pyright: ignore[reportCallIssue]  # gensim 3's old name is not silently ignored
 
 
 def test_batch_size_and_draws_zero_take_the_models_defaults():

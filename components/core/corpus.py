@@ -17,12 +17,15 @@ import tempfile
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Literal, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, Mapping, Optional, cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .errors import PipelineInputError
+from .errors import ConfigError, PipelineInputError
+
+if TYPE_CHECKING:
+    import datasets
 
 WIKI_SAMPLE_NAME = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet")
@@ -34,27 +37,31 @@ class CorpusSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     source: Literal["wiki_sample", "wiki_dump", "files", "hf"] = Field(
-        "wiki_sample",
+        default="wiki_sample",
         description="wiki_sample: the Wikipedia sample dump in gensim's test data; wiki_dump: a "
         "MediaWiki XML dump (.xml or .xml.bz2) at `path`; files: .txt/.jsonl/.parquet file or a "
         "directory of them at `path`; hf: a Hugging Face dataset (`hf_dataset`, needs network).",
     )
-    path: Optional[str] = Field(None, description="File or directory for source wiki_dump/files.")
-    text_column: str = Field("text", description="Column holding the text in .jsonl/.parquet/hf data.")
+    path: Optional[str] = Field(default=None, description="File or directory for source wiki_dump/files.")
+    text_column: str = Field(default="text", description="Column holding the text in .jsonl/.parquet/hf data.")
     txt_documents: Literal["file", "paragraph"] = Field(
-        "paragraph", description="A .txt file is one document ('file') or one per blank-line-separated block."
+        default="paragraph", description="A .txt file is one document ('file') or one per blank-line-separated block."
     )
-    hf_dataset: Optional[str] = Field(None, description="Hugging Face dataset id (source hf).")
-    hf_config: Optional[str] = Field(None, description="Hugging Face dataset config name.")
-    hf_split: str = Field("train", description="Hugging Face split to read.")
+    hf_dataset: Optional[str] = Field(default=None, description="Hugging Face dataset id (source hf).")
+    hf_config: Optional[str] = Field(default=None, description="Hugging Face dataset config name.")
+    hf_split: str = Field(default="train", description="Hugging Face split to read.")
     max_documents: Optional[int] = Field(
-        None,
+        default=None,
         ge=2,
         description="Keep at most this many documents (None: all); at least 2, one train and one validation document.",
     )
-    min_chars: int = Field(1, ge=1, description="Drop documents shorter than this many characters after cleaning.")
-    validation_fraction: float = Field(0.1, gt=0.0, lt=1.0, description="Share of documents held out for validation.")
-    seed: int = Field(0, ge=0, description="Seed of the document-level train/validation split.")
+    min_chars: int = Field(
+        default=1, ge=1, description="Drop documents shorter than this many characters after cleaning."
+    )
+    validation_fraction: float = Field(
+        default=0.1, gt=0.0, lt=1.0, description="Share of documents held out for validation."
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of the document-level train/validation split.")
 
     @model_validator(mode="after")
     def _check(self) -> "CorpusSettings":
@@ -111,7 +118,7 @@ def iter_wiki_articles(path: str | Path) -> Iterator[dict[str, str]]:
     with open(path, "rb") as raw:
         try:
             with bz2.BZ2File(raw) if path.suffix == ".bz2" else nullcontext(raw) as fh:
-                for title, markup, pageid in extract_pages(fh, filter_namespaces=("0",)):
+                for title, markup, pageid in extract_pages(fh, filter_namespaces=("0",)):  # pyright: ignore[reportArgumentType]
                     if not markup or markup.lstrip()[:9].lower() == "#redirect":
                         continue
                     yield {"doc_id": f"wiki:{pageid}", "title": title, "text": wiki_to_text(markup)}
@@ -318,6 +325,8 @@ def iter_hf_dataset(settings: CorpusSettings, report: ReadReport) -> Iterator[di
     """A Hugging Face dataset (needs network or a local HF cache)."""
     import datasets
 
+    if settings.hf_dataset is None:
+        raise ConfigError("corpus.hf_dataset is required when corpus.source is 'hf'")
     ds = datasets.load_dataset(settings.hf_dataset, settings.hf_config, split=settings.hf_split)
     column = settings.text_column
     if column not in ds.column_names:
@@ -329,7 +338,8 @@ def iter_hf_dataset(settings: CorpusSettings, report: ReadReport) -> Iterator[di
             f"{settings.hf_dataset}: column '{column}' has type {ds.features[column]}, not string; set "
             f"corpus.text_column"
         )
-    for i, row in enumerate(ds):
+    rows = cast("Iterable[Mapping[str, Any]]", ds)  # datasets leaves the row type open: name → value
+    for i, row in enumerate(rows):
         if row[column] is None:
             report.null_rows += 1
             continue
@@ -339,9 +349,11 @@ def iter_hf_dataset(settings: CorpusSettings, report: ReadReport) -> Iterator[di
 def iter_documents(settings: CorpusSettings, report: ReadReport) -> Iterator[dict[str, str]]:
     if settings.source == "wiki_sample":
         return iter_wiki_articles(default_wiki_dump())
-    if settings.source == "wiki_dump":
-        return iter_wiki_articles(settings.path)
-    if settings.source == "files":
+    if settings.source in ("wiki_dump", "files"):
+        if settings.path is None:
+            raise ConfigError(f"corpus.path is required when corpus.source is '{settings.source}'")
+        if settings.source == "wiki_dump":
+            return iter_wiki_articles(settings.path)
         return iter_local_files(settings.path, settings, report)
     return iter_hf_dataset(settings, report)
 
@@ -519,23 +531,29 @@ def build_corpus(settings: CorpusSettings, out_dir: str | Path, cache_dir: Optio
     return CorpusResult(path=out_dir, stats=result, samples=samples)
 
 
-def load_corpus(path: str | Path):
+def load_corpus(path: str | Path) -> datasets.DatasetDict:
     """The saved `datasets.DatasetDict` with `train` and `validation` splits."""
     import datasets
 
     path = Path(path)
     if not path.exists():
         raise PipelineInputError(f"corpus folder not found: {path} (materialize `corpus` first)")
-    return datasets.load_from_disk(str(path))
+    dd = datasets.load_from_disk(str(path))
+    if not isinstance(dd, datasets.DatasetDict):
+        raise PipelineInputError(f"{path} holds one dataset, not a corpus's train and validation splits")
+    return dd
 
 
 def iter_texts(texts: Iterable[str], batch_rows: int = 128) -> Iterator[str]:
     """The strings of `texts`. A `datasets` column (`dataset["text"]`) is read `batch_rows` rows at
     a time: its own iterator formats one row per call, about 100 times slower."""
-    datasets = sys.modules.get("datasets")
-    if datasets is not None and isinstance(texts, datasets.Column) and isinstance(texts.source, datasets.Dataset):
-        name = texts.column_name
-        for batch in texts.source.select_columns([name]).iter(batch_size=batch_rows):
-            yield from batch[name]
-    else:
-        yield from texts
+    if sys.modules.get("datasets") is not None:  # only a loaded `datasets` can have made a column
+        import datasets
+
+        if isinstance(texts, datasets.Column) and isinstance(texts.source, datasets.Dataset):
+            name = texts.column_name
+            batches = texts.source.select_columns([name]).iter(batch_size=batch_rows)
+            for batch in cast("Iterator[Mapping[str, list[str]]]", batches):  # untyped in datasets: name → values
+                yield from batch[name]
+            return
+    yield from texts

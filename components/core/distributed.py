@@ -78,18 +78,18 @@ class LaunchSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     launcher: Launcher = Field(
-        "inprocess",
+        default="inprocess",
         description="inprocess: train in the step's own process; torchrun: data-parallel (DDP) in nproc_per_node "
         "processes (gloo on the CPU, NCCL on GPUs), batch_size being the global batch.",
     )
     nproc_per_node: int = Field(
-        2,
+        default=2,
         ge=1,
         description="Processes of a torchrun launch: at most the CPU cores (on the CPU) or the GPUs; must divide "
         "batch_size.",
     )
     strategy: Strategy = Field(
-        "ddp",
+        default="ddp",  # by keyword: pyright takes a positional string default for a required field
         description="ddp: every rank holds the whole model (DistributedDataParallel); fsdp: parameters, gradients and "
         "optimizer state sharded over the ranks (FSDP2 fully_shard), for a model that does not fit one device.",
     )
@@ -301,7 +301,7 @@ def run_worker(
             from torch.nn.parallel import DistributedDataParallel
 
             # Buffers (RoPE tables, masks) are constants: nothing to broadcast at every forward.
-            no_buffer_sync = (
+            no_buffer_sync: dict[str, Any] = (
                 {"forward_sync_buffers": False}
                 if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
                 else {"broadcast_buffers": False}  # torch < 2.13
@@ -339,7 +339,12 @@ def run_worker(
 
 def local_parameters(model: torch.nn.Module) -> int:
     """Parameters this rank holds: all of them under DDP, its shards under FSDP."""
-    return sum(p.to_local().numel() if hasattr(p, "to_local") else p.numel() for p in model.parameters())
+    return sum(_local_numel(p) for p in model.parameters())
+
+
+def _local_numel(p: torch.Tensor) -> int:
+    to_local = getattr(p, "to_local", None)  # a DTensor (FSDP2): this rank's shard
+    return to_local().numel() if to_local is not None else p.numel()
 
 
 def shard_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -396,6 +401,8 @@ class FullStateCheckpoints:
 
         from .checkpoint import load_checkpoint
 
+        if optimizer is None:
+            raise ConfigError("a sharded checkpoint loads the weights and the optimizer state together: pass both")
         copy, copy_optimizer = self._copy()
         state = load_checkpoint(ckpt_dir, copy, copy_optimizer, expected_meta=expected_meta)
         full = StateDictOptions(full_state_dict=True)
@@ -424,7 +431,7 @@ def _loopback_rendezvous_class():
             return LOOPBACK_RDZV
 
         def next_rendezvous(self):
-            from torch.distributed import TCPStore
+            from torch.distributed import TCPStore  # pyright: ignore[reportPrivateImportUsage]
 
             if not self._store:
                 listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -584,8 +591,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def worker_main(spec_path: str | Path, **callbacks: Any) -> TrainResult:
-    """A rank's entry point: stop with the launcher, record an exception for its failure report."""
+def worker_main(spec_path: str | Path, **callbacks: Any) -> TrainResult | None:
+    """A rank's entry point: stop with the launcher, record an exception for its failure report. None if the
+    run ended in SystemExit(0) (torch's `record` returns None then)."""
     from torch.distributed.elastic.multiprocessing.errors import record
 
     exit_with_parent()

@@ -36,7 +36,9 @@ class LabelSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     block_size: int = Field(
-        256, ge=2, description="Context length: tokens per input block (the gradient study reaches back this far)."
+        default=256,
+        ge=2,
+        description="Context length: tokens per input block (the gradient study reaches back this far).",
     )
 
 

@@ -3,11 +3,13 @@ training history, the Transformer's attention maps, and the explicit LSTM's mean
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
-import torch.nn as nn
 from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from .models.transformer import Transformer
 
 LSTM_GATES = ("lstm/gate_input", "lstm/gate_forget", "lstm/gate_output")
 
@@ -67,7 +69,7 @@ def plot_head_maps(weights: list[torch.Tensor], labels: list[str], title: str) -
 
 @torch.no_grad()
 def plot_attention_maps(
-    model: nn.Module,
+    model: Transformer,
     idx: torch.Tensor,
     *,
     decode: Callable[[list[int]], str] | None = None,

@@ -51,11 +51,16 @@ _DOTS = re.compile(r"\.{3,}")  # Dagster refuses "..." in a partition key
 # How a shard's documents are read and split: the fields of the corpus settings that apply to a
 # single file (the source and path come from the shard itself).
 _READ_FIELDS = ("text_column", "txt_documents", "min_chars", "validation_fraction", "seed")
+# (annotation, FieldInfo) per field; typed Any because create_model's keyword parameters cannot be told apart from
+# field definitions in a ** expansion
+_READ_FIELD_DEFINITIONS: dict[str, Any] = {
+    k: (CorpusSettings.model_fields[k].annotation, CorpusSettings.model_fields[k]) for k in _READ_FIELDS
+}
 ShardReadSettings = create_model(
     "ShardReadSettings",
     __config__=ConfigDict(extra="forbid"),
     __doc__="How each shard's documents are read and split into train/validation (as in `corpus`).",
-    **{k: (CorpusSettings.model_fields[k].annotation, CorpusSettings.model_fields[k]) for k in _READ_FIELDS},
+    **_READ_FIELD_DEFINITIONS,
 )
 
 
@@ -157,7 +162,7 @@ def combine_label_shards(shards: Mapping[str, str | Path], out_dir: str | Path) 
         meta_path = folder / "meta.json"
         if not meta_path.is_file():
             raise PipelineInputError(f"label shard '{key}': {meta_path} is missing; re-materialize that partition")
-        meta = read_json(meta_path)
+        meta: dict[str, Any] = read_json(meta_path)
         if first is None:
             first = meta
         differs = [k for k in _SAME if meta.get(k) != first.get(k)]

@@ -47,17 +47,17 @@ class TokenizerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: Literal["bpe", "char", "word"] = Field(
-        "bpe",
+        default="bpe",
         description="bpe: byte-level BPE (lossless); char: one token per character; word: lower-cased words, "
         "Chinese segmented into words by jieba.",
     )
-    vocab_size: int = Field(2048, description="Largest vocabulary, special tokens included.")
+    vocab_size: int = Field(default=2048, description="Largest vocabulary, special tokens included.")
     min_count: int = Field(
-        2,
+        default=2,
         ge=1,
         description="Least frequency for a merge (bpe), a character (char) or a word (word) to enter the vocabulary.",
     )
-    lowercase: bool = Field(True, description="Lower-case text first (word tokenizer only).")
+    lowercase: bool = Field(default=True, description="Lower-case text first (word tokenizer only).")
 
     @model_validator(mode="after")
     def _check(self) -> "TokenizerSettings":

@@ -20,9 +20,10 @@ from components.core.distributed import (
     read_train_result,
     write_spec,
 )
-from components.core.errors import PipelineInputError
+from components.core.errors import ConfigError, PipelineInputError
 from components.core.labels import load_labels
-from components.core.lm import LMResult, ModelSettings, finish_lm, prepare_lm
+from components.core.lm import FAMILIES, Family, LMResult, ModelSettings, finish_lm, prepare_lm
+from components.core.manifests import Labels
 from components.core.train_settings import TrainSettings
 
 from .ddp_worker import MLFLOW_RUN_ID, MLFLOW_TRACKING_URI
@@ -30,6 +31,7 @@ from .stage import Stage
 from .tracking import MlflowTracker
 
 DDP_WORKER = "components.orchestration.ddp_worker"
+KNOWN_FAMILIES: tuple[Family, ...] = FAMILIES  # typed: a check against it narrows a str to a Family
 
 
 class DistributedTrainingError(RuntimeError):
@@ -43,7 +45,7 @@ def train_torchrun(
     model_settings: ModelSettings,
     launch: LaunchSettings,
     train_settings: TrainSettings,
-    labels: dict,
+    labels: Labels,
     scratch: Path,
     common: dict,
     *,
@@ -52,6 +54,8 @@ def train_torchrun(
 ) -> tuple[LMResult, dict]:
     """Train under torchrun through Pipes (module doc); then finish in this process from the checkpoint."""
     check_world_size(launch, train_settings)  # (the run config's validation has said so already)
+    if family not in KNOWN_FAMILIES:
+        raise ConfigError(f"family={family!r} is unknown; use one of: {', '.join(KNOWN_FAMILIES)}")
     spec = WorkerSpec(
         family=family,
         model=model_settings.model_dump(),
@@ -89,7 +93,11 @@ def train_torchrun(
         if failure is None:
             raise
         raise DistributedTrainingError(f"{name}: {failure['message']}") from e
-    reported = {k: v.value for k, v in invocation.get_materialize_result().metadata.items()}
+    metadata = invocation.get_materialize_result().metadata
+    if metadata is None:
+        raise DistributedTrainingError(f"{name}: rank 0 reported no materialization through Pipes")
+    # Pipes resolves what rank 0 reports into MetadataValues (the type says raw values may be given).
+    reported = {k: v.value for k, v in metadata.items() if isinstance(v, dg.MetadataValue)}
     result_file = scratch / RESULT_FILE
     for key, path in (
         ("train_result_sha256", result_file),
@@ -113,4 +121,7 @@ def train_torchrun(
     prep.model.to(prep.device)
     # What rank 0 reported through Pipes is what the materialization records.
     launched = {"launcher": "torchrun", **{k: reported[k] for k in ("world_size", "backend", "strategy")}}
-    return finish_lm(prep, trained, val_data, world_size=int(reported["world_size"]), **common), launched
+    world_size = reported["world_size"]
+    if not isinstance(world_size, int):
+        raise PipelineInputError(f"rank 0 reported world_size={world_size!r} through Pipes, not a number of processes")
+    return finish_lm(prep, trained, val_data, world_size=world_size, **common), launched

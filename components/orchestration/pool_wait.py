@@ -61,7 +61,7 @@ def apply() -> list[str]:
                 time.sleep(min(MAX_IDLE_WAIT_S, max(0.05, ctx.interval_to_next_pending_claim_check())))
             return steps
 
-        get_steps_to_execute._waits_when_blocked = True
+        get_steps_to_execute.__dict__["_waits_when_blocked"] = True  # (a function attribute: the mark of the patch)
         ActiveExecution.get_steps_to_execute = get_steps_to_execute
         patched.append("ActiveExecution.get_steps_to_execute")
     return patched

@@ -71,7 +71,7 @@ def _classify(instance: Any, record: Any, grace_s: float, now: float, local_pids
         return "alive", ""
     if verdict == "dead":
         steps = sorted({rec.get("step_key", "?") for rec in leases})
-        pids = sorted({rec.get(k) for rec in leases for k in ("pid", "ppid") if rec.get(k)})
+        pids = sorted({pid for rec in leases for k in ("pid", "ppid") if (pid := rec.get(k))})
         return "dead", f"its processes are gone (leased pids {pids}, last step(s) {steps})"
     if by_events == "dead" and local_pids:
         return "dead", "the run worker recorded in its engine events is gone, and it holds no step lease"

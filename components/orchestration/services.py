@@ -189,7 +189,9 @@ def postgres_url(home: Path, storage: dict[str, Any] | None = None) -> str:
     except Exception as e:  # a missing env var raises while post-processing
         raise StoreUnreachable(f"{where}: {_gist(str(e))}") from e
     if not result.success:
-        raise StoreUnreachable(f"{where}: " + "; ".join(_gist(err.message) for err in result.errors))
+        raise StoreUnreachable(f"{where}: " + "; ".join(_gist(err.message) for err in result.errors or ()))
+    if result.value is None:
+        raise StoreUnreachable(f"{where}: Dagster's config processing gave no value")
     return pg_url_from_config(result.value)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 import dagster as dg
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from components.core.shards import ShardReadSettings, list_shards
 
@@ -16,7 +16,8 @@ from .state import state_root
 
 SHARD_DIR_ENV = "PIPELINE_SHARD_DIR"
 SHARD_GROUP = "shards"  # the asset group of the sharded route (left out of the whole-graph jobs)
-SHARD_PARTITIONS = dg.DynamicPartitionsDefinition(name="corpus_shards")  # one partition per shard file
+SHARD_PARTITIONS_NAME = "corpus_shards"  # the name the instance keeps the partitions under (typed: str, not Optional)
+SHARD_PARTITIONS = dg.DynamicPartitionsDefinition(name=SHARD_PARTITIONS_NAME)  # one partition per shard file
 
 
 class ShardFolder(dg.ConfigurableResource, ShardReadSettings):
@@ -24,14 +25,15 @@ class ShardFolder(dg.ConfigurableResource, ShardReadSettings):
     how each shard's documents are read and split into train/validation."""
 
     path: Optional[str] = Field(
-        None,
+        default=None,
         description=f"Folder of shard files (searched recursively). Default: ${SHARD_DIR_ENV}, else <state>/shards.",
     )
 
     def folder(self) -> Path:
         return Path(self.path or os.environ.get(SHARD_DIR_ENV) or state_root() / "shards")
 
-    def read_settings(self) -> ShardReadSettings:
+    def read_settings(self) -> BaseModel:
+        """A `ShardReadSettings` (a model built at import time, so typed by its base here)."""
         return ShardReadSettings(**self.model_dump(include=set(ShardReadSettings.model_fields)))
 
     def shards(self) -> dict[str, Path]:

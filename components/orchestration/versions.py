@@ -98,7 +98,10 @@ def _file_digest(path: Path) -> str:
 
 def code_version(fn: Any, config_defaults: Any = None) -> str:
     """The code version of an asset whose compute function is `fn` (see the module docstring)."""
-    source = Path(inspect.getsourcefile(fn)).resolve()
+    file = inspect.getsourcefile(fn)
+    if file is None:
+        raise TypeError(f"{fn!r} has no source file to take a code version of")
+    source = Path(file).resolve()
     h = hashlib.sha256()
     for f in (source, *core_closure(source)):
         h.update(f"{f.relative_to(PROJECT_ROOT)}:{_file_digest(f)}\n".encode())

@@ -33,7 +33,7 @@ class WordEmbeddingsConfig(dg.Config, Word2VecSettings):
     """word2vec, with gensim's parameter names."""
 
     gensim_reference: bool = Field(
-        True,
+        default=True,
         description="Also train gensim's Word2Vec on the same sentences with the same settings: the reference "
         "embedding_eval scores beside ours (the analogy claim judges ours not below it).",
     )

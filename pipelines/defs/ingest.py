@@ -8,6 +8,8 @@ from pydantic import Field
 
 from components.core.artifacts import sha256_file
 from components.core.corpus import CorpusSettings, build_corpus, load_corpus
+from components.core.data import TokenBlocks
+from components.core.errors import PipelineInputError
 from components.core.labels import LabelSettings, build_labels, check_blocks, load_labels
 from components.core.manifests import Corpus, Labels, Tokenizer
 from components.core.tokenizer import (
@@ -39,7 +41,7 @@ class TokenizerConfig(dg.Config, TokenizerSettings):
     (`benchmarks/results/lm_vs_ngram_tokenizers_*.json`; docs/results.md)."""
 
     vocab_size: int = Field(
-        260,
+        default=260,
         description="Largest vocabulary, special tokens included (260 with kind 'bpe': bytes, no merges).",
     )
 
@@ -161,6 +163,10 @@ def labels(
 )
 def labels_are_shifted_inputs(labels: Labels) -> dg.AssetCheckResult:
     train, val, meta = load_labels(Path(labels.path))
+    if not isinstance(train, TokenBlocks) or not isinstance(val, TokenBlocks):
+        raise PipelineInputError(
+            f"labels folder {labels.path} holds sharded labels; this check reads `labels`' own .npy arrays"
+        )
     reports = {"train": check_blocks(train), "validation": check_blocks(val)}
     passed = all(r["ok"] for r in reports.values())
     metadata = {f"{split}_{k}": v for split, r in reports.items() for k, v in r.items()}

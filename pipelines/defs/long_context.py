@@ -14,12 +14,21 @@ from components.core.labels import load_labels
 from components.core.lm import load_lm
 from components.core.manifests import (
     AttentionCost,
+    AttentionFit,
+    ContextSummary,
     ContextUsage,
+    Crossover,
     GenerationCost,
+    GenerationFit,
+    GenerationRow,
+    KvCheck,
     Labels,
     LanguageModel,
     LongContextCost,
     RecurrentCost,
+    TrainStepRow,
+    WindowGap,
+    typed_rows,
 )
 from components.core.studies.attention_cost import AttentionCostSettings
 from components.core.studies.attention_cost import attention_cost as run_attention_cost
@@ -66,7 +75,12 @@ def attention_cost(
         metrics = result.metrics()
         errors = [r for r in result.rows if "error" in r or "stop" in r]
         return s.publish(
-            AttentionCost(rows=result.rows, fits=result.fits, info=result.info, metrics=metrics),
+            AttentionCost(
+                rows=result.rows,
+                fits=typed_rows(AttentionFit, result.fits),
+                info=result.info,
+                metrics=metrics,
+            ),
             metrics=metrics,
             tables={
                 "points": [
@@ -102,7 +116,11 @@ def generation_cost(
         result = run_generation_cost(models, config)
         metrics = result.metrics()
         return s.publish(
-            GenerationCost(rows=result.rows, fits=result.fits, metrics=metrics),
+            GenerationCost(
+                rows=typed_rows(GenerationRow, result.rows),
+                fits=typed_rows(GenerationFit, result.fits),
+                metrics=metrics,
+            ),
             metrics=metrics,
             tables={
                 "timings": [
@@ -147,10 +165,10 @@ def long_context_cost(
         return s.publish(
             LongContextCost(
                 exponents=result.exponents,
-                crossovers=result.crossovers,
+                crossovers=typed_rows(Crossover, result.crossovers),
                 arithmetic=result.arithmetic,
-                train_rows=result.train_rows,
-                kv_check=result.kv_check,
+                train_rows=typed_rows(TrainStepRow, result.train_rows),
+                kv_check=typed_rows(KvCheck, result.kv_check),
                 scores_check=result.scores_check,
                 summary=result.summary(),
                 metrics=metrics,
@@ -197,8 +215,8 @@ def context_usage(
         return s.publish(
             ContextUsage(
                 curves=result.curves,
-                summaries=result.summaries,
-                window_gaps=result.window_gaps,
+                summaries=typed_rows(ContextSummary, result.summaries),
+                window_gaps=typed_rows(WindowGap, result.window_gaps),
                 metrics=metrics,
             ),
             metrics=metrics,

@@ -17,12 +17,17 @@ from components.core.labels import load_labels
 from components.core.lm import load_lm
 from components.core.manifests import (
     Corpus,
+    ExportRow,
     Labels,
     LanguageModel,
     ModelExport,
+    QuantCheck,
     QuantizedModels,
+    SourceModel,
     Tokenizer,
     WeightsArithmetic,
+    typed_row,
+    typed_rows,
 )
 from components.core.studies.quant_export import ExportSettings, export_and_verify
 from components.core.studies.quant_export import weights_arithmetic as arithmetic_of
@@ -36,17 +41,6 @@ from components.orchestration.tracking import MlflowTracker, dagster_asset_url, 
 GROUP = "quantization"
 REGISTRY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,255}")
 MAIN_MODEL = "transformer_lm"
-SOURCE_KEYS = (
-    "name",
-    "family",
-    "weights",
-    "model_config",
-    "vocab_size",
-    "tokenizer_sha256",
-    "dagster_run_id",
-    "mlflow_run_id",
-    "metrics",
-)
 
 
 class QuantizedModelsConfig(dg.Config, QuantizationSettings):
@@ -57,9 +51,10 @@ class ModelExportConfig(dg.Config, ExportSettings):
     """Export folders: which variants, generation defaults, reload and load-time checks, registry."""
 
     register_variant: str = Field(
-        "fp16", description="Variant logged to MLflow as a model and registered in the model registry ('' = none)."
+        default="fp16",
+        description="Variant logged to MLflow as a model and registered in the model registry ('' = none).",
     )
-    registered_model_name: str = Field("transformer_lm_fp16", description="Name in the MLflow model registry.")
+    registered_model_name: str = Field(default="transformer_lm_fp16", description="Name in the MLflow model registry.")
 
     @field_validator("registered_model_name")
     @classmethod
@@ -80,7 +75,8 @@ class WeightsArithmeticConfig(dg.Config):
     """Reference model sizes for the parameters × bytes-per-parameter table."""
 
     reference_params: list[float] = Field(
-        [124e6, 1.3e9, 7e9, 13e9, 70e9], description="Parameter counts to tabulate beside ours (GPT-2 small … 70B)."
+        default=[124e6, 1.3e9, 7e9, 13e9, 70e9],
+        description="Parameter counts to tabulate beside ours (GPT-2 small … 70B).",
     )
 
 
@@ -140,8 +136,8 @@ def quantized_models(
                 settings=config.model_dump(),
                 device=result.device,
                 weights={m: {v: s.final_path(p) for v, p in by.items()} for m, by in result.weights.items()},
-                models={n: {k: v for k, v in m.to_json().items() if k in SOURCE_KEYS} for n, m in sources.items()},
-                checks=checks,
+                models={n: _source(m) for n, m in sources.items()},
+                checks={k: typed_row(QuantCheck, v) for k, v in checks.items()},
                 main_model=MAIN_MODEL,
             ),
             metrics=headline,
@@ -154,14 +150,25 @@ def quantized_models(
         )
 
 
-def _train_settings(source: dict, client: Any) -> dict:
-    """The training settings of a model asset: from its manifest when recorded there, else from the
-    parameters its MLflow run logged (`train.*`)."""
-    if source.get("train_settings"):
-        return {"settings": source["train_settings"], "metrics": source.get("metrics") or {}}
+def _source(m: LanguageModel) -> SourceModel:
+    return SourceModel(
+        name=m.name,
+        family=m.family,
+        weights=m.weights,
+        model_config=dict(m.model_config),
+        vocab_size=m.vocab_size,
+        tokenizer_sha256=m.tokenizer_sha256,
+        dagster_run_id=m.dagster_run_id,
+        mlflow_run_id=m.mlflow_run_id,
+        metrics=dict(m.metrics),
+    )
+
+
+def _train_settings(source: SourceModel, client: Any) -> dict:
+    """The training settings of a model asset: the parameters its MLflow run logged (`train.*`)."""
     settings: dict[str, Any] = {}
     try:
-        params = client.get_run(source["mlflow_run_id"]).data.params
+        params = client.get_run(source.mlflow_run_id).data.params
         for k, v in params.items():
             if k.startswith("train."):
                 try:
@@ -170,7 +177,7 @@ def _train_settings(source: dict, client: Any) -> dict:
                     settings[k[len("train.") :]] = None if v == "None" else v
     except Exception as e:  # the training run is gone from this MLflow store: say so in config.json
         settings = {"unavailable": f"{type(e).__name__}: {e}"}
-    return {"settings": settings, "metrics": source.get("metrics") or {}}
+    return {"settings": settings, "metrics": source.metrics}
 
 
 @dg.asset(group_name=GROUP, kinds={"safetensors", "mlflow"})
@@ -189,9 +196,9 @@ def model_export(
     exported model; safetensors load time vs torch.load; the FP16 folder registered in MLflow."""
     check_same_tokenizer(labels, tokenizer)
     source = quantized_models.models[MAIN_MODEL]
-    if source["tokenizer_sha256"] != tokenizer.sha256:
+    if source.tokenizer_sha256 != tokenizer.sha256:
         raise PipelineInputError(
-            f"quantized_models' {MAIN_MODEL} was trained with tokenizer {source['tokenizer_sha256'][:12]}…, the "
+            f"quantized_models' {MAIN_MODEL} was trained with tokenizer {source.tokenizer_sha256[:12]}…, the "
             f"current one is "
             f"{tokenizer.sha256[:12]}…: re-materialize {MAIN_MODEL} and quantized_models first"
         )
@@ -205,8 +212,8 @@ def model_export(
         provenance = {
             "dagster_run_id": context.run.run_id,
             "mlflow_run_id": s.run.run_id,
-            "training_dagster_run_id": source["dagster_run_id"],
-            "training_mlflow_run_id": source["mlflow_run_id"],
+            "training_dagster_run_id": source.dagster_run_id,
+            "training_mlflow_run_id": source.mlflow_run_id,
             "quantized_models_dagster_run_id": quantized_models.dagster_run_id,
             "quantized_models_mlflow_run_id": quantized_models.mlflow_run_id,
             "corpus_content_sha256": corpus.content_sha256,
@@ -219,7 +226,7 @@ def model_export(
             s.tmp / "exports",
             tokenizer_path=tokenizer.path,
             tokenizer_sha256=tokenizer.sha256,
-            model_config=source["model_config"],
+            model_config=source.model_config,
             train_settings=_train_settings(source, s.run.client),
             provenance=provenance,
             val_data=val,
@@ -263,7 +270,7 @@ def model_export(
             ModelExport(
                 model=MAIN_MODEL,
                 exports=exports,
-                rows=report.rows,
+                rows=typed_rows(ExportRow, report.rows),
                 registered_model=registered,
                 samples=report.samples,
                 reload_ok=report.all_reloads_pass,

@@ -5,7 +5,8 @@ import dagster as dg
 
 from components.core.labels import load_labels
 from components.core.lm import load_lm
-from components.core.manifests import GradientStudy, Labels, LanguageModel, RecurrentCost
+from components.core.manifests import GradientFactor, GradientStudy, Labels, LanguageModel, RecurrentCost, typed_rows
+from components.core.models.recurrent import require_recurrent
 from components.core.studies.gradients import GradientStudySettings
 from components.core.studies.gradients import gradient_study as run_gradient_study
 from components.core.studies.recurrent_cost import RecurrentCostSettings
@@ -38,7 +39,10 @@ def gradient_study(
     per-step factor; and an RNN trained at a high learning rate with and without clipping."""
     with stage(context, mlflow, config.model_dump()) as s:
         train, val, _ = load_labels(labels.path)
-        models = {"rnn": load_lm(rnn_lm.weights), "lstm": load_lm(lstm_lm.weights)}
+        models = {
+            name: require_recurrent(load_lm(m.weights), f"gradient_study's {name}")
+            for name, m in (("rnn", rnn_lm), ("lstm", lstm_lm))
+        }
         result = run_gradient_study(
             models, val, config, train_data=train, clip_model_config=models["rnn"].config, out_dir=s.tmp / "clipping"
         )
@@ -56,7 +60,7 @@ def gradient_study(
                 f"loss {c.loss_clipped[0]:.3f} → {c.loss_clipped[-1]:.3f}"
             )
         return s.publish(
-            GradientStudy(rows=result.rows, metrics=metrics, clip_grad=config.clip_grad),
+            GradientStudy(rows=typed_rows(GradientFactor, result.rows), metrics=metrics, clip_grad=config.clip_grad),
             metrics=metrics,
             tables={"factors": result.rows},
             figures=result.figures,

@@ -29,7 +29,7 @@ FAMILIES = ("rnn_lm", "lstm_lm", "transformer_lm")  # one per family
 class ScalingConfig(dg.Config, ScalingSettings):
     """The budgets, the size rule, the sweeps at the two ends and the bootstrap."""
 
-    models: list[str] = Field(list(FAMILIES), description=f"Language models to scale (of {list(FAMILIES)}).")
+    models: list[str] = Field(default=list(FAMILIES), description=f"Language models to scale (of {list(FAMILIES)}).")
 
     @model_validator(mode="after")
     def _grid(self) -> "ScalingConfig":
@@ -45,7 +45,7 @@ def family_input(name: str, lm: LanguageModel, comparison: ModelComparison, defa
     """A trained model as the study's starting point, with its family's seed noise from the comparison
     (the spread over seeds, or the largest measured when its own was not; `default_noise` if none was)."""
     short = name.removesuffix("_lm")
-    spreads = {n: s["spread"] for n, s in comparison.seeds.items() if s.get("seeds", 0) > 1}
+    spreads = {n: s.spread for n, s in comparison.seeds.items() if s.seeds > 1}
     noise = spreads.get(short) or max(spreads.values(), default=default_noise)
     m = lm.metrics
     return FamilyInput(

@@ -25,7 +25,7 @@ from components.core.labels import SPLITS, LabelSettings
 from components.core.manifests import CorpusShard, LabelShard, ShardedLabels, ShardTokenizer
 from components.core.shards import build_corpus_shard, build_label_shard, combine_label_shards, train_shard_tokenizer
 from components.core.tokenizer import TokenizerSettings
-from components.orchestration.shards import SHARD_GROUP, SHARD_PARTITIONS, ShardFolder
+from components.orchestration.shards import SHARD_GROUP, SHARD_PARTITIONS, SHARD_PARTITIONS_NAME, ShardFolder
 from components.orchestration.stage import stage
 from components.orchestration.state import PROJECT_ROOT, state_root
 from components.orchestration.tracking import MlflowTracker
@@ -39,7 +39,9 @@ SENSOR_TAG = "pipeline/shards"  # tag of the runs the sensor requests: ingest, t
 class ShardTokenizerConfig(dg.Config, TokenizerSettings):
     """The tokenizer of the sharded corpus, trained once on a bounded sample of shards."""
 
-    sample_shards: int = Field(4, ge=1, description="Train on the train split of the first this many shards (by key).")
+    sample_shards: int = Field(
+        default=4, ge=1, description="Train on the train split of the first this many shards (by key)."
+    )
 
 
 class ShardLabelsConfig(dg.Config, LabelSettings):
@@ -236,7 +238,7 @@ def shard_sensor(context: dg.SensorEvaluationContext, shards: ShardFolder) -> dg
     request `combine_shards` if a label shard is newer than `sharded_labels`."""
     instance = context.instance
     files = shards.shards()
-    known = set(instance.get_dynamic_partitions(SHARD_PARTITIONS.name))
+    known = set(instance.get_dynamic_partitions(SHARD_PARTITIONS_NAME))
     new = [k for k in files if k not in known]
     adds = [SHARD_PARTITIONS.build_add_request(new)] if new else []
     cursor = json.loads(context.cursor) if context.cursor else {}

@@ -95,18 +95,20 @@ class EmbeddingEvalSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     analogy_path: Optional[str] = Field(
-        None,
+        default=None,
         description="Analogy questions (': section' headers, then 'a b c d' lines); None: gensim's "
         "questions-words.txt.",
     )
     wordsim_path: Optional[str] = Field(
-        None, description="WordSim353 pairs 'w1<TAB>w2<TAB>score'; None: gensim's wordsim353.tsv."
+        default=None, description="WordSim353 pairs 'w1<TAB>w2<TAB>score'; None: gensim's wordsim353.tsv."
     )
     simlex_path: Optional[str] = Field(
-        None, description="SimLex-999 pairs 'w1<TAB>w2<TAB>score'; None: gensim's simlex999.txt."
+        default=None, description="SimLex-999 pairs 'w1<TAB>w2<TAB>score'; None: gensim's simlex999.txt."
     )
     restrict_vocab: int = Field(
-        30000, ge=1, description="Analogies are searched among this many most frequent words (gensim's restrict_vocab)."
+        default=30000,
+        ge=1,
+        description="Analogies are searched among this many most frequent words (gensim's restrict_vocab).",
     )
     probe_words: list[str] = Field(
         default_factory=lambda: list(DEFAULT_PROBE_WORDS),
@@ -117,16 +119,22 @@ class EmbeddingEvalSettings(BaseModel):
         description="'anchor related unrelated' word triples for the one-hot versus learned comparison.",
     )
     topn: int = Field(
-        5, ge=1, description="Neighbours listed per probe word and answers listed for king - man + woman."
+        default=5, ge=1, description="Neighbours listed per probe word and answers listed for king - man + woman."
     )
     min_analogy_questions: int = Field(
-        100, ge=1, description="Fewer answerable analogy questions than this: report coverage only, no accuracy."
+        default=100,
+        ge=1,
+        description="Fewer answerable analogy questions than this: report coverage only, no accuracy.",
     )
     min_similarity_pairs: int = Field(
-        20, ge=1, description="Fewer in-vocabulary word pairs than this: report the OOV share only, no Spearman."
+        default=20,
+        ge=1,
+        description="Fewer in-vocabulary word pairs than this: report the OOV share only, no Spearman.",
     )
     distance_words: int = Field(
-        500, ge=3, description="Pairwise distances (one-hot, learned, random) among this many most frequent words."
+        default=500,
+        ge=3,
+        description="Pairwise distances (one-hot, learned, random) among this many most frequent words.",
     )
 
     @field_validator("probe_triples")
@@ -148,6 +156,14 @@ def nearest_neighbours(
     return {w: index.most_similar([w], topn=topn) for w in probe_words if w in index}
 
 
+def _identity_csr(n: int, dtype: type[np.floating]):
+    """The n × n identity matrix in CSR form, as `scipy.sparse.identity(n, dtype, format="csr")` builds it
+    (that function's untyped `format` leaves its result any sparse format to a type checker)."""
+    import scipy.sparse as sp
+
+    return sp.csr_matrix((np.ones(n, dtype=dtype), np.arange(n), np.arange(n + 1)), shape=(n, n))
+
+
 def onehot_versus_learned(
     words: Sequence[str], vectors: np.ndarray, index: WordIndex, probe_triples: Sequence[str]
 ) -> dict:
@@ -156,7 +172,7 @@ def onehot_versus_learned(
     import scipy.sparse as sp
 
     V = len(words)
-    onehot = sp.identity(V, dtype=np.float32, format="csr")  # row i is the one-hot vector of word i
+    onehot = _identity_csr(V, np.float32)  # row i is the one-hot vector of word i
     sparse_bytes = onehot.data.nbytes + onehot.indices.nbytes + onehot.indptr.nbytes
     # Every distinct pair: the Gram matrix of unit one-hot rows has no off-diagonal non-zero.
     gram = (onehot @ onehot.T).tocoo()
@@ -206,7 +222,6 @@ def distance_spread(index: WordIndex, n: int = 500, seed: int = 0) -> dict:
     one-hot (each word its own axis: every distinct pair √2 apart, whatever the words), the learned
     vectors, and random Gaussian directions of the same dimension (what "no structure" gives there).
     Per set: min, max, mean, std and cv = std / mean of the pairwise distances."""
-    import scipy.sparse as sp
 
     n = min(n, len(index))
     if n < 3:
@@ -227,9 +242,7 @@ def distance_spread(index: WordIndex, n: int = 500, seed: int = 0) -> dict:
             "cv": float(d.std() / mean),
         }
 
-    onehot = sp.identity(int(index.rows.max()) + 1, dtype=np.float64, format="csr")[
-        index.rows[:n]
-    ]  # (n, V) one-hot rows
+    onehot = _identity_csr(int(index.rows.max()) + 1, np.float64)[index.rows[:n]]  # (n, V) one-hot rows
     learned = index.unit[:n].astype(np.float64)  # (n, D)
     rand = np.random.default_rng(seed).standard_normal(learned.shape)
     rand /= np.linalg.norm(rand, axis=1, keepdims=True)

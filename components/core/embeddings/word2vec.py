@@ -46,7 +46,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 import numpy as np
 import torch
@@ -55,17 +55,20 @@ from ..artifacts import atomic_dir, set_weights_mode
 from ..errors import ConfigError, PipelineInputError
 from .vocab import N_SPECIAL, Vocab, build_vocab
 from .word2vec_chunks import (
-    _CbowWorker,
-    _Corpus,
-    _epoch_chunks,
-    _flatten,
-    _keep_probability,
-    _negative_cdf,
-    _SkipGramWorker,
-    _UnigramSampler,
-    _Worker,
+    CbowWorker,
+    Corpus,
+    SkipGramWorker,
+    UnigramSampler,
+    Worker,
+    epoch_chunks,
+    flatten,
+    keep_probability,
+    negative_cdf,
 )
 from .word2vec_settings import Word2VecSettings
+
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue as ProcessQueue
 
 LogMetrics = Callable[[dict[str, float], int], None]
 FORMAT = "word2vec-safetensors-v1"
@@ -96,7 +99,7 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def _shards(corpus: _Corpus, n: int) -> list[_Corpus]:
+def split_shards(corpus: Corpus, n: int) -> list[Corpus]:
     """`n` contiguous runs of whole sentences with about equal token counts, one per worker."""
     if n == 1:
         return [corpus]
@@ -104,16 +107,16 @@ def _shards(corpus: _Corpus, n: int) -> list[_Corpus]:
     at = np.minimum(np.searchsorted(starts, np.arange(1, n) * len(corpus.ids) / n), len(starts) - 1)
     cuts = starts[at]
     bounds = [0, *sorted(set(int(c) for c in cuts) - {0}), len(corpus.ids)]
-    return [_Corpus(corpus.ids[a:b], corpus.sentence[a:b]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    return [Corpus(corpus.ids[a:b], corpus.sentence[a:b]) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
 def _train_shard(
     index: int,
-    shard: _Corpus,
+    shard: Corpus,
     Wt: torch.Tensor,
     s: Word2VecSettings,
     keep_p: np.ndarray,
-    sampler: _UnigramSampler,
+    sampler: UnigramSampler,
     report: Callable[[tuple], None],
     report_every: int = 16,
 ) -> None:
@@ -125,13 +128,13 @@ def _train_shard(
         torch.set_num_threads(1)  # the workers are the parallelism; one op stream each
     torch.set_flush_denormal(True)  # tiny early updates must not fall into slow denormal arithmetic
     rng = np.random.default_rng([s.seed, index])
-    worker_class = _SkipGramWorker if s.sg == 1 else _CbowWorker
-    buffers: dict[int, _Worker] = {}  # one set per chunk size
+    worker_class = SkipGramWorker if s.sg == 1 else CbowWorker
+    buffers: dict[int, Worker] = {}  # one set per chunk size
     lr = s.alpha
     for epoch in range(s.epochs):
         acc = [0, 0.0, 0.0, 0.0, 0.0]  # raw words, kept, pairs, loss sum, loss pairs
         reported = 0
-        for k, ch in enumerate(_epoch_chunks(shard, keep_p, sampler, s, epoch, rng, Wt.device, loss_every=8)):
+        for k, ch in enumerate(epoch_chunks(shard, keep_p, sampler, s, epoch, rng, Wt.device, loss_every=8)):
             C = ch.ids.shape[0]
             if C not in buffers:
                 buffers[C] = worker_class(Wt, s, C)
@@ -161,7 +164,7 @@ def _run_in_process(index, shard, Wt, s, keep_p, sampler, messages) -> None:
         messages.put(("error", index, traceback.format_exc()))
 
 
-def _start_workers(shards, Wt, s, keep_p, sampler) -> tuple[list, "queue.Queue"]:
+def _start_workers(shards, Wt, s, keep_p, sampler) -> tuple[list, queue.Queue | ProcessQueue]:
     """One forked process per shard, all updating the shared-memory `Wt`: no GIL between them
     (threads would serialise on it, since an update is dozens of small torch calls). Falls back to
     threads where fork is unavailable or this process may not have children (a daemon)."""
@@ -243,10 +246,10 @@ def train_word2vec(
     """
     s = settings
     device = resolve_device(s.device)
-    corpus = _flatten(sentences, vocab, s.window)
+    corpus = flatten(sentences, vocab, s.window)
     V, D = len(vocab), s.vector_size
-    keep_p = _keep_probability(vocab.counts, s.sample)
-    sampler = _UnigramSampler(_negative_cdf(vocab.counts))  # the negatives: unigram^0.75, O(1) a draw
+    keep_p = keep_probability(vocab.counts, s.sample)
+    sampler = UnigramSampler(negative_cdf(vocab.counts))  # the negatives: unigram^0.75, O(1) a draw
 
     # One (V, 2D) matrix holds [input | output] rows, so a token's two rows are one gather and one
     # index_add_. Inputs start uniform in [-1, 1)/D (gensim 4; word2vec.c uses half that), outputs at 0.
@@ -257,7 +260,7 @@ def train_word2vec(
 
     n = len(corpus.ids)
     total_words = n * s.epochs
-    shards = _shards(corpus, s.workers if device.type == "cpu" else 1)
+    shards = split_shards(corpus, s.workers if device.type == "cpu" else 1)
     history = [
         {
             "epoch": e + 1,

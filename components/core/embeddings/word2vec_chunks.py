@@ -1,6 +1,6 @@
 """The machinery under `word2vec.train_word2vec`: the corpus as flat arrays, each epoch cut into
 chunks (subsampling, windows and negatives drawn in vectorised numpy), and one update of a chunk
-(`_SkipGramWorker` / `_CbowWorker`). The method and why it is fast: the module doc of
+(`SkipGramWorker` / `CbowWorker`). The method and why it is fast: the module doc of
 `components.core.embeddings.word2vec`.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional, TypeVar
 
 import numpy as np
 import torch
@@ -21,16 +21,18 @@ from .vocab import N_SPECIAL, Vocab
 if TYPE_CHECKING:
     from .word2vec_settings import Word2VecSettings
 
+_Positions = TypeVar("_Positions", int, np.ndarray)  # one token position, or an array of them
+
 # --- the corpus as flat arrays ------------------------------------------------------------------
 
 
 @dataclass
-class _Corpus:
+class Corpus:
     ids: np.ndarray  # (N,) int64 token ids of all sentences, concatenated
     sentence: np.ndarray  # (N,) int32 sentence number of each token
 
 
-def _flatten(sentences: list[np.ndarray], vocab: Vocab, window: int) -> _Corpus:
+def flatten(sentences: list[np.ndarray], vocab: Vocab, window: int) -> Corpus:
     lengths = np.fromiter((len(s) for s in sentences), dtype=np.int64, count=len(sentences))
     n = int(lengths.sum())
     if n == 0:
@@ -50,10 +52,10 @@ def _flatten(sentences: list[np.ndarray], vocab: Vocab, window: int) -> _Corpus:
             f"(2 * window + 1 = {2 * window + 1}); lower word2vec window or min_count, or use a longer corpus"
         )
     sentence = np.repeat(np.arange(len(sentences), dtype=np.int32), lengths)
-    return _Corpus(ids, sentence)
+    return Corpus(ids, sentence)
 
 
-def _keep_probability(counts: np.ndarray, sample: float) -> np.ndarray:
+def keep_probability(counts: np.ndarray, sample: float) -> np.ndarray:
     """gensim's subsampling: keep a word with p = (sqrt(c / t) + 1) * t / c, t = sample * total count."""
     counts = counts.astype(np.float64)
     if sample <= 0:
@@ -64,14 +66,14 @@ def _keep_probability(counts: np.ndarray, sample: float) -> np.ndarray:
     return np.where(counts > 0, np.minimum(p, 1.0), 0.0)
 
 
-def _negative_cdf(counts: np.ndarray, power: float = 0.75) -> np.ndarray:
+def negative_cdf(counts: np.ndarray, power: float = 0.75) -> np.ndarray:
     """Cumulative unigram^0.75 distribution; zero-count rows (the specials) are never drawn."""
     w = counts.astype(np.float64) ** power
     return np.cumsum(w) / w.sum()
 
 
-class _UnigramSampler:
-    """Draws from the distribution of `cdf` (`_negative_cdf`) in O(1) a sample: Walker's alias method
+class UnigramSampler:
+    """Draws from the distribution of `cdf` (`negative_cdf`) in O(1) a sample: Walker's alias method
     (Vose's construction) over the ids of positive probability, so a zero-count id is never drawn.
 
     Exact, as the binary search over the cdf (gensim's `cum_table`) that it replaces: an id's
@@ -104,7 +106,7 @@ class _UnigramSampler:
 
 
 @dataclass
-class _Chunk:
+class Chunk:
     """One update: a fixed-size window of C kept tokens, with everything drawn in advance.
 
     Chunks overlap by 2 * window tokens; a chunk owns the centres at local positions
@@ -123,7 +125,7 @@ class _Chunk:
     band: Optional[torch.Tensor]
     band_t: Optional[torch.Tensor]
     has_pairs: Optional[torch.Tensor]  # CBOW only: (C,) float32 1 where token i is a centre with a context
-    # (C/G * K,) int64 negative samples: token j uses the K of its block (_block_of)
+    # (C/G * K,) int64 negative samples: token j uses the K of its block (block_of)
     pool: torch.Tensor
     rows: torch.Tensor  # (C + C/G * K,) int64 rows gathered and updated: the tokens, then the samples
     in_terms: Optional[torch.Tensor]  # (len(rows),) pair gradients each row's input half takes (None: no cap)
@@ -136,7 +138,7 @@ class _Chunk:
     start: int  # position of local token 0 among the epoch's kept tokens (negative: padding)
 
 
-def _block(C: int) -> int:
+def block(C: int) -> int:
     """Tokens per negative-sharing block: 16, or the largest power of two dividing C below that."""
     return math.gcd(C, 16)
 
@@ -151,9 +153,9 @@ def _interleaved(s: Word2VecSettings) -> bool:
     return s.sg == 0
 
 
-def _block_of(j: np.ndarray, C: int, s: Word2VecSettings) -> np.ndarray:
+def block_of(j: _Positions, C: int, s: Word2VecSettings) -> _Positions:
     """The negative-sharing block of token j of a chunk of C tokens."""
-    G = _block(C)
+    G = block(C)
     return j % (C // G) if _interleaved(s) else j // G
 
 
@@ -167,7 +169,7 @@ def _chunk_sizes(s: Word2VecSettings, progress: float) -> int:
     return s.batch * factor
 
 
-def _cap_binds(rows: np.ndarray, terms: tuple[np.ndarray, ...], cap: float) -> np.ndarray:
+def cap_binds(rows: np.ndarray, terms: tuple[np.ndarray, ...], cap: float) -> np.ndarray:
     """(B,) whether some row of each chunk takes more than `cap` pair gradients under any of `terms`
     (each (B, L), aligned with `rows` (B, L)): the sum of a row's terms over the positions that hold it.
 
@@ -203,17 +205,17 @@ def _cbow_windows(W: int) -> tuple[np.ndarray, np.ndarray]:
     return shapes, shapes / np.maximum(left + right, 1)[:, None].astype(np.float32)
 
 
-def _epoch_chunks(
-    corpus: _Corpus,
+def epoch_chunks(
+    corpus: Corpus,
     keep_p: np.ndarray,
-    negatives: _UnigramSampler,
+    negatives: UnigramSampler,
     s: Word2VecSettings,
     epoch: int,
     rng: np.random.Generator,
-    device: torch.device,
+    device: torch.device | str,
     loss_every: int,
     block_tokens: int = 1 << 15,
-) -> Iterator[_Chunk]:
+) -> Iterator[Chunk]:
     """Subsample the corpus, draw the windows, cut the kept tokens into chunks and draw their
     negatives, a block of about `block_tokens` tokens at a time (vectorised, bounded memory)."""
     n = len(corpus.ids)
@@ -292,7 +294,7 @@ def _epoch_chunks(
                 np.lib.stride_tricks.as_strided(around[:, :, None, 2 * W :], (B, C, 1, 2 * W + 1), (sb, sr, 0, sr - sc))
             )
             n_context = band_t[:, :, 0] @ np.ones(2 * W + 1, dtype=np.float32)  # (B, C) centres holding each token
-        G = _block(C)
+        G = block(C)
         pool = negatives.draw(rng, (B, C // G * K))
         rows = np.hstack([ids, pool])  # the worker's gather layout
         has_pairs = None if s.sg == 1 else (n_centre > 0).astype(np.float32)  # CBOW's one pair per centre
@@ -301,39 +303,39 @@ def _epoch_chunks(
         if s.row_update_cap > 0:
             # pair gradients a row takes: an input row 1 + negative per pair; an output row its pairs as
             # centre (skip-gram) or its one CBOW pair, plus the weight of every draw that picked it
-            neg_weight = (n_context if s.sg == 1 else has_pairs) * (s.negative / K)
+            neg_weight = (n_context if has_pairs is None else has_pairs) * (s.negative / K)  # has_pairs: CBOW
             if _interleaved(s):  # every sample of a block: its tokens' weights
                 per_block = neg_weight.reshape(B, G, C // G).sum(axis=1)
             else:
                 per_block = neg_weight.reshape(B, C // G, G).sum(axis=2)
             pool_terms = np.repeat(per_block, K, axis=1)
             in_terms = np.hstack([n_context * (1 + s.negative), np.zeros_like(pool_terms)])  # the `rows` layout
-            out_terms = np.hstack([n_centre if s.sg == 1 else has_pairs, pool_terms])
+            out_terms = np.hstack([n_centre if has_pairs is None else has_pairs, pool_terms])
             # Where no row reaches the cap the scale is exactly 1 for every row: such a chunk carries no
             # terms and its update skips the cap (most chunks but the large late ones; about a tenth
             # of skip-gram's time when every chunk paid for it).
-            binds = _cap_binds(rows, (in_terms, out_terms), s.row_update_cap)
+            binds = cap_binds(rows, (in_terms, out_terms), s.row_update_cap)
 
-        def t(x: Optional[np.ndarray]) -> Optional[torch.Tensor]:
-            return None if x is None else torch.from_numpy(x) if on_cpu else torch.from_numpy(x).to(device)
+        def t(x: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(x) if on_cpu else torch.from_numpy(x).to(device)
 
         for c in range(B):
             a = int(owned_start[c])
             b = min(a + C - 2 * W, nk)
             raw_start = 0 if a == 0 else int(raw_at[a])
             raw_end = n if b >= nk else int(raw_at[b])
-            yield _Chunk(
+            yield Chunk(
                 ids=t(ids[c]),
                 masks=None if masks is None else t(masks[c]),
                 n_context=t(n_context[c]),
                 n_centre=t(n_centre[c]),
                 band=None if band is None else t(band[c]),
                 band_t=None if band_t is None else t(band_t[c]),
-                has_pairs=None if s.sg == 1 else t(has_pairs[c]),
+                has_pairs=None if has_pairs is None else t(has_pairs[c]),
                 pool=t(pool[c]),
                 rows=t(rows[c]),
-                in_terms=t(None if in_terms is None or not binds[c] else in_terms[c]),
-                out_terms=t(None if out_terms is None or not binds[c] else out_terms[c]),
+                in_terms=None if in_terms is None or binds is None or not binds[c] else t(in_terms[c]),
+                out_terms=None if out_terms is None or binds is None or not binds[c] else t(out_terms[c]),
                 lr=s.alpha - (s.alpha - s.min_alpha) * (epoch * n + raw_start) / total_words,
                 raw_words=raw_end - raw_start,
                 compute_loss=k_global % loss_every == 0,
@@ -351,7 +353,7 @@ def _epoch_chunks(
 # then per chunk only launches kernels into them: a few dozen calls, each a long vectorised loop.
 
 
-class _Worker:
+class Worker:
     """One worker's buffers for chunks of size C, and the part of the update both models share.
 
     `rows` lists the C tokens, then the K samples of each block of G tokens; every row is gathered and
@@ -360,7 +362,7 @@ class _Worker:
     """
 
     def __init__(self, Wt: torch.Tensor, s: Word2VecSettings, C: int):
-        D, K, G = s.vector_size, s.draws, _block(C)
+        D, K, G = s.vector_size, s.draws, block(C)
         dev = Wt.device
         self.Wt, self.s, self.C, self.block, self.nb = Wt, s, C, G, C // G
         n_rows = C + self.nb * K
@@ -383,16 +385,20 @@ class _Worker:
         # are built once per worker (the views a step made were about a third of its calls).
         self.src_b: torch.Tensor
 
-    def _gather(self, ch: _Chunk) -> None:
+    def step(self, ch: Chunk) -> Optional[float]:
+        """Train on one chunk, updating the shared matrix; the chunk's loss if `ch.compute_loss`, else None."""
+        raise NotImplementedError
+
+    def _gather(self, ch: Chunk) -> None:
         torch.index_select(self.Wt, 0, ch.rows, out=self.rows)
 
     def _blocks(self, x: torch.Tensor) -> torch.Tensor:
-        """(C, ...) -> (C/G, G, ...): the view of x by negative-sharing block (_block_of)."""
+        """(C, ...) -> (C/G, G, ...): the view of x by negative-sharing block (block_of)."""
         if self.interleaved:  # block b: tokens b, b + C/G, b + 2C/G, ...
             return x.view(self.block, self.nb, *x.shape[1:]).transpose(0, 1)
         return x.view(self.nb, self.block, *x.shape[1:])
 
-    def _negatives(self, ch: _Chunk) -> tuple[float, torch.Tensor]:
+    def _negatives(self, ch: Chunk) -> tuple[float, torch.Tensor]:
         """Every token's `src` row (`src_b`) against its block's K samples in one batched SGD
         step: with g = self.weight_j * sigma(src_j . sample) (weight holds -lr * w_j), sample += g * src_j.
         Returns the loss and (C/G, G, D) by block the change of each src row, sum of g * sample.
@@ -406,9 +412,9 @@ class _Worker:
         self.gP.copy_(self.gP_buf)
         return loss, torch.bmm(g, self.P)
 
-    def _apply(self, ch: _Chunk) -> None:
+    def _apply(self, ch: Chunk) -> None:
         """Sparse SGD: add the (capped) changes to the chunk's rows and to the samples' output rows."""
-        if ch.in_terms is not None:
+        if ch.in_terms is not None and ch.out_terms is not None:  # set together
             # a row that takes T > cap pair gradients in this update takes cap/T of their sum
             cap, D = self.s.row_update_cap, self.s.vector_size
             for terms, half in ((ch.in_terms, self.grad[:, :D]), (ch.out_terms, self.grad[:, D:])):
@@ -419,7 +425,7 @@ class _Worker:
         self.Wt.index_add_(0, ch.rows, self.grad)
 
 
-class _SkipGramWorker(_Worker):
+class SkipGramWorker(Worker):
     """For every pair (centre i, context j) raise sigma(in_j . out_i) and lower sigma(in_j . out_neg).
 
     The chunk's rows are updated in place, one offset after the other, so a centre's later pairs see
@@ -456,12 +462,15 @@ class _SkipGramWorker(_Worker):
         self.src_b = self._blocks(self.inp)  # token j is the input word of its pairs
         self.g_in_b = self._blocks(self.g_in)
 
-    def step(self, ch: _Chunk) -> Optional[float]:
+    def step(self, ch: Chunk) -> Optional[float]:
         s = self.s
         self._gather(ch)
         self.X0.copy_(self.X)
-        torch.mul(ch.masks[:, :, 0], ch.lr, out=self.m_right)
-        torch.mul(ch.masks[:, :, 1], ch.lr, out=self.m_left)
+        masks = ch.masks
+        if masks is None:
+            raise ValueError("a skip-gram update needs a skip-gram chunk (one with masks)")
+        torch.mul(masks[:, :, 0], ch.lr, out=self.m_right)
+        torch.mul(masks[:, :, 1], ch.lr, out=self.m_left)
         loss = 0.0
         for in_hi, out_lo, out_hi, in_lo, m_r, m_l, s_r, s_l, g_r, g_l in self.offsets:
             torch.linalg.vecdot(in_hi, out_lo, out=s_r)  # (C-o,) in_{i+o} . out_i
@@ -486,7 +495,7 @@ class _SkipGramWorker(_Worker):
         return loss if ch.compute_loss else None
 
 
-class _CbowWorker(_Worker):
+class CbowWorker(Worker):
     """h_i = mean of the context input rows; raise sigma(h_i . out_i), lower sigma(h_i . out_neg).
     As gensim's cbow_mean=1, every context row then receives the full gradient of h_i.
 
@@ -517,11 +526,13 @@ class _CbowWorker(_Worker):
         self.src_b = self._blocks(self.h)  # the mean h_i is the input of centre i's pairs
         self.work_b, self.out_b, self.g_b = self._blocks(self.work), self._blocks(self.out), self._blocks(self.g)
 
-    def step(self, ch: _Chunk) -> Optional[float]:
+    def step(self, ch: Chunk) -> Optional[float]:
+        band, band_t, has_ctx = ch.band, ch.band_t, ch.has_pairs  # has_ctx: centres with at least one context
+        if band is None or band_t is None or has_ctx is None:
+            raise ValueError("a CBOW update needs a CBOW chunk (one with bands)")
         self._gather(ch)
         h = self.h
-        torch.bmm(ch.band, self.windows, out=self.h_owned)  # (C, D) mean of the context rows
-        has_ctx = ch.has_pairs  # centres with at least one context
+        torch.bmm(band, self.windows, out=self.h_owned)  # (C, D) mean of the context rows
         torch.linalg.vecdot(h, self.out, out=self.pos_score)  # (C,)
         loss = -float((F.logsigmoid(self.pos_score) * has_ctx).sum()) if ch.compute_loss else 0.0
         self.pos_score.neg_().sigmoid_().mul_(has_ctx).mul_(ch.lr)
@@ -530,7 +541,7 @@ class _CbowWorker(_Worker):
         neg_loss, change = self._negatives(ch)
         loss += neg_loss
         torch.addcmul(change, self.g_b, self.out_b, out=self.work_b)  # the gradient of h: one pass, by block
-        torch.bmm(ch.band_t, self.windows_t, out=self.g_in_buf)  # each context row: its centres' work
+        torch.bmm(band_t, self.windows_t, out=self.g_in_buf)  # each context row: its centres' work
         self.g_in.copy_(self.g_in_rows)
         self._apply(ch)
         return loss if ch.compute_loss else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -37,7 +37,7 @@ class WordIndex:
         if restrict_vocab is not None:
             rows = rows[:restrict_vocab]
         self.rows = rows  # (R,) row numbers in the original matrix
-        self.words = [words[i] for i in rows]
+        self.words = [words[int(i)] for i in rows]
         self.unit = vectors[rows] / norms[rows, None]  # (R, D)
         self.key = [w.upper() for w in self.words]
         # upper-cased word -> first (most frequent) position; all positions for excluding inputs
@@ -247,14 +247,19 @@ def evaluate_word_pairs(
             model.append(float(index.vector(a) @ index.vector(b)))
     oov = len(pairs) - len(gold)
     if len(gold) >= 2 and np.ptp(model) > 0:
-        spearman = float(stats.spearmanr(gold, model)[0])
-        pearson = float(stats.pearsonr(gold, model)[0])
+        spearman = _statistic(stats.spearmanr(gold, model))
+        pearson = _statistic(stats.pearsonr(gold, model))
     else:
         spearman = pearson = math.nan
     return SimilarityResult(spearman, pearson, len(gold), oov, min_pairs, invalid, Path(path).name)
 
 
 # --- the claims' figures: meaning with an interval, king − man + woman against chance ------------
+
+
+def _statistic(result: Any) -> float:
+    """The statistic of a scipy.stats test result (its item 0; scipy leaves the result's type open)."""
+    return float(result[0])
 
 
 def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -298,7 +303,7 @@ def similarity_meaning(
     rel, unrel = cos[gold >= related], cos[gold <= unrelated]
     out = {
         "pairs": len(gold),
-        "spearman": float(stats.spearmanr(gold, cos)[0]),
+        "spearman": _statistic(stats.spearmanr(gold, cos)),
         "spearman_lo": float(np.percentile(boots, 2.5)),
         "spearman_hi": float(np.percentile(boots, 97.5)),
         "related_pairs": len(rel),

@@ -25,7 +25,7 @@ import shutil
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn as nn
@@ -155,7 +155,7 @@ def weights_metadata(model: nn.Module, config: dict | None = None) -> dict[str, 
         "family": family,
         "model_kind": kind,
         "model_config": json.dumps(config, sort_keys=True),
-        "vocab_size": str(int(model.vocab_size)),
+        "vocab_size": str(int(cast(int, model.vocab_size))),  # an int attribute: nn.Module's typing loses it
         "variant": spec.variant,
         "scheme": spec.scheme,
         "quantization": json.dumps(spec_json, sort_keys=True),
@@ -288,10 +288,11 @@ def export_model(
     if spec is None:
         model = to_precision(model, variant, **(precision or {}))
         spec = spec_of(model)
+        assert spec is not None  # to_precision attaches it
     elif spec.variant != variant:
         raise ConfigError(f"the model is at variant {spec.variant!r}, not {variant!r}; convert the float model instead")
     family, kind = family_and_kind(model)
-    vocab_size = int(model.vocab_size)
+    vocab_size = int(cast(int, model.vocab_size))
     spec_json = json.loads(weights_metadata(model, config)["quantization"])
     extra = {"tokenizer_sha256": tok_sha, "provenance": provenance}
     gen = {**DEFAULT_GENERATION, **(generation or {})}

@@ -10,6 +10,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, cast
 
 import torch
 import torch.nn as nn
@@ -31,8 +32,13 @@ def cache_kind(model: nn.Module) -> str:
     return "none (recomputes the context each token)"
 
 
+def _generate_method(model: nn.Module) -> Callable[..., torch.Tensor]:
+    """`model.generate` (every model family has one; nn.Module's typing cannot know it)."""
+    return cast(Callable[..., torch.Tensor], model.generate)
+
+
 def _cache_kwargs(model: nn.Module) -> dict[str, bool]:
-    params = inspect.signature(model.generate).parameters
+    params = inspect.signature(_generate_method(model)).parameters
     return {k: True for k in ("use_cache", "kv_cache") if k in params}
 
 
@@ -53,7 +59,7 @@ def generate_tokens(
     with eager(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         if seed is not None:
             torch.manual_seed(seed)
-        return model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k, **kw)
+        return _generate_method(model)(idx, max_new_tokens, temperature=temperature, top_k=top_k, **kw)
 
 
 @dataclass

@@ -5,7 +5,7 @@ Used by `export.precision`.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 import torch.nn as nn
@@ -54,10 +54,11 @@ class LinearRecurrence(nn.Module):
         out = cls(cell, rnn.input_size, rnn.hidden_size, rnn.num_layers, nonlin)
         with torch.no_grad():
             for k in range(rnn.num_layers):
-                out.ih[k].weight.copy_(getattr(rnn, f"weight_ih_l{k}"))
-                out.ih[k].bias.copy_(getattr(rnn, f"bias_ih_l{k}"))
-                out.hh[k].weight.copy_(getattr(rnn, f"weight_hh_l{k}"))
-                out.hh[k].bias.copy_(getattr(rnn, f"bias_hh_l{k}"))
+                ih, hh = cast(nn.Linear, out.ih[k]), cast(nn.Linear, out.hh[k])
+                ih.weight.copy_(getattr(rnn, f"weight_ih_l{k}"))
+                ih.bias.copy_(getattr(rnn, f"bias_ih_l{k}"))
+                hh.weight.copy_(getattr(rnn, f"weight_hh_l{k}"))
+                hh.bias.copy_(getattr(rnn, f"bias_hh_l{k}"))
         return out
 
     def forward(self, x: torch.Tensor, state=None):
@@ -76,6 +77,7 @@ class LinearRecurrence(nn.Module):
             for t in range(T):
                 z = x_proj[:, t] + self.hh[k](h)  # (B, G·H)
                 if self.cell == "lstm":
+                    assert c is not None  # an LSTM's state carries its cell
                     zi, zf, zg, zo = z.chunk(4, dim=-1)
                     c = torch.sigmoid(zf) * c + torch.sigmoid(zi) * torch.tanh(zg)
                     h = torch.sigmoid(zo) * torch.tanh(c)

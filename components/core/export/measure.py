@@ -9,23 +9,20 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .precision import bnb, eager, is_quantized_layer
+from .precision import bnb_nn, eager, int8_scales, is_quantized_layer, quant_state
 
 
 def _layer_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """The tensors a (quantized or float) layer holds itself, quantization state included."""
     if is_quantized_layer(module):
-        lib = bnb()
         w = module.weight
         yield "weight", w.data
-        if isinstance(module, lib.nn.Linear8bitLt):
-            scb = getattr(w, "SCB", None)
-            if scb is None:
-                scb = module.state.SCB
+        if isinstance(module, bnb_nn().Linear8bitLt):
+            scb = int8_scales(module)
             if scb is not None:
                 yield "scale", scb
         else:
-            qs = w.quant_state
+            qs = quant_state(w)
             yield "scale", qs.absmax
             yield "codebook", qs.code
             if qs.nested:

@@ -48,6 +48,7 @@ import copy
 import functools
 import logging
 import math
+from typing import TYPE_CHECKING, Any, Callable, TypeGuard, cast
 
 import torch
 import torch.nn as nn
@@ -55,18 +56,33 @@ import torch.nn.functional as F
 
 from ..errors import ConfigError, PipelineInputError
 from .linear_recurrence import _set_submodule, rewrite_recurrent
-from .precision_spec import DTYPES, FLOAT_VARIANTS, PRECISION_ATTR, QUANT_VARIANTS, SCHEMES, VARIANTS, PrecisionSpec
+from .precision_spec import (
+    DTYPES,
+    FLOAT_VARIANTS,
+    PRECISION_ATTR,
+    QUANT_VARIANTS,
+    SCHEMES,
+    VARIANTS,
+    PrecisionSpec,
+    Variant,
+)
+
+if TYPE_CHECKING:
+    from bitsandbytes.nn.modules import Linear4bit, Linear8bitLt, Params4bit
 
 __all__ = [
     "HeadTiedEmbedding",
     "apply_precision",
     "bnb",
+    "bnb_nn",
     "check_backend",
     "check_shapes",
     "eager",
     "expected_shapes",
+    "int8_scales",
     "is_quantized_layer",
     "precision_state_dict",
+    "quant_state",
     "spec_of",
     "to_precision",
 ]
@@ -110,6 +126,32 @@ def bnb():
     return bitsandbytes
 
 
+def bnb_nn():
+    """bitsandbytes' layer and parameter classes (`Linear8bitLt`, `Linear4bit`, `Int8Params`, `Params4bit`), from
+    `bitsandbytes.nn.modules`, which defines what `bitsandbytes.nn` re-exports (imported through `bnb()`)."""
+    bnb()
+    import bitsandbytes.nn.modules as modules
+
+    return modules
+
+
+def _bnb_param(cls: Callable[..., nn.Parameter], data: torch.Tensor, **kwargs: Any) -> nn.Parameter:
+    """`cls(data, **kwargs)` for bitsandbytes' `Int8Params` / `Params4bit`: their keywords go to their `__new__`,
+    which torch's stub hides behind `Parameter.__init__(data, requires_grad)`."""
+    return cls(data, **kwargs)
+
+
+def int8_scales(layer: Linear8bitLt) -> torch.Tensor | None:
+    """An LLM.int8 layer's per-output-row scales (SCB): on its weight, else in its matmul state."""
+    scb = getattr(layer.weight, "SCB", None)
+    return layer.state.SCB if scb is None else scb
+
+
+def quant_state(weight: torch.Tensor) -> Any:
+    """A 4-bit weight's `QuantState` (absmax, code, nested state2 and offset; untyped in bitsandbytes)."""
+    return cast("Params4bit", weight).quant_state
+
+
 def _rows_split_blocks(weight) -> bool:
     """A 4-bit matrix on the CPU whose rows are not whole quantization blocks (in_features % blocksize
     != 0) while the whole matrix is: bitsandbytes' native CPU `dequantize_4bit` (0.50, measured on an
@@ -139,9 +181,9 @@ def linear4bit_class() -> type:
     """bitsandbytes' `Linear4bit`, computing on the CPU through `dequantize_4bit` above when its rows
     split blocks (see `_rows_split_blocks`); otherwise exactly bitsandbytes' forward. The stored tensors
     and the state-dict layout are bitsandbytes' own."""
-    lib = bnb()
+    lib = bnb_nn()
 
-    class Linear4bit(lib.nn.Linear4bit):
+    class Linear4bit(lib.Linear4bit):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             if x.device.type != "cpu" or not _rows_split_blocks(self.weight):
                 return super().forward(x)
@@ -183,7 +225,7 @@ def check_backend(variant: str, device: torch.device | str) -> None:
         )
 
 
-def _probe_spec(variant: str) -> PrecisionSpec:
+def _probe_spec(variant: Variant) -> PrecisionSpec:
     return PrecisionSpec(variant=variant, scheme=SCHEMES[variant])
 
 
@@ -197,26 +239,32 @@ def _quantized_linear(
     spec: PrecisionSpec,
     device: torch.device,
     *,
-    shape: tuple[int, int] | None = None,
+    shape: tuple[int, ...] | None = None,
     bias: torch.Tensor | None = None,
     tensors: dict[str, torch.Tensor] | None = None,
 ) -> nn.Module:
     """A bitsandbytes layer on `device`: quantized from `linear`'s float weights, or (tensors given)
     rebuilt from stored quantized tensors (keys relative to the layer: weight, SCB, weight.absmax, …)."""
-    lib = bnb()
-    out_f, in_f = shape if shape is not None else linear.weight.shape
+    lib = bnb_nn()
+    if shape is None:
+        if linear is None:
+            raise ValueError("a quantized layer needs the float layer it replaces, or its shape")
+        shape = tuple(linear.weight.shape)
+    out_f, in_f = shape
     has_bias = (bias is not None) if linear is None else (linear.bias is not None)
     if linear is not None and linear.bias is not None:
         bias = linear.bias.detach().clone()
     if variant == "int8":
-        layer = lib.nn.Linear8bitLt(in_f, out_f, bias=has_bias, has_fp16_weights=False, threshold=spec.int8_threshold)
+        layer = lib.Linear8bitLt(in_f, out_f, bias=has_bias, has_fp16_weights=False, threshold=spec.int8_threshold)
         if tensors is None:
-            layer.weight = lib.nn.Int8Params(
-                linear.weight.detach().float().clone(), requires_grad=False, has_fp16_weights=False
+            layer.weight = _bnb_param(
+                lib.Int8Params, _float_weight(linear), requires_grad=False, has_fp16_weights=False
             )
         else:
             cb = tensors["weight"]
-            layer.weight = lib.nn.Int8Params(cb, requires_grad=False, has_fp16_weights=False, CB=cb, SCB=tensors["SCB"])
+            layer.weight = _bnb_param(
+                lib.Int8Params, cb, requires_grad=False, has_fp16_weights=False, CB=cb, SCB=tensors["SCB"]
+            )
     else:
         layer = linear4bit_class()(
             in_f,
@@ -228,8 +276,9 @@ def _quantized_linear(
             quant_storage=torch.uint8,
         )
         if tensors is None:
-            layer.weight = lib.nn.Params4bit(
-                linear.weight.detach().float().clone(),
+            layer.weight = _bnb_param(
+                lib.Params4bit,
+                _float_weight(linear),
                 requires_grad=False,
                 blocksize=spec.blocksize,
                 compress_statistics=spec.double_quant,
@@ -239,14 +288,22 @@ def _quantized_linear(
             )
         else:
             stats = {k[len("weight.") :]: v for k, v in tensors.items() if k.startswith("weight.")}
-            layer.weight = lib.nn.Params4bit.from_prequantized(
+            layer.weight = lib.Params4bit.from_prequantized(
                 data=tensors["weight"], quantized_stats=stats, requires_grad=False, device="cpu", module=layer
             )
         # Keep the stored layout (see the module docstring): no CPU-only repacking on first forward.
         layer.support_avx512bf16_for_cpu = False
     if has_bias:
+        assert bias is not None  # given, or copied from `linear` above
         layer.bias = nn.Parameter(bias.to(DTYPES[spec.keep_dtype]), requires_grad=False)
     return layer.to(device)  # quantizes (float weights) or moves (stored tensors)
+
+
+def _float_weight(linear: nn.Linear | None) -> torch.Tensor:
+    """A float32 copy of the weight a layer is quantized from."""
+    if linear is None:
+        raise ValueError("a quantized layer is quantized from its float layer or rebuilt from stored tensors")
+    return linear.weight.detach().float().clone()
 
 
 class HeadTiedEmbedding(nn.Module):
@@ -255,6 +312,8 @@ class HeadTiedEmbedding(nn.Module):
     through `dequantize_4bit`, then the rows). It holds no tensor of its own; the head
     is referenced, not registered, so the state dict stores the matrix once, as the head's codes."""
 
+    _head: nn.Module
+
     def __init__(self, head: nn.Module, padding_idx: int | None, dtype: torch.dtype):
         super().__init__()
         object.__setattr__(self, "_head", head)  # not a submodule: stored and counted once, as the head
@@ -262,22 +321,20 @@ class HeadTiedEmbedding(nn.Module):
 
     def matrix(self) -> torch.Tensor:
         """The dequantized (V, C) matrix."""
-        lib, w = bnb(), self._head.weight
-        if isinstance(self._head, lib.nn.Linear8bitLt):
-            scb = getattr(w, "SCB", None)
-            if scb is None:
-                scb = self._head.state.SCB
-            return (w.data.float() * (scb.float().unsqueeze(1) / 127.0)).to(self.dtype)
+        head = self._head
+        if isinstance(head, bnb_nn().Linear8bitLt):
+            scb = int8_scales(head)
+            assert scb is not None  # a quantized int8 layer holds its scales
+            return (head.weight.data.float() * (scb.float().unsqueeze(1) / 127.0)).to(self.dtype)
         with eager():
-            return dequantize_4bit(w).to(self.dtype)
+            return dequantize_4bit(head.weight).to(self.dtype)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        lib, w = bnb(), self._head.weight
-        if isinstance(self._head, lib.nn.Linear8bitLt):
-            scb = getattr(w, "SCB", None)
-            if scb is None:
-                scb = self._head.state.SCB
-            x = w.data[idx].float() * (scb[idx].float().unsqueeze(-1) / 127.0)
+        head = self._head
+        if isinstance(head, bnb_nn().Linear8bitLt):
+            scb = int8_scales(head)
+            assert scb is not None  # a quantized int8 layer holds its scales
+            x = head.weight.data[idx].float() * (scb[idx].float().unsqueeze(-1) / 127.0)
         else:
             x = F.embedding(idx, self.matrix().float())
         if self.padding_idx is not None:  # the [PAD] row stays exactly zero, as in the float model
@@ -294,11 +351,11 @@ def _tie_embeddings_to_heads(model: nn.Module, pairs: dict[str, str], dtype: tor
         )
 
 
-def is_quantized_layer(module: nn.Module) -> bool:
+def is_quantized_layer(module: nn.Module) -> TypeGuard[Linear8bitLt | Linear4bit]:
     if not any("bitsandbytes" in c.__module__ for c in type(module).__mro__):
         return False
-    lib = bnb()
-    return isinstance(module, (lib.nn.Linear8bitLt, lib.nn.Linear4bit))
+    lib = bnb_nn()
+    return isinstance(module, (lib.Linear8bitLt, lib.Linear4bit))
 
 
 def _tied_linears(model: nn.Module) -> dict[str, str]:
@@ -347,6 +404,10 @@ def to_precision(
         return m.to(device)
 
     check_backend(variant, device)
+    if keep_dtype not in DTYPES or compute_dtype not in DTYPES:
+        raise ConfigError(
+            f"keep_dtype={keep_dtype!r}, compute_dtype={compute_dtype!r}: use one of {', '.join(DTYPES)} for each"
+        )
     spec = PrecisionSpec(
         variant=variant,
         scheme=SCHEMES[variant],
@@ -366,10 +427,11 @@ def to_precision(
             if o.endswith(".weight") and isinstance(m.get_submodule(o.rsplit(".", 1)[0]), nn.Embedding)
         }
         tied = {n: o for n, o in tied.items() if n not in heads}
-    targets = [n for n, mod in m.named_modules() if isinstance(mod, nn.Linear) and n not in tied]
+    linears = {n: mod for n, mod in m.named_modules() if isinstance(mod, nn.Linear) and n not in tied}
+    targets = list(linears)
     # Quantize from the float32 weights; everything else goes to keep_dtype first (a bitsandbytes
     # parameter must never be cast: .to(dtype) would turn its integer codes into floats).
-    originals = {n: copy.deepcopy(m.get_submodule(n)).float() for n in targets}
+    originals = {n: copy.deepcopy(mod).float() for n, mod in linears.items()}
     m = m.to(DTYPES[keep_dtype])
     for name in targets:
         _set_submodule(m, name, _quantized_linear(variant, originals[name], spec, device))

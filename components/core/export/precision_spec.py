@@ -14,11 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import ConfigError
 
 Variant = Literal["fp32", "fp16", "bf16", "int8", "nf4", "fp4"]
-VARIANTS: tuple[str, ...] = get_args(Variant)
+VARIANTS: tuple[Variant, ...] = get_args(Variant)
 DtypeName = Literal["float32", "bfloat16", "float16"]
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-FLOAT_VARIANTS: dict[str, str] = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-QUANT_VARIANTS: tuple[str, ...] = ("int8", "nf4", "fp4")
+DTYPES: dict[DtypeName, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+FLOAT_VARIANTS: dict[str, DtypeName] = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+QUANT_VARIANTS: tuple[Variant, ...] = ("int8", "nf4", "fp4")
 # The scheme names written into config.json and the safetensors header.
 SCHEMES: dict[str, str] = {
     "fp32": "float32",

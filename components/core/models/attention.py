@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..errors import ConfigError
+from .positional import RotaryEmbedding
 
 AttentionImpl = Literal["fused", "reference", "sliding_window"]
 ATTENTION_IMPLS = get_args(AttentionImpl)
@@ -229,7 +230,9 @@ def sliding_window_attention(
     n_full = T // w
     b0 = 1 + -(-g // w)  # the first block whose previous block starts at or after the global tokens
     if b0 >= n_full:  # no regular block: every block one at a time
-        return _window_blocks(q, k, v, range(0, T, w), w, scale, g, dropout_p)
+        out = _window_blocks(q, k, v, range(0, T, w), w, scale, g, dropout_p)
+        assert out is not None  # T > DENSE_BAND_MAX_T > 0: at least one block
+        return out
     B, nh, _, hs = q.shape
     nr = n_full - b0  # regular blocks, batched
     s0, e0 = b0 * w, n_full * w
@@ -323,8 +326,9 @@ class KVCache:
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append this step's keys and values (B, nh, T, hs); return the layer's whole (B, nh, t+T, hs)."""
-        if self.k[layer] is not None:
-            k, v = torch.cat([self.k[layer], k], dim=-2), torch.cat([self.v[layer], v], dim=-2)
+        prev_k, prev_v = self.k[layer], self.v[layer]
+        if prev_k is not None and prev_v is not None:  # set together, so both or neither
+            k, v = torch.cat([prev_k, k], dim=-2), torch.cat([prev_v, v], dim=-2)
         self.k[layer], self.v[layer] = k, v
         return k, v
 
@@ -413,7 +417,7 @@ class CausalSelfAttention(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
-        rope: nn.Module | None = None,
+        rope: RotaryEmbedding | None = None,
         *,
         causal: bool = True,
         key_padding_mask: torch.Tensor | None = None,
@@ -457,6 +461,7 @@ class CausalSelfAttention(nn.Module):
             and self.top_k is None
             and not self.hard
         ):
+            assert self.window is not None  # set whenever impl is sliding_window
             y = sliding_window_attention(
                 q, k, v, self.window, self.scale, self.n_global, dropout_p=self.dropout if self.training else 0.0
             )  # (B, nh, T, hs)
@@ -539,7 +544,8 @@ def detect_sdpa_backend(
         except RuntimeError:
             available[name] = False
     try:  # the dispatcher's own choice; a private helper, so tolerate its absence
-        auto_choice = SDPBackend(int(torch._fused_sdp_choice(q, k, v, is_causal=True))).name.lower()
+        choice = torch._fused_sdp_choice(q, k, v, is_causal=True)  # pyright: ignore[reportPrivateImportUsage]
+        auto_choice = SDPBackend(int(choice)).name.lower()
     except Exception:  # noqa: BLE001 - informational only
         auto_choice = None
     observed, error = None, None

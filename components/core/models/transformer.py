@@ -13,7 +13,7 @@ A `param_budget` is resolved into a width by `size_for_budget` before the model 
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional, get_args
+from typing import Any, Callable, Literal, Optional, ParamSpec, TypeVar, cast, get_args
 
 import torch
 import torch.nn as nn
@@ -23,11 +23,19 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ..data import IGNORE_INDEX, PAD_ID
 from ..errors import ConfigError
 from .attention import AttentionImpl, CausalSelfAttention, KVCache, SdpaBackend
-from .positional import ROPE_LAYOUT, PositionalEncoding, build_positional
+from .positional import ROPE_LAYOUT, LearnedPositionalEncoding, PositionalEncoding, build_positional
 from .sizing import count_parameters
 from .sizing import size_for_budget as _size_for_budget
 
 Norm = Literal["pre", "post"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _compile_disabled(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """`torch.compiler.disable(fn)` with fn's signature kept (torch leaves the decorator's result untyped)."""
+    return cast(Callable[_P, _R], torch.compiler.disable(fn))
 
 
 class TransformerSettings(BaseModel):
@@ -35,60 +43,66 @@ class TransformerSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    n_layer: int = Field(4, ge=1, description="Number of Transformer blocks.")
-    n_head: int = Field(4, ge=1, description="Attention heads per block; n_embd must be divisible by it.")
-    n_embd: int = Field(128, ge=1, description="Model width (embedding and residual stream size).")
-    block_size: int = Field(64, ge=1, description="Context length in tokens (rows of the learned positional table).")
+    n_layer: int = Field(default=4, ge=1, description="Number of Transformer blocks.")
+    n_head: int = Field(default=4, ge=1, description="Attention heads per block; n_embd must be divisible by it.")
+    n_embd: int = Field(default=128, ge=1, description="Model width (embedding and residual stream size).")
+    block_size: int = Field(
+        default=64, ge=1, description="Context length in tokens (rows of the learned positional table)."
+    )
     dropout: float = Field(
-        0.0, ge=0.0, lt=1.0, description="Dropout on embeddings, attention weights and residual branches."
+        default=0.0, ge=0.0, lt=1.0, description="Dropout on embeddings, attention weights and residual branches."
     )
     bias: bool = Field(
-        False,
+        default=False,
         description="Biases in Linear and LayerNorm layers (GPT-2: True; nanoGPT's default False is a bit faster and "
         "no worse).",
     )
     pos_encoding: PositionalEncoding = Field(
-        "rope",
+        default="rope",
         description="Positional encoding: rope (rotary; the default: it trains fastest here), learned (GPT-2), "
         "sinusoidal, or none (the ablation).",
     )
     attention: AttentionImpl = Field(
-        "fused",
+        default="fused",
         description="fused: torch SDPA (FlashAttention-class kernels); reference: explicit QKᵀ→mask→softmax→×V; "
         "sliding_window: each query sees the last `window` keys and the first `n_global` positions (memory N·window).",
     )
     window: int = Field(
-        64, ge=1, description="Keys each query sees under attention: sliding_window (at most block_size)."
+        default=64, ge=1, description="Keys each query sees under attention: sliding_window (at most block_size)."
     )
     n_global: int = Field(
-        0,
+        default=0,
         ge=0,
         description="Leading positions every query sees under attention: sliding_window (global tokens; fewer than "
         "block_size).",
     )
     norm: Norm = Field(
-        "pre",
+        default="pre",
         description="LayerNorm before each sublayer (pre, GPT-2) or after the residual add (post, original "
         "Transformer).",
     )
-    residual: bool = Field(True, description="Residual connections around attention and FFN (False is the ablation).")
-    scale_scores: bool = Field(True, description="Scale attention scores by 1/sqrt(d_head) (False is the ablation).")
+    residual: bool = Field(
+        default=True, description="Residual connections around attention and FFN (False is the ablation)."
+    )
+    scale_scores: bool = Field(
+        default=True, description="Scale attention scores by 1/sqrt(d_head) (False is the ablation)."
+    )
     hard_attention: bool = Field(
-        False,
+        default=False,
         description="Each query takes the value of its single top-scoring key (one-hot weights, \"ordering one "
         "dish\"), trained straight-through: the forward pass is hard, the gradient the softmax's (True is the "
         "ablation against soft attention; explicit attention, no fused kernel, no KV cache).",
     )
-    tie_weights: bool = Field(True, description="Share the token embedding matrix with the output head.")
-    ffn_mult: int = Field(4, ge=1, description="FFN hidden width as a multiple of n_embd.")
+    tie_weights: bool = Field(default=True, description="Share the token embedding matrix with the output head.")
+    ffn_mult: int = Field(default=4, ge=1, description="FFN hidden width as a multiple of n_embd.")
     sdpa_backend: SdpaBackend = Field(
-        "auto",
+        default="auto",
         description="SDPA kernel pinned on CUDA via torch.nn.attention.sdpa_kernel; auto lets torch choose. Ignored on "
         "CPU.",
     )
-    rope_base: float = Field(10000.0, gt=0, description="Base of the rotary / sinusoidal wavelengths.")
+    rope_base: float = Field(default=10000.0, gt=0, description="Base of the rotary / sinusoidal wavelengths.")
     param_budget: Optional[int] = Field(
-        None,
+        default=None,
         ge=1,
         description="If set, n_embd is chosen (a multiple of n_head) so the model's parameter count is closest to "
         "this.",
@@ -225,6 +239,11 @@ class Transformer(nn.Module):
         with torch.no_grad():
             self.wte.weight[PAD_ID].zero_()
 
+    @property
+    def blocks(self) -> list[Block]:
+        """The blocks `h`, in order, typed (indexing the ModuleList gives a plain Module)."""
+        return cast("list[Block]", list(self.h))
+
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
         if isinstance(module, nn.Linear):
@@ -249,7 +268,9 @@ class Transformer(nn.Module):
         check); `key_padding_mask` (B, T), True = real token, masks padded keys explicitly. With
         `cache` (generation), idx continues the positions the cache holds and is appended to it.
         """
-        kw = {"causal": causal, "key_padding_mask": key_padding_mask} if cache is None else {"cache": cache}
+        kw: dict[str, Any] = (
+            {"causal": causal, "key_padding_mask": key_padding_mask} if cache is None else {"cache": cache}
+        )
         x = self._trunk(idx, **kw)[0]  # (B, T, C)
         logits = self.lm_head(x)  # (B, T, V)
         # [PAD] is never a target, so it is never predicted: -inf keeps its probability at 0 and, with
@@ -277,7 +298,7 @@ class Transformer(nn.Module):
             weights.append(w)
         return self.ln_f(x), weights  # (B, T, C)
 
-    @torch.compiler.disable
+    @_compile_disabled
     def _embed(self, idx: torch.Tensor) -> torch.Tensor:
         """The token lookup on the CPU, left out of a torch.compile graph: inductor's C++ backend makes the
         lookup's backward a scatter-add kernel that took ~0.4 ms a step against ATen's ~0.09 ms (baby GPT,
@@ -337,8 +358,16 @@ class Transformer(nn.Module):
         stays because, tied, it is also the output layer's matmul."""
         T = T or self.config.block_size
         L, H, Q = self.config.n_layer, self.config.n_head, self.config.head_dim
-        N = count_parameters(self) - (self.pos.wpe.weight.numel() if self.config.pos_encoding == "learned" else 0)
+        learned = self.pos.wpe.weight.numel() if isinstance(self.pos, LearnedPositionalEncoding) else 0
+        N = count_parameters(self) - learned
         return float(6 * N + 12 * L * H * Q * T)
+
+
+def require_transformer(model: nn.Module, what: str) -> Transformer:
+    """`model` as a Transformer; any other model is a ConfigError naming `what` needs one."""
+    if not isinstance(model, Transformer):
+        raise ConfigError(f"{what} needs a Transformer LM, not a {type(model).__name__}")
+    return model
 
 
 def size_for_budget(config: TransformerSettings, vocab_size: int, budget: int | None = None) -> TransformerSettings:

@@ -30,7 +30,7 @@ from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..artifacts import write_json
-from ..data import TokenBlocks
+from ..data import Blocks
 from ..device import seed_everything
 from ..lm import resolve_settings
 from ..models.transformer import Transformer, TransformerSettings
@@ -59,7 +59,7 @@ __all__ = [
 
 Ablation = Literal["no_pos", "no_scale", "no_residual", "hard_attention"]
 # Each ablation: the setting it flips and the run it is compared against.
-ABLATIONS: dict[Ablation, dict] = {
+ABLATIONS: dict[str, dict] = {  # keyed by Ablation
     "no_pos": {"update": {"pos_encoding": "none"}, "baseline": "full"},
     "no_scale": {"update": {"scale_scores": False}, "baseline": "full"},
     "no_residual": {"update": {"residual": False}, "baseline": "deep_residual"},  # at deep_n_layer
@@ -79,26 +79,29 @@ class AblationSettings(BaseModel):
         "query takes its top key's value only, trained straight-through).",
     )
     ablation_steps: Optional[int] = Field(
-        None, ge=1, description="Optimizer steps per run (None = the train settings' max_steps)."
+        default=None, ge=1, description="Optimizer steps per run (None = the train settings' max_steps)."
     )
     deep_n_layer: int = Field(
-        8, ge=2, description="Depth of the with/without-residual pair (residuals matter in deep stacks)."
+        default=8, ge=2, description="Depth of the with/without-residual pair (residuals matter in deep stacks)."
     )
-    permutation_len: int = Field(16, ge=3, description="Tokens in the permutation-equivariance check.")
+    permutation_len: int = Field(default=16, ge=3, description="Tokens in the permutation-equivariance check.")
     permutation_trials: int = Field(
-        3, ge=1, description="Permutations tried (the first is the reversal, 我爱你 → 你爱我)."
+        default=3, ge=1, description="Permutations tried (the first is the reversal, 我爱你 → 你爱我)."
     )
-    probe_blocks: int = Field(8, ge=1, description="Validation blocks for the at-init and attention-entropy probes.")
+    probe_blocks: int = Field(
+        default=8, ge=1, description="Validation blocks for the at-init and attention-entropy probes."
+    )
     depths: list[int] = Field(
-        [2, 4, 8, 12], description="Depths of the residual study (with and without residuals, same budget); [] = skip."
+        default=[2, 4, 8, 12],
+        description="Depths of the residual study (with and without residuals, same budget); [] = skip.",
     )
-    depth_steps: int = Field(30, ge=1, description="Optimizer steps per model of the residual study.")
+    depth_steps: int = Field(default=30, ge=1, description="Optimizer steps per model of the residual study.")
     depth_n_embd: int = Field(
-        32, ge=8, description="Width of the residual study's models (small: 2 × len(depths) trainings)."
+        default=32, ge=8, description="Width of the residual study's models (small: 2 × len(depths) trainings)."
     )
-    depth_block_size: int = Field(32, ge=8, description="Context of the residual study's models.")
+    depth_block_size: int = Field(default=32, ge=8, description="Context of the residual study's models.")
     workers: int = Field(
-        2,
+        default=2,
         ge=1,
         description="Processes the ablation and depth runs train in side by side on a CPU, one torch thread each "
         "(components/core/workers.py; these small models gain little from a second thread, so two at once take "
@@ -138,7 +141,7 @@ def _runs(
 ) -> dict[str, tuple[TransformerSettings, str, str | None]]:
     """name -> (settings, the change in words, baseline run name)."""
     base = model_settings.model_dump()
-    runs = {"full": (model_settings, "—", None)}
+    runs: dict[str, tuple[TransformerSettings, str, str | None]] = {"full": (model_settings, "—", None)}
     deep = {"n_layer": s.deep_n_layer}
     if "no_residual" in s.ablations:
         runs["deep_residual"] = (TransformerSettings(**{**base, **deep}), f"n_layer={s.deep_n_layer}", None)
@@ -154,8 +157,8 @@ def run_ablations(
     model_settings: TransformerSettings,
     train_settings: TrainSettings,
     settings: AblationSettings,
-    train_data: TokenBlocks,
-    val_data: TokenBlocks,
+    train_data: Blocks,
+    val_data: Blocks,
     vocab_size: int,
     out_dir: str | Path,
     *,
@@ -319,8 +322,8 @@ def residual_depth_study(
     model_settings: TransformerSettings,
     train_settings: TrainSettings,
     s: AblationSettings,
-    train_data: TokenBlocks,
-    val_data: TokenBlocks,
+    train_data: Blocks,
+    val_data: Blocks,
     vocab_size: int,
     out_dir: Path,
 ) -> list[dict]:
@@ -404,7 +407,9 @@ def _train_depth(cfg, vocab_size, ts, train_data, val_data, run_dir, x, y) -> di
 
 def _build(cfg: TransformerSettings, vocab_size: int) -> Transformer:
     """The model of `cfg`, a param_budget resolved for this very shape (each run meets the budget)."""
-    return Transformer(resolve_settings("transformer", cfg, vocab_size), vocab_size)
+    resolved = resolve_settings("transformer", cfg, vocab_size)
+    assert isinstance(resolved, TransformerSettings)  # the transformer family's settings
+    return Transformer(resolved, vocab_size)
 
 
 def _fresh(cfg: TransformerSettings, pos: str, vocab_size: int, seed: int) -> Transformer:
@@ -412,7 +417,7 @@ def _fresh(cfg: TransformerSettings, pos: str, vocab_size: int, seed: int) -> Tr
     return _build(cfg.model_copy(update={"pos_encoding": pos}), vocab_size).eval()
 
 
-def _probe_batch(data: TokenBlocks, n_blocks: int, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _probe_batch(data: Blocks, n_blocks: int, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The first validation blocks as (x, y) int64 tensors, cropped to the model's context."""
     data = data.crop(min(block_size, data.block_size))
     x, y = data.batch(np.arange(min(n_blocks, data.n_blocks)))

@@ -81,14 +81,14 @@ def peak_memory_bytes(fn: Callable[[], object], device: torch.device | str) -> i
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     # The raw event records: the aggregated profiler views attribute memory to ops and lose the order.
-    events = [
-        e
-        for e in prof.profiler.kineto_results.events()
-        if e.name() == "[memory]" and e.device_type() == torch.autograd.DeviceType.CPU
-    ]
+    results = prof.profiler.kineto_results if prof.profiler is not None else None
+    if results is None:
+        raise RuntimeError("the profiler recorded no events")
+    cpu = torch.autograd.DeviceType.CPU  # pyright: ignore[reportPrivateImportUsage]
+    events = [e for e in results.events() if e.name() == "[memory]" and e.device_type() == cpu]
     running = peak = 0
     for e in sorted(events, key=lambda e: e.start_ns()):
-        running += e.nbytes()  # negative for a free
+        running += e.nbytes()  # pyright: ignore[reportAttributeAccessIssue]  # negative for a free
         peak = max(peak, running)
     return peak
 
@@ -204,65 +204,67 @@ class AttentionCostSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     seq_lens: list[int] = Field(
-        [256, 512, 1024, 2048, 4096, 8192],
+        default=[256, 512, 1024, 2048, 4096, 8192],
         description="Sequence lengths N, increasing (the CPU default doubles 256 … 8192; the GPU config goes to 64k "
         "and more).",
     )
     impls: list[str] = Field(
-        list(DEFAULT_IMPLS),
+        default=list(DEFAULT_IMPLS),
         description="Implementations: reference (materialises N×N), fused (SDPA), window (blocked sliding window), "
         "flex (the window's mask through compiled FlexAttention; forward only on the CPU).",
     )
-    passes: list[str] = Field(list(PASSES), description="Passes to time: inference, and training.")
-    batch: int = Field(1, ge=1, description="Sequences per pass.")
-    n_head: int = Field(4, ge=1, description="Attention heads.")
-    head_dim: int = Field(32, ge=1, description="Dimensions per head.")
+    passes: list[str] = Field(default=list(PASSES), description="Passes to time: inference, and training.")
+    batch: int = Field(default=1, ge=1, description="Sequences per pass.")
+    n_head: int = Field(default=4, ge=1, description="Attention heads.")
+    head_dim: int = Field(default=32, ge=1, description="Dimensions per head.")
     window: int = Field(
-        256,
+        default=256,
         ge=1,
         description="Keys each query sees in the sliding window (itself and the previous window-1); at most the "
         "smallest N.",
     )
     n_global: int = Field(
-        0,
+        default=0,
         ge=0,
         description="Global tokens of the window and flex implementations: the first n_global positions every query "
         "sees; fewer than the smallest N.",
     )
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="Tensor dtype (bfloat16 on the GPU)."
+        default="float32", description="Tensor dtype (bfloat16 on the GPU)."
     )
-    repeats: int = Field(3, ge=1, description="Timed passes per point (the median is reported).")
+    repeats: int = Field(default=3, ge=1, description="Timed passes per point (the median is reported).")
     repeat_budget_s: Optional[float] = Field(
-        3.0,
+        default=3.0,
         gt=0,
         description="A point stops repeating once its timed passes add up to this many seconds (one pass at least). "
         "On the 2-core CPU the reference's forward+backward pass at N = 8192 takes about 6 s: three of them and a "
         "warm-up were a third of the step, for a figure one pass of that length already gives. null: always `repeats`.",
     )
     warmup: int = Field(
-        0,
+        default=0,
         ge=0,
         description="Untimed passes before timing each point, after the pass that measures its peak memory (which "
         "already runs it once: the first allocation, the kernels' first call).",
     )
     memory_ceiling_mib: float = Field(
-        6144.0,
+        default=6144.0,
         gt=0,
         description="An implementation stops once one point's peak is above this (the next doubling would take about "
         "4× for the reference), so the sweep cannot take the machine down.",
     )
-    time_cap_s: float = Field(20.0, gt=0, description="An implementation stops once one pass takes longer than this.")
+    time_cap_s: float = Field(
+        default=20.0, gt=0, description="An implementation stops once one pass takes longer than this."
+    )
     fit_from: int = Field(
-        1024,
+        default=1024,
         ge=1,
         description="Exponents are fitted over N >= fit_from (smaller points are dominated by fixed overheads), or the "
         "top three points when fewer qualify.",
     )
-    sdpa_backend: SdpaBackend = Field("auto", description="Pin the fused kernel on CUDA (auto: torch chooses).")
-    device: DeviceSetting = Field("auto", description="Where to measure: 'auto' = CUDA if present, else CPU.")
-    threads: int = Field(0, ge=0, description="torch.set_num_threads when > 0 (CPU).")
-    seed: int = Field(0, description="Seed of the random q, k, v.")
+    sdpa_backend: SdpaBackend = Field(default="auto", description="Pin the fused kernel on CUDA (auto: torch chooses).")
+    device: DeviceSetting = Field(default="auto", description="Where to measure: 'auto' = CUDA if present, else CPU.")
+    threads: int = Field(default=0, ge=0, description="torch.set_num_threads when > 0 (CPU).")
+    seed: int = Field(default=0, description="Seed of the random q, k, v.")
 
     @field_validator("seq_lens")
     @classmethod

@@ -19,9 +19,10 @@ import torch.nn as nn
 from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..data import TokenBlocks
+from ..data import Blocks, TokenBlocks
 from ..device import DeviceSetting, resolve_device
 from ..models.attention import top_k_attention
+from ..models.transformer import Transformer, require_transformer
 from ..train_step import evaluate
 
 
@@ -29,11 +30,11 @@ class AttentionTopKSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     ks: list[int] = Field(
-        [1, 2, 4], min_length=1, description="Keys kept per query (each ≥ 1), against the full softmax."
+        default=[1, 2, 4], min_length=1, description="Keys kept per query (each ≥ 1), against the full softmax."
     )
-    eval_blocks: int = Field(64, ge=1, description="Validation blocks evaluated per setting.")
-    batch_size: int = Field(16, ge=1, description="Blocks per forward pass.")
-    device: DeviceSetting = Field("auto", description="Where to run: 'auto' = CUDA if present, else CPU.")
+    eval_blocks: int = Field(default=64, ge=1, description="Validation blocks evaluated per setting.")
+    batch_size: int = Field(default=16, ge=1, description="Blocks per forward pass.")
+    device: DeviceSetting = Field(default="auto", description="Where to run: 'auto' = CUDA if present, else CPU.")
 
     @field_validator("ks")
     @classmethod
@@ -68,7 +69,7 @@ class TopKResult:
 
 @torch.no_grad()
 def top_weight_shares(
-    model: nn.Module, blocks: TokenBlocks, ks: list[int], batch_size: int, device
+    model: Transformer, blocks: TokenBlocks, ks: list[int], batch_size: int, device
 ) -> dict[int, float]:
     """Mean share of the full softmax's weight on each query's top-k keys, over every layer, head and
     query that sees at least max(ks) keys (a k of the block size or more keeps every key: share 1)."""
@@ -101,11 +102,11 @@ def plot_topk(rows: list[dict], block_size: int, n_blocks: int | None = None) ->
     return fig
 
 
-def attention_topk(model: nn.Module, val: TokenBlocks, settings: AttentionTopKSettings) -> TopKResult:
+def attention_topk(model: nn.Module, val: Blocks, settings: AttentionTopKSettings) -> TopKResult:
     """Validation loss of `model` (a Transformer) with attention restricted to the top-k keys per query,
     for each k in `settings.ks`, and with the full softmax."""
     device, _ = resolve_device(settings.device)
-    model = model.to(device).eval()
+    model = require_transformer(model, "the top-k attention study").to(device).eval()
     blocks = val.crop(min(val.block_size, model.config.block_size))
     n = min(blocks.n_blocks, settings.eval_blocks)
     blocks = TokenBlocks(blocks.x[:n], blocks.y[:n])

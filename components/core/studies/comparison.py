@@ -47,10 +47,14 @@ def train_flops(m: LanguageModel) -> float | None:
     """The training FLOPs a model spent: steps × tokens per step × its FLOPs per token (None when a
     figure is missing)."""
     met, ts = m.metrics, m.train_settings or {}
-    need = (met.get("steps"), met.get("flops_per_token"), ts.get("batch_size"), m.context_length)
-    if not all(need):
+    steps, per_token, batch, block = (
+        met.get("steps"),
+        met.get("flops_per_token"),
+        ts.get("batch_size"),
+        m.context_length,
+    )
+    if not (steps and per_token and batch and block):
         return None
-    steps, per_token, batch, block = need
     return float(steps) * tokens_per_step(batch, block, ts.get("grad_accum")) * float(per_token)
 
 
@@ -69,7 +73,7 @@ def ranked_tiers(losses: dict[str, float], tolerance: dict[str, float] | None = 
     tolerance = tolerance or {}
     tiers: list[list[str]] = []
     prev = None
-    for name in sorted(losses, key=losses.get):
+    for name in sorted(losses, key=lambda n: losses[n]):
         tol = max(tolerance.get(name, 0.0), tolerance.get(prev, 0.0)) if prev is not None else 0.0
         if prev is not None and losses[name] - losses[prev] <= tol:
             tiers[-1].append(name)
@@ -365,16 +369,20 @@ def compare_models(
             }
         )
     settledness = ranking_settledness(curves, {n: v["spread"] for n, v in spreads.items()} or None)
-    base_rows = [
-        {
-            "model": r.model,
-            "params": 0,
-            "val_loss": r.val_loss,
-            "val_ppl": r.val_ppl,
-            "count_model": r.order == baseline.chosen.order,
-        }
-        for r in (baseline.rows if baseline else [])
-    ]
+    base_rows = (
+        [
+            {
+                "model": r.model,
+                "params": 0,
+                "val_loss": r.val_loss,
+                "val_ppl": r.val_ppl,
+                "count_model": r.order == baseline.chosen.order,
+            }
+            for r in baseline.rows
+        ]
+        if baseline
+        else []
+    )
     all_losses = {n: list(seed_losses[n]) if seed_losses and n in seed_losses else [models[n].val_loss] for n in models}
     result = ComparisonResult(
         rows=rows,

@@ -25,6 +25,7 @@ context helps: the last bucket still above the final bucket's loss beyond that i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -33,7 +34,7 @@ import torch.nn.functional as F
 from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..data import IGNORE_INDEX, TokenBlocks
+from ..data import IGNORE_INDEX, Blocks
 from ..device import DeviceSetting, resolve_device
 
 
@@ -41,21 +42,21 @@ class ContextUsageSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_blocks: int = Field(
-        256, ge=1, description="Validation blocks evaluated (the first ones; the same for every model)."
+        default=256, ge=1, description="Validation blocks evaluated (the first ones; the same for every model)."
     )
-    batch_size: int = Field(32, ge=1, description="Blocks per forward pass.")
-    bucket: int = Field(8, ge=1, description="Positions per bucket in the table and the saturation test.")
+    batch_size: int = Field(default=32, ge=1, description="Blocks per forward pass.")
+    bucket: int = Field(default=8, ge=1, description="Positions per bucket in the table and the saturation test.")
     saturation: float = Field(
-        0.1,
+        default=0.1,
         gt=0,
         lt=1,
         description="A curve has saturated once its loss is within this share of its total gain of the last bucket's.",
     )
-    device: DeviceSetting = Field("auto", description="Where to evaluate: 'auto' = CUDA if present, else CPU.")
+    device: DeviceSetting = Field(default="auto", description="Where to evaluate: 'auto' = CUDA if present, else CPU.")
 
 
 def block_losses(
-    model: nn.Module, blocks: TokenBlocks, *, max_blocks: int, batch_size: int, device: torch.device
+    model: nn.Module, blocks: Blocks, *, max_blocks: int, batch_size: int, device: torch.device
 ) -> np.ndarray:
     """Cross-entropy (nats) of every target, (blocks, T), NaN where there is no target."""
     was = model.training
@@ -75,7 +76,7 @@ def block_losses(
 
 
 def loss_by_position(
-    model: nn.Module, blocks: TokenBlocks, *, max_blocks: int, batch_size: int, device: torch.device
+    model: nn.Module, blocks: Blocks, *, max_blocks: int, batch_size: int, device: torch.device
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mean cross-entropy (nats) of the targets at each position of the block, and their counts (T,)."""
     ce = block_losses(model, blocks, max_blocks=max_blocks, batch_size=batch_size, device=device)
@@ -118,9 +119,14 @@ def context_helps_until(ce: np.ndarray, bucket: int) -> int:
 def receptive_field(model: nn.Module) -> int | None:
     """Positions a sliding-window Transformer's last query can reach through its stack (None: unbounded)."""
     cfg = getattr(model, "config", None)
-    if getattr(cfg, "attention", None) != "sliding_window":
+    if cfg is None or getattr(cfg, "attention", None) != "sliding_window":
         return None
     return cfg.n_layer * (cfg.window - 1) + 1
+
+
+def _config(model: nn.Module) -> Any:
+    """The model's settings (`config`, of whichever family; nn.Module's typing cannot know it)."""
+    return cast(Any, model).config
 
 
 def summarize_curve(loss: np.ndarray, bucket: int, saturation: float) -> dict:
@@ -220,12 +226,12 @@ class ContextUsageResult:
         return out
 
 
-def context_usage(models: dict[str, nn.Module], val: TokenBlocks, settings: ContextUsageSettings) -> ContextUsageResult:
+def context_usage(models: dict[str, nn.Module], val: Blocks, settings: ContextUsageSettings) -> ContextUsageResult:
     """Loss by position for each model on the same validation blocks (cropped to the shortest context
     any model was built for)."""
     s = settings
     device, _ = resolve_device(s.device)
-    T = min([val.block_size] + [m.config.block_size for m in models.values() if hasattr(m.config, "block_size")])
+    T = min([val.block_size] + [_config(m).block_size for m in models.values() if hasattr(_config(m), "block_size")])
     blocks = val.crop(T)
     curves, windows, per_block = {}, {}, {}
     for name, m in models.items():
@@ -234,7 +240,7 @@ def context_usage(models: dict[str, nn.Module], val: TokenBlocks, settings: Cont
         per_block[name] = ce
         curves[name] = np.nansum(ce, 0) / np.maximum(np.isfinite(ce).sum(0), 1)
         if receptive_field(m) is not None:
-            windows[name] = m.config.window
+            windows[name] = _config(m).window
     summaries = []
     for name, c in curves.items():
         rf = receptive_field(models[name])
@@ -257,7 +263,7 @@ def context_usage(models: dict[str, nn.Module], val: TokenBlocks, settings: Cont
         (
             n
             for n, m in models.items()
-            if n not in windows and getattr(m.config, "attention", None) in ("fused", "reference")
+            if n not in windows and getattr(_config(m), "attention", None) in ("fused", "reference")
         ),
         None,
     )
@@ -265,6 +271,7 @@ def context_usage(models: dict[str, nn.Module], val: TokenBlocks, settings: Cont
         for name, w in windows.items():
             d = curves[name] - curves[full]
             rf = receptive_field(models[name])
+            assert rf is not None  # a windowed model
             per = per_block[name] - per_block[full]  # (blocks, T): the window's loss minus full attention's, per target
             within = bootstrap_mean(_span_mean(per, 0, min(w, T)))
             beyond = bootstrap_mean(_span_mean(per, rf, T)) if rf < T else (float("nan"),) * 3

@@ -5,14 +5,14 @@ state carried along)."""
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
 
 from ..device import median_seconds
+from ..models.recurrent import RecurrentLM
 
 
 @torch.no_grad()
 def recurrent_prefill_decode(
-    m: nn.Module, x: torch.Tensor, gen_tokens: int, device: torch.device, *, warmup: int, repeats: int
+    m: RecurrentLM, x: torch.Tensor, gen_tokens: int, device: torch.device, *, warmup: int, repeats: int
 ) -> tuple[float, float, object]:
     """(median seconds of the prefill of x (B, L), median seconds of decoding `gen_tokens` tokens after it,
     the state after the prompt)."""

@@ -31,6 +31,10 @@ import torch
 import torch.nn as nn
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..errors import ConfigError
+from ..models.recurrent import RecurrentLM
+from ..models.transformer import Transformer, require_transformer
+
 ZH_A, ZH_B = "我爱你", "你爱我"
 SHIFT_SENTENCE = "今天 天气 真 不错"  # as the article writes it; jieba cuts each run of Han characters
 SHIFT_CONTEXT = ["今天 天气 真 不错", "今天 天气 很 好", "我 爱 你", "你 爱 我", "天气 真 好，今天 不错"]
@@ -40,13 +44,15 @@ class ExamplesSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mix_sentence: str = Field(
-        "Apple announced a new phone and its market value rose", description="Sentence of the attention-mix example."
+        default="Apple announced a new phone and its market value rose",
+        description="Sentence of the attention-mix example.",
     )
     mix_query: str = Field(
-        "rose", description="The word whose attention over the sentence is shown (its last token is the query)."
+        default="rose", description="The word whose attention over the sentence is shown (its last token is the query)."
     )
     gate_sentence: str = Field(
-        "The history of the city begins in the second century", description="Sentence the LSTM's gates are read on."
+        default="The history of the city begins in the second century",
+        description="Sentence the LSTM's gates are read on.",
     )
 
 
@@ -65,7 +71,7 @@ class ExamplesResult:
 
 
 @torch.no_grad()
-def first_layer_scores(model: nn.Module, ids: list[int], use_position: bool) -> torch.Tensor:
+def first_layer_scores(model: Transformer, ids: list[int], use_position: bool) -> torch.Tensor:
     """The first layer's raw attention scores q·k·scale (nh, T, T), before mask and softmax, with the
     model's positional encoding (learned/sinusoidal added to the input, or RoPE on q and k) or without."""
     model.eval()
@@ -75,7 +81,7 @@ def first_layer_scores(model: nn.Module, ids: list[int], use_position: bool) -> 
     T = x.shape[1]
     if use_position and model.pos is not None:
         x = x + model.pos(T).float()
-    block = model.h[0]
+    block = model.blocks[0]
     h = block.ln_1(x) if block.pre_norm else x
     a = block.attn
     qkv = a.c_attn(h).view(1, T, 3, a.n_head, a.head_dim)
@@ -90,7 +96,7 @@ def _char_tokens(encode: Callable[[str], list[int]], text: str) -> list[list[int
 
 
 def word_order(
-    model: nn.Module,
+    model: Transformer,
     encode: Callable[[str], list[int]],
     decode: Callable[[list[int]], str],
     a: str = ZH_A,
@@ -195,7 +201,7 @@ def shifted_pairs(sentence: str = SHIFT_SENTENCE, context: list[str] = SHIFT_CON
 
 
 @torch.no_grad()
-def attention_mix(model: nn.Module, encode: Callable[[str], list[int]], sentence: str, query: str) -> list[dict]:
+def attention_mix(model: Transformer, encode: Callable[[str], list[int]], sentence: str, query: str) -> list[dict]:
     """Last layer, heads averaged: the query word's (its last token's) attention over the words before
     it and itself, sub-word tokens summed into their word; sorted by weight."""
     words = sentence.split()
@@ -222,7 +228,7 @@ def attention_mix(model: nn.Module, encode: Callable[[str], list[int]], sentence
 
 @torch.no_grad()
 def lstm_gates(
-    model: nn.Module, encode: Callable[[str], list[int]], decode: Callable[[list[int]], str], sentence: str
+    model: RecurrentLM, encode: Callable[[str], list[int]], decode: Callable[[list[int]], str], sentence: str
 ) -> list[dict]:
     """Per token: the first layer's mean input, forget and output gate and the memory cell's mean |c|,
     from the cell's equations on the trained weights (i, f, g, o = split of W_ih·x + b_ih + W_hh·h + b_hh)."""
@@ -232,8 +238,8 @@ def lstm_gates(
     device = next(model.parameters()).device
     x = model.wte(torch.tensor([ids], device=device)).float()[0]  # (T, E)
     H = model.config.hidden_size
-    w_ih, w_hh = rnn.weight_ih_l0.float(), rnn.weight_hh_l0.float()
-    b = (rnn.bias_ih_l0 + rnn.bias_hh_l0).float()
+    w_ih, w_hh = rnn.get_parameter("weight_ih_l0").float(), rnn.get_parameter("weight_hh_l0").float()
+    b = (rnn.get_parameter("bias_ih_l0") + rnn.get_parameter("bias_hh_l0")).float()
     h, c = torch.zeros(H, device=device), torch.zeros(H, device=device)
     rows = []
     for t, tok in enumerate(ids):
@@ -281,6 +287,9 @@ def article_examples(
     decode: Callable[[list[int]], str],
     settings: ExamplesSettings,
 ) -> ExamplesResult:
+    transformer = require_transformer(transformer, "the article's examples")
+    if lstm is not None and not isinstance(lstm, RecurrentLM):
+        raise ConfigError(f"the LSTM's gates need a recurrent LM, not a {type(lstm).__name__}")
     wo = word_order(transformer, encode, decode)
     pairs = shifted_pairs()
     mix = attention_mix(transformer, encode, settings.mix_sentence, settings.mix_query)

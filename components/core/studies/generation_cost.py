@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..device import DeviceSetting, median_seconds, resolve_device
 from ..models.attention import KVCache
+from ..models.recurrent import RecurrentLM
 from ..models.transformer import Transformer
 from .attention_cost import fit_exponent
 from .decode_timing import recurrent_prefill_decode
@@ -38,17 +39,17 @@ class GenerationCostSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     context_lens: list[int] = Field(
-        [64, 128, 256, 512, 1024, 2048], description="Context lengths L before generating, increasing."
+        default=[64, 128, 256, 512, 1024, 2048], description="Context lengths L before generating, increasing."
     )
     gen_tokens: int = Field(
-        16, ge=1, description="Tokens generated after each context (per-token time = decode time / gen_tokens)."
+        default=16, ge=1, description="Tokens generated after each context (per-token time = decode time / gen_tokens)."
     )
-    batch_size: int = Field(1, ge=1, description="Sequences generated at once (1: a user's chat).")
-    repeats: int = Field(3, ge=1, description="Timed decodes per point (the median is reported).")
-    warmup: int = Field(1, ge=0, description="Untimed decodes before timing each point.")
-    device: DeviceSetting = Field("auto", description="Where to time: 'auto' = CUDA if present, else CPU.")
-    threads: int = Field(0, ge=0, description="torch.set_num_threads when > 0 (CPU).")
-    seed: int = Field(0, description="Seed of the random contexts.")
+    batch_size: int = Field(default=1, ge=1, description="Sequences generated at once (1: a user's chat).")
+    repeats: int = Field(default=3, ge=1, description="Timed decodes per point (the median is reported).")
+    warmup: int = Field(default=1, ge=0, description="Untimed decodes before timing each point.")
+    device: DeviceSetting = Field(default="auto", description="Where to time: 'auto' = CUDA if present, else CPU.")
+    threads: int = Field(default=0, ge=0, description="torch.set_num_threads when > 0 (CPU).")
+    seed: int = Field(default=0, description="Seed of the random contexts.")
 
     @field_validator("context_lens")
     @classmethod
@@ -130,7 +131,7 @@ def _transformer_rows(
 
 
 def _recurrent_rows(
-    name: str, m: nn.Module, s: GenerationCostSettings, device: torch.device, gen: torch.Generator
+    name: str, m: RecurrentLM, s: GenerationCostSettings, device: torch.device, gen: torch.Generator
 ) -> list[dict]:
     rows = []
     for L in s.context_lens:
@@ -228,7 +229,7 @@ def generation_cost(models: dict[str, nn.Module], settings: GenerationCostSettin
         gen = torch.Generator().manual_seed(s.seed)
         if isinstance(m, Transformer):
             rows += _transformer_rows(name, m, s, device, gen)
-        elif hasattr(m, "step") and hasattr(m, "forward_hidden"):
+        elif isinstance(m, RecurrentLM):  # the recurrent model: step and forward_hidden
             rows += _recurrent_rows(name, m, s, device, gen)
         else:
             raise TypeError(

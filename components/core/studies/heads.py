@@ -14,8 +14,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..data import IGNORE_INDEX, TokenBlocks
+from ..data import IGNORE_INDEX, Blocks, TokenBlocks
 from ..errors import ConfigError
+from ..models.transformer import Transformer
 from .inside_settings import InsideSettings
 
 
@@ -68,7 +69,7 @@ def classify_heads(stats: list[dict], s: InsideSettings) -> list[dict]:
 
 
 @torch.no_grad()
-def attention_over_blocks(model: nn.Module, blocks: TokenBlocks, n: int, batch_size: int, device) -> list[torch.Tensor]:
+def attention_over_blocks(model: Transformer, blocks: Blocks, n: int, batch_size: int, device) -> list[torch.Tensor]:
     """Per layer, the attention weights (n, nh, T, T) of the first n blocks (reference math)."""
     per_layer: list[list[torch.Tensor]] = []
     for start in range(0, n, batch_size):
@@ -82,14 +83,14 @@ def attention_over_blocks(model: nn.Module, blocks: TokenBlocks, n: int, batch_s
 
 
 @contextmanager
-def heads_zeroed(model: nn.Module, heads: list[tuple[int, int]]) -> Iterator[None]:
+def heads_zeroed(model: Transformer, heads: list[tuple[int, int]]) -> Iterator[None]:
     """Zero the output of (layer, head) pairs before each layer's output projection."""
     handles = []
     by_layer: dict[int, list[int]] = {}
     for layer, h in heads:
         by_layer.setdefault(layer, []).append(h)
     for layer, hs in by_layer.items():
-        attn = model.h[layer].attn
+        attn = model.blocks[layer].attn
 
         def pre(mod, args, hs=hs, hd=attn.head_dim):
             (y,) = args  # (B, T, C): heads side by side
@@ -121,7 +122,7 @@ def block_losses(model: nn.Module, blocks: TokenBlocks, batch_size: int, device)
 
 
 def head_ablation(
-    model: nn.Module, blocks: TokenBlocks, n: int, batch_size: int, device
+    model: Transformer, blocks: Blocks, n: int, batch_size: int, device
 ) -> tuple[float, np.ndarray, np.ndarray]:
     """Validation loss of the model; its increase with each head zeroed in turn (n_layer, n_head); and
     that increase per validation block (n_layer, n_head, n) for intervals and held-out comparisons."""

@@ -10,6 +10,7 @@ why validation always draws L from span // 2..span. Trained by the memory tasks'
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Optional
 
 import numpy as np
@@ -21,6 +22,7 @@ from pydantic import Field, model_validator
 
 from ..data import IGNORE_INDEX
 from ..models.sizing import count_parameters
+from ..models.transformer import Transformer, require_transformer
 from .memory import MemoryResult, build_model, state_size, torch_threads, train_model
 from .memory_tasks import MemoryTrainSettings, TaskData, disjoint_validation
 
@@ -31,21 +33,23 @@ PREFIX_MATCHING_MIN = 0.5
 
 class InductionSettings(MemoryTrainSettings):
     span: int = Field(
-        16,
+        default=16,
         ge=2,
         description="The longest span (each sequence draws its own length, see min_span); every sequence "
         "is 2 · span tokens: random tokens, the span, the span again.",
     )
     n_tokens: int = Field(
-        32, ge=2, description="Vocabulary the spans are drawn from (first-part accuracy at chance: 1/n_tokens)."
+        default=32, ge=2, description="Vocabulary the spans are drawn from (first-part accuracy at chance: 1/n_tokens)."
     )
-    train_sequences: int = Field(4096, ge=1, description="Training sequences.")
-    val_sequences: int = Field(256, ge=1, description="Validation sequences.")
+    train_sequences: int = Field(default=4096, ge=1, description="Training sequences.")
+    val_sequences: int = Field(default=256, ge=1, description="Validation sequences.")
     n_layer: int = Field(
-        2, ge=1, description="Transformer blocks: an induction head needs a previous-token head in an earlier layer."
+        default=2,
+        ge=1,
+        description="Transformer blocks: an induction head needs a previous-token head in an earlier layer.",
     )
     steps: int = Field(
-        2000,
+        default=2000,
         ge=1,
         description="Optimizer steps (with offsets that vary, induction heads form between ~800 and "
         "~1,500 steps depending on the seed and the CPU's rounding: on an AVX2 CPU 1,000 left seeds 0, 2 and 3 "
@@ -53,7 +57,7 @@ class InductionSettings(MemoryTrainSettings):
         "the repeat near chance).",
     )
     min_span: Optional[int] = Field(
-        None,
+        default=None,
         ge=2,
         description="Shortest span trained on (default span // 2): each sequence's span length, and so "
         "the distance from a token to its copy, is drawn from min_span..span, so no head that attends a fixed "
@@ -126,14 +130,14 @@ def induction_eval(
     from .heads import heads_zeroed
 
     x, y = torch.from_numpy(data.x), torch.from_numpy(data.y)
-    with heads_zeroed(model, zero or []):
+    with heads_zeroed(require_transformer(model, "zeroing heads"), zero) if zero else nullcontext():
         logits, _ = model(x)
     ce = F.cross_entropy(logits.float().transpose(1, 2), y.clamp(min=0), reduction="none").numpy()
     return _halves(data, (logits.argmax(-1) == y).numpy(), ce)
 
 
 @torch.no_grad()
-def head_scores(model: nn.Module, data: TaskData, s: InductionSettings) -> list[dict]:
+def head_scores(model: Transformer, data: TaskData, s: InductionSettings) -> list[dict]:
     """Per (layer, head): previous-token score (mean attention from t to t − 1), prefix-matching score
     (mean attention, from a query in the repeat, to the token after its earlier occurrence: t − L + 1,
     L the sequence's own span length, so a head attending a fixed distance back scores only where L
@@ -207,7 +211,7 @@ def induction_study(s: InductionSettings) -> MemoryResult:
         # validated on offsets that vary whatever the training drew: a positional copy head fails here
         val = disjoint_validation(train, induction_task(s, s.val_sequences, s.seed + 1, min_span=max(2, s.span // 2)))
         torch.manual_seed(s.seed)
-        model = build_model("transformer", s.vocab_size, 2 * s.span, s.train)
+        model = require_transformer(build_model("transformer", s.vocab_size, 2 * s.span, s.train), "induction")
         info = train_model(model, train, s.train, s.lrs["transformer"])
         base = induction_eval(model, val, s)
         heads = head_scores(model, val, s)

@@ -26,16 +26,17 @@ from __future__ import annotations
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 import torch.nn as nn
 from matplotlib.figure import Figure
 
-from ..data import TokenBlocks
+from ..data import Blocks, TokenBlocks
 from ..device import resolve_device
 from ..errors import ConfigError
+from ..models.transformer import Transformer, require_transformer
 from ..plots import plot_head_maps
 from ..train_step import evaluate
 from .heads import attention_over_blocks, classify_heads, head_ablation, head_statistics, heads_differ_test
@@ -68,11 +69,11 @@ Encode = Callable[[str], list[int]]
 
 @contextmanager
 def neuron_hooks(
-    model: nn.Module, zero: dict[int, list[int]] | None = None, record: list | None = None
+    model: Transformer, zero: dict[int, list[int]] | None = None, record: list | None = None
 ) -> Iterator[None]:
     """Zero FFN neurons {layer: [index, ...]} (at every position) and/or record each layer's GELU output (B, T, 4C)."""
     handles = []
-    for layer, block in enumerate(model.h):
+    for layer, block in enumerate(model.blocks):
 
         def hook(mod, args, out, layer=layer):
             if zero and layer in zero:
@@ -90,7 +91,7 @@ def neuron_hooks(
             hnd.remove()
 
 
-def value_vectors(model: nn.Module) -> list[torch.Tensor]:
+def value_vectors(model: Transformer) -> list[torch.Tensor]:
     """Per layer (V, 4C): each neuron's output column mapped to the vocabulary through γ of ln_f and W_U."""
     if not isinstance(model.ln_f, nn.LayerNorm):
         raise ConfigError(
@@ -99,7 +100,7 @@ def value_vectors(model: nn.Module) -> list[torch.Tensor]:
     gamma = model.ln_f.weight.detach()  # (C,)
     W_U = model.lm_head.weight.detach()  # (V, C)
     out = []
-    for block in model.h:
+    for block in model.blocks:
         w = block.mlp.c_proj.weight.detach()  # (C, 4C)
         w = w - w.mean(0, keepdim=True)  # the LayerNorm removes each vector's mean
         out.append(W_U @ (gamma[:, None] * w))  # (V, 4C)
@@ -107,9 +108,9 @@ def value_vectors(model: nn.Module) -> list[torch.Tensor]:
 
 
 @torch.no_grad()
-def neuron_memories(model: nn.Module, blocks: TokenBlocks, s: InsideSettings, decode: Decode, device) -> list[dict]:
+def neuron_memories(model: Transformer, blocks: Blocks, s: InsideSettings, decode: Decode, device) -> list[dict]:
     n = min(blocks.n_blocks, s.stat_blocks)
-    acts: list[list[torch.Tensor]] = [[] for _ in model.h]
+    acts: list[list[torch.Tensor]] = [[] for _ in model.blocks]
     model.eval()
     for start in range(0, n, s.batch_size):
         x, _ = blocks.batch(np.arange(start, min(start + s.batch_size, n)), device)
@@ -120,6 +121,7 @@ def neuron_memories(model: nn.Module, blocks: TokenBlocks, s: InsideSettings, de
             acts[layer].append(a.float().cpu())
     values = value_vectors(model)
     rows = []
+    stacked: list[torch.Tensor] = []  # per layer (n, T, 4C)
     for layer, chunks in enumerate(acts):
         a = torch.cat(chunks)  # (n, T, 4C)
         flat = a.reshape(-1, a.shape[-1])  # (n·T, 4C)
@@ -134,12 +136,12 @@ def neuron_memories(model: nn.Module, blocks: TokenBlocks, s: InsideSettings, de
                     "mean_activation": float(flat[:, i].mean()),
                 }
             )
-        acts[layer] = a
+        stacked.append(a)
     rows.sort(key=lambda r: -r["selectivity"])
     shown = []
     T = blocks.block_size
     for r in rows[: s.top_neurons]:
-        a = acts[r["layer"]][..., r["neuron"]].reshape(-1)
+        a = stacked[r["layer"]][..., r["neuron"]].reshape(-1)
         top = torch.topk(a, s.top_contexts).indices.tolist()
         contexts = []
         for flat_idx in top:
@@ -158,7 +160,7 @@ def neuron_memories(model: nn.Module, blocks: TokenBlocks, s: InsideSettings, de
     return shown
 
 
-def marked(ids: list[int], decode: Decode, after: list[int] = ()) -> str:
+def marked(ids: list[int], decode: Decode, after: Sequence[int] = ()) -> str:
     """The text of `ids` with the last token's text in [[ ]]. A byte-level token that is only part of a
     character decodes to a replacement mark alone; then the mark takes in the tokens before it that
     start the character, or the tokens `after` it that finish it, so it shows the character."""
@@ -259,7 +261,7 @@ class HeadsResult:
 
 def attention_heads(
     model: nn.Module,
-    val: TokenBlocks,
+    val: Blocks,
     s: InsideSettings,
     *,
     decode: Decode,
@@ -267,7 +269,7 @@ def attention_heads(
     one_head: nn.Module | None = None,
 ) -> HeadsResult:
     device, _ = resolve_device(s.device)
-    model = model.to(device).eval()
+    model = require_transformer(model, "the attention-heads study").to(device).eval()
     blocks = val.crop(min(val.block_size, model.config.block_size))
     n = min(blocks.n_blocks, s.stat_blocks)
     heads = classify_heads(head_statistics(attention_over_blocks(model, blocks, n, s.batch_size, device)), s)
@@ -302,9 +304,9 @@ def attention_heads(
     )
 
 
-def ffn_memories(model: nn.Module, val: TokenBlocks, s: InsideSettings, *, decode: Decode) -> list[dict]:
+def ffn_memories(model: nn.Module, val: Blocks, s: InsideSettings, *, decode: Decode) -> list[dict]:
     """The most selective FFN neurons of the trained model, each with its keys (top contexts) and values."""
     device, _ = resolve_device(s.device)
-    model = model.to(device).eval()
+    model = require_transformer(model, "the FFN-memories study").to(device).eval()
     blocks = val.crop(min(val.block_size, model.config.block_size))
     return neuron_memories(model, blocks, s, decode, device)

@@ -34,7 +34,8 @@ from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..device import DeviceSetting, resolve_device, seed_everything
-from ..manifests import AttentionCost, GenerationCost, RecurrentCost
+from ..manifests import AttentionCost, AttentionFit, GenerationCost, GenerationFit, GenerationRow, RecurrentCost
+from ..models.transformer import Transformer, require_transformer
 from .attention_cost import fit_exponent
 from .recurrent_cost import linear_fit, timing_optimizer, train_step_seconds
 
@@ -70,16 +71,18 @@ class LongContextSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     context_lens: list[int] = Field(
-        [4096, 32768, 131072, 1048576], description="Context lengths of the arithmetic table."
+        default=[4096, 32768, 131072, 1048576], description="Context lengths of the arithmetic table."
     )
     bytes_per_value: int = Field(
-        2, ge=1, description="Bytes per cached key/value and score in the arithmetic (2: FP16/BF16)."
+        default=2, ge=1, description="Bytes per cached key/value and score in the arithmetic (2: FP16/BF16)."
     )
-    repeats: int = Field(3, ge=1, description="Timed Transformer training steps per length (the median is reported).")
-    warmup: int = Field(1, ge=0, description="Untimed steps before timing each length.")
-    device: DeviceSetting = Field("auto", description="Where to time: 'auto' = CUDA if present, else CPU.")
-    threads: int = Field(0, ge=0, description="torch.set_num_threads when > 0 (CPU).")
-    seed: int = Field(0, description="Seed of the random inputs.")
+    repeats: int = Field(
+        default=3, ge=1, description="Timed Transformer training steps per length (the median is reported)."
+    )
+    warmup: int = Field(default=1, ge=0, description="Untimed steps before timing each length.")
+    device: DeviceSetting = Field(default="auto", description="Where to time: 'auto' = CUDA if present, else CPU.")
+    threads: int = Field(default=0, ge=0, description="torch.set_num_threads when > 0 (CPU).")
+    seed: int = Field(default=0, description="Seed of the random inputs.")
 
     @field_validator("context_lens")
     @classmethod
@@ -125,7 +128,7 @@ def arithmetic_table(settings: LongContextSettings, shapes: list[ModelShape] = R
 
 
 def transformer_train_rows(
-    model: nn.Module, seq_lens: list[int], batch_size: int, s: LongContextSettings
+    model: Transformer, seq_lens: list[int], batch_size: int, s: LongContextSettings
 ) -> list[dict]:
     """The Transformer's training step (forward, backward, AdamW) timed at each length exactly as
     `recurrent_cost` times the recurrent models. Lengths beyond block_size run where the positional
@@ -162,6 +165,12 @@ def transformer_train_rows(
     return rows
 
 
+def recurrent_train_rows(rec_rows: list[dict]) -> list[dict]:
+    """recurrent_cost's rows as training-step rows beside the Transformer's (its generation timings left out)."""
+    keys = ("model", "seq_len", "batch_size", "train_step_ms", "tokens_per_s", "sequential_steps")
+    return [{k: r[k] for k in keys if k in r} for r in rec_rows]
+
+
 def per_token_us(row: dict) -> float:
     return 1000.0 * row["train_step_ms"] / (row["batch_size"] * row["seq_len"])
 
@@ -196,19 +205,25 @@ def crossover(transformer: list[dict], recurrent: list[dict], name: str) -> dict
     return out
 
 
-def exponent_table(attention_fits: list[dict], generation_fits: list[dict], train_rows: list[dict]) -> list[dict]:
+def exponent_table(
+    attention_fits: list[AttentionFit], generation_fits: list[GenerationFit], train_rows: list[dict]
+) -> list[dict]:
+    """`attention_fits`, `generation_fits`: the sweeps' manifests' fits; `train_rows`: the training steps timed."""
     rows = []
     for f in attention_fits:
-        for what in ("time", "memory"):
+        for what, exponent, r2, ratio in (
+            ("time", f.time_exponent, f.time_r2, f.time_ratio_last_doubling),
+            ("memory", f.memory_exponent, f.memory_r2, f.memory_ratio_last_doubling),
+        ):
             rows.append(
                 {
                     "source": "attention_cost",
-                    "what": f"{f['pass']} {what}",
-                    "impl": f["impl"],
-                    "exponent": f[f"{what}_exponent"],
-                    "r2": f[f"{what}_r2"],
-                    "ratio_last_doubling": f[f"{what}_ratio_last_doubling"],
-                    "n_range": f"{f['n_min']}…{f['n_max']}",
+                    "what": f"{f.pass_} {what}",
+                    "impl": f.impl,
+                    "exponent": exponent,
+                    "r2": r2,
+                    "ratio_last_doubling": ratio,
+                    "n_range": f"{f.n_min}…{f.n_max}",
                 }
             )
     for f in generation_fits:
@@ -216,11 +231,11 @@ def exponent_table(attention_fits: list[dict], generation_fits: list[dict], trai
             {
                 "source": "generation_cost",
                 "what": "ms per generated token",
-                "impl": f["model"],
-                "exponent": f["time_exponent"],
-                "r2": f["time_r2"],
+                "impl": f.model,
+                "exponent": f.time_exponent,
+                "r2": f.time_r2,
                 "ratio_last_doubling": float("nan"),
-                "n_range": f"…{f['context_max']}",
+                "n_range": f"…{f.context_max}",
             }
         )
     for name in dict.fromkeys(r["model"] for r in train_rows):
@@ -245,20 +260,21 @@ def exponent_table(attention_fits: list[dict], generation_fits: list[dict], trai
     return rows
 
 
-def check_kv_arithmetic(generation_rows: list[dict], model_config: dict) -> list[dict]:
-    """Our Transformer's KV cache as measured by `generation_cost` against 2·n_layer·n_head·head_dim·L·4 bytes."""
+def check_kv_arithmetic(generation_rows: list[GenerationRow], model_config: dict) -> list[dict]:
+    """Our Transformer's KV cache as measured by `generation_cost` (its manifest's rows) against
+    2·n_layer·n_head·head_dim·L·4 bytes."""
     head_dim = model_config["n_embd"] // model_config["n_head"]
     out = []
     for r in generation_rows:
-        if r["model"] != "transformer_kv_cache" or "skipped" in r:
+        if r.model != "transformer_kv_cache" or r.skipped is not None or r.bytes_per_sequence is None:
             continue
-        predicted = kv_cache_bytes(model_config["n_layer"], model_config["n_head"], head_dim, r["context_len"], 4)
+        predicted = kv_cache_bytes(model_config["n_layer"], model_config["n_head"], head_dim, r.context_len, 4)
         out.append(
             {
-                "context_len": r["context_len"],
-                "measured_bytes": r["bytes_per_sequence"],
+                "context_len": r.context_len,
+                "measured_bytes": r.bytes_per_sequence,
                 "predicted_bytes": predicted,
-                "measured_over_predicted": r["bytes_per_sequence"] / predicted,
+                "measured_over_predicted": r.bytes_per_sequence / predicted,
             }
         )
     return out
@@ -414,18 +430,12 @@ def long_context_cost(
 ) -> LongContextResult:
     """`attention`, `generation`, `recurrent`: the manifests of the three sweeps (rows, fits, info);
     `shapes`: the real model shapes of the arithmetic table."""
+    transformer = require_transformer(transformer, "the long-context cost")
     rec_rows = recurrent.rows
     seq_lens = sorted({r["seq_len"] for r in rec_rows})
     batch = rec_rows[0]["batch_size"]
     tf_rows = transformer_train_rows(transformer, seq_lens, batch, settings)
-    train_rows = tf_rows + [
-        {
-            k: r[k]
-            for k in ("model", "seq_len", "batch_size", "train_step_ms", "tokens_per_s", "sequential_steps")
-            if k in r
-        }
-        for r in rec_rows
-    ]
+    train_rows = tf_rows + recurrent_train_rows(rec_rows)
     crossovers = [crossover(tf_rows, rec_rows, name) for name in dict.fromkeys(r["model"] for r in rec_rows)]
     arithmetic = arithmetic_table(settings, shapes)
     kv = check_kv_arithmetic(generation.rows, transformer.config.model_dump())

@@ -50,7 +50,7 @@ from ..errors import ConfigError
 from ..models.recurrent import RecurrentLM, RecurrentSettings
 from ..models.recurrent import size_for_budget as size_recurrent
 from ..models.sizing import count_parameters
-from ..models.transformer import Transformer, TransformerSettings
+from ..models.transformer import Transformer, TransformerSettings, require_transformer
 from ..models.transformer import size_for_budget as size_transformer
 from ..workers import run_jobs, weights_in, weights_out
 from .memory_plots import plot_accuracy, plot_gradients, plot_gradients_by_delay
@@ -123,7 +123,7 @@ def state_size(model: nn.Module, seq_len: int) -> int:
     the KV cache a Transformer holds at the sequence's end (2 · n_layer · n_embd · keys seen)."""
     if isinstance(model, RecurrentLM):
         return model.config.hidden_size * model.config.n_layer * (2 if model.is_lstm else 1)
-    c = model.config
+    c = require_transformer(model, "state_size").config
     keys = min(seq_len, c.window) if c.attention == "sliding_window" else seq_len
     return 2 * c.n_layer * c.n_embd * keys
 
@@ -203,7 +203,7 @@ def input_gradients(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> np.nd
         out.retain_grad()
         store["emb"] = out
 
-    h = model.wte.register_forward_hook(hook)
+    h = model.get_submodule("wte").register_forward_hook(hook)
     try:
         model.eval()
         model.zero_grad(set_to_none=True)
@@ -443,7 +443,7 @@ def _delay_study_per_delay(s: DelaySettings) -> MemoryResult:
 
 def receptive_field(model: nn.Module) -> int | None:
     cfg = getattr(model, "config", None)
-    if getattr(cfg, "attention", None) != "sliding_window":
+    if cfg is None or getattr(cfg, "attention", None) != "sliding_window":
         return None
     return cfg.n_layer * (cfg.window - 1) + 1
 

@@ -30,39 +30,41 @@ def _known_models(models: list[str], known: tuple[str, ...]) -> None:
 class MemoryTrainSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    steps: int = Field(300, ge=1, description="Optimizer steps per model.")
-    batch_size: int = Field(32, ge=1, description="Sequences per step.")
+    steps: int = Field(default=300, ge=1, description="Optimizer steps per model.")
+    batch_size: int = Field(default=32, ge=1, description="Sequences per step.")
     lrs: dict[str, float] = Field(
-        {"rnn": 3e-3, "lstm": 1e-2, "transformer": 3e-3, "window": 3e-3},
+        default={"rnn": 3e-3, "lstm": 1e-2, "transformer": 3e-3, "window": 3e-3},
         description="Peak AdamW learning rate per architecture (linear warm-up over 10% of the steps, cosine decay): "
         "each at "
         "the rate it trained best at in a short sweep (1e-2 sends the RNN and the Transformer to chance; 3e-3 leaves "
         "the LSTM slow).",
     )
-    grad_clip: float = Field(1.0, gt=0, description="Gradient norm clip.")
-    param_budget: int = Field(30000, ge=100, description="Parameters per model (every architecture sized to it).")
-    n_layer: int = Field(2, ge=1, description="Transformer blocks (the window model's too).")
-    n_head: int = Field(2, ge=1, description="Transformer heads per block.")
+    grad_clip: float = Field(default=1.0, gt=0, description="Gradient norm clip.")
+    param_budget: int = Field(
+        default=30000, ge=100, description="Parameters per model (every architecture sized to it)."
+    )
+    n_layer: int = Field(default=2, ge=1, description="Transformer blocks (the window model's too).")
+    n_head: int = Field(default=2, ge=1, description="Transformer heads per block.")
     seed: int = Field(
-        0,
+        default=0,
         description="Seed of the training sequences, the models' initialisation and the batch order "
         "(validation sequences: seed + 1).",
     )
     lstm_init: Literal["chrono", "forget", "torch"] = Field(
-        "forget",
+        default="forget",
         description="LSTM gate biases at initialisation: forget (forget bias `lstm_forget_bias`, Gers et al. 2000 / "
         "Jozefowicz et al. 2015: the cell starts out keeping more of what it holds), chrono (Tallec & Ollivier 2018: "
         "forget bias log U(1, seq_len − 1), input bias its negative; its nearly shut input gates left the LSTM at "
         "chance on delayed recall in 400 steps here), torch (nn.LSTM's own uniform init).",
     )
     lstm_forget_bias: float = Field(
-        1.0,
+        default=1.0,
         ge=0,
         description="The forget gate's bias at initialisation with lstm_init: forget (σ(1) = 0.73 of the "
         "cell kept per step; σ(3) = 0.95).",
     )
     solved_accuracy: Optional[float] = Field(
-        0.999,
+        default=0.999,
         gt=0,
         le=1,
         description="Stop a model's training early once its accuracy on every one of the last `solved_steps` "
@@ -70,10 +72,12 @@ class MemoryTrainSettings(BaseModel):
         "would not change its answers. null: always train all `steps`. The step it stopped at is recorded.",
     )
     solved_steps: int = Field(
-        50, ge=1, description="Consecutive training batches at `solved_accuracy` that stop a model's training early."
+        default=50,
+        ge=1,
+        description="Consecutive training batches at `solved_accuracy` that stop a model's training early.",
     )
     workers: int = Field(
-        2,
+        default=2,
         ge=1,
         description="Processes the models train in side by side (each with `threads` "
         "threads; at most one per model and per CPU). The models are independent and a small one "
@@ -81,7 +85,7 @@ class MemoryTrainSettings(BaseModel):
         "after another in this process. The results are the same either way.",
     )
     threads: int = Field(
-        1,
+        default=1,
         ge=1,
         description="Torch CPU threads while these small models train (restored after): one "
         "thread is faster for them than two contending ones on a shared CPU.",
@@ -90,10 +94,10 @@ class MemoryTrainSettings(BaseModel):
 
 class DelaySettings(MemoryTrainSettings):
     delays: list[int] = Field(
-        [4, 8, 16, 32, 64], min_length=1, description="Distances from the symbol to the query, each at least 1."
+        default=[4, 8, 16, 32, 64], min_length=1, description="Distances from the symbol to the query, each at least 1."
     )
     training: Literal["per_delay", "mixed"] = Field(
-        "per_delay",
+        default="per_delay",
         description="per_delay: one model per architecture and delay, trained on that delay alone, so the only "
         "way to learn it is the gradient carried back `delay` steps (the vanishing-gradient test). mixed: one "
         "model per architecture trained on all delays at once; the short delays teach an RNN to latch the symbol, "
@@ -102,10 +106,10 @@ class DelaySettings(MemoryTrainSettings):
         "trained on delay 32 or 64 alone it stays at chance; benchmarks/delay_training.py).",
     )
     n_layer: int = Field(
-        1, ge=1, description="Transformer blocks (one attention layer finds the symbol at any distance)."
+        default=1, ge=1, description="Transformer blocks (one attention layer finds the symbol at any distance)."
     )
     lrs: dict[str, float] = Field(
-        {"rnn": 3e-3, "lstm": 5e-3, "transformer": 3e-3},
+        default={"rnn": 3e-3, "lstm": 5e-3, "transformer": 3e-3},
         description="Peak AdamW learning rate per architecture (linear warm-up over 10% of the steps, cosine "
         "decay). Trained on one delay at a time (1,000 steps, 66-token sequences, benchmarks/delay_training.py "
         "--probes): the RNN stayed at chance on "
@@ -114,30 +118,32 @@ class DelaySettings(MemoryTrainSettings):
         "(0.56, 0.10) and solve 4-32.",
     )
     steps: int = Field(
-        1000,
+        default=1000,
         ge=1,
         description="Optimizer steps per model (a model that solved its task stops early, see solved_accuracy).",
     )
     lstm_forget_bias: float = Field(
-        3.0,
+        default=3.0,
         ge=0,
         description="The forget gate's bias at initialisation with lstm_init: forget. At 1 (σ = 0.73 "
         "kept per step, 0.73^32 ≈ 4e-5 over 32 steps) the LSTM trained on delay 32 or 64 alone (66-token sequences, "
         "lr 5e-3, 1,000 steps) stayed at chance (0.14); at 3 (σ = 0.95) it solved them in 841 and 829 steps "
         "(benchmarks/delay_training.py --probes).",
     )
-    seq_len: int = Field(66, ge=2, description="Tokens per sequence; every delay must be at most seq_len - 1.")
-    n_symbols: int = Field(8, ge=2, description="Symbols to remember (chance accuracy 1/n_symbols).")
-    n_noise: int = Field(8, ge=1, description="Distinct noise tokens between the symbol and the query.")
+    seq_len: int = Field(default=66, ge=2, description="Tokens per sequence; every delay must be at most seq_len - 1.")
+    n_symbols: int = Field(default=8, ge=2, description="Symbols to remember (chance accuracy 1/n_symbols).")
+    n_noise: int = Field(default=8, ge=1, description="Distinct noise tokens between the symbol and the query.")
     train_sequences: int = Field(
-        8192,
+        default=8192,
         ge=1,
         description="Training sequences (per delay with training: per_delay; "
         "mixed: delays drawn uniformly from `delays`).",
     )
-    val_per_delay: int = Field(256, ge=1, description="Validation sequences per delay.")
+    val_per_delay: int = Field(default=256, ge=1, description="Validation sequences per delay.")
     models: list[str] = Field(
-        ["rnn", "lstm", "transformer"], min_length=1, description="Architectures trained: rnn, lstm, transformer."
+        default=["rnn", "lstm", "transformer"],
+        min_length=1,
+        description="Architectures trained: rnn, lstm, transformer.",
     )
 
     @property
@@ -167,10 +173,10 @@ class DelaySettings(MemoryTrainSettings):
 
 class RecallSettings(MemoryTrainSettings):
     pairs: list[int] = Field(
-        [1, 2, 4, 8], min_length=1, description="Key-value pairs per sequence in validation, each at least 1."
+        default=[1, 2, 4, 8], min_length=1, description="Key-value pairs per sequence in validation, each at least 1."
     )
     train_pairs: Optional[list[int]] = Field(
-        None,
+        default=None,
         min_length=1,
         description="Key-value pairs per training sequence (default: the most of `pairs` only). "
         "Trained on a mix of 1-8 pairs, the Transformer stayed on a shortcut for 8,000 steps: a sequence with one "
@@ -178,18 +184,20 @@ class RecallSettings(MemoryTrainSettings):
         "never which value belongs to which key (0.34 at 8 pairs, what copying any value scores). Trained on 8 "
         "pairs only (batch 128, 2,000 steps), it binds every pair it is asked, 1 to 8, on seeds 0-4.",
     )
-    seq_len: int = Field(32, ge=3, description="Tokens per sequence: 3 per pair (key, value, query) plus filler.")
-    n_keys: int = Field(
-        16, ge=1, description="Key vocabulary: keys in a sequence are distinct, so at least max(pairs)."
+    seq_len: int = Field(
+        default=32, ge=3, description="Tokens per sequence: 3 per pair (key, value, query) plus filler."
     )
-    n_values: int = Field(16, ge=2, description="Value vocabulary (chance accuracy 1/n_values).")
-    train_sequences: int = Field(8192, ge=1, description="Training sequences.")
-    val_per_pairs: int = Field(128, ge=1, description="Validation sequences per number of pairs.")
+    n_keys: int = Field(
+        default=16, ge=1, description="Key vocabulary: keys in a sequence are distinct, so at least max(pairs)."
+    )
+    n_values: int = Field(default=16, ge=2, description="Value vocabulary (chance accuracy 1/n_values).")
+    train_sequences: int = Field(default=8192, ge=1, description="Training sequences.")
+    val_per_pairs: int = Field(default=128, ge=1, description="Validation sequences per number of pairs.")
     distance_buckets: list[int] = Field(
-        [4, 8, 16, 32], min_length=1, description="Upper edges of the key-query distance buckets."
+        default=[4, 8, 16, 32], min_length=1, description="Upper edges of the key-query distance buckets."
     )
     window: int = Field(
-        8,
+        default=8,
         ge=1,
         description="Keys each query of the sliding-window Transformer sees per layer (2 layers of 8: a receptive "
         "field of 15, about half the key-query distances of 8 pairs in 32 tokens). At 4 (a field of 7) only 3 % "
@@ -197,16 +205,16 @@ class RecallSettings(MemoryTrainSettings):
         "(accuracy 0.06 at every distance after 2,000 steps, its loss ln 16); at 8 it answers within (0.30-0.65 "
         "at distances 2-15) and is at chance beyond (0.02-0.11 at 16-19).",
     )
-    steps: int = Field(2000, ge=1, description="Optimizer steps per model.")
+    steps: int = Field(default=2000, ge=1, description="Optimizer steps per model.")
     batch_size: int = Field(
-        128,
+        default=128,
         ge=1,
         description="Sequences per step. On 8 pairs, 2,000 steps: at 32 the "
         "Transformer stayed on the copy-any shortcut; at 64 it bound on seeds 0-2 and not on 3-4; "
         "at 128 it bound on seeds 0-4.",
     )
     models: list[str] = Field(
-        ["rnn", "lstm", "transformer", "window"],
+        default=["rnn", "lstm", "transformer", "window"],
         min_length=1,
         description="Architectures trained: rnn, lstm, transformer, window (sliding-window Transformer).",
     )

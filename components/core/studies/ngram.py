@@ -53,7 +53,7 @@ class NgramSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_order: Optional[int] = Field(
-        None,
+        default=None,
         ge=1,
         description="The ladder counts orders 1 (unigram) … max_order; the one with the lowest held-out loss is the "
         f"count model. None: {DEFAULT_MAX_ORDER}, or the highest order the key holds if that is lower. The key "
@@ -61,14 +61,14 @@ class NgramSettings(BaseModel):
         "BPE vocabulary of 8,192); a max_order set above that is an error.",
     )
     heldout_fraction: float = Field(
-        0.1,
+        default=0.1,
         gt=0.0,
         lt=0.5,
         description="The share of the training stream, from its end, held out to choose the order (never the "
         "validation split the claims judge).",
     )
     block_size: int = Field(
-        128,
+        default=128,
         ge=1,
         description="Context length the language models train and are scored at: the validation blocks are cropped "
         "to it, and a target sees only the tokens before it in its block, as the models do.",
@@ -250,6 +250,7 @@ class CountLadder:
         hkey = np.zeros(len(target), dtype=np.int64)
         have = np.ones(len(target), dtype=bool)
         for k in range(2, K + 1):
+            assert p_cont is not None  # set when K > 1
             col = context[:, n_ctx - (k - 1)]  # the context token k − 1 back
             hkey = hkey + np.maximum(col, 0) * base ** (k - 2)
             have = have & (col >= 0)

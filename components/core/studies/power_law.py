@@ -154,7 +154,7 @@ def pass_level(fit: PowerLawFit, level: float, xs: list[float], losses: list[flo
     below the level."""
     measured = next((x for x, y in sorted(zip(xs, losses)) if y < level), None)
     central = fit.x0 * level_crossing(fit.l_inf, fit.a, fit.alpha, level)
-    boot = [fit.x0 * level_crossing(*s, level) for s in fit.samples]
+    boot = [fit.x0 * level_crossing(l_inf, a, alpha, level) for l_inf, a, alpha in fit.samples]  # rows (n, 3)
     return _percentiles(boot, central, measured)
 
 

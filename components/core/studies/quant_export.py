@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..data import TokenBlocks
+from ..data import Blocks
 from ..errors import ConfigError
 from ..export.folder import ExportInfo, export_model, load_export, load_weights, read_header
 from ..export.generation import generate, load_benchmark
@@ -38,18 +38,22 @@ class ExportSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    variants: list[str] = Field(list(VARIANTS), description=f"Variants to export as folders, of {', '.join(VARIANTS)}.")
-    max_new_tokens: int = Field(64, ge=1, description="generation_config.json: new tokens per generation.")
-    temperature: float = Field(0.8, ge=0.0, description="generation_config.json: softmax temperature (0 = greedy).")
+    variants: list[str] = Field(
+        default=list(VARIANTS), description=f"Variants to export as folders, of {', '.join(VARIANTS)}."
+    )
+    max_new_tokens: int = Field(default=64, ge=1, description="generation_config.json: new tokens per generation.")
+    temperature: float = Field(
+        default=0.8, ge=0.0, description="generation_config.json: softmax temperature (0 = greedy)."
+    )
     top_k: Optional[int] = Field(
-        50, ge=1, description="generation_config.json: sample among the k most likely tokens (None = all)."
+        default=50, ge=1, description="generation_config.json: sample among the k most likely tokens (None = all)."
     )
     load_repeats: int = Field(
-        5, ge=1, description="Timed loads per file (safetensors vs torch.load); the median is reported."
+        default=5, ge=1, description="Timed loads per file (safetensors vs torch.load); the median is reported."
     )
-    sample_prompt: str = Field("The", description="Prompt of the sample generated from each reloaded folder.")
-    sample_tokens: int = Field(30, ge=1, description="New tokens of that sample.")
-    sample_seed: int = Field(0, description="Seed of that sample.")
+    sample_prompt: str = Field(default="The", description="Prompt of the sample generated from each reloaded folder.")
+    sample_tokens: int = Field(default=30, ge=1, description="New tokens of that sample.")
+    sample_seed: int = Field(default=0, description="Seed of that sample.")
 
     @field_validator("variants")
     @classmethod
@@ -71,7 +75,7 @@ class ExportReport:
 
 
 def export_and_verify(
-    weights: dict[str, str | Path],
+    weights: Mapping[str, str | Path],
     out_root: str | Path,
     *,
     tokenizer_path: str | Path,
@@ -79,7 +83,7 @@ def export_and_verify(
     model_config: dict,
     train_settings: dict,
     provenance: dict,
-    val_data: TokenBlocks,
+    val_data: Blocks,
     eval_settings: QuantizationSettings,
     settings: ExportSettings,
     study_val_loss: dict[str, float] | None = None,
@@ -298,7 +302,7 @@ class ArithmeticResult:
 
 
 def weights_arithmetic(
-    files: dict[str, dict[str, str | Path]], params: dict[str, int], reference: dict[str, float] | None = None
+    files: Mapping[str, Mapping[str, str | Path]], params: dict[str, int], reference: dict[str, float] | None = None
 ) -> ArithmeticResult:
     """Parameters × bytes per parameter at FP32/FP16/INT8/INT4 for this project's models (`params`:
     name → count) and reference sizes up to 70B, next to the measured bytes of our files (`files`:

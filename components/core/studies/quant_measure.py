@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ..data import IGNORE_INDEX, PAD_ID, TokenBlocks
+from ..data import IGNORE_INDEX, PAD_ID, Blocks, TokenBlocks
 from ..errors import ConfigError, PipelineInputError
 from ..export.generation import cache_kind, generate_tokens
 from ..export.measure import cross_entropy_sum, logits_of, weight_bytes
@@ -46,7 +46,7 @@ def _fmt_bytes(n: float) -> str:
 # Measurements
 
 
-def eval_blocks(model: nn.Module, val_data: TokenBlocks, n_blocks: int) -> TokenBlocks:
+def eval_blocks(model: nn.Module, val_data: Blocks, n_blocks: int) -> TokenBlocks:
     """The first `n_blocks` validation blocks with targets, cropped to the model's context."""
     block = getattr(getattr(model, "config", None), "block_size", None) or val_data.block_size
     data = val_data.crop(min(block, val_data.block_size))
@@ -142,7 +142,7 @@ def cuda_bnb_check(
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError("cuda_bnb_check: no CUDA device available")
     torch.manual_seed(0)
-    settings = {"n_layer": n_layer, "n_head": n_head, "n_embd": n_embd, "block_size": block_size}
+    settings: dict[str, Any] = {"n_layer": n_layer, "n_head": n_head, "n_embd": n_embd, "block_size": block_size}
     model = Transformer(TransformerSettings(**settings), vocab_size).eval()
     params = sum(p.numel() for p in model.parameters())
     idx = torch.randint(4, vocab_size, (1, prompt_tokens), device=dev)
@@ -165,6 +165,7 @@ def cuda_bnb_check(
     ref = None
     for variant in ("fp32", *[v for v in variants if v != "fp32"]):
         row: dict[str, Any] = {}
+        before = 0  # bytes allocated before the variant was built (CUDA only)
         try:
             if dev.type == "cuda":
                 torch.cuda.empty_cache()

@@ -28,46 +28,50 @@ class QuantizationSettings(BaseModel):
 
     # list[str], checked against the one `Variant` Literal: Dagster's config schema has no list-of-Literal type.
     variants: list[str] = Field(
-        list(VARIANTS),
+        default=list(VARIANTS),
         description=f"Precisions to build and measure, of {', '.join(VARIANTS)}; fp32 (the baseline) must be among "
         f"them.",
     )
     compute_dtype: DtypeName = Field(
-        "float32", description="dtype the 4-bit layers (nf4, fp4) compute their matmuls in."
+        default="float32", description="dtype the 4-bit layers (nf4, fp4) compute their matmuls in."
     )
     keep_dtype: DtypeName = Field(
-        "float16",
+        default="float16",
         description="dtype of what the quantized variants keep unquantized (norms, biases; the embedding when not "
         "quantized).",
     )
     quantize_embedding: bool = Field(
-        True,
+        default=True,
         description="Quantize the output head tied to the token embedding too (the embedding reads its rows from the "
         "head's codes).",
     )
     int8_threshold: float = Field(
-        6.0,
+        default=6.0,
         ge=0.0,
         description="LLM.int8 outlier threshold: input columns with a value above it are multiplied in 16 bit (0 = all "
         "int8).",
     )
     blocksize: int = Field(
-        64, description="Weights per absmax block of the 4-bit variants (64 … 4096, a power of two)."
+        default=64, description="Weights per absmax block of the 4-bit variants (64 … 4096, a power of two)."
     )
     double_quant: bool = Field(
-        True, description="Quantize the 4-bit absmax scales to 8 bit too (QLoRA's double quantization)."
+        default=True, description="Quantize the 4-bit absmax scales to 8 bit too (QLoRA's double quantization)."
     )
     eval_batches: int = Field(
-        8, ge=1, description="Validation batches evaluated per variant (the first blocks, deterministic)."
+        default=8, ge=1, description="Validation batches evaluated per variant (the first blocks, deterministic)."
     )
-    batch_size: int = Field(8, ge=1, description="Blocks per evaluation batch.")
-    logit_blocks: int = Field(2, ge=1, description="Blocks of the fixed batch whose logits are compared with FP32.")
+    batch_size: int = Field(default=8, ge=1, description="Blocks per evaluation batch.")
+    logit_blocks: int = Field(
+        default=2, ge=1, description="Blocks of the fixed batch whose logits are compared with FP32."
+    )
     prompt_tokens: int = Field(
-        16, ge=1, description="Prompt length for the generation timing (from the first validation block)."
+        default=16, ge=1, description="Prompt length for the generation timing (from the first validation block)."
     )
-    gen_tokens: int = Field(32, ge=1, description="New tokens generated per timed generation (greedy, batch 1).")
-    repeats: int = Field(3, ge=1, description="Timed generations per variant; the median is reported.")
-    device: DeviceSetting = Field("auto", description="Where to run: 'auto' = CUDA if present, else the CPU.")
+    gen_tokens: int = Field(
+        default=32, ge=1, description="New tokens generated per timed generation (greedy, batch 1)."
+    )
+    repeats: int = Field(default=3, ge=1, description="Timed generations per variant; the median is reported.")
+    device: DeviceSetting = Field(default="auto", description="Where to run: 'auto' = CUDA if present, else the CPU.")
 
     @field_validator("variants")
     @classmethod

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ..data import TokenBlocks
+from ..data import Blocks
 from ..device import resolve_device
 from ..export.folder import save_weights
 from ..export.generation import cache_kind
@@ -89,7 +89,7 @@ class QuantizationResult:
 
 def quantize_and_measure(
     models: dict[str, nn.Module],
-    val_data: TokenBlocks,
+    val_data: Blocks,
     settings: QuantizationSettings,
     device: str | torch.device | None = None,
     *,
@@ -142,6 +142,9 @@ def quantize_and_measure(
                     tokens,
                     {"memory": wb["total"], "disk": disk["bytes"], "loss": ev["val_loss"], "ppl": ev["val_ppl"]},
                 )
+            # the settings put the baseline first: every later variant is measured against it
+            assert base is not None and ref_logits is not None and ref_tokens is not None
+            assert spec is not None  # to_precision attaches it
             q_params = wb["quantized_params"]
             codes_scales = wb["codes"] + wb["scales"]
             row.update(

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..device import DeviceSetting, median_seconds, resolve_device, seed_everything
-from ..models.recurrent import RecurrentLM, RecurrentSettings
+from ..models.recurrent import RecurrentLM, RecurrentSettings, require_recurrent
 from ..models.sizing import count_parameters
 from .decode_timing import recurrent_prefill_decode
 
@@ -32,16 +32,16 @@ from .decode_timing import recurrent_prefill_decode
 class RecurrentCostSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    seq_lens: list[int] = Field([64, 128, 256, 512, 1024, 2048], description="Sequence lengths T to time.")
-    batch_size: int = Field(8, ge=1, description="Sequences per training step (and per generation batch).")
-    repeats: int = Field(3, ge=1, description="Timed repetitions per point (the median is reported).")
-    warmup: int = Field(1, ge=0, description="Untimed repetitions before timing each point.")
+    seq_lens: list[int] = Field(default=[64, 128, 256, 512, 1024, 2048], description="Sequence lengths T to time.")
+    batch_size: int = Field(default=8, ge=1, description="Sequences per training step (and per generation batch).")
+    repeats: int = Field(default=3, ge=1, description="Timed repetitions per point (the median is reported).")
+    warmup: int = Field(default=1, ge=0, description="Untimed repetitions before timing each point.")
     gen_tokens: int = Field(
-        32, ge=1, description="Tokens generated after a T-token prompt to time one generation step."
+        default=32, ge=1, description="Tokens generated after a T-token prompt to time one generation step."
     )
-    device: DeviceSetting = Field("auto", description="Where to time: 'auto' = CUDA if present, else CPU.")
-    threads: int = Field(0, ge=0, description="torch.set_num_threads when > 0 (CPU).")
-    seed: int = Field(0, description="Seed of the models' initialisation and the random inputs.")
+    device: DeviceSetting = Field(default="auto", description="Where to time: 'auto' = CUDA if present, else CPU.")
+    threads: int = Field(default=0, ge=0, description="torch.set_num_threads when > 0 (CPU).")
+    seed: int = Field(default=0, description="Seed of the models' initialisation and the random inputs.")
 
     @field_validator("seq_lens")
     @classmethod
@@ -102,9 +102,9 @@ def measure_recurrent_cost(
             seed_everything(s.seed)
             m = RecurrentLM(m, vocab_size)
         else:
-            m = copy.deepcopy(m)
+            m = require_recurrent(copy.deepcopy(m), "measure_recurrent_cost")
         m = m.to(device)
-        vocab = getattr(m, "vocab_size", vocab_size)
+        vocab = m.vocab_size
         opt = timing_optimizer(m, device)
         gen = torch.Generator(device="cpu").manual_seed(s.seed)
         for T in s.seq_lens:

@@ -20,25 +20,34 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import ConfigError
 
 
-class SweepSettings(BaseModel):
+class SweepBudget(BaseModel):
+    """What every trial of a sweep shares: the warmups tried, the budget and the schedule's floor.
+    `SweepSettings` adds the learning rates and batch sizes tried (the tune job's config has its own,
+    optional, way of giving those)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    lrs: list[float] = Field(
-        [1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2],
-        description="Peak learning rates to try (each > 0), doubling: 1e-3 … 6.4e-2 (over bytes the RNN's and the "
-        "Transformer's best were 4e-3, the LSTM's 3.2e-2).",
-    )
     warmup_steps: list[int] = Field(
-        [30], description="Warmup lengths to try with every learning rate (each >= 0, below max_steps)."
+        default=[30], description="Warmup lengths to try with every learning rate (each >= 0, below max_steps)."
     )
     max_steps: int = Field(
-        500,
+        default=500,
         description="The budget: optimizer steps of every trial (its schedule ends there). A model trained with a "
         "flops_budget (the default run's) is swept at that budget instead: the best learning rate depends on it.",
     )
-    min_lr_ratio: float = Field(0.1, gt=0, le=1, description="min_lr = lr × this at the end of each trial's cosine.")
+    min_lr_ratio: float = Field(
+        default=0.1, gt=0, le=1, description="min_lr = lr × this at the end of each trial's cosine."
+    )
+
+
+class SweepSettings(SweepBudget):
+    lrs: list[float] = Field(
+        default=[1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2],
+        description="Peak learning rates to try (each > 0), doubling: 1e-3 … 6.4e-2 (over bytes the RNN's and the "
+        "Transformer's best were 4e-3, the LSTM's 3.2e-2).",
+    )
     batch_sizes: list[int] = Field(
-        [16],
+        default=[16],
         description="Blocks per step to try with every (lr, warmup) (with block_size, the tokens one step costs). "
         "At a model's flops_budget each size trains the steps the budget buys; at max_steps each trains the "
         "tokens max_steps steps of the first size hold (steps = max_steps × first size / size): equal cost.",

@@ -105,11 +105,12 @@ def score_scaling_at_init(
     On the model (same init both ways) and on unit-variance random q, k per head size — the setting of
     the original argument, where the unscaled score variance is d and the softmax saturates.
     """
-    model_settings = resolve_settings("transformer", model_settings, vocab_size)
-    out: dict = {"head_dim": model_settings.head_dim}
+    resolved = resolve_settings("transformer", model_settings, vocab_size)
+    assert isinstance(resolved, TransformerSettings)  # the transformer family's settings
+    out: dict = {"head_dim": resolved.head_dim}
     for key, scale in (("scaled", True), ("unscaled", False)):
         seed_everything(seed)
-        model = Transformer(model_settings.model_copy(update={"scale_scores": scale, "dropout": 0.0}), vocab_size)
+        model = Transformer(resolved.model_copy(update={"scale_scores": scale, "dropout": 0.0}), vocab_size)
         out[key] = _model_attention_probe(model, x, y)
     out["unit_variance"] = [_unit_variance_probe(d, T=x.shape[1], seed=seed) for d in head_dims]
     return out
@@ -131,14 +132,18 @@ def _model_attention_probe(model: Transformer, x: torch.Tensor, y: torch.Tensor)
             s = (q @ k.transpose(-2, -1)) * a.scale  # (B, nh, T, T)
             scores.append(s.masked_select(allowed_keys(T, s.device)))
 
-    hooks = [b.attn.register_forward_pre_hook(grab, with_kwargs=True) for b in model.h]
+    hooks = [b.attn.register_forward_pre_hook(grab, with_kwargs=True) for b in model.blocks]
     model.train()  # dropout is 0: train mode only so gradients flow as in training
     _, loss = model(x, y)
     for h in hooks:
         h.remove()
     loss.backward()
     grads = [p.grad for p in model.parameters() if p.grad is not None]
-    qkv = [b.attn.c_attn.weight.grad for b in model.h]
+    qkv: list[torch.Tensor] = []
+    for b in model.blocks:
+        grad = b.attn.c_attn.weight.grad
+        assert grad is not None  # the loss reaches every block's q, k and v
+        qkv.append(grad)
     stats = attention_entropy(model, x)
     return {
         **stats,
@@ -155,11 +160,12 @@ def _unit_variance_probe(d: int, T: int, seed: int, fixed_scale: float | None = 
     gen = torch.Generator().manual_seed(seed)
     q, k, v, g = (torch.randn(4, 1, T, d, generator=gen, dtype=torch.float64) for _ in range(4))  # (4, 1, T, d)
     g = g / math.sqrt(d)  # a read-out of O(1) variance whatever d, so only the softmax differs
-    res = {"head_dim": d}
+    res: dict[str, float] = {"head_dim": d}
     for key, scale in (("scaled", 1.0 / math.sqrt(d) if fixed_scale is None else fixed_scale), ("unscaled", 1.0)):
         s = ((q @ k.transpose(-2, -1)) * scale).requires_grad_()  # (4, 1, T, T)
         w = F.softmax(s.masked_fill(~allowed_keys(T, "cpu"), float("-inf")), dim=-1)  # (4, 1, T, T)
         ((w @ v) * g).sum().backward()  # a random linear read-out of the attention output
+        assert s.grad is not None
         st = _entropy_stats(w.detach())
         res[f"entropy_{key}"] = st["normalized_entropy"]
         res[f"max_weight_{key}"] = st["max_weight"]
@@ -195,7 +201,7 @@ def parameter_accounting(model: Transformer) -> dict:
     token embedding); the non-embedding count (`count_parameters(non_embedding=True)`: all but the
     token and learned position tables, what the language-model assets report as
     `params_non_embedding`), and the FFN share of the blocks' parameters (attention + FFN + norms)."""
-    counts = dict.fromkeys(COMPONENTS, 0)
+    counts: dict[str, int] = dict.fromkeys(COMPONENTS, 0)
     for name, p in model.named_parameters():  # named_parameters yields a shared tensor once
         counts[_component(name)] += p.numel()
     blocks = counts["attention"] + counts["ffn"] + counts["norms"]
