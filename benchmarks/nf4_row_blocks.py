@@ -1,5 +1,5 @@
 """4-bit dequantization error against the matrix's width: bitsandbytes' native CPU kernel, its own generic
-implementation on the same codes, and the project's `precision.dequantize_4bit` (what its layers use).
+implementation on the same codes, and the project's `bnb_layers.dequantize_4bit` (what its layers use).
 
 bitsandbytes quantizes a matrix in blocks of `blocksize` consecutive weights of the flat tensor. Its
 native CPU `dequantize_4bit` (0.50, on an AVX512 Xeon) indexes the blocks per row instead, so a matrix
@@ -43,7 +43,8 @@ def main() -> None:
     from bitsandbytes.backends.default.ops import _dequantize_4bit_compute  # bitsandbytes' generic reference
     from bitsandbytes.backends.utils import _get_4bit_code
 
-    from components.core.export.precision import _rows_split_blocks, bnb, dequantize_4bit, eager
+    from components.core.export.bnb_layers import _rows_split_blocks, bnb, dequantize_4bit
+    from components.core.export.precision import eager
 
     lib = bnb()
     torch.manual_seed(0)

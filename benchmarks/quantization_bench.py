@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from components.core.corpus import CorpusSettings, build_corpus, load_corpus  # noqa: E402
+from components.core.export.bnb_layers import bnb  # noqa: E402
 from components.core.export.generation import load_benchmark  # noqa: E402
-from components.core.export.precision import bnb  # noqa: E402
 from components.core.labels import LabelSettings, build_labels, load_labels  # noqa: E402
 from components.core.lm import SamplingSettings, load_lm, train_lm  # noqa: E402
 from components.core.studies.quant_export import weights_arithmetic  # noqa: E402

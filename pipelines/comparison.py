@@ -13,7 +13,7 @@ from components.core.labels import load_labels
 from components.core.lm import load_lm
 from components.core.manifests import Labels, LanguageModel, ModelComparison, NgramBaseline, SeedSpread, typed_row
 from components.core.models.transformer import require_transformer
-from components.core.studies.ablations import accounting_markdown
+from components.core.studies.ablation_tables import accounting_markdown
 from components.core.studies.comparison import compare_models, parameter_split, tiers_text, train_other_seeds
 from components.core.studies.transformer_probes import parameter_accounting
 from components.orchestration.language_model import LM_TAG, TRAINING_POOL, effective_architecture

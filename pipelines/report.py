@@ -10,6 +10,7 @@ from Dagster (the file's path, and its view in the MLflow UI).
 """
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -18,6 +19,9 @@ from components.core.claims import BY_NAME, Judgement, count_model_at_scale, jud
 from components.core.manifests import LanguageModel, ModelComparison, NgramBaseline, Report, Scaling
 from components.core.report import (
     DataCheck,
+    ResultRow,
+    Section,
+    StatusCounts,
     claim_counts,
     demonstration_counts,
     headline_metrics,
@@ -136,6 +140,163 @@ def at_scale(
     return out
 
 
+def judge_run(
+    instance: dg.DagsterInstance, manifests: dict[str, Any], language_models: list[str]
+) -> tuple[list[Judgement], Scaling | None]:
+    """The article's claims judged on this run's manifests by the functions the asset checks call, the
+    claims at scale on the scaling job's latest run (None, and those claims not judged, without one)."""
+    scaling, why = latest_scaling(instance)
+    judgements = at_scale(
+        judge_all({**manifests, **({"scaling_laws": scaling} if scaling else {})}, language_models),
+        scaling,
+        manifests,
+        why,
+    )
+    return judgements, scaling
+
+
+def run_info(
+    run: dg.DagsterRun, parent: AssetRun, compare: dict[str, str], n_sections: int, n_checks: int
+) -> dict[str, Any]:
+    """The page's facts about the run: its ids and links, and how many assets and checks it has."""
+    return {
+        "Dagster run": run.run_id,
+        "job": job_label(run.job_name),
+        "MLflow parent run": parent.url,
+        **compare,
+        "assets in this run": n_sections + 1,
+        "checks in this run": n_checks,
+    }
+
+
+def with_scaling(sections: list[Section], scaling: Scaling | None) -> list[Section]:
+    """The sections the page shows: this run's, then the scaling job's latest run's where there is one."""
+    return sections + (
+        [
+            section_from_manifest(
+                SCALING.to_user_string(),
+                "scaling",
+                scaling,
+                f"From the scaling job's latest run (Dagster run {scaling.dagster_run_id[:8]}), not this "
+                "one: each family at growing training budgets, where it passes the count model and where the "
+                "Transformer passes the LSTM.",
+            )
+        ]
+        if scaling
+        else []
+    )
+
+
+def status_metrics(by_kind: dict[str, StatusCounts]) -> dict[str, float]:
+    """The judgements' counts as metrics, `<kind>/<status>` (`claims/passed`, `invariants/not_judged` …)."""
+    return {f"{kind}/{k.replace(' ', '_')}": float(v) for kind, c in by_kind.items() for k, v in c.as_dict().items()}
+
+
+def result_table(
+    manifests: dict[str, Any], language_models: list[str], comparison: Any
+) -> tuple[list[ResultRow], tuple[str, float] | None]:
+    """The models against the count model: one row per language model, and the count model's
+    (name, validation loss) where the run has the n-gram baseline."""
+    lms = {n: manifests[n] for n in language_models if isinstance(manifests.get(n), LanguageModel)}
+    rows = result_rows(lms, comparison if isinstance(comparison, ModelComparison) else None)
+    ngram = manifests.get("ngram_baseline")
+    count_model = (ngram.chosen.model, ngram.val_loss) if isinstance(ngram, NgramBaseline) else None
+    return rows, count_model
+
+
+def write_page(
+    folder: Path,
+    title: str,
+    info: dict[str, Any],
+    shown: list[Section],
+    judgements: list[Judgement],
+    data_checks: list[DataCheck],
+    result: str,
+) -> Path:
+    """The HTML page, written to `folder`/`REPORT_FILE`."""
+    page = render_report(title, info, shown, judgements, data_checks, result=result)
+    path = folder / REPORT_FILE
+    path.write_text(page, encoding="utf-8")
+    return path
+
+
+def run_summary(
+    title: str,
+    judgements: list[Judgement],
+    headline: dict[str, float],
+    rows: list[ResultRow],
+    count_model: tuple[str, float] | None,
+    compare: dict[str, str],
+) -> str:
+    """The claims' summary in Markdown, with the result table and the MLflow comparison links."""
+    links = " · ".join(f"[{k}]({v})" for k, v in compare.items())
+    return summary_markdown(
+        title,
+        judgements,
+        headline,
+        REPORT_FILE,
+        result=result_markdown(rows, count_model) + (f"\n\n{links}" if links else ""),
+    )
+
+
+def summarize_on_parent(
+    parent: AssetRun, run: dg.DagsterRun, path: Path, metrics: dict[str, float], summary: str
+) -> None:
+    """The run's summary on its parent run: the page, the headline metrics, the description."""
+    parent.log_artifact(path)
+    parent.log_metrics(metrics)
+    # The parent's description keeps its link back to the Dagster run above the summary.
+    parent.set_note(
+        f"Dagster run [{run.run_id[:8]}]({dagster_run_url(run.run_id)}) of "
+        f"{run_subject(run.job_name, run.asset_selection)}.\n\n{summary}"
+    )
+
+
+def claim_rows(judgements: list[Judgement]) -> list[dict[str, Any]]:
+    """The manifest's claims: one row per judgement, with its status and why."""
+    return [
+        {
+            "claim": j.claim.name,
+            "asset": j.asset,
+            "status": j.status,
+            "kind": j.claim.kind,
+            "section": j.claim.section,
+            "reason": reason(j.claim, j.verdict) if j.verdict is not None else j.error,
+            **({"error": j.error} if j.verdict is None else {}),
+            **({"note": j.verdict.note} if j.verdict is not None and not j.verdict.judged else {}),
+        }
+        for j in judgements
+    ]
+
+
+def failed_claims(claims: list[dict[str, Any]]) -> list[str]:
+    """The materialization's warnings: each claim that failed or could not be judged."""
+    return [f"{c['claim']} on {c['asset']}: {c['status']}" for c in claims if c["status"] in ("failed", "not judged")]
+
+
+def report_values(
+    parent: AssetRun,
+    compare: dict[str, str],
+    rows: list[ResultRow],
+    count_model: tuple[str, float] | None,
+    claims: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The Dagster metadata: the page and the parent run's links, the comparison links, the result and
+    the claims' list."""
+    return {
+        "report_url": dg.MetadataValue.url(parent.artifact_url(REPORT_FILE)),
+        "mlflow_parent_url": dg.MetadataValue.url(parent.url),
+        **{key: dg.MetadataValue.url(compare[label]) for key, label in COMPARE_KEYS.items() if label in compare},
+        "result": dg.MetadataValue.md(result_markdown(rows, count_model)),
+        "claims": dg.MetadataValue.md(
+            "\n".join(
+                f"- {c['status']}: `{c['claim']}` ({c['asset']}{'' if c['kind'] == 'evidence' else ', ' + c['kind']})"
+                for c in claims
+            )
+        ),
+    }
+
+
 def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.AssetsDefinition:
     names = [s.key.path[-1] for s in specs]
     group_of = {s.key.path[-1]: s.group_name or "default" for s in specs}
@@ -149,13 +310,7 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
         plots; logged on the run's MLflow parent run, whose description and metrics it fills."""
         with stage(context, mlflow, {"assets": names}) as s:
             sections = [section_from_manifest(n, group_of[n], manifests[n], description_of[n]) for n in names]
-            scaling, why = latest_scaling(context.instance)
-            judgements = at_scale(
-                judge_all({**manifests, **({"scaling_laws": scaling} if scaling else {})}, language_models),
-                scaling,
-                manifests,
-                why,
-            )
+            judgements, scaling = judge_run(context.instance, manifests, language_models)
             parent = s.run.parent()
             run = context.run
             title = f"Run report: {job_label(run.job_name)} · {run.run_id[:8]}"
@@ -166,82 +321,21 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
             run_checks = [j for j in judgements if j.asset in manifests] + data_checks
             comparison = manifests.get("model_comparison")
             compare = compare_links(s.run, comparison)
-            info = {
-                "Dagster run": run.run_id,
-                "job": job_label(run.job_name),
-                "MLflow parent run": parent.url,
-                **compare,
-                "assets in this run": len(sections) + 1,
-                "checks in this run": len(run_checks),
-            }
+            info = run_info(run, parent, compare, len(sections), len(run_checks))
             headline = headline_metrics(sections)  # this run's alone
-            shown = sections + (
-                [
-                    section_from_manifest(
-                        SCALING.to_user_string(),
-                        "scaling",
-                        scaling,
-                        f"From the scaling job's latest run (Dagster run {scaling.dagster_run_id[:8]}), not this "
-                        "one: each family at growing training budgets, where it passes the count model and where the "
-                        "Transformer passes the LSTM.",
-                    )
-                ]
-                if scaling
-                else []
-            )
+            shown = with_scaling(sections, scaling)
             counts, inv = claim_counts(judgements), invariant_counts(judgements)
             demo = demonstration_counts(judgements)
-            count_metrics = {
-                **{f"claims/{k.replace(' ', '_')}": float(v) for k, v in counts.as_dict().items()},
-                **{f"demonstrations/{k.replace(' ', '_')}": float(v) for k, v in demo.as_dict().items()},
-                **{f"invariants/{k.replace(' ', '_')}": float(v) for k, v in inv.as_dict().items()},
-            }
-            lms = {n: manifests[n] for n in language_models if isinstance(manifests.get(n), LanguageModel)}
-            rows = result_rows(lms, comparison if isinstance(comparison, ModelComparison) else None)
-            ngram = manifests.get("ngram_baseline")
-            count_model = (ngram.chosen.model, ngram.val_loss) if isinstance(ngram, NgramBaseline) else None
+            by_kind = {"claims": counts, "demonstrations": demo, "invariants": inv}
+            count_metrics = status_metrics(by_kind)
+            rows, count_model = result_table(manifests, language_models, comparison)
             since = since_previous(context, count_metrics, None)  # read once: the page and the metadata
-            count_changes = since[1]
-            result = result_html(
-                rows, count_model, {"claims": counts, "demonstrations": demo, "invariants": inv}, count_changes
-            )
-            page = render_report(title, info, shown, judgements, data_checks, result=result)
-            path = s.tmp / REPORT_FILE
-            path.write_text(page, encoding="utf-8")
-            links = " · ".join(f"[{k}]({v})" for k, v in compare.items())
-            summary = summary_markdown(
-                title,
-                judgements,
-                headline,
-                REPORT_FILE,
-                result=result_markdown(rows, count_model) + (f"\n\n{links}" if links else ""),
-            )
-            # The run's summary on its parent run: the page, the headline metrics, the description.
-            parent.log_artifact(path)
-            parent.log_metrics({**headline, **count_metrics})
-            # The parent's description keeps its link back to the Dagster run above the summary.
-            parent.set_note(
-                f"Dagster run [{run.run_id[:8]}]({dagster_run_url(run.run_id)}) of "
-                f"{run_subject(run.job_name, run.asset_selection)}.\n\n{summary}"
-            )
-            claims = [
-                {
-                    "claim": j.claim.name,
-                    "asset": j.asset,
-                    "status": j.status,
-                    "kind": j.claim.kind,
-                    "section": j.claim.section,
-                    "reason": reason(j.claim, j.verdict) if j.verdict is not None else j.error,
-                    **({"error": j.error} if j.verdict is None else {}),
-                    **({"note": j.verdict.note} if j.verdict is not None and not j.verdict.judged else {}),
-                }
-                for j in judgements
-            ]
-            failed = [
-                f"{c['claim']} on {c['asset']}: {c['status']}"
-                for c in claims
-                if c["status"] in ("failed", "not judged")
-            ]
+            result = result_html(rows, count_model, by_kind, since[1])
+            path = write_page(s.tmp, title, info, shown, judgements, data_checks, result)
+            summary = run_summary(title, judgements, headline, rows, count_model, compare)
+            summarize_on_parent(parent, run, path, {**headline, **count_metrics}, summary)
+            claims = claim_rows(judgements)
+            failed = failed_claims(claims)
             return s.publish(
                 Report(
                     path=s.final_path(path),
@@ -255,23 +349,7 @@ def report_asset(specs: list[dg.AssetSpec], lm_keys: list[dg.AssetKey]) -> dg.As
                 since=since,
                 files={"report": path},
                 artifacts=[path],
-                values={
-                    "report_url": dg.MetadataValue.url(parent.artifact_url(REPORT_FILE)),
-                    "mlflow_parent_url": dg.MetadataValue.url(parent.url),
-                    **{
-                        key: dg.MetadataValue.url(compare[label])
-                        for key, label in COMPARE_KEYS.items()
-                        if label in compare
-                    },
-                    "result": dg.MetadataValue.md(result_markdown(rows, count_model)),
-                    "claims": dg.MetadataValue.md(
-                        "\n".join(
-                            f"- {c['status']}: `{c['claim']}` "
-                            f"({c['asset']}{'' if c['kind'] == 'evidence' else ', ' + c['kind']})"
-                            for c in claims
-                        )
-                    ),
-                },
+                values=report_values(parent, compare, rows, count_model, claims),
                 warnings=failed,
             )
 

@@ -725,7 +725,7 @@ def test_every_evidence_claim_names_its_counterexample_test_and_that_test_judges
     calls the claim's judge (directly, through the registry, or by the check's name). The report shows it."""
     import ast
 
-    from components.core.report import _counterexample
+    from components.core.report import counterexample_html
 
     root = Path(__file__).parent.parent
     for c in C.evidence():
@@ -736,7 +736,7 @@ def test_every_evidence_claim_names_its_counterexample_test_and_that_test_judges
         assert found, f"{c.name}: {c.counterexample} does not exist"
         body = ast.get_source_segment((root / path).read_text(), found[0])
         assert c.name in body, f"{c.name}: {c.counterexample} does not judge it"
-        assert c.counterexample in _counterexample(c)
+        assert c.counterexample in counterexample_html(c)
     # Every one is measured: a wrong model or wrong data, trained or timed for real, through the claim's judge.
     assert all(c.counterexample_measured for c in C.evidence())
 
@@ -884,14 +884,14 @@ def test_serial_bottleneck_passes_where_attention_is_cheaper_per_token_and_fails
 
 
 def test_sqrt_d_keeps_the_softmax_unsaturated_and_fails_when_the_scale_does_not_follow_d():
-    from components.core.studies.transformer_probes import _unit_variance_probe
+    from components.core.studies.transformer_probes import unit_variance_probe
 
-    probes = [_unit_variance_probe(d, T=32, seed=0) for d in (16, 64, 256, 1024)]
+    probes = [unit_variance_probe(d, T=32, seed=0) for d in (16, 64, 256, 1024)]
     v = C.sqrt_d_keeps_softmax_unsaturated(M.TransformerAblations(scaling={"unit_variance": probes}))
     assert v.passed, v
     assert v.figures["d1024_entropy_unscaled"] < 0.5 * v.figures["d1024_entropy_scaled"]
     # A "scaled" attention whose scale is a constant (1/√16 whatever d): it saturates as d grows.
-    fixed = [_unit_variance_probe(d, T=32, seed=0, fixed_scale=0.25) for d in (16, 64, 256, 1024)]
+    fixed = [unit_variance_probe(d, T=32, seed=0, fixed_scale=0.25) for d in (16, 64, 256, 1024)]
     v = C.sqrt_d_keeps_softmax_unsaturated(M.TransformerAblations(scaling={"unit_variance": fixed}))
     assert not v.passed and not v.checks["scaled_entropy_steady"]
     assert not C.sqrt_d_keeps_softmax_unsaturated(M.TransformerAblations(scaling=None)).judged

@@ -16,7 +16,7 @@ from components.core import claims as C
 from components.core import manifests as M
 from components.core.errors import ConfigError
 from components.core.export import LinearRecurrence, is_quantized_layer, spec_of, to_precision, weight_bytes
-from components.core.export.precision import bnb
+from components.core.export.bnb_layers import bnb
 from components.core.lm import load_lm
 from components.core.models.recurrent import ExplicitLSTM
 from components.core.studies.quant_export import ExportSettings, export_and_verify, file_accounting, weights_arithmetic
@@ -73,7 +73,8 @@ def test_4bit_layers_whose_rows_split_blocks_compute_with_the_codes_they_hold(sh
     against 0.09, which made the default run's NF4 model 53 % worse in perplexity); the layer, the
     tied embedding and `dequantize_4bit` must all give the float matrix the codes encode, the one
     a flat, block-by-block dequantization of the same codes gives."""
-    from components.core.export.precision import HeadTiedEmbedding, dequantize_4bit
+    from components.core.export.bnb_layers import dequantize_4bit
+    from components.core.export.precision import HeadTiedEmbedding
 
     torch.manual_seed(0)
     lin = nn.Linear(shape[1], shape[0], bias=True)

@@ -16,14 +16,8 @@ from components.core.data import TokenBlocks
 from components.core.errors import ConfigError
 from components.core.manifests import NgramRung, Scaling, ScalingTrial
 from components.core.studies.power_law import fit_power_law, overtake, pass_level
-from components.core.studies.scaling import (
-    FamilyInput,
-    ScalingSettings,
-    analyse,
-    check_settings,
-    plan_steps,
-    run_scaling,
-)
+from components.core.studies.scaling import FamilyInput, analyse, plan_steps, run_scaling
+from components.core.studies.scaling_settings import ScalingSettings, check_settings
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -370,7 +370,7 @@ def claims_html(judgements: list[Judgement], with_asset: bool = True, with_id: b
     return f'<table class="claims"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
-def _counterexample(c) -> str:
+def counterexample_html(c) -> str:
     """The test that builds a world where an evidence claim must fail, and what kind of world it is."""
     if c.kind != "evidence" or not c.counterexample:
         return ""
@@ -410,7 +410,7 @@ def article_claims_html(judgements: list[Judgement]) -> str:
                     f'href="#{anchor("asset", j.asset)}">{html.escape(j.asset)}</a></td>'
                     f'<td><span lang="zh" class="zh">{html.escape(c.statement_zh)}</span>'
                     f'<span class="en">{html.escape(c.statement)}</span></td>'
-                    f'<td>{html.escape(c.falsifier)}{_counterexample(c)}</td>'
+                    f'<td>{html.escape(c.falsifier)}{counterexample_html(c)}</td>'
                     f'<td class="figures">{_measured(j, 40)}</td>'
                 ),
                 before=section,

@@ -142,7 +142,7 @@ class Parallel:
 
     `sharded`: for a model whose parameters are sharded over the ranks (FSDP2), what writes and reads
     its checkpoints instead of `save_checkpoint` / `load_checkpoint` (same signatures; every rank
-    calls both), so they hold the full model in the one format (`distributed.FullStateCheckpoints`).
+    calls both), so they hold the full model in the one format (`sharding.FullStateCheckpoints`).
     """
 
     rank: int = 0

@@ -17,7 +17,8 @@ from components.core.labels import load_labels
 from components.core.machine import cpu_identity
 from components.core.manifests import Labels, LanguageModel, ModelComparison, NgramBaseline, Scaling
 from components.core.studies import scaling as core
-from components.core.studies.scaling import FamilyInput, ScalingSettings
+from components.core.studies.scaling import FamilyInput
+from components.core.studies.scaling_settings import ScalingSettings, check_settings
 from components.orchestration.language_model import TRAINING_POOL
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
@@ -37,7 +38,7 @@ class ScalingConfig(dg.Config, ScalingSettings):
         unknown = sorted(set(self.models) - set(FAMILIES))
         if unknown or not self.models:
             raise ValueError(f"scaling_laws.models={self.models}: name at least one of {list(FAMILIES)}")
-        core.check_settings(self)
+        check_settings(self)
         return self
 
 

@@ -1,12 +1,11 @@
 """The machinery under `word2vec.train_word2vec`: the corpus as flat arrays, each epoch cut into
-chunks (subsampling, windows and negatives drawn in vectorised numpy), and one update of a chunk
-(`SkipGramWorker` / `CbowWorker`). The method and why it is fast: the module doc of
-`components.core.embeddings.word2vec`.
+chunks (subsampling, windows and negatives drawn in vectorised numpy; the windows' pairs in
+`word2vec_windows`), and one update of a chunk (`SkipGramWorker` / `CbowWorker`). The method and
+why it is fast: the module doc of `components.core.embeddings.word2vec`.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, Optional, TypeVar
@@ -17,6 +16,7 @@ import torch.nn.functional as F
 
 from ..errors import ConfigError, PipelineInputError
 from .vocab import N_SPECIAL, Vocab
+from .word2vec_windows import cbow_bands, skipgram_masks
 
 if TYPE_CHECKING:
     from .word2vec_settings import Word2VecSettings
@@ -194,15 +194,50 @@ def cap_binds(rows: np.ndarray, terms: tuple[np.ndarray, ...], cap: float) -> np
     return binds
 
 
-@functools.lru_cache(maxsize=None)
-def _cbow_windows(W: int) -> tuple[np.ndarray, np.ndarray]:
-    """((W+1)^2, 2W+1) float32 tables, row l * (W+1) + r: the window reaching l words left and r right,
-    as 0/1 over the offsets -W..W (not 0), and as the weights of its mean (1 / (l + r) each)."""
-    reach = np.arange(W + 1)
-    d = np.arange(-W, W + 1)
-    left, right = np.repeat(reach, W + 1), np.tile(reach, W + 1)
-    shapes = ((d >= -left[:, None]) & (d <= right[:, None]) & (d != 0)).astype(np.float32)
-    return shapes, shapes / np.maximum(left + right, 1)[:, None].astype(np.float32)
+def _subsample(
+    corpus: Corpus, keep_p: np.ndarray, W: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The epoch's draws over the corpus: the raw positions that survive subsampling, their ids and
+    sentences, and each kept centre's dynamic window (1..W words per side, int8)."""
+    kept = np.flatnonzero(rng.random(len(corpus.ids)) < keep_p[corpus.ids])  # raw positions that survive subsampling
+    ids_k, sent_k = corpus.ids[kept], corpus.sentence[kept]
+    eff = (W - rng.integers(0, W, len(kept))).astype(np.int8)  # dynamic window: each centre sees 1..W words per side
+    return kept, ids_k, sent_k, eff
+
+
+def _chunk_plan(kept: np.ndarray, n: int, s: Word2VecSettings, epoch: int) -> list[tuple[int, int]]:
+    """The epoch's chunk schedule, (a, C) each: owned centres [a, a + C - 2W), the chunk itself covers
+    [a - W, a - W + C) of the kept tokens, its size C `_chunk_sizes` at the raw position it starts at."""
+    plan: list[tuple[int, int]] = []
+    a = 0
+    while a < len(kept):
+        C = _chunk_sizes(s, (epoch * n + (kept[a] if a else 0)) / (n * s.epochs))
+        plan.append((a, C))
+        a += C - 2 * s.window
+    return plan
+
+
+def _cap_terms(
+    rows: np.ndarray, n_context: np.ndarray, n_centre: np.ndarray, has_pairs: Optional[np.ndarray], s: Word2VecSettings
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For `row_update_cap`: the pair gradients each of `rows` (B, C + C/G * K) takes, as input and as
+    output (`Chunk.in_terms`, `Chunk.out_terms`), and (B,) whether the cap binds in each chunk."""
+    B, C = n_context.shape
+    G, K = block(C), s.draws
+    # pair gradients a row takes: an input row 1 + negative per pair; an output row its pairs as
+    # centre (skip-gram) or its one CBOW pair, plus the weight of every draw that picked it
+    neg_weight = (n_context if has_pairs is None else has_pairs) * (s.negative / K)  # has_pairs: CBOW
+    if _interleaved(s):  # every sample of a block: its tokens' weights
+        per_block = neg_weight.reshape(B, G, C // G).sum(axis=1)
+    else:
+        per_block = neg_weight.reshape(B, C // G, G).sum(axis=2)
+    pool_terms = np.repeat(per_block, K, axis=1)
+    in_terms = np.hstack([n_context * (1 + s.negative), np.zeros_like(pool_terms)])  # the `rows` layout
+    out_terms = np.hstack([n_centre if has_pairs is None else has_pairs, pool_terms])
+    # Where no row reaches the cap the scale is exactly 1 for every row: such a chunk carries no
+    # terms and its update skips the cap (most chunks but the large late ones; about a tenth
+    # of skip-gram's time when every chunk paid for it).
+    return in_terms, out_terms, cap_binds(rows, (in_terms, out_terms), s.row_update_cap)
 
 
 def epoch_chunks(
@@ -222,17 +257,9 @@ def epoch_chunks(
     on_cpu = torch.device(device).type == "cpu"
     W, K = s.window, s.draws
     total_words = n * s.epochs
-    kept = np.flatnonzero(rng.random(n) < keep_p[corpus.ids])  # raw positions that survive subsampling
+    kept, ids_k, sent_k, eff = _subsample(corpus, keep_p, W, rng)
     nk = len(kept)
-    ids_k, sent_k = corpus.ids[kept], corpus.sentence[kept]
-    eff = (W - rng.integers(0, W, nk)).astype(np.int8)  # dynamic window: each centre sees 1..W words per side
-    # chunk schedule: owned centres [a, a + C - 2W), the chunk itself covers [a - W, a - W + C)
-    plan: list[tuple[int, int]] = []
-    a = 0
-    while a < nk:
-        C = _chunk_sizes(s, (epoch * n + (kept[a] if a else 0)) / total_words)
-        plan.append((a, C))
-        a += C - 2 * W
+    plan = _chunk_plan(kept, n, s, epoch)
     raw_at = np.r_[kept, n]  # raw position of each kept token, and the end
     k_global = 0
     i = 0
@@ -256,44 +283,9 @@ def epoch_chunks(
         owned = owned & valid
         masks = band = band_t = None
         if s.sg == 1:
-            masks = np.zeros((B, C, W, 2), dtype=np.float32)  # 0/1 in the workers' dtype: no conversion per chunk
-            n_context = np.zeros((B, C), dtype=np.float32)
-            n_centre = np.zeros((B, C), dtype=np.float32)
-            for o in range(1, W + 1):
-                same = seg[:, o:] == seg[:, :-o]
-                right = same & (e[:, :-o] >= o) & owned[:, :-o]  # centre i, context i+o
-                left = same & (e[:, o:] >= o) & owned[:, o:]  # centre i+o, context i
-                masks[:, :-o, o - 1, 0] = right
-                masks[:, :-o, o - 1, 1] = left
-                n_context[:, o:] += right
-                n_context[:, :-o] += left
-                n_centre[:, :-o] += right
-                n_centre[:, o:] += left
+            masks, n_context, n_centre = skipgram_masks(seg, e, owned, W)
         else:
-            # CBOW: a centre's window is a run of its sentence, reach_l words left and reach_r right
-            # (0 for a centre the chunk does not own); the bands are looked up by (reach_l, reach_r)
-            at = np.arange(C)
-            starts = np.ones((B, C), dtype=bool)
-            starts[:, 1:] = seg[:, 1:] != seg[:, :-1]
-            ends = np.ones((B, C), dtype=bool)
-            ends[:, :-1] = starts[:, 1:]
-            left = at - np.maximum.accumulate(np.where(starts, at, 0), axis=1)  # same-sentence words to the left
-            right = np.minimum.accumulate(np.where(ends, at, C)[:, ::-1], axis=1)[:, ::-1] - at
-            reach_l = np.where(owned, np.minimum(left, e), 0)
-            reach_r = np.where(owned, np.minimum(right, e), 0)
-            code = reach_l * (W + 1) + reach_r  # (B, C) in 0 .. (W+1)^2 - 1
-            shapes, weights = _cbow_windows(W)
-            n_centre = (reach_l + reach_r).astype(np.float32)
-            band = np.take(weights, code[:, W : C - W, None], axis=0)  # (B, C - 2W, 1, 2W+1) the owned centres' means
-            # [j, k]: whether centre j + k - W (row j + k of `around`) holds context j (its column 2W - k)
-            around = np.empty((B, C + 2 * W, 2 * W + 1), dtype=np.float32)
-            around[:, :W] = around[:, C + W :] = 0  # no centres past the chunk
-            np.take(shapes, code, axis=0, out=around[:, W : C + W], mode="clip")  # (codes are in range)
-            sb, sr, sc = around.strides
-            band_t = np.ascontiguousarray(
-                np.lib.stride_tricks.as_strided(around[:, :, None, 2 * W :], (B, C, 1, 2 * W + 1), (sb, sr, 0, sr - sc))
-            )
-            n_context = band_t[:, :, 0] @ np.ones(2 * W + 1, dtype=np.float32)  # (B, C) centres holding each token
+            band, band_t, n_context, n_centre = cbow_bands(seg, e, owned, W)
         G = block(C)
         pool = negatives.draw(rng, (B, C // G * K))
         rows = np.hstack([ids, pool])  # the worker's gather layout
@@ -301,20 +293,7 @@ def epoch_chunks(
         pairs = n_centre.sum(axis=1)
         in_terms = out_terms = binds = None
         if s.row_update_cap > 0:
-            # pair gradients a row takes: an input row 1 + negative per pair; an output row its pairs as
-            # centre (skip-gram) or its one CBOW pair, plus the weight of every draw that picked it
-            neg_weight = (n_context if has_pairs is None else has_pairs) * (s.negative / K)  # has_pairs: CBOW
-            if _interleaved(s):  # every sample of a block: its tokens' weights
-                per_block = neg_weight.reshape(B, G, C // G).sum(axis=1)
-            else:
-                per_block = neg_weight.reshape(B, C // G, G).sum(axis=2)
-            pool_terms = np.repeat(per_block, K, axis=1)
-            in_terms = np.hstack([n_context * (1 + s.negative), np.zeros_like(pool_terms)])  # the `rows` layout
-            out_terms = np.hstack([n_centre if has_pairs is None else has_pairs, pool_terms])
-            # Where no row reaches the cap the scale is exactly 1 for every row: such a chunk carries no
-            # terms and its update skips the cap (most chunks but the large late ones; about a tenth
-            # of skip-gram's time when every chunk paid for it).
-            binds = cap_binds(rows, (in_terms, out_terms), s.row_update_cap)
+            in_terms, out_terms, binds = _cap_terms(rows, n_context, n_centre, has_pairs, s)
 
         def t(x: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(x) if on_cpu else torch.from_numpy(x).to(device)

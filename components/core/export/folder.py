@@ -137,7 +137,7 @@ def tensor_shapes(header: dict[str, Any]) -> dict[str, tuple[int, ...]]:
 def weights_metadata(model: nn.Module, config: dict | None = None) -> dict[str, str]:
     """The safetensors header that makes a weights file rebuildable on its own: family, kind,
     architecture, vocabulary, variant, scheme and the full precision recipe."""
-    from .precision import bnb
+    from .bnb_layers import bnb
 
     spec = spec_of(model)
     if spec is None:

@@ -9,7 +9,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .precision import bnb_nn, eager, int8_scales, is_quantized_layer, quant_state
+from .bnb_layers import bnb_nn, int8_scales, quant_state
+from .precision import eager, is_quantized_layer
 
 
 def _layer_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:

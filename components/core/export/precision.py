@@ -31,7 +31,7 @@ CPU fallbacks (a 4-bit layer with an odd number of inputs, e.g. the LSTM's 113-w
 inside `eager()` (torch.compiler.set_stance("force_eager")). bitsandbytes' native CPU dequantization
 (0.50) gets a 4-bit matrix wrong when its rows are not whole 64-weight blocks (the default
 Transformer is 144 wide): such layers and the tied embedding dequantize the same codes block by block
-here (`dequantize_4bit`, `linear4bit_class`); the stored tensors are unchanged.
+here (`bnb_layers.dequantize_4bit`, `bnb_layers.linear4bit_class`); the stored tensors are unchanged.
 
 Serialization (`precision_state_dict`): bitsandbytes' own state-dict layout, i.e. what Hugging Face
 `transformers` writes for bnb models — `<layer>.weight` (int8 / packed uint8), `<layer>.SCB`;
@@ -46,15 +46,15 @@ from __future__ import annotations
 
 import copy
 import functools
-import logging
 import math
-from typing import TYPE_CHECKING, Any, Callable, TypeGuard, cast
+from typing import TYPE_CHECKING, TypeGuard
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import ConfigError, PipelineInputError
+from .bnb_layers import bnb, bnb_nn, bnb_param, dequantize_4bit, int8_scales, linear4bit_class
 from .linear_recurrence import _set_submodule, rewrite_recurrent
 from .precision_spec import (
     DTYPES,
@@ -68,36 +68,24 @@ from .precision_spec import (
 )
 
 if TYPE_CHECKING:
-    from bitsandbytes.nn.modules import Linear4bit, Linear8bitLt, Params4bit
+    from bitsandbytes.nn.modules import Linear4bit, Linear8bitLt
 
 __all__ = [
     "HeadTiedEmbedding",
     "apply_precision",
-    "bnb",
-    "bnb_nn",
     "check_backend",
     "check_shapes",
     "eager",
     "expected_shapes",
-    "int8_scales",
     "is_quantized_layer",
     "precision_state_dict",
-    "quant_state",
     "spec_of",
     "to_precision",
 ]
 
 
 # --------------------------------------------------------------------------------------------------
-# bitsandbytes: import and backend probe
-
-
-class _DropInt8CastNote(logging.Filter):
-    """bitsandbytes logs, on every LLM.int8 matmul, that float32 inputs are cast to float16 (its int8
-    matmul quantizes fp16 activations; the study's docs say so once): dropped, not repeated per call."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("MatMul8bitLt: inputs will be cast")
+# Forward passes and the backend probe
 
 
 @functools.cache
@@ -105,93 +93,6 @@ def eager():
     """Context for forward passes of converted models: torch.compile'd functions run eagerly (see the
     module docstring)."""
     return torch.compiler.set_stance("force_eager")
-
-
-def bnb():
-    """bitsandbytes, imported once (its CPU backend logs a warning when the optional `kernels`
-    package is missing; that package only adds a faster AVX512 4-bit GEMM, so the warning is muted)."""
-    logging.getLogger("bitsandbytes.autograd._functions").addFilter(_DropInt8CastNote())
-    log = logging.getLogger("bitsandbytes.backends.cpu.ops")
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        import bitsandbytes
-    except Exception as e:  # not installed, or a build whose native library fails to load
-        raise ConfigError(
-            f"the quantized variants need bitsandbytes, which failed to import ({type(e).__name__}: {e}); "
-            "install it (pip install 'bitsandbytes>=0.45') or keep only fp32/fp16/bf16 in `variants`"
-        ) from e
-    finally:
-        log.setLevel(level)
-    return bitsandbytes
-
-
-def bnb_nn():
-    """bitsandbytes' layer and parameter classes (`Linear8bitLt`, `Linear4bit`, `Int8Params`, `Params4bit`), from
-    `bitsandbytes.nn.modules`, which defines what `bitsandbytes.nn` re-exports (imported through `bnb()`)."""
-    bnb()
-    import bitsandbytes.nn.modules as modules
-
-    return modules
-
-
-def _bnb_param(cls: Callable[..., nn.Parameter], data: torch.Tensor, **kwargs: Any) -> nn.Parameter:
-    """`cls(data, **kwargs)` for bitsandbytes' `Int8Params` / `Params4bit`: their keywords go to their `__new__`,
-    which torch's stub hides behind `Parameter.__init__(data, requires_grad)`."""
-    return cls(data, **kwargs)
-
-
-def int8_scales(layer: Linear8bitLt) -> torch.Tensor | None:
-    """An LLM.int8 layer's per-output-row scales (SCB): on its weight, else in its matmul state."""
-    scb = getattr(layer.weight, "SCB", None)
-    return layer.state.SCB if scb is None else scb
-
-
-def quant_state(weight: torch.Tensor) -> Any:
-    """A 4-bit weight's `QuantState` (absmax, code, nested state2 and offset; untyped in bitsandbytes)."""
-    return cast("Params4bit", weight).quant_state
-
-
-def _rows_split_blocks(weight) -> bool:
-    """A 4-bit matrix on the CPU whose rows are not whole quantization blocks (in_features % blocksize
-    != 0) while the whole matrix is: bitsandbytes' native CPU `dequantize_4bit` (0.50, measured on an
-    AVX512 Xeon) indexes such a matrix's blocks per row, not over the flat tensor it quantized, and
-    returns wrong values (a 432 × 144 NF4 matrix: relative error 0.26 against 0.09 from bitsandbytes'
-    own generic implementation, and 0.09 for any 128- or 192-wide one)."""
-    st = weight.quant_state
-    n = math.prod(st.shape)
-    return weight.device.type == "cpu" and st.shape[-1] % st.blocksize != 0 and n % st.blocksize == 0
-
-
-def dequantize_4bit(weight) -> torch.Tensor:
-    """The float matrix of a 4-bit weight (`Params4bit`), bitsandbytes' `dequantize_4bit`. Where its native CPU
-    kernel gets the blocks wrong (`_rows_split_blocks`), the same codes are dequantized as a
-    (numel / blocksize, blocksize) matrix, whose rows are the blocks, and reshaped back: exactly the
-    blocks they were quantized in."""
-    lib, st = bnb(), weight.quant_state
-    if not _rows_split_blocks(weight):
-        return lib.functional.dequantize_4bit(weight.data, st)
-    flat = copy.copy(st)
-    flat.shape = torch.Size((math.prod(st.shape) // st.blocksize, st.blocksize))
-    return lib.functional.dequantize_4bit(weight.data, flat).reshape(st.shape)
-
-
-@functools.cache
-def linear4bit_class() -> type:
-    """bitsandbytes' `Linear4bit`, computing on the CPU through `dequantize_4bit` above when its rows
-    split blocks (see `_rows_split_blocks`); otherwise exactly bitsandbytes' forward. The stored tensors
-    and the state-dict layout are bitsandbytes' own."""
-    lib = bnb_nn()
-
-    class Linear4bit(lib.Linear4bit):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            if x.device.type != "cpu" or not _rows_split_blocks(self.weight):
-                return super().forward(x)
-            dtype = self.compute_dtype or x.dtype
-            bias = None if self.bias is None else self.bias.to(dtype)
-            return F.linear(x.to(dtype), dequantize_4bit(self.weight).to(dtype), bias).to(x.dtype)
-
-    return Linear4bit
 
 
 _PROBED: dict[tuple[str, str], str | None] = {}
@@ -257,12 +158,10 @@ def _quantized_linear(
     if variant == "int8":
         layer = lib.Linear8bitLt(in_f, out_f, bias=has_bias, has_fp16_weights=False, threshold=spec.int8_threshold)
         if tensors is None:
-            layer.weight = _bnb_param(
-                lib.Int8Params, _float_weight(linear), requires_grad=False, has_fp16_weights=False
-            )
+            layer.weight = bnb_param(lib.Int8Params, _float_weight(linear), requires_grad=False, has_fp16_weights=False)
         else:
             cb = tensors["weight"]
-            layer.weight = _bnb_param(
+            layer.weight = bnb_param(
                 lib.Int8Params, cb, requires_grad=False, has_fp16_weights=False, CB=cb, SCB=tensors["SCB"]
             )
     else:
@@ -276,7 +175,7 @@ def _quantized_linear(
             quant_storage=torch.uint8,
         )
         if tensors is None:
-            layer.weight = _bnb_param(
+            layer.weight = bnb_param(
                 lib.Params4bit,
                 _float_weight(linear),
                 requires_grad=False,

@@ -35,8 +35,15 @@ from ..device import seed_everything
 from ..lm import resolve_settings
 from ..models.transformer import Transformer, TransformerSettings
 from ..train_settings import TrainSettings
-from ..training import train
+from ..training import TrainResult, train
 from ..workers import cpu_workers, one_thread_each, run_jobs, weights_in, weights_out
+from .ablation_tables import (
+    ablation_markdown,
+    accounting_markdown,
+    depth_markdown,
+    permutation_markdown,
+    scaling_markdown,
+)
 from .transformer_probes import attention_entropy, parameter_accounting, permutation_equivariance, score_scaling_at_init
 
 __all__ = [
@@ -44,17 +51,12 @@ __all__ = [
     "Ablation",
     "AblationResult",
     "AblationSettings",
-    "ablation_markdown",
-    "accounting_markdown",
-    "depth_markdown",
     "first_layer_grad_norm",
-    "permutation_markdown",
     "plot_ablation_curves",
     "plot_ablation_losses",
     "plot_score_scaling",
     "residual_depth_study",
     "run_ablations",
-    "scaling_markdown",
 ]
 
 Ablation = Literal["no_pos", "no_scale", "no_residual", "hard_attention"]
@@ -176,11 +178,7 @@ def run_ablations(
     probe = _probe_batch(val_data, settings.probe_blocks, model_settings.block_size)
     rows, models, run_dirs, notes, histories = [], {}, {}, [], {}
     runs = _runs(model_settings, settings)
-    workers = cpu_workers(settings.workers, ts.device)
-    run_ts = one_thread_each(ts, workers)
-    names = sorted(runs, key=lambda n: -runs[n][0].n_layer)  # the deep runs first: the last to start is a short one
-    jobs = [(runs[n][0], vocab_size, run_ts, train_data, val_data, out_dir / n, resume, model_meta) for n in names]
-    trained = dict(zip(names, run_jobs(_train_run, jobs, workers)))
+    trained = _train_runs(runs, vocab_size, ts, settings.workers, train_data, val_data, out_dir, resume, model_meta)
     for name, (cfg, change, baseline) in runs.items():
         weights, res = trained[name]
         seed_everything(ts.seed)
@@ -192,42 +190,13 @@ def run_ablations(
         run_dirs[name] = out_dir / name
         notes += [f"{name}: {w}" for w in res.warnings if "no CUDA GPU" not in w]
         models[name], histories[name] = model.cpu().eval(), res.history
-        rows.append(
-            {
-                "run": name,
-                "change": change,
-                "baseline": baseline or "",
-                "n_layer": cfg.n_layer,
-                "params": res.params,
-                "steps": res.steps,
-                "train_loss": res.train_loss,
-                "val_loss": res.val_loss,
-                "val_ppl": res.val_ppl,
-                "tokens_per_s": res.tokens_per_s,
-                "attn_entropy": attention_entropy(model, probe[0])["normalized_entropy"],
-            }
-        )
+        rows.append(_ablation_row(name, change, baseline, cfg, res, model, probe[0]))
     by_name = {r["run"]: r for r in rows}
     for r in rows:
         r["delta_val_loss"] = r["val_loss"] - by_name[r["baseline"]]["val_loss"] if r["baseline"] else 0.0
 
     tokens = probe[0][:1, : settings.permutation_len]  # (1, n) real text
-    permutation = {
-        "no_pe": permutation_equivariance(
-            models.get("no_pos") or _fresh(model_settings, "none", vocab_size, ts.seed),
-            tokens,
-            settings.permutation_trials,
-            ts.seed,
-        ),
-        "with_pe": permutation_equivariance(
-            models["full"]
-            if model_settings.pos_encoding != "none"
-            else _fresh(model_settings, "learned", vocab_size, ts.seed),
-            tokens,
-            settings.permutation_trials,
-            ts.seed,
-        ),
-    }
+    permutation = _permutation_checks(models, model_settings, tokens, settings.permutation_trials, vocab_size, ts.seed)
     scaling = score_scaling_at_init(model_settings, vocab_size, *probe, seed=ts.seed)
     seed_everything(ts.seed)
     accounting = parameter_accounting(_build(model_settings, vocab_size))
@@ -239,6 +208,91 @@ def run_ablations(
         else []
     )
 
+    metrics = _ablation_metrics(rows, permutation, scaling, accounting, depth)
+    table_path, markdown = _write_tables(out_dir, rows, permutation, scaling, accounting, notes, depth)
+    figures = {
+        "ablation_val_loss": plot_ablation_losses(rows),
+        "ablation_curves": plot_ablation_curves(histories),
+        "score_scaling": plot_score_scaling(scaling),
+    }
+    return AblationResult(
+        rows, markdown, metrics, permutation, scaling, accounting, run_dirs, notes, table_path, figures, depth
+    )
+
+
+def _train_runs(
+    runs: dict[str, tuple[TransformerSettings, str, str | None]],
+    vocab_size: int,
+    ts: TrainSettings,
+    workers: int,
+    train_data: Blocks,
+    val_data: Blocks,
+    out_dir: Path,
+    resume: bool,
+    model_meta: dict | None,
+) -> dict[str, tuple[dict, TrainResult]]:
+    """Every run trained (`_train_run`) into out_dir/<name>, side by side in `workers` processes on a CPU:
+    name -> (its weights, its TrainResult)."""
+    workers = cpu_workers(workers, ts.device)
+    run_ts = one_thread_each(ts, workers)
+    names = sorted(runs, key=lambda n: -runs[n][0].n_layer)  # the deep runs first: the last to start is a short one
+    jobs = [(runs[n][0], vocab_size, run_ts, train_data, val_data, out_dir / n, resume, model_meta) for n in names]
+    return dict(zip(names, run_jobs(_train_run, jobs, workers)))
+
+
+def _ablation_row(
+    name: str,
+    change: str,
+    baseline: str | None,
+    cfg: TransformerSettings,
+    res: TrainResult,
+    model: Transformer,
+    x: torch.Tensor,
+) -> dict:
+    """A run's row of the table (all but `delta_val_loss`): its change, size, losses and speed, and the
+    attention entropy of its trained `model` on the probe tokens `x`."""
+    return {
+        "run": name,
+        "change": change,
+        "baseline": baseline or "",
+        "n_layer": cfg.n_layer,
+        "params": res.params,
+        "steps": res.steps,
+        "train_loss": res.train_loss,
+        "val_loss": res.val_loss,
+        "val_ppl": res.val_ppl,
+        "tokens_per_s": res.tokens_per_s,
+        "attn_entropy": attention_entropy(model, x)["normalized_entropy"],
+    }
+
+
+def _permutation_checks(
+    models: dict[str, Transformer],
+    cfg: TransformerSettings,
+    tokens: torch.Tensor,
+    trials: int,
+    vocab_size: int,
+    seed: int,
+) -> dict:
+    """Permutation equivariance of `tokens` without positional encoding (the no_pos run, else a fresh
+    model), then with it (the full run, else a fresh model with learned positions)."""
+    return {
+        "no_pe": permutation_equivariance(
+            models.get("no_pos") or _fresh(cfg, "none", vocab_size, seed), tokens, trials, seed
+        ),
+        "with_pe": permutation_equivariance(
+            models["full"] if cfg.pos_encoding != "none" else _fresh(cfg, "learned", vocab_size, seed),
+            tokens,
+            trials,
+            seed,
+        ),
+    }
+
+
+def _ablation_metrics(
+    rows: list[dict], permutation: dict, scaling: dict, accounting: dict, depth: list[dict]
+) -> dict[str, float]:
+    """The study's flat headline numbers: each run's losses and entropy, the checks and the depth study."""
     metrics = {
         f"{r['run']}/{k}": float(r[k]) for r in rows for k in ("val_loss", "val_ppl", "delta_val_loss", "attn_entropy")
     }
@@ -259,6 +313,14 @@ def run_ablations(
             },
         }
     )
+    return metrics
+
+
+def _write_tables(
+    out_dir: Path, rows: list[dict], permutation: dict, scaling: dict, accounting: dict, notes: list[str], depth: list
+) -> tuple[Path, str]:
+    """ablations.json (every table and the warnings) and ablations.md in `out_dir`: the JSON's path and
+    the markdown."""
     table_path = write_json(
         out_dir / "ablations.json",
         {
@@ -280,32 +342,7 @@ def run_ablations(
         ]
     )
     (out_dir / "ablations.md").write_text(markdown + "\n", encoding="utf-8")
-    figures = {
-        "ablation_val_loss": plot_ablation_losses(rows),
-        "ablation_curves": plot_ablation_curves(histories),
-        "score_scaling": plot_score_scaling(scaling),
-    }
-    return AblationResult(
-        rows, markdown, metrics, permutation, scaling, accounting, run_dirs, notes, table_path, figures, depth
-    )
-
-
-def depth_markdown(depth: list[dict]) -> str:
-    if not depth:
-        return ""
-    lines = [
-        "### Depth with and without residual connections (same budget)",
-        "",
-        "| n_layer | residual | val loss | first-layer grad norm at init | after training |",
-        "|---:|---|---:|---:|---:|",
-    ]
-    lines += [
-        f"| {r['n_layer']} | {'yes' if r['residual'] else 'no'} | {r['val_loss']:.4f} | "
-        f"{r['first_layer_grad_norm_init']:.3g} | "
-        f"{r['first_layer_grad_norm_trained']:.3g} |"
-        for r in depth
-    ]
-    return "\n".join(lines)
+    return table_path, markdown
 
 
 def first_layer_grad_norm(model: Transformer, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -422,69 +459,6 @@ def _probe_batch(data: Blocks, n_blocks: int, block_size: int) -> tuple[torch.Te
     data = data.crop(min(block_size, data.block_size))
     x, y = data.batch(np.arange(min(n_blocks, data.n_blocks)))
     return x, y  # (B, T) each
-
-
-# --------------------------------------------------------------------------------------------------
-# Markdown
-
-
-def ablation_markdown(rows: list[dict]) -> str:
-    head = (
-        "| run | change | vs | params | val loss | Δ val loss | val ppl | attn entropy | tokens/s |\n"
-        "|---|---|---|---:|---:|---:|---:|---:|---:|"
-    )
-    lines = [
-        f"| {r['run']} | {r['change']} | {r['baseline'] or '—'} | {r['params']:,} | {r['val_loss']:.4f} | "
-        f"{r['delta_val_loss']:+.4f} | {r['val_ppl']:.2f} | {r['attn_entropy']:.3f} | {r['tokens_per_s']:,.0f} |"
-        for r in rows
-    ]
-    return "### Ablations\n\n" + "\n".join([head, *lines])
-
-
-def permutation_markdown(p: dict) -> str:
-    return (
-        "### Permutation equivariance (我爱你 vs 你爱我)\n\n"
-        "| positional encoding | rel. error, bidirectional | rel. error, reversal | rel. error, causal | equivariant "
-        "|\n|---|---:|---:|---:|---|\n"
-        + "\n".join(
-            f"| {v['pos_encoding']} | {v['max_rel_err']:.2e} | {v['reversal_rel_err']:.2e} | "
-            f"{v['causal_max_rel_err']:.2e} | {v['equivariant']} |"
-            for v in p.values()
-        )
-    )
-
-
-def scaling_markdown(s: dict) -> str:
-    rows = [
-        f"| model at init (d_head={s['head_dim']}) | {s['scaled']['normalized_entropy']:.3f} | "
-        f"{s['unscaled']['normalized_entropy']:.3f} | "
-        f"{s['scaled']['score_std']:.3f} / {s['unscaled']['score_std']:.3f} | {s['scaled']['grad_norm']:.3f} / "
-        f"{s['unscaled']['grad_norm']:.3f} |"
-    ] + [
-        f"| unit-variance q, k (d={u['head_dim']}) | {u['entropy_scaled']:.3f} | {u['entropy_unscaled']:.3f} | "
-        f"— | {u['score_grad_rms_scaled']:.2e} / {u['score_grad_rms_unscaled']:.2e} (score grad RMS) |"
-        for u in s["unit_variance"]
-    ]
-    return (
-        "### √d scaling at init\n\nNormalised softmax entropy (1 = uniform, 0 = one-hot).\n\n"
-        "| probe | entropy scaled | entropy unscaled | score std scaled / unscaled | grad norm scaled / unscaled "
-        "|\n|---|---:|---:|---:|---:|\n" + "\n".join(rows)
-    )
-
-
-def accounting_markdown(a: dict) -> str:
-    lines = [f"| {k} | {v:,} | {v / a['total']:.1%} |" for k, v in a["components"].items()]
-    return (
-        f"### Parameters per component ({a['n_layer']} layers, width {a['n_embd']}, vocab {a['vocab_size']}, "
-        f"tied={a['tied']})\n\n"
-        "| component | parameters | share of total |\n|---|---:|---:|\n"
-        + "\n".join(lines)
-        + f"\n| **total** | {a['total']:,} | 100% |\n\n"
-        f"Non-embedding parameters (all but the token and position tables): {a['non_embedding']:,}. "
-        f"FFN share of the blocks' parameters (attention + FFN + norms, {a['blocks']:,}): **{a['ffn_share']:.1%}** "
-        f"(formula 2m/(2m+4) = {a['ffn_share_formula']:.1%}; the article's \"about two thirds\": "
-        f"{a['about_two_thirds']})."
-    )
 
 
 # --------------------------------------------------------------------------------------------------

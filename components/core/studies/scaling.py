@@ -42,82 +42,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
-from ..data import context_length, split_tail
+from ..data import TokenBlocks, context_length, split_tail
 from ..errors import ConfigError
 from ..manifests import Crossing, FamilyScaling, NgramRung, ScalingTrial, TransformerVsLstm
 from .power_law import PowerLawFit, fit_power_law, overtake, pass_level
-
-
-class ScalingSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    budgets: list[float] = Field(
-        default=[5.5e12, 1.1e13, 2.2e13, 4.4e13],
-        description="Training FLOPs of each point, increasing; at least 3 (the fit has three parameters). The default "
-        "starts at the default run's 5.5e12 and spans 8× upward.",
-    )
-    size_exponent: float = Field(
-        default=0.5,
-        ge=0.0,
-        le=1.0,
-        description="param_budget ∝ C^size_exponent from the input model's parameters at budgets[0] (0.5: "
-        "Chinchilla's compute-optimal split, parameters and tokens growing alike; 0: one size).",
-    )
-    smallest_lr_factors: list[float] = Field(
-        default=[0.5, 1.0, 2.0],
-        description="The learning rates swept at budgets[0], × the input model's, when the input model was not "
-        "trained at budgets[0] and so cannot be the first point.",
-    )
-    largest_lr_factors: list[float] = Field(
-        default=[0.5, 1.0], description="The learning rates swept at the largest budget, × the smallest budget's."
-    )
-    largest_batch_factors: list[int] = Field(
-        default=[1], description="The batch sizes swept at the largest budget, × the smallest budget's."
-    )
-    reuse_trained: bool = Field(
-        default=True,
-        description="The input model is the first point when it was trained at budgets[0] (saves its cost).",
-    )
-    heldout_fraction: float = Field(
-        default=0.1,
-        gt=0.0,
-        lt=1.0,
-        description="The sweeps' trials train on the training split less its last `heldout_fraction` and are scored "
-        "on that tail; the chosen values are then trained on the whole training split and scored on the validation "
-        "split, which the claims judge and which never chooses.",
-    )
-    bootstrap: int = Field(default=1000, ge=50, description="Redraws of the points for the fits' intervals.")
-    horizon: float = Field(
-        default=1e4, gt=1.0, description="Crossings of two fitted curves are searched up to this × the largest budget."
-    )
-    default_noise: float = Field(
-        default=0.01,
-        gt=0.0,
-        description="Seed noise (nats) of a family whose spread over seeds was not measured, when no family's was.",
-    )
-    seed: int = Field(default=0, description="Seed of the bootstrap.")
-
-
-def check_settings(s: ScalingSettings, where: str = "scaling_laws") -> None:
-    """Bad grids fail before anything trains, naming the setting."""
-    if not s.budgets:
-        raise ConfigError(f"{where}.budgets is empty: give at least 3 training-FLOP budgets, increasing")
-    bad = [b for b in s.budgets if not (math.isfinite(b) and b > 0)]
-    if bad:
-        raise ConfigError(f"{where}.budgets holds non-positive or non-finite values {bad}")
-    if any(b >= c for b, c in zip(s.budgets, s.budgets[1:])):
-        raise ConfigError(f"{where}.budgets={s.budgets} is not increasing: list each budget once, smallest first")
-    if len(s.budgets) < 3:
-        raise ConfigError(f"{where}.budgets has {len(s.budgets)} budget(s): the fit L∞ + a·C^−α needs at least 3")
-    for name in ("smallest_lr_factors", "largest_lr_factors", "largest_batch_factors"):
-        values = getattr(s, name)
-        if not values:
-            raise ConfigError(f"{where}.{name} is empty: give at least one factor (1 for the value itself)")
-        if any(not (math.isfinite(v) and v > 0) for v in values):
-            raise ConfigError(f"{where}.{name}={values}: every factor must be > 0")
-
+from .scaling_settings import ScalingSettings, check_settings
 
 # --------------------------------------------------------------------------------------------------
 # The study
@@ -219,21 +149,74 @@ def run_scaling(
     log: Callable[[dict[str, Any]], None] | None = None,
 ) -> ScalingResult:
     """Every family at every budget (module doc), then the fits and the crossings."""
-    from .sweep import SweepSettings, lm_trial, run_sweep
-
     check_settings(settings)
     block = context_length(inputs[0].model_config.get("block_size"), train_data.block_size)
     plan_steps(inputs, settings, vocab_size, block)
-    budgets, c0, c1 = settings.budgets, settings.budgets[0], settings.budgets[-1]
-    trials: list[dict[str, Any]] = []
-
     # The sweeps choose on the training split's tail (data.split_tail), never on the validation split.
     tune_train, tune_heldout = split_tail(train_data, settings.heldout_fraction)
+    run = _ScalingRun(
+        train_data, val_data, tune_train, tune_heldout, vocab_size, block, settings, Path(out_dir), model_meta, log
+    )
+    for inp in inputs:
+        run.family(inp)
+    return analyse(inputs, run.trials, count_model, ladder, settings)
+
+
+@dataclass
+class _Recipe:
+    """What every training of a family keeps from its input model: its train settings less the launch
+    and the step count, and the shape of its schedule."""
+
+    base_train: dict[str, Any]
+    lr: float  # the input model's learning rate and batch
+    batch_size: int
+    min_lr_ratio: float  # min_lr as a share of lr
+    warmup: int
+
+    @classmethod
+    def of(cls, inp: FamilyInput) -> _Recipe:
+        base_train = {
+            k: v
+            for k, v in inp.train_settings.items()
+            if k not in ("launcher", "nproc_per_node", "strategy", "max_steps")
+        }
+        lr_in, batch_in = float(inp.train_settings["lr"]), int(inp.train_settings["batch_size"])
+        min_lr_ratio = float(inp.train_settings.get("min_lr", lr_in * 0.1)) / lr_in
+        warmup = int(inp.train_settings.get("warmup_steps", 0))
+        return cls(base_train, lr_in, batch_in, min_lr_ratio, warmup)
+
+    def schedule(self, lr: float, batch_size: int) -> dict[str, Any]:
+        """A point's trial parameters: this learning rate and batch on the family's schedule."""
+        return {
+            "lr": lr,
+            "min_lr": lr * self.min_lr_ratio,
+            "warmup_steps": self.warmup,
+            "max_steps": 10**9,
+            "batch_size": batch_size,
+        }
+
+
+@dataclass
+class _ScalingRun:
+    """One `run_scaling`: the data and settings every training shares, and the trials recorded so far."""
+
+    train_data: TokenBlocks
+    val_data: TokenBlocks
+    tune_train: TokenBlocks  # the training split less its tail: what the sweeps' trials train on
+    tune_heldout: TokenBlocks  # that tail: what they are scored on
+    vocab_size: int
+    block: int  # the context every model trains at
+    settings: ScalingSettings
+    out_dir: Path
+    model_meta: dict | None
+    log: Callable[[dict[str, Any]], None] | None
+    trials: list[dict[str, Any]] = field(default_factory=list)
 
     def record(
-        inp: FamilyInput, budget: float, role: str, row: dict[str, Any], scored_on: str = "validation"
+        self, inp: FamilyInput, budget: float, role: str, row: dict[str, Any], scored_on: str = "validation"
     ) -> dict[str, Any]:
-        tokens = row.get("steps", 0) * row["batch_size"] * block
+        """A training's row of `trials` (passed to `log`), from its trial's `row`."""
+        tokens = row.get("steps", 0) * row["batch_size"] * self.block
         out = {
             "model": inp.name,
             "budget": budget,
@@ -247,88 +230,42 @@ def run_scaling(
             "flops": float(row.get("flops_per_token", math.nan)) * tokens,
             "tokens": tokens,
             # Over the data the trial trained on: a sweep trial's is the split less its tail.
-            "epochs": tokens / max((tune_train if scored_on == "heldout" else train_data).n_targets, 1),
+            "epochs": tokens / max((self.tune_train if scored_on == "heldout" else self.train_data).n_targets, 1),
             "reused": bool(row.get("reused", False)),
             "scored_on": scored_on,
         }
-        trials.append(out)
-        if log:
-            log(out)
+        self.trials.append(out)
+        if self.log:
+            self.log(out)
         return out
 
-    for inp in inputs:
-        base_train = {
-            k: v
-            for k, v in inp.train_settings.items()
-            if k not in ("launcher", "nproc_per_node", "strategy", "max_steps")
-        }
-        lr_in, batch_in = float(inp.train_settings["lr"]), int(inp.train_settings["batch_size"])
-        min_lr_ratio = float(inp.train_settings.get("min_lr", lr_in * 0.1)) / lr_in
-        warmup = int(inp.train_settings.get("warmup_steps", 0))
+    def family(self, inp: FamilyInput) -> None:
+        """Every budget's point of one family: the smallest, the largest, then those between."""
+        recipe = _Recipe.of(inp)
+        first = self.smallest(inp, recipe)
+        # The largest: a sweep around the smallest budget's choice.
+        last = self.sweep(
+            inp,
+            recipe,
+            self.settings.budgets[-1],
+            [first["lr"] * f for f in self.settings.largest_lr_factors],
+            sorted({max(1, int(round(first["batch_size"] * f))) for f in self.settings.largest_batch_factors}),
+            "largest",
+        )
+        self.between(inp, recipe, first, last)
 
-        def sweep(
-            budget: float,
-            lrs: list[float],
-            batches: list[int],
-            role_tag: str,
-            inp: FamilyInput = inp,
-            base_train: dict = base_train,
-            min_lr_ratio: float = min_lr_ratio,
-            warmup: int = warmup,
-        ) -> dict[str, Any]:
-            model_settings = _scaled_settings(inp, budget, c0, settings.size_exponent)
-            train = {**base_train, "flops_budget": budget}
-            out = Path(out_dir) / f"{inp.name}_{budget:.3g}"
-            trial = lm_trial(
-                inp.family,
-                model_settings,
-                train,
-                tune_train,
-                tune_heldout,
-                vocab_size,
-                out / "sweep",
-                model_meta=model_meta,
-                evals=1,
-            )
-            rows: list[dict[str, Any]] = []
-
-            def keep(row: dict[str, Any]) -> None:
-                rows.append(record(inp, budget, "sweep", row, scored_on="heldout"))
-
-            result = run_sweep(
-                SweepSettings(
-                    lrs=lrs, warmup_steps=[warmup], batch_sizes=batches, max_steps=10**9, min_lr_ratio=min_lr_ratio
-                ),
-                trial,
-                where=f"scaling_laws[{inp.name}] at {budget:.3g} FLOPs ({role_tag})",
-                log=keep,
-            )
-            best = min((r for r in rows if math.isfinite(r["val_loss"])), key=lambda r: (r["val_loss"], r["lr"]))
-            # The budget's point: the chosen values trained on the whole training split, scored on validation.
-            params = {
-                "lr": best["lr"],
-                "min_lr": best["lr"] * min_lr_ratio,
-                "warmup_steps": warmup,
-                "max_steps": 10**9,
-                "batch_size": best["batch_size"],
-            }
-            point_trial = lm_trial(
-                inp.family, model_settings, train, train_data, val_data, vocab_size, out, model_meta=model_meta, evals=1
-            )
-            chosen = record(inp, budget, "point", {**params, **point_trial(params)})
-            chosen["lr_at_edge"] = bool(result.at_edge)
-            return chosen
-
-        # The smallest budget: the input model itself, or a sweep around its learning rate.
+    def smallest(self, inp: FamilyInput, recipe: _Recipe) -> dict[str, Any]:
+        """The smallest budget's point: the input model itself, or a sweep around its learning rate."""
+        s, c0 = self.settings, self.settings.budgets[0]
         trained_at = inp.train_settings.get("flops_budget")
-        if settings.reuse_trained and trained_at and math.isclose(float(trained_at), c0, rel_tol=1e-9):
-            first = record(
+        if s.reuse_trained and trained_at and math.isclose(float(trained_at), c0, rel_tol=1e-9):
+            return self.record(
                 inp,
                 c0,
                 "point",
                 {
-                    "lr": lr_in,
-                    "batch_size": batch_in,
+                    "lr": recipe.lr,
+                    "batch_size": recipe.batch_size,
                     "steps": inp.steps,
                     "params": inp.params,
                     "val_loss": inp.val_loss,
@@ -337,39 +274,88 @@ def run_scaling(
                     "reused": True,
                 },
             )
-        else:
-            first = sweep(c0, [lr_in * f for f in settings.smallest_lr_factors], [batch_in], "smallest")
-        # The largest: a sweep around the smallest budget's choice.
-        last = sweep(
-            c1,
-            [first["lr"] * f for f in settings.largest_lr_factors],
-            sorted({max(1, int(round(first["batch_size"] * f))) for f in settings.largest_batch_factors}),
-            "largest",
+        return self.sweep(
+            inp, recipe, c0, [recipe.lr * f for f in s.smallest_lr_factors], [recipe.batch_size], "smallest"
         )
-        # Between: interpolated in log C.
+
+    def sweep(
+        self, inp: FamilyInput, recipe: _Recipe, budget: float, lrs: list[float], batches: list[int], role_tag: str
+    ) -> dict[str, Any]:
+        """The budget's point from a sweep of `lrs` × `batches` on the training split's tail: the best
+        trial's values trained again on the whole training split and scored on validation."""
+        from .sweep import SweepSettings, lm_trial, run_sweep
+
+        model_settings = _scaled_settings(inp, budget, self.settings.budgets[0], self.settings.size_exponent)
+        train = {**recipe.base_train, "flops_budget": budget}
+        out = self.out_dir / f"{inp.name}_{budget:.3g}"
+        trial = lm_trial(
+            inp.family,
+            model_settings,
+            train,
+            self.tune_train,
+            self.tune_heldout,
+            self.vocab_size,
+            out / "sweep",
+            model_meta=self.model_meta,
+            evals=1,
+        )
+        rows: list[dict[str, Any]] = []
+
+        def keep(row: dict[str, Any]) -> None:
+            rows.append(self.record(inp, budget, "sweep", row, scored_on="heldout"))
+
+        result = run_sweep(
+            SweepSettings(
+                lrs=lrs,
+                warmup_steps=[recipe.warmup],
+                batch_sizes=batches,
+                max_steps=10**9,
+                min_lr_ratio=recipe.min_lr_ratio,
+            ),
+            trial,
+            where=f"scaling_laws[{inp.name}] at {budget:.3g} FLOPs ({role_tag})",
+            log=keep,
+        )
+        best = min((r for r in rows if math.isfinite(r["val_loss"])), key=lambda r: (r["val_loss"], r["lr"]))
+        # The budget's point: the chosen values trained on the whole training split, scored on validation.
+        params = recipe.schedule(best["lr"], best["batch_size"])
+        point_trial = lm_trial(
+            inp.family,
+            model_settings,
+            train,
+            self.train_data,
+            self.val_data,
+            self.vocab_size,
+            out,
+            model_meta=self.model_meta,
+            evals=1,
+        )
+        chosen = self.record(inp, budget, "point", {**params, **point_trial(params)})
+        chosen["lr_at_edge"] = bool(result.at_edge)
+        return chosen
+
+    def between(self, inp: FamilyInput, recipe: _Recipe, first: dict[str, Any], last: dict[str, Any]) -> None:
+        """The points between the smallest budget and the largest: learning rate and batch interpolated in log C."""
+        from .sweep import lm_trial
+
+        budgets = self.settings.budgets
+        c0, c1 = budgets[0], budgets[-1]
         for c in budgets[1:-1]:
             lr = _interp_log(c, c0, c1, first["lr"], last["lr"])
             batch = int(round(_interp_log(c, c0, c1, first["batch_size"], last["batch_size"])))
             trial = lm_trial(
                 inp.family,
-                _scaled_settings(inp, c, c0, settings.size_exponent),
-                {**base_train, "flops_budget": c},
-                train_data,
-                val_data,
-                vocab_size,
-                Path(out_dir) / f"{inp.name}_{c:.3g}",
-                model_meta=model_meta,
+                _scaled_settings(inp, c, c0, self.settings.size_exponent),
+                {**recipe.base_train, "flops_budget": c},
+                self.train_data,
+                self.val_data,
+                self.vocab_size,
+                self.out_dir / f"{inp.name}_{c:.3g}",
+                model_meta=self.model_meta,
                 evals=1,
             )
-            params = {
-                "lr": lr,
-                "min_lr": lr * min_lr_ratio,
-                "warmup_steps": warmup,
-                "max_steps": 10**9,
-                "batch_size": batch,
-            }
-            record(inp, c, "point", {**params, **trial(params)})
-    return analyse(inputs, trials, count_model, ladder, settings)
+            params = recipe.schedule(lr, batch)
+            self.record(inp, c, "point", {**params, **trial(params)})
 
 
 def analyse(

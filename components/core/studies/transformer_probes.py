@@ -112,7 +112,7 @@ def score_scaling_at_init(
         seed_everything(seed)
         model = Transformer(resolved.model_copy(update={"scale_scores": scale, "dropout": 0.0}), vocab_size)
         out[key] = _model_attention_probe(model, x, y)
-    out["unit_variance"] = [_unit_variance_probe(d, T=x.shape[1], seed=seed) for d in head_dims]
+    out["unit_variance"] = [unit_variance_probe(d, T=x.shape[1], seed=seed) for d in head_dims]
     return out
 
 
@@ -154,7 +154,7 @@ def _model_attention_probe(model: Transformer, x: torch.Tensor, y: torch.Tensor)
     }
 
 
-def _unit_variance_probe(d: int, T: int, seed: int, fixed_scale: float | None = None) -> dict[str, float]:
+def unit_variance_probe(d: int, T: int, seed: int, fixed_scale: float | None = None) -> dict[str, float]:
     """Causal softmax over q·k of unit-variance q, k (d dims): entropy and the gradient reaching the scores.
     `fixed_scale`: the "scaled" variant multiplies by this constant instead of 1/√d (a scale that does not follow d)."""
     gen = torch.Generator().manual_seed(seed)
