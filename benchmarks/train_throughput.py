@@ -51,7 +51,7 @@ from result_file import emit  # noqa: E402
 
 from components.core.data import IGNORE_INDEX, TokenBlocks  # noqa: E402
 from components.core.device import estimate_mfu, resolve_device, resolve_dtype  # noqa: E402
-from components.core.models.attention import detect_sdpa_backend  # noqa: E402
+from components.core.models.sdpa_probe import detect_sdpa_backend  # noqa: E402
 from components.core.models.transformer import Transformer, TransformerSettings  # noqa: E402
 from components.core.train_settings import TrainSettings  # noqa: E402
 from components.core.train_step import evaluate, lr_at  # noqa: E402

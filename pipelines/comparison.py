@@ -16,7 +16,8 @@ from components.core.models.transformer import require_transformer
 from components.core.studies.ablation_tables import accounting_markdown
 from components.core.studies.comparison import compare_models, parameter_split, tiers_text, train_other_seeds
 from components.core.studies.transformer_probes import parameter_accounting
-from components.orchestration.language_model import LM_TAG, TRAINING_POOL, effective_architecture
+from components.orchestration.language_model import LM_TAG, TRAINING_POOL
+from components.orchestration.lm_settings import effective_architecture
 from components.orchestration.stage import stage
 from components.orchestration.tracking import MlflowTracker
 

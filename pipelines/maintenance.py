@@ -71,7 +71,8 @@ def _add_shard_partitions(uri: str, setting: str | None) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The command line: the global --tracking-uri and one subcommand per housekeeping job."""
     parser = argparse.ArgumentParser(
         prog="python -m pipelines.maintenance", description=(__doc__ or "").split("\n\n")[0]
     )
@@ -108,7 +109,11 @@ def main(argv: list[str] | None = None) -> int:
     ad.add_argument("--get", choices=["dagster", "mlflow"], help="print only this address")
     ad.add_argument("--dagster", help="record a new Dagster UI address (earlier links keep the old one)")
     ad.add_argument("--mlflow", help="record a new MLflow UI address (earlier links keep the old one)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
 
     if args.command == "addresses":  # touches no store
         try:

@@ -172,7 +172,7 @@ PROJECT = {
     "components.core.data": ["TokenBlocks"],
     "components.core.device": ["autocast_context", "median_seconds", "peak_flops", "synchronize"],
     "components.core.models.sizing": ["count_parameters"],
-    "components.core.models.attention": ["SDPA_OPS", "detect_sdpa_backend"],
+    "components.core.models.sdpa_probe": ["SDPA_OPS", "detect_sdpa_backend"],
     "components.core.models.transformer": ["Transformer", "TransformerSettings"],
     "components.core.studies.attention_cost": [
         "attention_sweep",

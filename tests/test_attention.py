@@ -16,13 +16,13 @@ from components.core.errors import ConfigError
 from components.core.models.attention import (
     CausalSelfAttention,
     allowed_keys,
-    detect_sdpa_backend,
     keep_top_k,
     reference_attention,
     sliding_window_attention,
     top_k_attention,
 )
 from components.core.models.positional import RotaryEmbedding, apply_rotary, sinusoidal_table
+from components.core.models.sdpa_probe import detect_sdpa_backend
 from components.core.models.transformer import Transformer, TransformerSettings
 from components.core.studies.attention_cost import attention_sweep, peak_memory_bytes, ratio_by_n
 

@@ -35,8 +35,8 @@ from .data import PAD_ID, Blocks, context_length, tokens_per_step
 from .device import autocast_context, estimate_mfu, resolve_device, resolve_dtype, seed_everything
 from .errors import ConfigError, PipelineInputError
 from .models import recurrent, transformer
-from .models.attention import detect_sdpa_backend
 from .models.recurrent import RecurrentLM, RecurrentSettings
+from .models.sdpa_probe import detect_sdpa_backend
 from .models.sizing import count_parameters
 from .models.transformer import Transformer, TransformerSettings
 from .plots import LSTM_GATES, plot_attention_maps, plot_history, plot_lstm_gates

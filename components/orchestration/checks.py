@@ -27,7 +27,7 @@ def _metadata_value(v: Any) -> Any:
 def reason(c: Claim, v: Verdict, limit: int = 4) -> str:
     """The verdict in one line, what the run's report shows in the claim's row: which sub-checks
     failed (or that all held), the note, then the first figures, rounded."""
-    from components.core.report import fmt
+    from components.core.report_format import fmt
 
     failed = [k for k, ok in v.checks.items() if not ok]
     if failed:

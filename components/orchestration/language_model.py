@@ -36,13 +36,15 @@ from typing import Any, Iterator, Literal, Optional
 import dagster as dg
 from pydantic import Field, create_model
 from pydantic.fields import FieldInfo
+from tokenizers import Tokenizer
 
 from components.core import manifests as M
 from components.core.checkpoint import WEIGHTS_FILE
+from components.core.data import Blocks
 from components.core.distributed import LaunchSettings
 from components.core.errors import PipelineInputError
 from components.core.labels import load_labels
-from components.core.lm import SamplingSettings, explicit_settings_win, train_lm
+from components.core.lm import LMResult, SamplingSettings, explicit_settings_win, train_lm
 from components.core.models.recurrent import RecurrentSettings
 from components.core.models.transformer import TransformerSettings
 from components.core.tokenizer import decode as decode_text
@@ -51,12 +53,13 @@ from components.core.tokenizer import load_tokenizer
 from components.core.train_settings import TrainSettings
 
 from .checks import claim_spec, judged
+from .lm_registration import register_model
 from .lm_regression import REGRESSION_CHECK, REGRESSION_DESCRIPTION, regression_result, seed_spread
+from .lm_settings import LAUNCH_FIELDS, effective_architecture, effective_training, logged_settings
 from .lm_torchrun import train_torchrun
-from .registry import log_and_register, move_aliases
-from .stage import stage
+from .stage import Stage, stage
 from .state import state_root
-from .tracking import MlflowTracker, config_hash, dagster_asset_url, dagster_run_url
+from .tracking import MlflowTracker, config_hash
 
 LM_TAG = "pipeline/language_model"  # tag key every language-model asset carries (value: family)
 TRAINING_POOL = "training"  # one training at a time per device (pool limit in dagster.yaml)
@@ -91,10 +94,6 @@ class LanguageModelTrainConfig(LaunchSettings, TrainConfig):
         description=f"Optimizer steps to train for (a resume continues up to this). None = the steps "
         f"flops_budget buys, or {DEFAULT_MAX_STEPS} without a budget. Written, it turns a default flops_budget off.",
     )
-
-
-LAUNCH_FIELDS = tuple(LaunchSettings.model_fields)
-SCHEDULE_TAG = "dagster/schedule_name"  # set on the runs a schedule starts
 
 
 class SamplingConfig(dg.Config, SamplingSettings):
@@ -302,12 +301,7 @@ def _train_and_publish(
     data = {"vocab_size": labels.vocab_size, "tokenizer_sha256": labels.tokenizer_sha256}
     with stage(context, mlflow, {**logged_settings(settings), "family": family, **data}) as s:
         train_data, val_data, meta = load_labels(labels.path)
-        tok = load_tokenizer(tokenizer.path)
-        common: dict[str, Any] = dict(
-            sampling=SamplingSettings(**config.sampling.model_dump()),
-            decode=lambda ids: decode_text(tok, ids, skip_special_tokens=False),  # Chinese without jieba's spaces
-            encode=lambda text: encode_text(tok, text),
-        )
+        common = _sampling_hooks(config, load_tokenizer(tokenizer.path))
         load_before = machine_load()
         if launch.launcher == "torchrun":
             result, launched = train_torchrun(
@@ -324,29 +318,10 @@ def _train_and_publish(
                 family=family,
             )
         else:
-            result = train_lm(
-                family,
-                FAMILY_SETTINGS[family](**config.model.model_dump()),
-                train_settings,
-                train_data,
-                val_data,
-                int(meta["vocab_size"]),
-                scratch,
-                log_metrics=s.run.log_metrics,
-                progress=s.progress,
-                model_meta={"tokenizer_sha256": labels.tokenizer_sha256},
-                **common,
+            result, launched = _train_in_process(
+                s, config, family, train_settings, train_data, val_data, meta, labels, scratch, common
             )
-            launched = {"launcher": "inprocess", "world_size": 1}
-        # The architecture that trained, beside the requested one (`model.*`): a parameter
-        # budget resizes widths, so `model.hidden_size` 256 may have trained 286 wide. And what the
-        # training did: the steps it took (a FLOPs budget decides them), the launcher and world size.
-        s.run.log_params(
-            {
-                "resolved": effective_architecture(result.config.model_dump()),
-                "train": effective_training(result.metrics, launched),
-            }
-        )
+        _log_what_trained(s, result, launched)
         weights = s.tmp / WEIGHTS_FILE
         shutil.copy2(result.weights_path, weights)  # weights and config only: no optimizer state
         (s.tmp / "samples.txt").write_text("\n\n----------\n\n".join(result.samples) + "\n", encoding="utf-8")
@@ -370,70 +345,103 @@ def _train_and_publish(
                 history=_history_summary(result.history),
                 registered_model=registered,
                 # The count model to beat, on the same validation targets (the claim checks that they are).
-                baseline=M.NgramReference(
-                    model=ngram.chosen.model,
-                    val_loss=ngram.val_loss,
-                    block_size=ngram.block_size,
-                    n_targets=ngram.n_targets,
-                    tokenizer_sha256=ngram.tokenizer_sha256,
-                    ladder=list(ngram.rows),
-                )
-                if ngram
-                else None,
+                baseline=_ngram_reference(ngram),
             ),
             metrics=metrics,
             figures=result.figures,
             texts={"samples": "\n\n".join(f"```\n{t[:600]}\n```" for t in result.samples)} if result.samples else None,
             files={"weights": weights, "samples": s.tmp / "samples.txt"},
             artifacts=[s.tmp / "samples.txt"],
-            values={
-                "registered_model": registered["uri"],
-                "registry_aliases": registered.get("aliases", ""),
-                "params": int(metrics["params"]),
-                "resumed_from_step": result.resumed_from_step,
-                "attention_backend": str(result.attention_backend.get("observed", result.attention_backend)),
-                **launched,
-            },
+            values=_published_values(result, metrics, registered, launched),
             warnings=result.warnings + ([LOADED_WARNING.format(**metrics)] if metrics["machine/loaded"] else []),
             spreads={"val/loss": spread} if spread is not None else None,
         )
     return output
 
 
-def logged_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """The settings logged when the step starts: what is fixed by the config as it is, what the run
-    decides later under `requested.` (the steps, which a FLOPs budget overrides; the torchrun width
-    and strategy, which an in-process launch does not use), and settings that do not take effect left
-    out (a window without sliding-window attention). `effective_training` logs what ran."""
-    train = dict(settings.get("train", {}))
-    requested = {k: train.pop(k) for k in ("max_steps", *LAUNCH_FIELDS) if k in train}
-    out = {**settings, "train": train, "requested": {"train": requested}}
-    if "model" in settings:
-        out["model"] = effective_architecture(settings["model"])
-    return out
+def _sampling_hooks(config: Any, tok: Tokenizer) -> dict[str, Any]:
+    """What the training samples with, in either launcher: the sampling settings and the tokenizer's
+    decode and encode."""
+    return dict(
+        sampling=SamplingSettings(**config.sampling.model_dump()),
+        decode=lambda ids: decode_text(tok, ids, skip_special_tokens=False),  # Chinese without jieba's spaces
+        encode=lambda text: encode_text(tok, text),
+    )
 
 
-def effective_architecture(model: dict[str, Any]) -> dict[str, Any]:
-    """A model's settings without those that do not take effect: the window and global positions
-    without sliding-window attention, and unset values (a parameter budget of None)."""
-    out = {k: v for k, v in model.items() if v is not None}
-    if out.get("attention") not in (None, "sliding_window"):
-        out.pop("window", None)
-        out.pop("n_global", None)
-    return out
+def _train_in_process(
+    s: Stage,
+    config: Any,
+    family: str,
+    train_settings: TrainSettings,
+    train_data: Blocks,
+    val_data: Blocks,
+    meta: dict[str, Any],
+    labels: M.Labels,
+    scratch: Path,
+    common: dict[str, Any],
+) -> tuple[LMResult, dict[str, Any]]:
+    """Train in the step's process (`train.launcher: inprocess`): the loop logs to the stage's MLflow
+    run and its progress to the run's log. Returns the result and how it was launched."""
+    result = train_lm(
+        family,
+        FAMILY_SETTINGS[family](**config.model.model_dump()),
+        train_settings,
+        train_data,
+        val_data,
+        int(meta["vocab_size"]),
+        scratch,
+        log_metrics=s.run.log_metrics,
+        progress=s.progress,
+        model_meta={"tokenizer_sha256": labels.tokenizer_sha256},
+        **common,
+    )
+    launched = {"launcher": "inprocess", "world_size": 1}
+    return result, launched
 
 
-def effective_training(metrics: dict[str, Any], launched: dict[str, Any]) -> dict[str, Any]:
-    """What the training did: the steps it took, the launcher and world size (and the torchrun
-    strategy where torchrun ran it)."""
-    out = {
-        "max_steps": int(metrics["steps"]),
-        "launcher": launched.get("launcher", "inprocess"),
-        "world_size": int(launched.get("world_size", 1)),
+def _log_what_trained(s: Stage, result: LMResult, launched: dict[str, Any]) -> None:
+    """The settings as they took effect, logged to the stage's MLflow run beside those requested."""
+    # The architecture that trained, beside the requested one (`model.*`): a parameter
+    # budget resizes widths, so `model.hidden_size` 256 may have trained 286 wide. And what the
+    # training did: the steps it took (a FLOPs budget decides them), the launcher and world size.
+    s.run.log_params(
+        {
+            "resolved": effective_architecture(result.config.model_dump()),
+            "train": effective_training(result.metrics, launched),
+        }
+    )
+
+
+def _ngram_reference(ngram: M.NgramBaseline | None) -> M.NgramReference | None:
+    """The count model the language model must beat, as its manifest records it (None: no baseline)."""
+    return (
+        M.NgramReference(
+            model=ngram.chosen.model,
+            val_loss=ngram.val_loss,
+            block_size=ngram.block_size,
+            n_targets=ngram.n_targets,
+            tokenizer_sha256=ngram.tokenizer_sha256,
+            ladder=list(ngram.rows),
+        )
+        if ngram
+        else None
+    )
+
+
+def _published_values(
+    result: LMResult, metrics: dict[str, Any], registered: dict[str, str], launched: dict[str, Any]
+) -> dict[str, Any]:
+    """The language model's own Dagster metadata: its registered version and aliases, its size, where
+    it resumed, the attention path it took and how it was launched."""
+    return {
+        "registered_model": registered["uri"],
+        "registry_aliases": registered.get("aliases", ""),
+        "params": int(metrics["params"]),
+        "resumed_from_step": result.resumed_from_step,
+        "attention_backend": str(result.attention_backend.get("observed", result.attention_backend)),
+        **launched,
     }
-    if "strategy" in launched:
-        out["strategy"] = launched["strategy"]
-    return out
 
 
 # The training speed (train/tokens_per_s_mean) is only comparable between runs on a quiet machine:
@@ -462,75 +470,6 @@ def load_figures(before: float, after: float, processes: int = 1) -> dict[str, f
         "machine/threads": float(threads),
         "machine/loaded": float(max(before, after) > threads + 0.75),
     }
-
-
-def register_model(
-    context: dg.AssetExecutionContext,
-    s: Any,
-    weights: Path,
-    tokenizer: M.Tokenizer,
-    result: Any,
-    config: Any,
-    description: str,
-) -> dict[str, str]:
-    """The trained model as an MLflow model (an FP32 export folder: weights, config, tokenizer) of the
-    asset's run, registered as a new version of the model named after the asset."""
-    import tempfile
-
-    from components.core.export.folder import export_model
-    from components.core.lm import load_lm
-
-    name = context.asset_key.to_user_string()
-    run_id = context.run.run_id
-    links = {
-        "dagster.run_id": run_id,
-        "dagster.run_url": dagster_run_url(run_id),
-        "dagster.asset_url": dagster_asset_url(context.asset_key),
-        "family": result.family,
-        "val_loss": f"{result.metrics['val/loss']:.4f}",
-        "params": str(int(result.metrics["params"])),
-        "tokenizer_sha256": tokenizer.sha256,
-    }
-    provenance = {"asset": name, "dagster_run_id": run_id, "mlflow_run_id": s.run.run_id}
-    with tempfile.TemporaryDirectory(prefix=f"{name}-export-") as tmp:  # the run folder keeps only the weights
-        folder = Path(tmp) / "model"
-        model = load_lm(weights)
-        export_model(
-            model,
-            "fp32",
-            folder,
-            tokenizer_path=tokenizer.path,
-            config=result.config.model_dump(),
-            train_settings=config.train.model_dump(),
-            provenance=provenance,
-            tokenizer_sha256=tokenizer.sha256,
-        )
-        registered = log_and_register(
-            s.run,
-            folder,
-            name,
-            description=f"{description} (asset `{name}`; one version per materialization; alias `champion`: the "
-            "lowest validation loss on the same tokenizer, `latest-scheduled`: what the weekly run produced).",
-            model_description=(
-                f"Dagster run [{run_id[:8]}]({dagster_run_url(run_id)}) (asset "
-                f"[{name}]({dagster_asset_url(context.asset_key)})): "
-                f"val loss {result.metrics['val/loss']:.4f}."
-            ),
-            tags=links,
-            params={
-                "family": result.family,
-                "vocab_size": model.vocab_size,
-                "tokenizer_sha256": tokenizer.sha256,
-                **{f"resolved.{k}": v for k, v in effective_architecture(result.config.model_dump()).items()},
-            },
-        )
-    registered["aliases"] = ", ".join(
-        f"{k}={v}"
-        for k, v in move_aliases(
-            s.run.client, registered["name"], registered["version"], scheduled=bool(context.run.tags.get(SCHEDULE_TAG))
-        ).items()
-    )
-    return registered
 
 
 class LanguageModel(dg.Component, dg.Model, dg.Resolvable):

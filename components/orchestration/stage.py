@@ -210,18 +210,11 @@ class Stage:
         since: that comparison when the asset already made it (`since_previous` over these `metrics`),
             so that the previous materialization is read once.
         """
-        import matplotlib.pyplot as plt
-
         if not isinstance(manifest, Manifest) or not manifest.KIND:
             raise TypeError(f"publish takes a typed manifest (a Manifest subclass), got {type(manifest).__name__}")
         metadata: dict[str, Any] = {}
         if metrics:
-            # A headline that is already the last point of a series logged during the step (a model's
-            # `train/loss`, `val/loss`) is not logged again: at step 0 it would start that series'
-            # curve at its final value.
-            series = self.run.client.get_run(self.run.run_id).data.metrics
-            self.run.log_metrics({k: v for k, v in metrics.items() if series.get(k) != v})
-            metadata.update({metric_key(k): v for k, v in metrics.items()})
+            self._log_metrics(metrics, metadata)
         if since is not None:
             previous_run, changes = since
         else:
@@ -230,43 +223,15 @@ class Stage:
             metadata.update(changes_metadata(previous_run, changes))
         # Rows as dicts (a manifest's typed rows may be passed as they are).
         tables = {name: [row_dict(r) for r in rows] for name, rows in (tables or {}).items()}
-        for name, rows in tables.items():
-            if rows:
-                self.run.log_table(rows, name)
-                metadata[name] = table_metadata(rows)
-        figure_files = {}
-        for name, fig in (figures or {}).items():
-            png_bytes = figure_png(
-                fig
-            )  # rendered once: the file (report; MLflow `<name>.png`, which Dagster's metadata shows)
-            png = self.tmp / "figures" / f"{name}.png"
-            png.parent.mkdir(exist_ok=True)
-            png.write_bytes(png_bytes)
-            self.run.log_artifact(png)
-            info = file_info(png)
-            figure_files[name] = FileRecord(path=self.final_path(png), bytes=info["bytes"], sha256=info["sha256"])
-            metadata[name] = self.run.figure_markdown(name, png.name, self._inline_preview(name, png_bytes))
-            plt.close(fig)
+        self._log_tables(tables, metadata)
+        figure_files = self._publish_figures(figures or {}, metadata)
         for name, text in (texts or {}).items():
             self.run.log_text(text, f"{name}.md")
             metadata[name] = dg.MetadataValue.md(text)
-        recorded = {}
-        for name, p in (files or {}).items():
-            info = file_info(p)
-            recorded[name] = FileRecord(path=self.final_path(p), bytes=info["bytes"], sha256=info["sha256"])
-            metadata[f"{name}_path"] = dg.MetadataValue.path(recorded[name].path)
-            metadata[f"{name}_bytes"] = info["bytes"]
-            metadata[f"{name}_sha256"] = info["sha256"]
-        for name, rec in (recorded_files or {}).items():
-            if name in recorded:
-                raise ValueError(f"file name {name!r} given both in files and recorded_files")
-            recorded[name] = FileRecord(path=rec.path, bytes=rec.bytes, sha256=rec.sha256)
+        recorded = self._record_files(files or {}, recorded_files or {}, metadata)
         for p in artifacts or []:
             self.run.log_artifact(p)
-        all_warnings = [*self.notes, *(warnings or [])]
-        if all_warnings:
-            metadata["warnings"] = dg.MetadataValue.md("\n".join(f"- {w}" for w in all_warnings))
-            self.run.client.set_tag(self.run.run_id, "warnings", "; ".join(all_warnings)[:5000])
+        all_warnings = self._publish_warnings([*self.notes, *(warnings or [])], metadata)
         metadata.update(values or {})
         metadata.update(self.run.metadata())
         out = dataclasses.replace(
@@ -288,6 +253,71 @@ class Stage:
             mlflow_run_id=self.run.run_id,
         )
         return dg.Output(out, metadata=metadata)
+
+    def _log_metrics(self, metrics: dict[str, float], metadata: dict[str, Any]) -> None:
+        """The headline metrics to the MLflow run and, with `/` as `_`, into `metadata`."""
+        # A headline that is already the last point of a series logged during the step (a model's
+        # `train/loss`, `val/loss`) is not logged again: at step 0 it would start that series'
+        # curve at its final value.
+        series = self.run.client.get_run(self.run.run_id).data.metrics
+        self.run.log_metrics({k: v for k, v in metrics.items() if series.get(k) != v})
+        metadata.update({metric_key(k): v for k, v in metrics.items()})
+
+    def _log_tables(self, tables: dict[str, list[dict]], metadata: dict[str, Any]) -> None:
+        """Each non-empty table as an MLflow table artifact and a sortable Dagster table in `metadata`."""
+        for name, rows in tables.items():
+            if rows:
+                self.run.log_table(rows, name)
+                metadata[name] = table_metadata(rows)
+
+    def _publish_figures(self, figures: dict[str, Any], metadata: dict[str, Any]) -> dict[str, FileRecord]:
+        """Each figure as `figures/<name>.png` under `tmp`, logged to MLflow and shown in `metadata`
+        (closed once written); returns the files' records for the manifest."""
+        import matplotlib.pyplot as plt
+
+        figure_files = {}
+        for name, fig in figures.items():
+            png_bytes = figure_png(
+                fig
+            )  # rendered once: the file (report; MLflow `<name>.png`, which Dagster's metadata shows)
+            png = self.tmp / "figures" / f"{name}.png"
+            png.parent.mkdir(exist_ok=True)
+            png.write_bytes(png_bytes)
+            self.run.log_artifact(png)
+            info = file_info(png)
+            figure_files[name] = FileRecord(path=self.final_path(png), bytes=info["bytes"], sha256=info["sha256"])
+            metadata[name] = self.run.figure_markdown(name, png.name, self._inline_preview(name, png_bytes))
+            plt.close(fig)
+        return figure_files
+
+    def _record_files(
+        self,
+        files: Mapping[str, str | Path],
+        recorded_files: dict[str, FileRecord],
+        metadata: dict[str, Any],
+    ) -> dict[str, FileRecord]:
+        """The manifest's files: those under `tmp` hashed now (path, size and hash into `metadata` too),
+        then those other materializations recorded, as they are (a name given twice is refused)."""
+        recorded = {}
+        for name, p in files.items():
+            info = file_info(p)
+            recorded[name] = FileRecord(path=self.final_path(p), bytes=info["bytes"], sha256=info["sha256"])
+            metadata[f"{name}_path"] = dg.MetadataValue.path(recorded[name].path)
+            metadata[f"{name}_bytes"] = info["bytes"]
+            metadata[f"{name}_sha256"] = info["sha256"]
+        for name, rec in recorded_files.items():
+            if name in recorded:
+                raise ValueError(f"file name {name!r} given both in files and recorded_files")
+            recorded[name] = FileRecord(path=rec.path, bytes=rec.bytes, sha256=rec.sha256)
+        return recorded
+
+    def _publish_warnings(self, all_warnings: list[str], metadata: dict[str, Any]) -> list[str]:
+        """The stage's notes and the asset's warnings, when there are any, into `metadata` and as the MLflow
+        run's `warnings` tag; returns them for the manifest."""
+        if all_warnings:
+            metadata["warnings"] = dg.MetadataValue.md("\n".join(f"- {w}" for w in all_warnings))
+            self.run.client.set_tag(self.run.run_id, "warnings", "; ".join(all_warnings)[:5000])
+        return all_warnings
 
 
 def run_dir(context: dg.AssetExecutionContext) -> Path:

@@ -6,6 +6,7 @@ one registered in the MLflow model registry), and the weights arithmetic checked
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -36,7 +37,7 @@ from components.core.studies.quantization import check_figures, quantize_and_mea
 from components.orchestration.language_model import check_same_tokenizer
 from components.orchestration.registry import log_and_register
 from components.orchestration.stage import stage
-from components.orchestration.tracking import MlflowTracker, dagster_asset_url, dagster_run_url
+from components.orchestration.tracking import AssetRun, MlflowTracker, dagster_asset_url, dagster_run_url
 
 GROUP = "quantization"
 REGISTRY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,255}")
@@ -180,6 +181,63 @@ def _train_settings(source: SourceModel, client: Any) -> dict:
     return {"settings": settings, "metrics": source.metrics}
 
 
+def _provenance(
+    context: dg.AssetExecutionContext,
+    run: AssetRun,
+    quantized_models: QuantizedModels,
+    corpus: Corpus,
+    tokenizer: Tokenizer,
+    labels: Labels,
+) -> dict[str, str]:
+    """Where an export folder came from: this run, the training and quantization runs, the corpus,
+    tokenizer and labels it was made from."""
+    source = quantized_models.models[MAIN_MODEL]
+    return {
+        "dagster_run_id": context.run.run_id,
+        "mlflow_run_id": run.run_id,
+        "training_dagster_run_id": source.dagster_run_id,
+        "training_mlflow_run_id": source.mlflow_run_id,
+        "quantized_models_dagster_run_id": quantized_models.dagster_run_id,
+        "quantized_models_mlflow_run_id": quantized_models.mlflow_run_id,
+        "corpus_content_sha256": corpus.content_sha256,
+        "tokenizer_sha256": tokenizer.sha256,
+        "labels_dagster_run_id": labels.dagster_run_id,
+        "model": MAIN_MODEL,
+    }
+
+
+def _register(
+    context: dg.AssetExecutionContext,
+    config: ModelExportConfig,
+    run: AssetRun,
+    folder: Path,
+    corpus: Corpus,
+    tokenizer: Tokenizer,
+) -> dict[str, str]:
+    """The `register_variant` export `folder` logged to `run` as an MLflow model and registered under
+    `registered_model_name`, its version linked to this Dagster run and asset."""
+    run_id = context.run.run_id
+    return log_and_register(
+        run,
+        folder,
+        config.registered_model_name,
+        description=f"The trained {MAIN_MODEL}, exported at {config.register_variant} (safetensors, "
+        f"config.json, tokenizer.json).",
+        model_description=(
+            f"{MAIN_MODEL} at {config.register_variant}, Dagster run [{run_id[:8]}]({dagster_run_url(run_id)}) "
+            f"(asset [{context.asset_key.to_user_string()}]({dagster_asset_url(context.asset_key)}))."
+        ),
+        tags={
+            "variant": config.register_variant,
+            "dagster.run_id": run_id,
+            "dagster.run_url": dagster_run_url(run_id),
+            "dagster.asset_url": dagster_asset_url(context.asset_key),
+            "corpus_content_sha256": corpus.content_sha256,
+            "tokenizer_sha256": tokenizer.sha256,
+        },
+    )
+
+
 @dg.asset(group_name=GROUP, kinds={"safetensors", "mlflow"})
 def model_export(
     context: dg.AssetExecutionContext,
@@ -209,18 +267,7 @@ def model_export(
     with stage(context, mlflow, config.model_dump()) as s:
         _, val, _ = load_labels(labels.path)
         rows = {r["variant"]: r for r in quantized_models.rows if r["model"] == MAIN_MODEL}
-        provenance = {
-            "dagster_run_id": context.run.run_id,
-            "mlflow_run_id": s.run.run_id,
-            "training_dagster_run_id": source.dagster_run_id,
-            "training_mlflow_run_id": source.mlflow_run_id,
-            "quantized_models_dagster_run_id": quantized_models.dagster_run_id,
-            "quantized_models_mlflow_run_id": quantized_models.mlflow_run_id,
-            "corpus_content_sha256": corpus.content_sha256,
-            "tokenizer_sha256": tokenizer.sha256,
-            "labels_dagster_run_id": labels.dagster_run_id,
-            "model": MAIN_MODEL,
-        }
+        provenance = _provenance(context, s.run, quantized_models, corpus, tokenizer, labels)
         report = export_and_verify(
             quantized_models.weights[MAIN_MODEL],
             s.tmp / "exports",
@@ -239,26 +286,8 @@ def model_export(
         )
         registered: dict[str, str] = {}
         if config.register_variant:
-            run_id = context.run.run_id
-            registered = log_and_register(
-                s.run,
-                report.exports[config.register_variant].path,
-                config.registered_model_name,
-                description=f"The trained {MAIN_MODEL}, exported at {config.register_variant} (safetensors, "
-                f"config.json, tokenizer.json).",
-                model_description=(
-                    f"{MAIN_MODEL} at {config.register_variant}, Dagster run [{run_id[:8]}]({dagster_run_url(run_id)}) "
-                    f"(asset [{context.asset_key.to_user_string()}]({dagster_asset_url(context.asset_key)}))."
-                ),
-                tags={
-                    "variant": config.register_variant,
-                    "dagster.run_id": run_id,
-                    "dagster.run_url": dagster_run_url(run_id),
-                    "dagster.asset_url": dagster_asset_url(context.asset_key),
-                    "corpus_content_sha256": corpus.content_sha256,
-                    "tokenizer_sha256": tokenizer.sha256,
-                },
-            )
+            folder = report.exports[config.register_variant].path
+            registered = _register(context, config, s.run, folder, corpus, tokenizer)
         exports = {v: {**info.as_dict(), "path": s.final_path(info.path)} for v, info in report.exports.items()}
         s.run.log_metrics(report.metrics)  # every figure to MLflow; the headline ones also to Dagster below
         headline = {

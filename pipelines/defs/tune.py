@@ -6,7 +6,7 @@ the sweep is one job away (`dg launch --job tune`, after a default run has train
 
 import datetime
 import shutil
-from typing import Optional
+from typing import Callable, Optional
 
 import dagster as dg
 from pydantic import Field, model_validator
@@ -17,7 +17,7 @@ from components.core.labels import load_labels
 from components.core.manifests import Labels, LanguageModel, LrSweep
 from components.core.studies.sweep import SweepBudget, SweepSettings, check_grid, lm_trial, run_sweep
 from components.orchestration.language_model import TRAINING_POOL
-from components.orchestration.stage import stage
+from components.orchestration.stage import Stage, stage
 from components.orchestration.tracking import MlflowTracker
 
 GROUP = "tune"
@@ -108,6 +108,50 @@ class LrSweepConfig(dg.Config, SweepBudget):
         return SweepSettings(**fields)
 
 
+def _check_grids(grids: dict[str, SweepSettings], lms: dict[str, LanguageModel]) -> None:
+    """Each model's grid checked against the tokens its steps and budget take, before any trial trains."""
+    for name, g in grids.items():  # every grid checked before any trial trains, at the context it trained at
+        block = lms[name].context_length or 1
+        check_grid(
+            g,
+            where=f"lr_sweep[{name}]",
+            tokens_per_step=max(g.batch_sizes) * block,
+            budget_tokens=g.max_steps * g.batch_sizes[0] * block,
+        )
+
+
+def _trial_logger(
+    context: dg.AssetExecutionContext, s: Stage, name: str, budget: float | None
+) -> Callable[[dict], None]:
+    """What `run_sweep` calls after each of `name`'s trials: a line in the run's log and a finished MLflow
+    run nested under the sweep's (held-out loss, the trial's settings, its held-out loss curve)."""
+
+    def log(row: dict) -> None:
+        context.log.info(
+            f"{name}: batch {row['batch_size']}, lr {row['lr']:g}, warmup {row['warmup_steps']}: "
+            f"held-out loss {row['val_loss']:.4f}"
+        )
+        s.run.child(
+            f"{name} batch={row['batch_size']} lr={row['lr']:g} warmup={row['warmup_steps']}",
+            {
+                "heldout/loss": row["val_loss"],  # the training split's held-out tail, not validation
+                **({"train/tokens_per_s_mean": row["tokens_per_s"]} if "tokens_per_s" in row else {}),
+            },
+            params={
+                "model": name,
+                "lr": row["lr"],
+                "min_lr": row["min_lr"],
+                "warmup_steps": row["warmup_steps"],
+                "steps": row.get("steps", row["max_steps"]),
+                **({"flops_budget": budget} if budget else {}),
+                "batch_size": row["batch_size"],
+            },
+            series={"heldout/loss": [(int(a), float(b)) for a, b in row.get("history", [])]},
+        )
+
+    return log
+
+
 @dg.asset(group_name=GROUP, kinds={"pytorch"}, pool=TRAINING_POOL, ins={m: dg.AssetIn(dg.AssetKey(m)) for m in SWEPT})
 def lr_sweep(
     context: dg.AssetExecutionContext,
@@ -122,14 +166,7 @@ def lr_sweep(
     on that held-out tail (the validation split, which the claims judge, is never used to choose).
     The chosen values, and the `defs.yaml` lines that set them, are published."""
     grids = {name: config.for_model(name) for name in config.models}
-    for name, g in grids.items():  # every grid checked before any trial trains, at the context it trained at
-        block = lms[name].context_length or 1
-        check_grid(
-            g,
-            where=f"lr_sweep[{name}]",
-            tokens_per_step=max(g.batch_sizes) * block,
-            budget_tokens=g.max_steps * g.batch_sizes[0] * block,
-        )
+    _check_grids(grids, lms)
     with stage(context, mlflow, config.model_dump()) as s:
         train_all, _, meta = load_labels(labels.path)
         if not isinstance(train_all, TokenBlocks):
@@ -155,30 +192,7 @@ def lr_sweep(
                 s.tmp / name,
                 model_meta={"tokenizer_sha256": labels.tokenizer_sha256},
             )
-
-            def log(row: dict, name: str = name, budget: float | None = base.get("flops_budget")) -> None:
-                context.log.info(
-                    f"{name}: batch {row['batch_size']}, lr {row['lr']:g}, warmup {row['warmup_steps']}: "
-                    f"held-out loss {row['val_loss']:.4f}"
-                )
-                s.run.child(
-                    f"{name} batch={row['batch_size']} lr={row['lr']:g} warmup={row['warmup_steps']}",
-                    {
-                        "heldout/loss": row["val_loss"],  # the training split's held-out tail, not validation
-                        **({"train/tokens_per_s_mean": row["tokens_per_s"]} if "tokens_per_s" in row else {}),
-                    },
-                    params={
-                        "model": name,
-                        "lr": row["lr"],
-                        "min_lr": row["min_lr"],
-                        "warmup_steps": row["warmup_steps"],
-                        "steps": row.get("steps", row["max_steps"]),
-                        **({"flops_budget": budget} if budget else {}),
-                        "batch_size": row["batch_size"],
-                    },
-                    series={"heldout/loss": [(int(a), float(b)) for a, b in row.get("history", [])]},
-                )
-
+            log = _trial_logger(context, s, name, base.get("flops_budget"))
             settings = grids[name]
             result = run_sweep(settings, trial, where=f"lr_sweep[{name}]", log=log)
             shutil.rmtree(s.tmp / name, ignore_errors=True)  # trial checkpoints: only the losses are kept

@@ -230,6 +230,33 @@ def _train_shards(shards, Wt, s, keep_p, sampler, on_progress: Callable[[tuple],
         torch.set_flush_denormal(flush_before)
 
 
+def _initial_weights(V: int, D: int, seed: int, device: torch.device) -> torch.Tensor:
+    """The (V, 2D) matrix training starts from, on `device`."""
+    # One (V, 2D) matrix holds [input | output] rows, so a token's two rows are one gather and one
+    # index_add_. Inputs start uniform in [-1, 1)/D (gensim 4; word2vec.c uses half that), outputs at 0.
+    gen = torch.Generator().manual_seed(seed)
+    Wt = torch.zeros(V, 2 * D)
+    Wt[N_SPECIAL:, :D] = (torch.rand(V - N_SPECIAL, D, generator=gen) * 2 - 1) / D
+    return Wt.to(device)
+
+
+def _empty_history(epochs: int) -> list[dict]:
+    """One entry per epoch: its loss (NaN until its last chunk), kept tokens and pairs, and the running
+    sums the progress messages add to (words seen, loss sum and the pairs it was measured on)."""
+    return [
+        {
+            "epoch": e + 1,
+            "loss": math.nan,
+            "kept_tokens": 0.0,
+            "pairs": 0.0,
+            "words": 0,
+            "loss_sum": 0.0,
+            "loss_pairs": 0.0,
+        }
+        for e in range(epochs)
+    ]
+
+
 def train_word2vec(
     sentences: list[np.ndarray],
     vocab: Vocab,
@@ -251,28 +278,12 @@ def train_word2vec(
     keep_p = keep_probability(vocab.counts, s.sample)
     sampler = UnigramSampler(negative_cdf(vocab.counts))  # the negatives: unigram^0.75, O(1) a draw
 
-    # One (V, 2D) matrix holds [input | output] rows, so a token's two rows are one gather and one
-    # index_add_. Inputs start uniform in [-1, 1)/D (gensim 4; word2vec.c uses half that), outputs at 0.
-    gen = torch.Generator().manual_seed(s.seed)
-    Wt = torch.zeros(V, 2 * D)
-    Wt[N_SPECIAL:, :D] = (torch.rand(V - N_SPECIAL, D, generator=gen) * 2 - 1) / D
-    Wt = Wt.to(device)
+    Wt = _initial_weights(V, D, s.seed, device)
 
     n = len(corpus.ids)
     total_words = n * s.epochs
     shards = split_shards(corpus, s.workers if device.type == "cpu" else 1)
-    history = [
-        {
-            "epoch": e + 1,
-            "loss": math.nan,
-            "kept_tokens": 0.0,
-            "pairs": 0.0,
-            "words": 0,
-            "loss_sum": 0.0,
-            "loss_pairs": 0.0,
-        }
-        for e in range(s.epochs)
-    ]
+    history = _empty_history(s.epochs)
     log_every = max(total_words // 50, 1)
     words_done, next_log = 0, log_every
     t0 = time.perf_counter()
@@ -314,6 +325,16 @@ def train_word2vec(
     seconds = time.perf_counter() - t0
     if not torch.isfinite(Wt).all():
         raise FloatingPointError("word2vec diverged (non-finite weights); lower alpha or batch_size")
+    return _result(Wt, vocab, s, history, seconds, n)
+
+
+def _result(
+    Wt: torch.Tensor, vocab: Vocab, s: Word2VecSettings, history: list[dict], seconds: float, n: int
+) -> Word2VecResult:
+    """The trained [input | output] matrix split into the vectors and the context vectors, each epoch's
+    history without its running sums, and the run's metrics (`n`: the corpus' tokens in one epoch)."""
+    V, D = len(vocab), s.vector_size
+    total_words = n * s.epochs
     for h in history:
         del h["loss_sum"], h["loss_pairs"], h["words"]
     kept_total = sum(h["kept_tokens"] for h in history)

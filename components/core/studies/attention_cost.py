@@ -37,12 +37,12 @@ from torch.profiler import ProfilerActivity, profile
 from ..device import DeviceSetting, median_seconds, quiet_profiler, resolve_device, synchronize
 from ..models.attention import (
     SdpaBackend,
-    detect_sdpa_backend,
     flex_window_attention,
     fused_attention,
     reference_attention,
     sliding_window_attention,
 )
+from ..models.sdpa_probe import detect_sdpa_backend
 
 if TYPE_CHECKING:  # drawn only when plotted: matplotlib is imported by the plot functions
     from matplotlib.figure import Figure

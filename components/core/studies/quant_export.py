@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..data import Blocks
+from ..data import Blocks, TokenBlocks
 from ..errors import ConfigError
 from ..export.folder import ExportInfo, export_model, load_export, load_weights, read_header
 from ..export.generation import generate, load_benchmark
@@ -125,13 +125,9 @@ def export_and_verify(
         )
         loaded = load_export(info.path, dev)
         reloaded = loaded[0]
-        a, b = logits_of(model, fixed), logits_of(reloaded, fixed)
-        bit_exact = bool(torch.equal(a, b))
-        ev_a = evaluate(model, blocks, eval_settings.batch_size, dev)
-        ev_b = evaluate(reloaded, blocks, eval_settings.batch_size, dev)
-        same_eval = abs(ev_a["val_loss"] - ev_b["val_loss"]) <= 1e-6 * max(1.0, abs(ev_a["val_loss"]))
-        quantized = variant in QUANT_VARIANTS
-        study = (study_val_loss or {}).get(variant)
+        reload = _reload_figures(
+            variant, model, reloaded, fixed, blocks, eval_settings.batch_size, dev, (study_val_loss or {}).get(variant)
+        )
         times = load_benchmark(info.path / "model.safetensors", repeats=settings.load_repeats, device=dev)
         gen = generate(
             info.path,
@@ -149,30 +145,70 @@ def export_and_verify(
                 "folder_bytes": sum(f["bytes"] for f in info.files.values()),
                 "weights_bytes": info.weights_bytes,
                 "header_bytes": info.header_bytes,
-                "reload_logits_max_abs_diff": _max_abs_diff(b, a),
-                "reload_bit_exact": bit_exact,
-                "exported_val_loss": ev_a["val_loss"],
-                "reloaded_val_loss": ev_b["val_loss"],
-                "study_val_loss": study,
-                "study_val_loss_rel_diff": abs(ev_b["val_loss"] - study) / abs(study) if study else None,
-                "reload_ok": bool(same_eval if quantized else bit_exact),
-                "criterion": "same validation loss" if quantized else "bit-exact logits",
-                "safetensors_mmap_ms": 1e3 * times["safetensors_mmap_s"],
-                "safetensors_load_file_ms": 1e3 * times["safetensors_load_file_s"],
-                "torch_load_ms": 1e3 * times["torch_load_s"],
-                "torch_load_mmap_ms": 1e3 * times["torch_load_mmap_s"],
-                **(
-                    {
-                        "safetensors_to_gpu_ms": 1e3 * times["safetensors_to_gpu_s"],
-                        "torch_load_to_gpu_ms": 1e3 * times["torch_load_to_gpu_s"],
-                    }
-                    if "safetensors_to_gpu_s" in times
-                    else {}
-                ),
-                "load_speedup_vs_torch_load": times["speedup_mmap_vs_torch_load"],
+                **reload,
+                **_load_time_figures(times),
                 "sample_tokens_per_s": gen.new_tokens / max(gen.seconds, 1e-9),
             }
         )
+    metrics = _export_metrics(rows)
+    return ExportReport(
+        exports=exports, rows=rows, samples=samples, metrics=metrics, markdown=export_markdown(rows, samples)
+    )
+
+
+def _reload_figures(
+    variant: str,
+    model: torch.nn.Module,
+    reloaded: torch.nn.Module,
+    fixed: torch.Tensor,
+    blocks: TokenBlocks,
+    batch_size: int,
+    dev: torch.device,
+    study: float | None,
+) -> dict[str, Any]:
+    """The model rebuilt from the folder against the exported one: the logits on the fixed batch
+    (bit for bit for a float variant), the validation loss of both (the same, for a quantized one),
+    beside the loss the study measured (`study`), and whether the reload passes its criterion."""
+    a, b = logits_of(model, fixed), logits_of(reloaded, fixed)
+    bit_exact = bool(torch.equal(a, b))
+    ev_a = evaluate(model, blocks, batch_size, dev)
+    ev_b = evaluate(reloaded, blocks, batch_size, dev)
+    same_eval = abs(ev_a["val_loss"] - ev_b["val_loss"]) <= 1e-6 * max(1.0, abs(ev_a["val_loss"]))
+    quantized = variant in QUANT_VARIANTS
+    return {
+        "reload_logits_max_abs_diff": _max_abs_diff(b, a),
+        "reload_bit_exact": bit_exact,
+        "exported_val_loss": ev_a["val_loss"],
+        "reloaded_val_loss": ev_b["val_loss"],
+        "study_val_loss": study,
+        "study_val_loss_rel_diff": abs(ev_b["val_loss"] - study) / abs(study) if study else None,
+        "reload_ok": bool(same_eval if quantized else bit_exact),
+        "criterion": "same validation loss" if quantized else "bit-exact logits",
+    }
+
+
+def _load_time_figures(times: dict[str, float]) -> dict[str, float]:
+    """`load_benchmark`'s seconds as milliseconds (onto the GPU too where it timed that), and the
+    memory-mapped safetensors load's speed-up over torch.load."""
+    return {
+        "safetensors_mmap_ms": 1e3 * times["safetensors_mmap_s"],
+        "safetensors_load_file_ms": 1e3 * times["safetensors_load_file_s"],
+        "torch_load_ms": 1e3 * times["torch_load_s"],
+        "torch_load_mmap_ms": 1e3 * times["torch_load_mmap_s"],
+        **(
+            {
+                "safetensors_to_gpu_ms": 1e3 * times["safetensors_to_gpu_s"],
+                "torch_load_to_gpu_ms": 1e3 * times["torch_load_to_gpu_s"],
+            }
+            if "safetensors_to_gpu_s" in times
+            else {}
+        ),
+        "load_speedup_vs_torch_load": times["speedup_mmap_vs_torch_load"],
+    }
+
+
+def _export_metrics(rows: list[dict]) -> dict[str, float]:
+    """Per variant: the weights file's bytes, the reload's logit difference and verdict, the load times."""
     metrics: dict[str, float] = {}
     for r in rows:
         for k in (
@@ -184,9 +220,7 @@ def export_and_verify(
         ):
             metrics[f"export/{r['variant']}/{k}"] = float(r[k])
         metrics[f"export/{r['variant']}/reload_ok"] = float(r["reload_ok"])
-    return ExportReport(
-        exports=exports, rows=rows, samples=samples, metrics=metrics, markdown=export_markdown(rows, samples)
-    )
+    return metrics
 
 
 def export_markdown(rows: list[dict], samples: dict[str, str]) -> str:

@@ -44,7 +44,7 @@ from ..export.folder import save_weights
 from ..export.generation import cache_kind
 from ..export.measure import logits_of, weight_bytes
 from ..export.precision import spec_of, to_precision
-from ..export.precision_spec import BITS, QUANT_VARIANTS, SCHEMES
+from ..export.precision_spec import BITS, QUANT_VARIANTS, SCHEMES, PrecisionSpec
 from .quant_measure import _fmt_bytes, _max_abs_diff, eval_blocks, evaluate, measure_generation, prompt_ids
 from .quant_settings import (
     BASELINE,
@@ -100,13 +100,7 @@ def quantize_and_measure(
     """Build every variant of every model, measure it, and (with `out_dir`) save each variant's
     weights to `out_dir/<model>/<variant>.safetensors` (rebuildable alone: `export.folder.load_weights`).
     The models passed in are not modified. `log(str)` receives progress lines."""
-    notes: list[str] = []
-    if device is None:
-        dev, warn = resolve_device(settings.device)
-        if warn:
-            notes.append(warn.replace("training", "measuring"))
-    else:
-        dev = torch.device(device)
+    dev, notes = _measuring_device(settings, device)
     n_blocks = settings.eval_batches * settings.batch_size
     rows: list[dict] = []
     weights: dict[str, dict[str, Path]] = {}
@@ -123,15 +117,7 @@ def quantize_and_measure(
             spec = spec_of(q)
             wb = weight_bytes(q)
             row: dict[str, Any] = {"model": name, "variant": variant, "scheme": SCHEMES[variant]}
-            if out_dir is not None:
-                path = Path(out_dir) / name / f"{variant}.safetensors"
-                disk = save_weights(q, path)
-                weights.setdefault(name, {})[variant] = path
-            else:
-                import tempfile
-
-                with tempfile.TemporaryDirectory(prefix="w2t-quant-") as d:
-                    disk = save_weights(q, Path(d) / "w.safetensors")
+            disk = _save_variant(q, name, variant, out_dir, weights)
             ev = evaluate(q, blocks, settings.batch_size, dev)
             logits = logits_of(q, fixed)
             if variant == BASELINE:
@@ -145,42 +131,10 @@ def quantize_and_measure(
             # the settings put the baseline first: every later variant is measured against it
             assert base is not None and ref_logits is not None and ref_tokens is not None
             assert spec is not None  # to_precision attaches it
-            q_params = wb["quantized_params"]
-            codes_scales = wb["codes"] + wb["scales"]
             row.update(
-                params=int(sum(p.numel() for p in model.parameters())),
-                quantized_params=q_params,
-                memory_bytes=wb["total"],
-                disk_bytes=disk["bytes"],
-                memory_vs_fp32=wb["total"] / base["memory"],
-                disk_vs_fp32=disk["bytes"] / base["disk"],
-                quantized_layer_bytes=wb["quantized_layers"] if q_params else None,
-                quantized_layer_fp16_bytes=wb["quantized_layers_fp16"] if q_params else None,
-                layer_ratio_vs_fp16=codes_scales / (2 * q_params) if q_params else None,
-                layer_ratio_vs_fp16_all=wb["quantized_layers"] / wb["quantized_layers_fp16"] if q_params else None,
-                scale_bytes=wb["scales"],
-                codebook_bytes=wb["codebooks"],
-                bits_per_quantized_param=8 * codes_scales / q_params if q_params else float(BITS[variant]),
-                val_loss=ev["val_loss"],
-                val_ppl=ev["val_ppl"],
-                dloss=ev["val_loss"] - base["loss"],
-                dppl_pct=100.0 * (ev["val_ppl"] / base["ppl"] - 1.0),
-                logits_max_abs_diff=_max_abs_diff(logits, ref_logits),
-                eval_tokens_per_s=ev["eval_tokens_per_s"],
-                gen_tokens_per_s=tps,
-                cache=cache_kind(q),
-                greedy_match=sum(a == b for a, b in zip(tokens, ref_tokens)) / max(len(ref_tokens), 1),
-                quantized=(
-                    f"{len(spec.modules)} Linear layers"
-                    + (
-                        f" (recurrent {', '.join(spec.recurrent_as_linear)} rewritten as Linear)"
-                        if spec.recurrent_as_linear
-                        else ""
-                    )
-                )
-                if spec.quantized
-                else "-",
-                kept_float="; ".join(spec.kept_float),
+                **_size_figures(model, variant, wb, disk, base),
+                **_quality_figures(q, ev, logits, tps, tokens, base, ref_logits, ref_tokens),
+                **_what_is_quantized(spec),
                 eval_targets=ev["targets"],
                 seconds=time.perf_counter() - t0,
             )
@@ -204,6 +158,105 @@ def quantize_and_measure(
         models=kept,
         warnings=notes,
         device=str(dev),
+    )
+
+
+def _measuring_device(
+    settings: QuantizationSettings, device: str | torch.device | None
+) -> tuple[torch.device, list[str]]:
+    """The device to measure on: `device` when given, else the settings' (with a note when that one
+    is not available and another is used)."""
+    notes: list[str] = []
+    if device is None:
+        dev, warn = resolve_device(settings.device)
+        if warn:
+            notes.append(warn.replace("training", "measuring"))
+    else:
+        dev = torch.device(device)
+    return dev, notes
+
+
+def _save_variant(
+    q: nn.Module, name: str, variant: str, out_dir: str | Path | None, weights: dict[str, dict[str, Path]]
+) -> dict[str, int]:
+    """The variant's weights file and its bytes on disk: kept as `out_dir/<model>/<variant>.safetensors`
+    (recorded in `weights`), or, without `out_dir`, written to a temporary folder only to be measured."""
+    if out_dir is not None:
+        path = Path(out_dir) / name / f"{variant}.safetensors"
+        disk = save_weights(q, path)
+        weights.setdefault(name, {})[variant] = path
+    else:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="w2t-quant-") as d:
+            disk = save_weights(q, Path(d) / "w.safetensors")
+    return disk
+
+
+def _size_figures(
+    model: nn.Module, variant: str, wb: dict[str, int], disk: dict[str, int], base: dict[str, float]
+) -> dict[str, Any]:
+    """A variant's bytes in memory and on disk against FP32's, and its quantized layers against the
+    same layers in FP16 (None where it quantizes nothing)."""
+    q_params = wb["quantized_params"]
+    codes_scales = wb["codes"] + wb["scales"]
+    return dict(
+        params=int(sum(p.numel() for p in model.parameters())),
+        quantized_params=q_params,
+        memory_bytes=wb["total"],
+        disk_bytes=disk["bytes"],
+        memory_vs_fp32=wb["total"] / base["memory"],
+        disk_vs_fp32=disk["bytes"] / base["disk"],
+        quantized_layer_bytes=wb["quantized_layers"] if q_params else None,
+        quantized_layer_fp16_bytes=wb["quantized_layers_fp16"] if q_params else None,
+        layer_ratio_vs_fp16=codes_scales / (2 * q_params) if q_params else None,
+        layer_ratio_vs_fp16_all=wb["quantized_layers"] / wb["quantized_layers_fp16"] if q_params else None,
+        scale_bytes=wb["scales"],
+        codebook_bytes=wb["codebooks"],
+        bits_per_quantized_param=8 * codes_scales / q_params if q_params else float(BITS[variant]),
+    )
+
+
+def _quality_figures(
+    q: nn.Module,
+    ev: dict[str, float],
+    logits: torch.Tensor,
+    tps: float,
+    tokens: list[int],
+    base: dict[str, float],
+    ref_logits: torch.Tensor,
+    ref_tokens: list[int],
+) -> dict[str, Any]:
+    """A variant's loss and perplexity against FP32's, its logits' distance from FP32's, its speeds,
+    and the share of its greedy tokens that match FP32's."""
+    return dict(
+        val_loss=ev["val_loss"],
+        val_ppl=ev["val_ppl"],
+        dloss=ev["val_loss"] - base["loss"],
+        dppl_pct=100.0 * (ev["val_ppl"] / base["ppl"] - 1.0),
+        logits_max_abs_diff=_max_abs_diff(logits, ref_logits),
+        eval_tokens_per_s=ev["eval_tokens_per_s"],
+        gen_tokens_per_s=tps,
+        cache=cache_kind(q),
+        greedy_match=sum(a == b for a, b in zip(tokens, ref_tokens)) / max(len(ref_tokens), 1),
+    )
+
+
+def _what_is_quantized(spec: PrecisionSpec) -> dict[str, str]:
+    """What a variant quantized (its Linear layers, recurrent matrices rewritten as Linear first) and
+    what it kept float."""
+    return dict(
+        quantized=(
+            f"{len(spec.modules)} Linear layers"
+            + (
+                f" (recurrent {', '.join(spec.recurrent_as_linear)} rewritten as Linear)"
+                if spec.recurrent_as_linear
+                else ""
+            )
+        )
+        if spec.quantized
+        else "-",
+        kept_float="; ".join(spec.kept_float),
     )
 
 
