@@ -258,19 +258,23 @@ def test_rope_on_the_projection_layout_has_the_rotations_gradient():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_rope_without_a_complex_type_rotates_the_same_pairs(dtype):
-    # bfloat16 and float16 have no complex twin: the four-pass rotation must pair and rotate the
-    # channels exactly as the complex one does in float32, forward and backward.
+    # bfloat16 and float16 have no complex twin: their pairs are rotated in float32 and rounded once,
+    # so the result is the float32 rotation of the same low-precision numbers, rounded: the same
+    # pairs, forward and backward, to the last bit.
     rope = RotaryEmbedding(head_dim=8, block_size=32)
     g = torch.Generator().manual_seed(3)
     qkv = torch.randn(2, 12, 3, 4, 8, generator=g, requires_grad=True)
-    upstream = torch.randn(2, 12, 3, 4, 8, generator=g)
+    upstream = torch.randn(2, 12, 3, 4, 8, generator=g).to(dtype)
     low = qkv.detach().to(dtype).requires_grad_()
-    want, got = rope.rotate_qkv(qkv, 5), rope.rotate_qkv(low, 5)
+    wide = low.detach().float().requires_grad_()
+    want, got = rope.rotate_qkv(wide, 5), rope.rotate_qkv(low, 5)
     assert got.dtype == dtype
-    torch.testing.assert_close(got.float(), want.detach(), atol=2e-2, rtol=2e-2)
-    want.backward(upstream)
-    got.backward(upstream.to(dtype))
-    torch.testing.assert_close(low.grad.float(), qkv.grad, atol=2e-2, rtol=2e-2)
+    assert torch.equal(got, want.detach().to(dtype))
+    torch.testing.assert_close(got.float(), rope.rotate_qkv(qkv, 5).detach(), atol=2e-2, rtol=2e-2)
+    want.backward(upstream.float())
+    got.backward(upstream)
+    assert low.grad is not None and wide.grad is not None
+    assert low.grad.dtype == dtype and torch.equal(low.grad, wide.grad.to(dtype))
     assert (got.float() - want.detach()).abs().max() > 0  # the low-precision path really ran
 
 

@@ -85,15 +85,15 @@ def evaluate(
     n = data.n_blocks if max_batches is None else min(data.n_blocks, batch_size * max_batches)
     total = torch.zeros((), dtype=torch.float64, device=device)
     count = 0
-    for start in range(0, n, batch_size):
-        x, y = data.batch(np.arange(start, min(start + batch_size, n)), device)
-        n_targets = int((y != IGNORE_INDEX).sum())
-        if n_targets == 0:
-            continue
-        with autocast_context(device, dtype):
+    with autocast_context(device, dtype):  # one context: each weight is cast once, not once per batch
+        for start in range(0, n, batch_size):
+            x, y = data.batch(np.arange(start, min(start + batch_size, n)), device)
+            n_targets = int((y != IGNORE_INDEX).sum())
+            if n_targets == 0:
+                continue
             _, loss = model(x, y)
-        total += loss.double() * n_targets  # the model's loss is a mean over this batch's targets
-        count += n_targets
+            total += loss.double() * n_targets  # the model's loss is a mean over this batch's targets
+            count += n_targets
     model.train(was_training)
     if count == 0:
         raise PipelineInputError(f"no targets to evaluate on ({data.n_blocks} blocks); rebuild the validation labels")
