@@ -278,6 +278,23 @@ def test_rope_without_a_complex_type_rotates_the_same_pairs(dtype):
     assert (got.float() - want.detach()).abs().max() > 0  # the low-precision path really ran
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_rope_model_cast_whole_to_low_precision_runs_its_training_path(dtype):
+    # quantized_models evaluates the model cast whole to bfloat16 (and float16 on a GPU): its rotary
+    # tables are then cast too, and the rotation must still run, close to the float32 model's.
+    cfg = TransformerSettings(n_layer=1, n_head=2, n_embd=16, block_size=8, pos_encoding="rope")
+    torch.manual_seed(0)
+    model = Transformer(cfg, vocab_size=11)
+    idx = torch.randint(1, 11, (2, 8))
+    want, _ = model(idx)
+    low = Transformer(cfg, vocab_size=11).to(dtype)
+    low.load_state_dict(model.state_dict())
+    assert low.rope is not None and low.rope.cos.dtype == dtype
+    got, _ = low(idx)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.float(), want, atol=0.1, rtol=0.05)
+
+
 def test_weights_of_another_rope_pairing_are_refused(tmp_path):
     # Which channels RoPE pairs is part of what the weights mean, not of their shapes: weights written
     # without the current pairing recorded load without a shape error and would give wrong numbers.

@@ -126,6 +126,8 @@ class RotaryEmbedding(nn.Module):
         key = (offset, T, dtype, device)
         if getattr(self, "_tables_key", None) != key:
             cos, sin = (t[offset : offset + T, None, None, :] for t in (self.cos, self.sin))  # (T, 1, 1, hs/2)
+            if cos.dtype not in _COMPLEX:  # a model cast whole to bfloat16 or float16 casts these buffers too
+                cos, sin = cos.float(), sin.float()
             rot = torch.complex(cos, sin).to(_COMPLEX.get(dtype, torch.complex64))
             self._tables_cache = (rot, rot.conj().resolve_conj())
             self._tables_key = key
