@@ -235,7 +235,17 @@ def test_fsdp_shards_the_model_and_checkpoints_in_the_one_format(labels, one_pro
     assert last.resumed_from == 30 and abs(last.val_loss - one_process.val_loss) < TOL
 
 
-def test_a_rank_or_launcher_whose_parent_dies_stops(tmp_path):
+@pytest.mark.parametrize(
+    "wait",
+    [
+        "time.sleep(120)",
+        # Native code that keeps the GIL (ctypes.PyDLL does not release it), as a C++ destructor that
+        # joins a thread does: the watch thread cannot run, the kernel's signal still arrives.
+        "ctypes.PyDLL(None).sleep(120)",
+    ],
+    ids=["python", "native_code_holding_the_gil"],
+)
+def test_a_rank_or_launcher_whose_parent_dies_stops(tmp_path, wait):
     """What keeps a killed step from leaving processes that train on into the checkpoint folder:
     a process under `exit_with_parent` (every rank, and the launcher, whose SIGTERM makes torchrun stop
     its ranks) ends within a second of its parent's death. Here the parent is a shell killed -9."""
@@ -244,8 +254,8 @@ def test_a_rank_or_launcher_whose_parent_dies_stops(tmp_path):
 
     pid_file = tmp_path / "child.pid"
     code = (
-        "import os, time; from components.core.distributed import exit_with_parent; exit_with_parent(0.1); "
-        f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+        "import ctypes, os, time; from components.core.distributed import exit_with_parent; exit_with_parent(0.1); "
+        f"open({str(pid_file)!r}, 'w').write(str(os.getpid())); {wait}"
     )
     shell = subprocess.Popen(
         ["bash", "-c", f'"{sys.executable}" -c "{code}"; sleep 120'], cwd=ROOT, start_new_session=True

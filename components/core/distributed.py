@@ -41,6 +41,7 @@ module that wraps `run_worker` (components/orchestration/ddp_worker.py).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import dataclasses
 import inspect
 import json
@@ -244,14 +245,26 @@ def read_train_result(path: str | Path) -> tuple[TrainResult, dict[str, Any]]:
 # One rank
 
 
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
 def exit_with_parent(interval_s: float = 0.5) -> None:
     """Send this process SIGTERM as soon as its parent is gone (it was started by a launcher or a
     step that died): torchrun's agent then stops its ranks, and a rank just ends. A SIGTERM ignored
     by inheritance (a launcher started under `nohup`-like wrappers passes SIG_IGN down through exec)
-    is set back to its default here, or neither this nor the launcher's own SIGTERM would end it."""
+    is set back to its default here, or neither this nor the launcher's own SIGTERM would end it.
+
+    On Linux the kernel sends it (`PR_SET_PDEATHSIG`), which needs nothing of this process: a rank
+    once hung in a C++ destructor that joined a gloo thread while holding the GIL, after its peer had
+    exited, and the watch thread, which needs the GIL to run, never fired (CI: the rank outlived its
+    killed launcher). Elsewhere, and as a second line, a thread polls the parent's pid."""
     if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the kernel was told
+            os.kill(os.getpid(), signal.SIGTERM)
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -332,6 +345,10 @@ def run_worker(
                 strategy=spec.strategy if world > 1 else "single",
                 rank0_params=local_parameters(model),
             )
+        if world > 1:
+            # Every rank's queued work is done before any rank tears its group down. Once under CI a
+            # rank whose peer had already exited hung at this function's return, joining a gloo thread.
+            dist.barrier()
     finally:
         if world > 1:
             dist.destroy_process_group()
