@@ -187,6 +187,25 @@ def test_sample_prompts_come_from_validation_blocks_without_padding(corpus):
     assert texts[1].startswith("0,") and len(texts[1].split(",")) == 4
 
 
+@pytest.mark.parametrize("name", list(MODELS))
+def test_samples_drawn_together_continue_each_prompt_as_alone(name, corpus):
+    """Prompts of one length are continued in one batch: greedy, each row is what that prompt alone
+    gives (no row sees another's tokens), past the Transformer's context, in the prompts' order."""
+    _, val_data, vocab, decode, _ = corpus
+    family, settings = MODELS[name]
+    torch.manual_seed(0)
+    model = build_model(family, resolve_settings(family, settings, vocab), vocab)
+    greedy = SamplingSettings(num_samples=3, sample_tokens=2 * T, temperature=0, prompt_tokens=5)
+    together = sample_texts(model, val_data, greedy, torch.device("cpu"), decode=decode)
+    one_sample = greedy.model_copy(update={"num_samples": 1})
+    alone = []
+    for row in range(3):
+        one = TokenBlocks(val_data.x[row : row + 1], val_data.y[row : row + 1])
+        alone += sample_texts(model, one, one_sample, torch.device("cpu"), decode=decode)
+    assert together == alone
+    assert len(set(together)) == 3  # three different prompts, three different texts
+
+
 @pytest.mark.parametrize(
     "family,settings",
     [

@@ -456,13 +456,19 @@ def sample_texts(
     net = language_net(model)
     was_training = model.training
     model.eval().to(device)
-    texts = []
+    # Prompts of one length are continued together, one batch: each new token is one forward pass for all
+    # of them (the three default samples cost about what one did one after another).
+    groups: dict[int, list[int]] = {}
+    for i, p in enumerate(prompts):
+        groups.setdefault(len(p), []).append(i)
+    texts: list[str] = [""] * len(prompts)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(s.sample_seed)
-        for p in prompts:
-            idx = torch.tensor([p], dtype=torch.long, device=device)  # (1, t)
+        for rows_of in groups.values():
+            idx = torch.tensor([prompts[i] for i in rows_of], dtype=torch.long, device=device)  # (b, t)
             with autocast_context(device, dtype):
-                out = net.generate(idx, s.sample_tokens, temperature=s.temperature, top_k=s.top_k)  # (1, t+n)
-            texts.append(decode(out[0].tolist()))
+                out = net.generate(idx, s.sample_tokens, temperature=s.temperature, top_k=s.top_k)  # (b, t+n)
+            for i, row in zip(rows_of, out.tolist()):
+                texts[i] = decode(row)
     model.train(was_training)
     return texts
