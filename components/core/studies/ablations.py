@@ -479,13 +479,17 @@ def plot_ablation_losses(rows: list[dict]) -> Figure:
 
 
 def plot_ablation_curves(histories: dict[str, list[dict]]) -> Figure:
+    """Each run's training loss at its log points (lines) and its validation loss where it was evaluated
+    (markers of the same colour)."""
     fig = Figure(figsize=(6.5, 4), layout="constrained")
     ax = fig.add_subplot()
     for name, hist in histories.items():
-        pts = [(h["step"], h["val/loss"]) for h in hist if "val/loss" in h]
-        if pts:
-            ax.plot(*zip(*pts), marker=".", label=name)
-    ax.set(xlabel="step", ylabel="validation loss", title="Ablation runs")
+        train = [(h["step"], h["train/loss"]) for h in hist if "train/loss" in h]
+        val = [(h["step"], h["val/loss"]) for h in hist if "val/loss" in h]
+        (line,) = ax.plot(*zip(*train), lw=1, label=name) if train else ax.plot([], [], label=name)
+        if val:
+            ax.plot(*zip(*val), ls="none", marker="o", color=line.get_color())
+    ax.set(xlabel="step", ylabel="loss (nats/token)", title="Ablation runs: training loss (lines), validation (dots)")
     ax.legend(fontsize=8)
     return fig
 
