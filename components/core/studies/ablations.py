@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal, Optional, get_args
@@ -483,12 +484,18 @@ def plot_ablation_curves(histories: dict[str, list[dict]]) -> Figure:
     (markers of the same colour)."""
     fig = Figure(figsize=(6.5, 4), layout="constrained")
     ax = fig.add_subplot()
+    later = []  # the losses after the first sixth of each run: the axis shows them, not the first descent
     for name, hist in histories.items():
         train = [(h["step"], h["train/loss"]) for h in hist if "train/loss" in h]
+        last = max((st for st, _ in train), default=0)
+        later += [v for st, v in train if st > last / 6 and math.isfinite(v)]
         val = [(h["step"], h["val/loss"]) for h in hist if "val/loss" in h]
         (line,) = ax.plot(*zip(*train), lw=1, label=name) if train else ax.plot([], [], label=name)
         if val:
             ax.plot(*zip(*val), ls="none", marker="o", color=line.get_color())
+    if later:
+        lo, hi = min(later), max(later)
+        ax.set_ylim(lo - 0.05 * (hi - lo + 0.1), hi + 0.1 * (hi - lo + 0.1))
     ax.set(xlabel="step", ylabel="loss (nats/token)", title="Ablation runs: training loss (lines), validation (dots)")
     ax.legend(fontsize=8)
     return fig
