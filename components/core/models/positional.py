@@ -117,10 +117,10 @@ class RotaryEmbedding(nn.Module):
         cos, sin = self.cos[offset : offset + T].to(q.dtype), self.sin[offset : offset + T].to(q.dtype)  # (T, hs/2)
         return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)  # (B, nh, T, hs) each
 
-    def _tables(self, offset: int, T: int, dtype: torch.dtype, device: torch.device) -> tuple:
+    def rotation_tables(self, offset: int, T: int, dtype: torch.dtype, device: torch.device) -> tuple:
         """(rotation, inverse rotation) at positions offset … offset+T-1, each shaped (T, 1, 1, hs/2) to
         broadcast over (B, T, 2, nh, hs/2) pairs: cos + i·sin as a complex tensor, of `dtype`'s complex
-        twin, or complex64 for bfloat16 and float16 (which have none: `_rotate_into` rotates those in
+        twin, or complex64 for bfloat16 and float16 (which have none: `rotate_pairs_into` rotates those in
         float32). Cached for the last (offset, T, dtype, device)."""
         self._extend(offset + T)
         key = (offset, T, dtype, device)
@@ -149,23 +149,24 @@ class RotaryEmbedding(nn.Module):
             # a complex view written through `out=` does not trace.
             q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))  # (B, nh, T, hs) each
             return (*self(q, k, offset), v)
-        return _RotateSplit.apply(qkv, *self._tables(offset, qkv.shape[1], qkv.dtype, qkv.device))
+        return _RotateSplit.apply(qkv, *self.rotation_tables(offset, qkv.shape[1], qkv.dtype, qkv.device))
 
 
-def _pairs(t: torch.Tensor) -> torch.Tensor:
-    return t.unflatten(-1, (t.shape[-1] // 2, 2))  # (..., hs) → (..., hs/2, 2): channel pairs (2i, 2i+1)
+def channel_pairs(t: torch.Tensor) -> torch.Tensor:
+    """(..., hs) → (..., hs/2, 2): channel pairs (2i, 2i+1), each rotated by one angle, as a view."""
+    return t.unflatten(-1, (t.shape[-1] // 2, 2))
 
 
 def _complex_view(t: torch.Tensor) -> torch.Tensor | None:
     """`t`'s channel pairs as complex numbers without a copy, or None where its strides forbid it."""
-    p = _pairs(t)
+    p = channel_pairs(t)
     if p.stride(-1) != 1 or p.storage_offset() % 2 or any(s % 2 for s in p.stride()[:-1]):
         return None
     return torch.view_as_complex(p)
 
 
-def _rotate_into(out: torch.Tensor, x: torch.Tensor, rot: torch.Tensor) -> None:
-    """out = x with each channel pair rotated by `rot` (from `_tables`, broadcast over x's leading
+def rotate_pairs_into(out: torch.Tensor, x: torch.Tensor, rot: torch.Tensor) -> None:
+    """out = x with each channel pair rotated by `rot` (from `rotation_tables`, broadcast over x's leading
     dimensions); out is a view of this module's own buffer (even strides: a complex view always
     exists), x may have any strides (copied first where its pairs cannot be viewed as complex).
     (a + ib)(cos + i sin): the whole rotation in one pass. bfloat16 and float16 have no complex type:
@@ -175,19 +176,14 @@ def _rotate_into(out: torch.Tensor, x: torch.Tensor, rot: torch.Tensor) -> None:
     if x.dtype in _COMPLEX:
         xc = _complex_view(x)
         torch.mul(
-            xc if xc is not None else torch.view_as_complex(_pairs(x.contiguous())),
+            xc if xc is not None else torch.view_as_complex(channel_pairs(x.contiguous())),
             rot,
-            out=torch.view_as_complex(_pairs(out)),
+            out=torch.view_as_complex(channel_pairs(out)),
         )
         return
     wide = x.to(torch.float32, memory_format=torch.contiguous_format)
-    torch.view_as_complex(_pairs(wide)).mul_(rot)
+    torch.view_as_complex(channel_pairs(wide)).mul_(rot)
     out.copy_(wide)
-
-
-def _per_tensor(rot: torch.Tensor) -> torch.Tensor:
-    """A (T, 1, 1, hs/2) table for one of q, k (B, T, nh, hs/2): (T, 1, hs/2)."""
-    return rot[:, 0]
 
 
 class _RotateSplit(torch.autograd.Function):
@@ -199,7 +195,7 @@ class _RotateSplit(torch.autograd.Function):
     def forward(ctx, qkv: torch.Tensor, rot, rot_inv):
         ctx.rot_inv = rot_inv
         out = torch.empty_like(qkv, memory_format=torch.contiguous_format)  # (B, T, 3, nh, hs)
-        _rotate_into(out[:, :, :2], qkv[:, :, :2], rot)  # queries and keys
+        rotate_pairs_into(out[:, :, :2], qkv[:, :, :2], rot)  # queries and keys
         out[:, :, 2] = qkv[:, :, 2]  # values
         return tuple(t.transpose(1, 2) for t in out.unbind(2))  # (B, nh, T, hs) each
 
@@ -208,12 +204,12 @@ class _RotateSplit(torch.autograd.Function):
         g0 = next(g for g in grads if g is not None)
         B, nh, T, hs = g0.shape
         out = g0.new_empty(B, T, 3, nh, hs)
-        inv = _per_tensor(ctx.rot_inv)
+        inv = ctx.rot_inv[:, 0]  # (T, 1, hs/2): the table for one of q, k (B, T, nh, hs/2)
         for i, g in enumerate(grads):
             if g is None:
                 out[:, :, i] = 0
             elif i < 2:
-                _rotate_into(out[:, :, i], g.transpose(1, 2), inv)
+                rotate_pairs_into(out[:, :, i], g.transpose(1, 2), inv)
             else:
                 out[:, :, i] = g.transpose(1, 2)
         return out, None, None
