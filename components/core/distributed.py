@@ -51,6 +51,7 @@ import socket
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -262,7 +263,14 @@ def exit_with_parent(interval_s: float = 0.5) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     parent = os.getppid()
     if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+            warnings.warn(
+                f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(ctypes.get_errno())}; only the watch thread ends this "
+                "process with its parent (not while a native call holds the GIL)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         if os.getppid() != parent:  # the parent died before the kernel was told
             os.kill(os.getpid(), signal.SIGTERM)
 
