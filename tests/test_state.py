@@ -383,3 +383,25 @@ def test_ui_addresses_are_recorded_on_first_use_and_move_only_when_asked(tmp_pat
         monkeypatch.setenv("MLFLOW_UI_URL", "http://127.0.0.1")
         ui_addresses()
     assert not (tmp_path / "other" / "ui_addresses.json").exists()  # nothing half-recorded
+
+
+def test_training_progress_reaches_mlflow_in_batches_and_all_of_it_by_the_flush(client):
+    """A training's log points (`log_progress`) wait for the next batch, at most METRICS_FLUSH_S apart;
+    `log_metrics` sends them with its own at once; every point keeps its step."""
+    from components.orchestration.tracking import AssetRun
+
+    experiment = client.create_experiment(f"progress-{uuid.uuid4().hex[:8]}")
+    run = AssetRun(client, client.create_run(experiment).info.run_id, experiment, "")
+    run.METRICS_FLUSH_S = 3600.0
+    for step in (10, 20, 30):
+        run.log_progress({"train/loss": 3.0 - step / 100, "lr": 1e-3}, step)
+    assert client.get_metric_history(run.run_id, "train/loss") == []  # one batch later, not one transaction each
+    run.log_metrics({"val/loss": 2.5}, 30)
+    assert [(m.step, m.value) for m in client.get_metric_history(run.run_id, "train/loss")] == [
+        (10, 2.9),
+        (20, 2.8),
+        (30, 2.7),
+    ]
+    run.METRICS_FLUSH_S = 0.0  # due: the next point sends the batch
+    run.log_progress({"train/loss": 2.6}, 40)
+    assert client.get_run(run.run_id).data.metrics == {"train/loss": 2.6, "lr": 1e-3, "val/loss": 2.5}

@@ -391,7 +391,7 @@ def _train_in_process(
         val_data,
         int(meta["vocab_size"]),
         scratch,
-        log_metrics=s.run.log_metrics,
+        log_metrics=s.run.log_progress,
         progress=s.progress,
         model_meta={"tokenizer_sha256": labels.tokenizer_sha256},
         **common,

@@ -259,6 +259,7 @@ class Stage:
         # A headline that is already the last point of a series logged during the step (a model's
         # `train/loss`, `val/loss`) is not logged again: at step 0 it would start that series'
         # curve at its final value.
+        self.run.flush()  # the step's series as they end, batched progress points included
         series = self.run.client.get_run(self.run.run_id).data.metrics
         self.run.log_metrics({k: v for k, v in metrics.items() if series.get(k) != v})
         metadata.update({metric_key(k): v for k, v in metrics.items()})

@@ -162,13 +162,20 @@ def finite_metrics(metrics: dict[str, Any]) -> dict[str, float]:
 
 
 class AssetRun:
-    """The nested MLflow run of one asset materialization."""
+    """The nested MLflow run of one asset materialization. A training's log points (`log_progress`) are
+    sent in batches, at most `METRICS_FLUSH_S` apart, and the rest when the run ends (`flush`): each
+    would otherwise be a transaction of the tracking store (150 points of a default-run model took
+    0.77 s to SQLite one by one, 0.07 s together). `log_metrics` sends at once."""
+
+    METRICS_FLUSH_S = 5.0
 
     def __init__(self, client: Any, run_id: str, experiment_id: str, ui_base: str):
         self.client = client
         self.run_id = run_id
         self.experiment_id = experiment_id
         self.ui_base = ui_base
+        self._pending: list[Any] = []  # mlflow Metric entities not sent yet
+        self._sent_at = time.monotonic()
 
     @property
     def url(self) -> str:
@@ -186,12 +193,27 @@ class AssetRun:
             self.client.log_batch(self.run_id, params=items[i : i + 100])
 
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        self._queue(metrics, step)
+        self.flush()
+
+    def log_progress(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        """`log_metrics` for a training's log points: sent with the next batch (class doc)."""
+        self._queue(metrics, step)
+        if len(self._pending) >= 500 or time.monotonic() - self._sent_at >= self.METRICS_FLUSH_S:
+            self.flush()
+
+    def _queue(self, metrics: dict[str, Any], step: int | None) -> None:
         from mlflow.entities import Metric
 
         ts = int(time.time() * 1000)
-        items = [Metric(k, v, ts, step or 0) for k, v in finite_metrics(metrics).items()]
+        self._pending += [Metric(k, v, ts, step or 0) for k, v in finite_metrics(metrics).items()]
+
+    def flush(self) -> None:
+        """Send the metrics logged and not sent yet."""
+        items, self._pending = self._pending, []
         for i in range(0, len(items), 500):
             self.client.log_batch(self.run_id, metrics=items[i : i + 500])
+        self._sent_at = time.monotonic()
 
     def log_series(self, series: dict[str, list[tuple[int, float]]]) -> None:
         from mlflow.entities import Metric
@@ -446,7 +468,12 @@ class MlflowTracker(dg.ConfigurableResource):
             if params:
                 handle.log_params(params)
             yield handle
+            handle.flush()
         except BaseException as e:
+            try:
+                handle.flush()  # what the failed run logged before it failed
+            except Exception:  # the tracking store itself may be what failed
+                pass
             client.set_tag(handle.run_id, "error", f"{type(e).__name__}: {e}"[:5000])
             client.set_terminated(handle.run_id, "FAILED")
             settle_parent(client, experiment_id, parent)

@@ -53,7 +53,7 @@ def word_embeddings(
     with stage(context, mlflow, config.model_dump()) as s:
         sentences = corpus_sentences(load_corpus(corpus.path)["train"]["text"])
         vocab = build_vocab(sentences, config.min_count)
-        result = train_word2vec(vocab.encode(sentences), vocab, config, log_metrics=s.run.log_metrics)
+        result = train_word2vec(vocab.encode(sentences), vocab, config, log_metrics=s.run.log_progress)
         files = save_embeddings(result, s.tmp / "embeddings")
         word_level_from_vocab(vocab.words).save(str(s.tmp / "embeddings" / "tokenizer.json"))
         metrics, reference = dict(result.metrics), None

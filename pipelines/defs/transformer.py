@@ -82,7 +82,7 @@ def transformer_ablations(
             val,
             int(meta["vocab_size"]),
             s.tmp,
-            log_metrics=s.run.log_metrics,
+            log_metrics=s.run.log_progress,
             model_meta={"tokenizer_sha256": labels.tokenizer_sha256},
         )
         return s.publish(
