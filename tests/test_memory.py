@@ -430,3 +430,58 @@ def test_a_model_without_a_learning_rate_is_refused_by_name(training):
     s = DelaySettings(delays=[2], seq_len=4, lrs={"rnn": 3e-3}, models=["rnn", "lstm"], training=training)
     with pytest.raises(ConfigError, match="lrs has no learning rate for model 'lstm'"):
         delay_study(s)
+
+
+def test_tasks_trained_in_one_pool_equal_each_task_alone():
+    """The memory tasks' trainings in one pool, reordered costliest first across tasks, give every task
+    the very result it gets alone (each outcome returned to its own task and model)."""
+    from components.core.studies.induction import InductionSettings, induction_study, plan_induction
+    from components.core.studies.memory import plan_delay, plan_recall
+    from components.core.studies.memory_pool import run_studies
+
+    delay = _fast(DelaySettings, steps=40, delays=[2, 8], seq_len=10, train_sequences=256, val_per_delay=32)
+    recall = _fast(
+        RecallSettings,
+        steps=40,
+        pairs=[1, 2],
+        seq_len=12,
+        n_keys=4,
+        n_values=4,
+        train_sequences=256,
+        val_per_pairs=32,
+        distance_buckets=[12],
+        window=2,
+    )
+    induction = _fast(InductionSettings, steps=40, span=6, n_tokens=8, train_sequences=256, val_sequences=32)
+    together = run_studies(
+        {"delay": plan_delay(delay), "recall": plan_recall(recall), "induction": plan_induction(induction)}
+    )
+    alone = {"delay": delay_study(delay), "recall": recall_study(recall), "induction": induction_study(induction)}
+    for name, r in alone.items():
+        assert together[name].rows == r.rows, name
+        assert [m["final_loss"] for m in together[name].models] == [m["final_loss"] for m in r.models], name
+    assert together["induction"].extra["heads"] == alone["induction"].extra["heads"]
+    assert together["delay"].extra["gradients"] == alone["delay"].extra["gradients"]
+    # and the tasks differ from one another: a result handed to the wrong task would show
+    assert together["delay"].rows != together["recall"].rows
+
+
+def test_pool_runs_the_costliest_training_first_and_returns_each_outcome_to_its_job():
+    from components.core.studies.memory_pool import StudyPlan, run_studies
+
+    started = []
+
+    def job(tag):
+        started.append(tag)
+        return tag.upper()
+
+    def finish(tag):
+        return lambda outcomes: (tag, outcomes)
+
+    plans = {
+        "a": StudyPlan([(job, ("a0",)), (job, ("a1",))], [1.0, 5.0], finish("a"), 1, 1),
+        "b": StudyPlan([(job, ("b0",))], [3.0], finish("b"), 1, 1),
+    }
+    out = run_studies(plans)  # one worker: in this process, in the pool's order
+    assert started == ["a1", "b0", "a0"]
+    assert out == {"a": ("a", ["A0", "A1"]), "b": ("b", ["B0"])}

@@ -345,6 +345,20 @@ def test_bad_input_fails_without_materialization_and_marks_mlflow_failed(state_d
     assert not list((state_dir / "artifacts").rglob("*.arrow"))
 
 
+def test_one_memory_task_selected_alone_materializes_alone(state_dir):
+    """The memory tasks are one step (a multi-asset): selecting one trains and publishes that one only,
+    with its own MLflow run and its own folder."""
+    cfg = {"ops": {"memory_tasks": TINY["ops"]["memory_tasks"]}}
+    result = materialize(cfg, selection=["memory_recall"])
+    assert result.success
+    assert [e.asset_key.to_user_string() for e in result.get_asset_materialization_events()] == ["memory_recall"]
+    assert {p.name for p in (state_dir / "artifacts").iterdir()} == {"memory_recall"}
+    _, all_runs = mlflow_runs(state_dir)
+    assets = sorted(r.data.tags["dagster.asset_key"] for r in all_runs if "dagster.asset_key" in r.data.tags)
+    assert assets == ["memory_recall"]
+    assert all(r.info.status == "FINISHED" for r in all_runs)
+
+
 def test_missing_upstream_fails_with_a_clear_message(state_dir):
     result = materialize({"ops": {"tokenizer": TINY["ops"]["tokenizer"]}}, selection="tokenizer")
     errors = [e.event_specific_data.error.to_string() for e in result.all_events if e.is_step_failure]

@@ -16,7 +16,7 @@ the outputs) for the run's report.
 from __future__ import annotations
 
 import dataclasses
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -47,10 +47,12 @@ def metric_key(name: str) -> str:
 KEY_FIGURES = ("val/loss",)  # figures whose previous value and change are metadata entries of their own
 
 
-def previous_materialization(context: dg.AssetExecutionContext) -> tuple[str, dict[str, float]] | None:
-    """The run id and numeric metadata of this asset's latest materialization by another run (the
-    run before this one), or None when it was never materialized."""
-    key = context.asset_key
+def previous_materialization(
+    context: dg.AssetExecutionContext, key: dg.AssetKey | None = None
+) -> tuple[str, dict[str, float]] | None:
+    """The run id and numeric metadata of this asset's (or, in a multi-asset, `key`'s) latest
+    materialization by another run (the run before this one), or None when it was never materialized."""
+    key = key or context.asset_key
     records = context.instance.fetch_materializations(key, limit=5).records
     for r in records:
         if r.run_id != context.run.run_id and r.asset_materialization is not None:
@@ -64,13 +66,16 @@ def previous_materialization(context: dg.AssetExecutionContext) -> tuple[str, di
 
 
 def since_previous(
-    context: dg.AssetExecutionContext, metrics: dict[str, float], spreads: dict[str, float] | None
+    context: dg.AssetExecutionContext,
+    metrics: dict[str, float],
+    spreads: dict[str, float] | None,
+    key: dg.AssetKey | None = None,
 ) -> tuple[str, list[Change]]:
     """This materialization's figures against the previous one's ("" and [] when there is none, or
     for a partition: the previous materialization may be another partition's)."""
     if context.has_partition_key:
         return "", []
-    prev = previous_materialization(context)
+    prev = previous_materialization(context, key)
     if prev is None:
         return "", []
     run_id, values = prev
@@ -149,6 +154,11 @@ class Stage:
     tmp: Path  # write here; renamed to `final` when the step succeeds
     final: Path
     notes: list[str] = field(default_factory=list)
+    key: dg.AssetKey | None = None  # the asset published, in a multi-asset (else the context's one)
+
+    @property
+    def asset_key(self) -> dg.AssetKey:
+        return self.key or self.context.asset_key
 
     def final_path(self, p: str | Path) -> str:
         return str(self.final / Path(p).relative_to(self.tmp))
@@ -218,7 +228,7 @@ class Stage:
         if since is not None:
             previous_run, changes = since
         else:
-            previous_run, changes = since_previous(self.context, metrics, spreads) if metrics else ("", [])
+            previous_run, changes = since_previous(self.context, metrics, spreads, self.key) if metrics else ("", [])
         if metrics and not self.context.has_partition_key:
             metadata.update(changes_metadata(previous_run, changes))
         # Rows as dicts (a manifest's typed rows may be passed as they are).
@@ -248,10 +258,12 @@ class Stage:
                 previous_run_id=previous_run,
                 changes=list(changes),
             ),
-            asset=self.context.asset_key.to_user_string(),
+            asset=self.asset_key.to_user_string(),
             dagster_run_id=self.context.run.run_id,
             mlflow_run_id=self.run.run_id,
         )
+        if self.key is not None:  # a multi-asset's output is named after its asset
+            return dg.Output(out, output_name=self.key.to_python_identifier(), metadata=metadata)
         return dg.Output(out, metadata=metadata)
 
     def _log_metrics(self, metrics: dict[str, float], metadata: dict[str, Any]) -> None:
@@ -321,8 +333,8 @@ class Stage:
         return all_warnings
 
 
-def run_dir(context: dg.AssetExecutionContext) -> Path:
-    key = "/".join(context.asset_key.path)
+def run_dir(context: dg.AssetExecutionContext, asset_key: dg.AssetKey | None = None) -> Path:
+    key = "/".join((asset_key or context.asset_key).path)
     part = f"/{context.partition_key}" if context.has_partition_key else ""
     return artifacts_root() / key / f"{context.run.run_id}{part}"
 
@@ -333,19 +345,46 @@ def keep_last() -> int:
     return int(os.environ.get(RETENTION_ENV, DEFAULT_KEEP_LAST))
 
 
-@contextmanager
-def stage(context: dg.AssetExecutionContext, tracker: MlflowTracker, params: dict[str, Any]) -> Iterator[Stage]:
+def _recover(context: dg.AssetExecutionContext, tracker: MlflowTracker) -> None:
+    """Runs whose process died marked failed (in Dagster and MLflow), before this step starts."""
     recovered = recover_dead_runs(context.instance, tracker.resolved_uri())
     if recovered.get("runs_failed"):
         context.log.warning(f"marked dead runs failed: {recovered}")
-    final = run_dir(context)
+
+
+@contextmanager
+def step_guard(context: dg.AssetExecutionContext, tracker: MlflowTracker) -> Iterator[None]:
+    """What a step holds while it works, before any asset of it is published: dead runs recovered, this
+    process's lease on the step, the whole run config validated (every problem listed)."""
+    _recover(context, tracker)
     step_key = context.get_step_execution_context().step.key
-    with run_lease(context.run.run_id, step_key), tracker.asset_run(context, params) as run:
+    with run_lease(context.run.run_id, step_key):
         validate_run_config(context)
+        yield
+
+
+@contextmanager
+def stage(
+    context: dg.AssetExecutionContext,
+    tracker: MlflowTracker,
+    params: dict[str, Any],
+    key: dg.AssetKey | None = None,
+) -> Iterator[Stage]:
+    """One asset's stage. `key`: the asset of a multi-asset this stage publishes, inside the step's
+    `step_guard` (the multi-asset's step holds it around all of its work); without it, the step's one
+    asset, the guard taken here (recovery first, the MLflow run open while the config is validated)."""
+    if key is None:
+        _recover(context, tracker)
+    final = run_dir(context, key)
+    with ExitStack() as held:
+        if key is None:
+            held.enter_context(run_lease(context.run.run_id, context.get_step_execution_context().step.key))
+        run = held.enter_context(tracker.asset_run(context, params, key))
+        if key is None:
+            validate_run_config(context)
         with atomic_dir(final) as tmp:
-            yield Stage(context=context, run=run, tmp=tmp, final=final)
+            yield Stage(context=context, run=run, tmp=tmp, final=final, key=key)
     n = keep_last()
     if n > 0:
-        prune(
-            n, instance=context.instance, assets=["/".join(context.asset_key.path)], tracking_uri=tracker.resolved_uri()
-        )
+        asset = "/".join((key or context.asset_key).path)
+        prune(n, instance=context.instance, assets=[asset], tracking_uri=tracker.resolved_uri())

@@ -433,8 +433,11 @@ class MlflowTracker(dg.ConfigurableResource):
             context.instance.add_run_tags(context.run.run_id, tags)
 
     @contextmanager
-    def asset_run(self, context: dg.AssetExecutionContext, params: dict[str, Any] | None = None) -> Iterator[AssetRun]:
-        """A nested MLflow run for this asset; FINISHED on success, FAILED (never left RUNNING) on error."""
+    def asset_run(
+        self, context: dg.AssetExecutionContext, params: dict[str, Any] | None = None, key: dg.AssetKey | None = None
+    ) -> Iterator[AssetRun]:
+        """A nested MLflow run for this asset (`key`, in a multi-asset); FINISHED on success, FAILED (never
+        left RUNNING) on error."""
         client = self.client()
         params = params or {}
         run_id = context.run.run_id
@@ -446,8 +449,9 @@ class MlflowTracker(dg.ConfigurableResource):
         )
         client.update_run(parent, "RUNNING")
         self.tag_dagster_run(context, experiment_id, parent)
-        asset_key = context.asset_key.to_user_string()
-        run_url, asset_url = dagster_run_url(run_id), dagster_asset_url(context.asset_key)
+        key = key or context.asset_key
+        asset_key = key.to_user_string()
+        run_url, asset_url = dagster_run_url(run_id), dagster_asset_url(key)
         fn = context.op_def.compute_fn
         module = getattr(getattr(fn, "decorated_fn", fn), "__module__", "pipelines")
         tags = {

@@ -23,7 +23,9 @@ from pydantic import Field, model_validator
 from ..data import IGNORE_INDEX
 from ..models.sizing import count_parameters
 from ..models.transformer import Transformer, require_transformer
-from .memory import MemoryResult, build_model, state_size, torch_threads, train_model
+from ..workers import weights_in
+from .memory import MemoryResult, build_model, state_size, train_one
+from .memory_pool import StudyPlan, run_studies, training_cost
 from .memory_tasks import MemoryTrainSettings, TaskData, disjoint_validation
 
 # A later-layer head attending at least this share to the token after the current token's earlier
@@ -206,53 +208,70 @@ def induction_study(s: InductionSettings) -> MemoryResult:
     induction heads together (every later-layer head whose prefix-matching score reaches
     PREFIX_MATCHING_MIN, at least the one found), and, for comparison, as many of the other heads
     (not the previous-token head), those of lowest prefix-matching score (fewer where fewer exist)."""
-    with torch_threads(s.threads):
-        train = repeat_targets_only(induction_task(s, s.train_sequences, s.seed))
-        # validated on offsets that vary whatever the training drew: a positional copy head fails here
-        val = disjoint_validation(train, induction_task(s, s.val_sequences, s.seed + 1, min_span=max(2, s.span // 2)))
-        torch.manual_seed(s.seed)
-        model = require_transformer(build_model("transformer", s.vocab_size, 2 * s.span, s.train), "induction")
-        info = train_model(model, train, s.train, s.lrs["transformer"])
-        base = induction_eval(model, val, s)
-        heads = head_scores(model, val, s)
-        prev = max(heads, key=lambda r: r["previous_token_score"])
-        later = [r for r in heads if r["layer"] > prev["layer"]]
-        found: dict = {"previous_token_head": [prev["layer"], prev["head"]]}
-        ablations = []
-        if later:
-            ind = max(later, key=lambda r: r["prefix_matching_score"])
-            found["induction_head"] = [ind["layer"], ind["head"]]
-            # Two-layer models often grow several induction heads side by side, and zeroing one of
-            # them leaves the others copying: the circuit's necessity is tested on all of them.
-            induction = [r for r in later if r["prefix_matching_score"] >= PREFIX_MATCHING_MIN] or [ind]
-            named = {(r["layer"], r["head"]) for r in induction} | {(prev["layer"], prev["head"])}
-            others = sorted(
-                (r for r in heads if (r["layer"], r["head"]) not in named), key=lambda r: r["prefix_matching_score"]
-            )[: len(induction)]
-            for what, rs in (("induction heads", induction), ("other heads", others)):
-                if rs:
-                    zero = [(r["layer"], r["head"]) for r in rs]
-                    e = induction_eval(model, val, s, zero=zero)
-                    ablations.append(
-                        {
-                            "ablated": what,
-                            "heads": [list(z) for z in zero],
-                            "layer": rs[0]["layer"],
-                            "head": rs[0]["head"],
-                            **e,
-                        }
-                    )
-        with torch.no_grad():
-            logits, _ = model(torch.from_numpy(val.x))
-            per_pos = aligned_accuracy(val, logits.argmax(-1).numpy() == val.y, s.span)
-        for r in heads:
-            r["role"] = (
-                "previous-token"
-                if [r["layer"], r["head"]] == found["previous_token_head"]
-                else "induction"
-                if ablations and [r["layer"], r["head"]] in ablations[0]["heads"]
-                else ""
-            )
+    return run_studies({"induction": plan_induction(s)})["induction"]
+
+
+def plan_induction(s: InductionSettings) -> StudyPlan[MemoryResult]:
+    """`induction_study` as its one training and what makes its result of it (memory_pool.run_studies)."""
+    train = repeat_targets_only(induction_task(s, s.train_sequences, s.seed))
+    # validated on offsets that vary whatever the training drew: a positional copy head fails here
+    val = disjoint_validation(train, induction_task(s, s.val_sequences, s.seed + 1, min_span=max(2, s.span // 2)))
+    seq_len = 2 * s.span
+
+    def finish(results: list) -> MemoryResult:
+        weights, info = results[0]
+        torch.manual_seed(s.seed)  # the module the job trained, its trained weights put back
+        model = require_transformer(build_model("transformer", s.vocab_size, seq_len, s.train), "induction")
+        weights_in(model, weights)
+        model.eval()
+        return _induction_result(s, model, info, val)
+
+    job = (train_one, ("transformer", s.vocab_size, seq_len, train, s.train, None))
+    cost = training_cost("transformer", s.steps, s.batch_size, seq_len)
+    return StudyPlan([job], [cost], finish, s.workers, s.threads)
+
+
+def _induction_result(s: InductionSettings, model: Transformer, info: dict, val: TaskData) -> MemoryResult:
+    base = induction_eval(model, val, s)
+    heads = head_scores(model, val, s)
+    prev = max(heads, key=lambda r: r["previous_token_score"])
+    later = [r for r in heads if r["layer"] > prev["layer"]]
+    found: dict = {"previous_token_head": [prev["layer"], prev["head"]]}
+    ablations = []
+    if later:
+        ind = max(later, key=lambda r: r["prefix_matching_score"])
+        found["induction_head"] = [ind["layer"], ind["head"]]
+        # Two-layer models often grow several induction heads side by side, and zeroing one of
+        # them leaves the others copying: the circuit's necessity is tested on all of them.
+        induction = [r for r in later if r["prefix_matching_score"] >= PREFIX_MATCHING_MIN] or [ind]
+        named = {(r["layer"], r["head"]) for r in induction} | {(prev["layer"], prev["head"])}
+        others = sorted(
+            (r for r in heads if (r["layer"], r["head"]) not in named), key=lambda r: r["prefix_matching_score"]
+        )[: len(induction)]
+        for what, rs in (("induction heads", induction), ("other heads", others)):
+            if rs:
+                zero = [(r["layer"], r["head"]) for r in rs]
+                e = induction_eval(model, val, s, zero=zero)
+                ablations.append(
+                    {
+                        "ablated": what,
+                        "heads": [list(z) for z in zero],
+                        "layer": rs[0]["layer"],
+                        "head": rs[0]["head"],
+                        **e,
+                    }
+                )
+    with torch.no_grad():
+        logits, _ = model(torch.from_numpy(val.x))
+        per_pos = aligned_accuracy(val, logits.argmax(-1).numpy() == val.y, s.span)
+    for r in heads:
+        r["role"] = (
+            "previous-token"
+            if [r["layer"], r["head"]] == found["previous_token_head"]
+            else "induction"
+            if ablations and [r["layer"], r["head"]] in ablations[0]["heads"]
+            else ""
+        )
     model_row = {
         "model": f"transformer ({s.n_layer} layer{'s' if s.n_layer > 1 else ''})",
         "parameters": count_parameters(model),

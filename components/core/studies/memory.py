@@ -35,9 +35,8 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,8 +51,9 @@ from ..models.recurrent import size_for_budget as size_recurrent
 from ..models.sizing import count_parameters
 from ..models.transformer import Transformer, TransformerSettings, require_transformer
 from ..models.transformer import size_for_budget as size_transformer
-from ..workers import run_jobs, weights_in, weights_out
+from ..workers import weights_in, weights_out
 from .memory_plots import plot_accuracy, plot_gradients, plot_gradients_by_delay
+from .memory_pool import StudyPlan, run_studies, training_cost
 from .memory_tasks import (
     DelaySettings,
     MemoryTrainSettings,
@@ -72,13 +72,15 @@ __all__ = [
     "accuracy_row",
     "build_model",
     "delay_study",
+    "plan_delay",
+    "plan_recall",
     "input_gradients",
     "predictions",
     "recall_study",
     "receptive_field",
     "state_size",
-    "torch_threads",
     "train_model",
+    "train_one",
 ]
 
 
@@ -247,18 +249,8 @@ class MemoryResult:
         return {"rows": self.rows, "models": self.models, "chance": self.chance, **self.extra}
 
 
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def _train_one(kind: str, vocab: int, seq_len: int, train: TaskData, t: MemoryTrainSettings, window: int | None):
-    """Build and train one model (seeded by t.seed): its weights and its training info."""
+def train_one(kind: str, vocab: int, seq_len: int, train: TaskData, t: MemoryTrainSettings, window: int | None):
+    """Build and train one model (seeded by t.seed, with t.threads threads): its weights and its training info."""
     torch.set_num_threads(t.threads)
     torch.manual_seed(t.seed)
     model = build_model(kind, vocab, seq_len, t, window)
@@ -272,14 +264,19 @@ def _check_lrs(kinds: list[str], t: MemoryTrainSettings) -> None:
             raise ConfigError(f"lrs has no learning rate for model {kind!r}; give one (lrs: {{{kind}: 0.003}})")
 
 
-def _train_all(
+def _training_jobs(
     kinds: list[str], vocab: int, seq_len: int, train: TaskData, t: MemoryTrainSettings, window: int | None = None
-):
+) -> tuple[list[tuple[Any, tuple]], list[float]]:
+    """One `train_one` job per architecture, with its cost (memory_pool.training_cost)."""
     _check_lrs(kinds, t)
-    # the longest trainings first, so that the last one to start is a short one (Transformers before recurrent models)
-    order = sorted(range(len(kinds)), key=lambda i: kinds[i] in ("rnn", "lstm"))
-    done = run_jobs(_train_one, [(kinds[i], vocab, seq_len, train, t, window) for i in order], t.workers, t.threads)
-    results = [done[order.index(i)] for i in range(len(kinds))]
+    jobs = [(train_one, (kind, vocab, seq_len, train, t, window)) for kind in kinds]
+    return jobs, [training_cost(kind, t.steps, t.batch_size, seq_len) for kind in kinds]
+
+
+def _trained(
+    kinds: list[str], results: list, vocab: int, seq_len: int, t: MemoryTrainSettings, window: int | None = None
+) -> dict[str, tuple[nn.Module, dict]]:
+    """The `_training_jobs` outcomes as modules (in eval mode) with their training info, by architecture."""
     out = {}
     for kind, (weights, info) in zip(kinds, results):
         torch.manual_seed(t.seed)
@@ -306,8 +303,12 @@ def delay_study(s: DelaySettings) -> MemoryResult:
     """Accuracy against delay for each architecture, and the gradient reaching the symbol's position from
     the query's loss in the trained models: one model per architecture and delay (training: per_delay),
     or one per architecture trained on every delay at once (mixed)."""
-    with torch_threads(s.train.threads):
-        return _delay_study(s) if s.training == "mixed" else _delay_study_per_delay(s)
+    return run_studies({"delay": plan_delay(s)})["delay"]
+
+
+def plan_delay(s: DelaySettings) -> StudyPlan[MemoryResult]:
+    """`delay_study` as its trainings and what makes its result of them (memory_pool.run_studies)."""
+    return _plan_delay_mixed(s) if s.training == "mixed" else _plan_delay_per_delay(s)
 
 
 def _gradient_row(kind: str, d: int, g: np.ndarray, seq_len: int) -> dict:
@@ -348,10 +349,18 @@ def _delay_result(
     )
 
 
-def _delay_study(s: DelaySettings) -> MemoryResult:
+def _plan_delay_mixed(s: DelaySettings) -> StudyPlan[MemoryResult]:
     train = delay_task(s, s.train_sequences, s.seed)
     val = disjoint_validation(train, delay_task(s, s.val_per_delay * len(s.delays), s.seed + 1))
-    trained = _train_all(s.models, s.vocab_size, s.seq_len, train, s.train)
+    jobs, costs = _training_jobs(s.models, s.vocab_size, s.seq_len, train, s.train)
+
+    def finish(results: list) -> MemoryResult:
+        return _delay_mixed_result(s, val, _trained(s.models, results, s.vocab_size, s.seq_len, s.train))
+
+    return StudyPlan(jobs, costs, finish, s.workers, s.threads)
+
+
+def _delay_mixed_result(s: DelaySettings, val: TaskData, trained: dict[str, tuple[nn.Module, dict]]) -> MemoryResult:
     rows, grads, curves = [], [], {}
     for kind, (model, _) in trained.items():
         correct = predictions(model, val)[:, -1]
@@ -393,16 +402,22 @@ def _one_delay_data(s: DelaySettings, d: int) -> tuple[TaskData, TaskData]:
 
 def _train_one_delay(kind: str, d: int, s: DelaySettings):
     """Train one architecture on delay `d` alone (its data drawn here, in the worker): weights and info."""
-    return _train_one(kind, s.vocab_size, delay_seq_len(s, d), _one_delay_data(s, d)[0], s.train, None)
+    return train_one(kind, s.vocab_size, delay_seq_len(s, d), _one_delay_data(s, d)[0], s.train, None)
 
 
-def _delay_study_per_delay(s: DelaySettings) -> MemoryResult:
+def _plan_delay_per_delay(s: DelaySettings) -> StudyPlan[MemoryResult]:
     _check_lrs(s.models, s.train)
-    jobs = [(kind, d, s) for kind in s.models for d in s.delays]
-    # the longest first: recurrent models on long delays train every step when they cannot learn them
-    order = sorted(range(len(jobs)), key=lambda i: (jobs[i][0] == "transformer", -jobs[i][1]))
-    done = run_jobs(_train_one_delay, [jobs[i] for i in order], s.workers, s.threads)
-    results = {(jobs[i][0], jobs[i][1]): done[k] for k, i in enumerate(order)}
+    keys = [(kind, d) for kind in s.models for d in s.delays]
+    jobs: list[tuple[Any, tuple]] = [(_train_one_delay, (kind, d, s)) for kind, d in keys]
+    costs = [training_cost(kind, s.steps, s.batch_size, delay_seq_len(s, d)) for kind, d in keys]
+
+    def finish(done: list) -> MemoryResult:
+        return _delay_per_delay_result(s, dict(zip(keys, done)))
+
+    return StudyPlan(jobs, costs, finish, s.workers, s.threads)
+
+
+def _delay_per_delay_result(s: DelaySettings, results: dict[tuple[str, int], Any]) -> MemoryResult:
     rows, models, grads, n_val, modules = [], [], [], 0, {}
     for d in s.delays:
         _, val = _one_delay_data(s, d)
@@ -451,14 +466,22 @@ def receptive_field(model: nn.Module) -> int | None:
 def recall_study(s: RecallSettings) -> MemoryResult:
     """MQAR accuracy against the number of pairs and against key-query distance for each
     architecture (trained on all pair counts at once); the window model's receptive field."""
-    with torch_threads(s.train.threads):
-        return _recall_study(s)
+    return run_studies({"recall": plan_recall(s)})["recall"]
 
 
-def _recall_study(s: RecallSettings) -> MemoryResult:
+def plan_recall(s: RecallSettings) -> StudyPlan[MemoryResult]:
+    """`recall_study` as its trainings and what makes its result of them (memory_pool.run_studies)."""
     train = recall_task(s, s.train_sequences, s.seed, s.trained_pairs)
     val = disjoint_validation(train, recall_task(s, s.val_per_pairs * len(s.pairs), s.seed + 1))
-    trained = _train_all(s.models, s.vocab_size, s.seq_len, train, s.train, s.window)
+    jobs, costs = _training_jobs(s.models, s.vocab_size, s.seq_len, train, s.train, s.window)
+
+    def finish(results: list) -> MemoryResult:
+        return _recall_result(s, val, _trained(s.models, results, s.vocab_size, s.seq_len, s.train, s.window))
+
+    return StudyPlan(jobs, costs, finish, s.workers, s.threads)
+
+
+def _recall_result(s: RecallSettings, val: TaskData, trained: dict[str, tuple[nn.Module, dict]]) -> MemoryResult:
     rows, fields = [], {}
     edges = [0] + s.distance_buckets
     asked = val.y != IGNORE_INDEX
