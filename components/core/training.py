@@ -72,6 +72,7 @@ from .checkpoint import CHECKPOINT_DIR, STATE_FILE, _Unsharded, model_metadata
 from .data import Blocks, context_length, tokens_per_step
 from .device import resolve_device, resolve_dtype
 from .errors import ConfigError, PipelineInputError
+from .heap import keep_freed_memory
 from .models.sizing import count_parameters
 from .train_settings import Parallel, TrainSettings
 from .train_step import (
@@ -254,6 +255,7 @@ def _setup(
     """Device and dtype, the data checked and cropped, and a fresh state or the exact state of the checkpoint."""
     ckpt_dir = out_dir / CHECKPOINT_DIR
     notes: list[str] = []
+    keep_freed_memory()  # each step frees what the next allocates: kept, not faulted in again (heap.py)
     if s.threads > 0:
         torch.set_num_threads(s.threads)
     device, warn = resolve_device(s.device)

@@ -32,7 +32,10 @@ def _start_worker(threads: int) -> None:
     OpenMP pool it inherited (the parent's, whose threads do not exist in the child) can hang."""
     import torch
 
+    from .heap import keep_freed_memory
+
     die_with_parent()
+    keep_freed_memory()  # a spawned worker's own setting (a forked one inherits its parent's)
     torch.set_num_threads(threads)
 
 

@@ -115,9 +115,8 @@ DESCRIPTIONS = {
 )
 def memory_tasks(context: dg.AssetExecutionContext, config: MemoryTasksConfig, mlflow: MlflowTracker):
     """The selected memory tasks: every training of theirs in one pool, then each task's asset
-    published on its own (its MLflow run, its folder, its metadata)."""
+    published on its own (its MLflow run, its folder, its metadata, its materialization)."""
     chosen = [name for name in TASKS if dg.AssetKey(name) in context.selected_asset_keys]
-    published = []
     with step_guard(context, mlflow):
         plans: dict[str, StudyPlan[MemoryResult]] = {
             name: TASKS[name][1](getattr(config, TASKS[name][0])) for name in chosen
@@ -127,5 +126,4 @@ def memory_tasks(context: dg.AssetExecutionContext, config: MemoryTasksConfig, m
             field_name, _, publish = TASKS[name]
             with stage(context, mlflow, getattr(config, field_name).model_dump(), dg.AssetKey(name)) as s:
                 out = publish(s, results[name])
-            published.append(out)  # yielded once its folder is in place
-    yield from published
+            yield out  # once its folder is in place: a task published stays so if a later one fails
