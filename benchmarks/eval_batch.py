@@ -21,11 +21,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from result_file import emit, newest_in_state  # noqa: E402
+from result_file import emit, newest_in_state, trained_lm  # noqa: E402
 
-from components.core.device import resolve_dtype  # noqa: E402
 from components.core.labels import load_labels  # noqa: E402
-from components.core.lm import load_lm  # noqa: E402
 from components.core.train_step import evaluate  # noqa: E402
 
 MODELS = ("rnn_lm", "lstm_lm", "transformer_lm", "transformer_1head_lm", "transformer_window_lm")
@@ -44,12 +42,8 @@ def main() -> None:
     _, val_all, _ = load_labels(newest_in_state(art / "labels", "meta.json").parent)
     rows = []
     for name in a.models:
-        folder = newest_in_state(art / name, "manifest.json").parent
-        manifest = json.loads((folder / "manifest.json").read_text())
-        model = load_lm(folder / "model.safetensors")
+        manifest, model, dtype = trained_lm(art, name)
         val = val_all.crop(min(manifest["model_config"]["block_size"], val_all.block_size))
-        setting = manifest["train_settings"]["dtype"]
-        dtype = resolve_dtype(setting, torch.device("cpu"))
         for threads in a.threads:
             torch.set_num_threads(threads)
             evaluate(model, val, batch_size=a.sizes[0], max_batches=4, device="cpu", dtype=dtype)  # warm-up

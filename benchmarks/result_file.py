@@ -14,6 +14,7 @@ import os
 import platform
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = str(Path(__file__).resolve().parents[1])
 if ROOT not in sys.path:
@@ -59,3 +60,17 @@ def newest_in_state(folder: Path, name: str) -> Path:
     if not found:
         raise SystemExit(f"no {name} under {folder}: is --state a folder a default run wrote?")
     return found[-1]
+
+
+def trained_lm(artifacts: Path, name: str) -> tuple[dict, Any, Any]:
+    """The language model asset `name` of a run's artifacts folder, on the CPU: its manifest (a dict), the
+    model loaded from its safetensors file and the dtype it trained in."""
+    import torch
+
+    from components.core.device import resolve_dtype
+    from components.core.lm import load_lm
+
+    folder = newest_in_state(artifacts / name, "manifest.json").parent
+    manifest = json.loads((folder / "manifest.json").read_text())
+    dtype = resolve_dtype(manifest["train_settings"]["dtype"], torch.device("cpu"))
+    return manifest, load_lm(folder / "model.safetensors"), dtype

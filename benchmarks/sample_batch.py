@@ -20,11 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from eval_batch import MODELS  # noqa: E402
-from result_file import emit, newest_in_state  # noqa: E402
+from result_file import emit, newest_in_state, trained_lm  # noqa: E402
 
-from components.core.device import resolve_dtype  # noqa: E402
 from components.core.labels import load_labels  # noqa: E402
-from components.core.lm import SamplingSettings, load_lm, sample_texts  # noqa: E402
+from components.core.lm import SamplingSettings, sample_texts  # noqa: E402
 
 
 def main() -> None:
@@ -42,10 +41,7 @@ def main() -> None:
     cpu = torch.device("cpu")
     rows = []
     for name in a.models:
-        folder = newest_in_state(art / name, "manifest.json").parent
-        manifest = json.loads((folder / "manifest.json").read_text())
-        model = load_lm(folder / "model.safetensors")
-        dtype = resolve_dtype(manifest["train_settings"]["dtype"], cpu)
+        _, model, dtype = trained_lm(art, name)
         sample_texts(model, val, together, cpu, dtype)  # warm-up
         times: dict[str, list[float]] = {"together": [], "one_by_one": []}
         for _ in range(a.repeats):

@@ -80,6 +80,19 @@ def test_bad_settings_are_refused_by_name(make, field):
         make()
 
 
+# A recall task small enough to train in seconds: two sizes of the key-value set, one distance bucket.
+TINY_RECALL = dict(
+    pairs=[1, 2],
+    seq_len=12,
+    n_keys=4,
+    n_values=4,
+    window=2,
+    train_sequences=256,
+    val_per_pairs=32,
+    distance_buckets=[12],
+)
+
+
 def _fast(settings_cls, **kw):
     base = dict(steps=120, batch_size=16, param_budget=4000)
     return settings_cls(**{**base, **kw})
@@ -406,18 +419,7 @@ def test_a_recurrent_model_that_learned_nothing_is_not_judged():
 
 def test_models_trained_side_by_side_equal_those_trained_one_after_another():
     """Two worker processes give the very weights one process gives: every accuracy and loss is equal."""
-    kw = dict(
-        steps=30,
-        pairs=[1, 2],
-        seq_len=12,
-        n_keys=4,
-        n_values=4,
-        train_sequences=256,
-        val_per_pairs=32,
-        distance_buckets=[12],
-        models=["lstm", "transformer", "window"],
-        window=2,
-    )
+    kw = dict(steps=30, models=["lstm", "transformer", "window"], **TINY_RECALL)
     one, two = (recall_study(_fast(RecallSettings, workers=w, **kw)) for w in (1, 2))
     assert one.rows == two.rows
     assert [m["final_loss"] for m in one.models] == [m["final_loss"] for m in two.models]
@@ -440,18 +442,7 @@ def test_tasks_trained_in_one_pool_equal_each_task_alone():
     from components.core.studies.memory_pool import run_studies
 
     delay = _fast(DelaySettings, steps=40, delays=[2, 8], seq_len=10, train_sequences=256, val_per_delay=32)
-    recall = _fast(
-        RecallSettings,
-        steps=40,
-        pairs=[1, 2],
-        seq_len=12,
-        n_keys=4,
-        n_values=4,
-        train_sequences=256,
-        val_per_pairs=32,
-        distance_buckets=[12],
-        window=2,
-    )
+    recall = _fast(RecallSettings, steps=40, **TINY_RECALL)
     induction = _fast(InductionSettings, steps=40, span=6, n_tokens=8, train_sequences=256, val_sequences=32)
     together = run_studies(
         {"delay": plan_delay(delay), "recall": plan_recall(recall), "induction": plan_induction(induction)}
