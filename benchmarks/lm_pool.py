@@ -69,6 +69,10 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--out")
     a = p.parse_args()
+    if not a.fraction > 0:
+        p.error(f"--fraction {a.fraction}: must be above 0 (a share of each model's default steps)")
+    if a.repeats < 1:
+        p.error(f"--repeats {a.repeats}: must be at least 1")
     keep_freed_memory()  # as a training process and every worker does
     ops = yaml.safe_load(CONFIG.read_text())["ops"]
     vocab = int(ops["tokenizer"]["config"]["vocab_size"])
