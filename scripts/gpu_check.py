@@ -207,6 +207,13 @@ class Tee(io.TextIOBase):
             try:
                 f.write(s)
                 f.flush()
+            except RuntimeError:
+                # A signal handler writing while the main thread is inside this file's write (a "reentrant
+                # call"): past the buffer, straight to the file (every write is flushed, so little waits).
+                try:
+                    os.write(f.fileno(), s.encode("utf-8", "replace"))
+                except (OSError, ValueError):
+                    pass
             except (OSError, ValueError):
                 pass
         return len(s)
@@ -215,7 +222,7 @@ class Tee(io.TextIOBase):
         for f in (self.stream, self.log):
             try:
                 f.flush()
-            except (OSError, ValueError):
+            except (OSError, ValueError, RuntimeError):
                 pass
 
     def fileno(self) -> int:
